@@ -1,0 +1,121 @@
+"""The parts of a decoder that probe hooks, found once per model.
+
+Every supported family is a pre-norm decoder: a token mixer (softmax attention or, in hybrid
+models, linear attention), a norm before the MLP, the MLP, and a residual stream between them.
+`ModelLayout` records where those parts are so that the capture code never needs to know
+about families.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch.nn as nn
+
+from ..errors import ProbeError
+from ..gates import GateSpec
+
+
+@dataclass
+class LayerParts:
+    index: int
+    layer_type: str                 # "attention" or "linear_attention"
+    layer: nn.Module                # the decoder layer: its output is the residual after the MLP
+    mixer: nn.Module                # self_attn / linear_attn: its output is the attention branch
+    post_attn_norm: nn.Module | None  # its input is the residual after attention
+    mlp: nn.Module | None
+    o_proj: nn.Module | None        # its input is the gated attention output (attention layers)
+    gate_module: nn.Module | None   # its output carries the gate logits (gated attention layers)
+
+
+@dataclass
+class ModelLayout:
+    family: str
+    model_type: str
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    gate: GateSpec | None
+    layers: list[LayerParts] = field(default_factory=list)
+
+    @property
+    def gated(self) -> bool:
+        return self.gate is not None
+
+    @property
+    def gate_layout(self) -> str:
+        return self.gate.name if self.gate else "none"
+
+    @property
+    def attention_layers(self) -> list[int]:
+        return [p.index for p in self.layers if p.layer_type == "attention"]
+
+
+def get_submodule(root: nn.Module, path: str) -> nn.Module | None:
+    try:
+        return root.get_submodule(path)
+    except AttributeError:
+        return None
+
+
+def first_submodule(root: nn.Module, names: tuple[str, ...]) -> nn.Module | None:
+    for name in names:
+        module = get_submodule(root, name)
+        if module is not None:
+            return module
+    return None
+
+
+LAYER_LIST_PATHS = (
+    "model.layers", "model.language_model.layers", "language_model.model.layers",
+    "transformer.h", "model.decoder.layers", "gpt_neox.layers", "transformer.blocks",
+)
+ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
+LINEAR_ATTENTION_NAMES = ("linear_attn",)
+O_PROJ_NAMES = ("o_proj", "c_proj", "out_proj", "dense", "wo")
+POST_ATTN_NORM_NAMES = ("post_attention_layernorm", "ln_2", "post_attention_norm", "ffn_norm")
+MLP_NAMES = ("mlp", "feed_forward", "block_sparse_moe")
+
+
+def find_layers(model: nn.Module, num_layers: int) -> nn.ModuleList:
+    layers = first_submodule(model, LAYER_LIST_PATHS)
+    if isinstance(layers, nn.ModuleList) and len(layers) == num_layers:
+        return layers
+    # Fall back to the one ModuleList whose length is the layer count.
+    candidates = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m) == num_layers]
+    if len(candidates) == 1:
+        return candidates[0]
+    raise ProbeError(
+        f"cannot find the {num_layers} decoder layers in {type(model).__name__}; "
+        "this architecture needs an adapter (see probe/adapters/families.py)"
+    )
+
+
+def discover_layout(model: nn.Module, *, family: str, model_type: str, num_layers: int,
+                    num_heads: int, num_kv_heads: int, head_dim: int,
+                    gate: GateSpec | None) -> ModelLayout:
+    layout = ModelLayout(family, model_type, num_heads, num_kv_heads, head_dim, gate)
+    for i, layer in enumerate(find_layers(model, num_layers)):
+        attn = first_submodule(layer, ATTENTION_NAMES)
+        linear = first_submodule(layer, LINEAR_ATTENTION_NAMES) if attn is None else None
+        if attn is None and linear is None:
+            raise ProbeError(f"layer {i} of {type(model).__name__} has no attention module probe knows")
+        mixer = attn if attn is not None else linear
+        gate_module = None
+        if attn is not None and gate is not None:
+            gate_module = get_submodule(attn, gate.module)
+            if gate_module is None:
+                raise ProbeError(
+                    f"gate module {gate.module!r} not found in layer {i}'s attention "
+                    f"({type(attn).__name__}); check the gate spec"
+                )
+        layout.layers.append(LayerParts(
+            index=i,
+            layer_type="attention" if attn is not None else "linear_attention",
+            layer=layer,
+            mixer=mixer,
+            post_attn_norm=first_submodule(layer, POST_ATTN_NORM_NAMES),
+            mlp=first_submodule(layer, MLP_NAMES),
+            o_proj=first_submodule(attn, O_PROJ_NAMES) if attn is not None else None,
+            gate_module=gate_module,
+        ))
+    return layout

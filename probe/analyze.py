@@ -1,0 +1,248 @@
+"""`probe.analyze`: one streaming pass over the data, returning an `Analysis`."""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import platform
+import sys
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import torch
+from torch import nn
+
+from .capture import SITES, Capture
+from .data import Dataset, build_dataset
+from .errors import ProbeError
+from .load import LoadedModel, describe, load, text_config
+from .results import Analysis, build_summary
+
+# Grid-aligned sweep (on the log histograms' edges, so these shares are exact): 1e-6 .. 1.
+DEFAULT_THRESHOLDS = tuple(float(f"{10 ** (k / 2):.6g}") for k in range(-12, 1))
+DISPLAY_LEN = 24
+
+
+def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None, name: str | None = None,
+            seq_len: int = 512, batch_size: int = 4, bos: str = "auto", per_document: bool = False,
+            max_sequences: int | None = None, dtype: str = "float32", device: str = "cpu",
+            device_map: str | None = None, gate=None, thresholds=DEFAULT_THRESHOLDS,
+            display_len: int = DISPLAY_LEN, progress: bool = True, seed: int = 0,
+            on_long: str = "truncate", text_field: str = "text", command: str | None = None) -> Analysis:
+    """Measure gates, first-token attention, massive activations, sparsity and loss.
+
+    model: a checkpoint directory, a loaded Hugging Face causal LM, or a `LoadedModel`.
+    data:  a path (text, folder, JSONL, .npy/.pt token ids), or pass `texts=[...]`.
+    """
+    torch.manual_seed(seed)
+    loaded = as_loaded(model, dtype=dtype, device=device, device_map=device_map, gate=gate, tokenizer=tokenizer)
+    model, layout = loaded.model, loaded.layout
+    config = text_config(model.config)
+    if isinstance(data, (list, tuple)) and data and isinstance(data[0], str):
+        texts, data = list(data), None
+    dataset = build_dataset(data, loaded.tokenizer, seq_len=seq_len, bos=bos, per_document=per_document,
+                            max_sequences=max_sequences, on_long=on_long, text_field=text_field,
+                            max_positions=getattr(config, "max_position_embeddings", None)
+                            or getattr(config, "n_positions", None), texts=texts)
+    check_vocab(dataset, config)
+    name = name or (Path(loaded.path).name if loaded.path else type(model).__name__)
+    dev = next(model.parameters()).device
+
+    cap = Capture(model, layout)
+    pad_id = 0
+    with torch.inference_mode(), cap:
+        bar = _progress(total=dataset.tokens, disable=not progress, desc=f"analyse {name}")
+        for ids, valid, seq_index in dataset.batches(batch_size, pad_id):
+            ids, valid = ids.to(dev), valid.to(dev)
+            with cap.batch(ids, valid, seq_index.to(dev)):
+                # No attention_mask: padding sits on the right, so under causal attention no real
+                # token sees it, and no T x T padding mask is ever built.
+                out = model(input_ids=ids, use_cache=False)
+                cap.observe_logits(out.logits)
+            bar.update(int(valid.sum()))
+        bar.close()
+
+    analysis = frames_from_capture(cap, name, loaded.tokenizer, thresholds)
+    analysis.attention_patterns = display_patterns(model, layout, dataset, name, display_len, dev)
+    analysis.meta = build_meta(loaded, dataset, name, dtype, dev, thresholds, seed, seq_len, command)
+    analysis.meta["display_tokens"] = display_tokens(dataset, loaded.tokenizer, display_len)
+    nonfinite = {f"{l}:{s}": int(r.nonfinite) for (l, s), r in cap.massive.items() if int(r.nonfinite)}
+    analysis.meta["nonfinite_activations"] = nonfinite
+    if nonfinite:
+        warnings.warn(f"{sum(nonfinite.values())} NaN/Inf activation values were seen "
+                      f"(first at layer:site {next(iter(nonfinite))}); statistics use finite values only")
+    uniform = next((s.uniform_reference() for s in cap.first_token.values()), None)
+    analysis.meta["layer_types"] = [p.layer_type for p in layout.layers]
+    analysis.summary = build_summary(
+        analysis, layer_types=analysis.meta["layer_types"], gated=layout.gated,
+        gate_layout=layout.gate_layout, num_heads=layout.num_heads, f_attn_uniform=uniform,
+        loss=cap.loss.loss(), tokens=dataset.tokens, sequences=len(dataset.sequences))
+    return analysis
+
+
+def as_loaded(model, *, dtype, device, device_map, gate, tokenizer) -> LoadedModel:
+    if isinstance(model, LoadedModel):
+        return model
+    if isinstance(model, (str, Path)):
+        loaded = load(model, dtype=dtype, device=device, device_map=device_map, gate=gate,
+                      tokenizer=tokenizer if isinstance(tokenizer, (str, Path)) else None)
+        if tokenizer is not None and not isinstance(tokenizer, (str, Path)):
+            loaded.tokenizer = tokenizer
+        return loaded
+    if isinstance(model, nn.Module) and hasattr(model, "config"):
+        model.eval()
+        return LoadedModel(model, describe(model, gate, user_declared=gate is not None),
+                           tokenizer, getattr(model.config, "_name_or_path", None) or None, None)
+    raise ProbeError(f"cannot analyse a {type(model).__name__}; pass a checkpoint directory or a "
+                     "Hugging Face causal LM")
+
+
+def check_vocab(dataset: Dataset, config) -> None:
+    vocab = getattr(config, "vocab_size", None)
+    top = max(int(s.max()) for s in dataset.sequences)
+    if vocab is not None and top >= vocab:
+        raise ProbeError(f"token id {top} is outside the model's vocabulary of {vocab}; "
+                         "the data was tokenized for another model")
+
+
+def _progress(**kwargs):
+    from tqdm.auto import tqdm
+
+    return tqdm(unit="tok", unit_scale=True, leave=False, **kwargs)
+
+
+def frames_from_capture(cap: Capture, name: str, tokenizer, thresholds) -> Analysis:
+    layout = cap.layout
+    gates, hist = [], []
+    for layer, stats in cap.gates.items():
+        gates += [{"model": name, "layer": layer, **row} for row in stats.rows()]
+        edges = torch.linspace(0, 1, stats.BINS + 1).tolist()
+        for head, counts in enumerate(stats.hist.tolist()):
+            hist += [{"model": name, "layer": layer, "head": head, "bin_lo": edges[b],
+                      "bin_hi": edges[b + 1], "count": c} for b, c in enumerate(counts)]
+
+    first, buckets = [], []
+    for p in layout.layers:
+        stats = cap.first_token.get(p.index)
+        for head in range(layout.num_heads):
+            for metric in ("f_attn", "f_attn_paper", "n_queries"):
+                if stats is None:
+                    value = math.nan
+                else:
+                    value = {"f_attn": lambda: float(stats.f_attn()[head]),
+                             "f_attn_paper": lambda: float(stats.f_attn_paper()[head]),
+                             "n_queries": lambda: int(stats.n_rest)}[metric]()
+                first.append({"model": name, "layer": p.index, "head": head, "layer_type": p.layer_type,
+                              "metric": metric, "value": value})
+        if stats is not None:
+            buckets += [{"model": name, "layer": p.index, **row} for row in stats.bucket_rows()]
+
+    massive, top = [], []
+    for (layer, site), stats in cap.massive.items():
+        if int(stats.count) == 0:
+            continue
+        for metric, value in (("max_abs", stats.max_abs()), ("median_abs", stats.median_abs()),
+                              ("count", int(stats.count)), ("nonfinite", int(stats.nonfinite))):
+            massive.append({"model": name, "layer": layer, "site": site, "metric": metric, "value": value})
+        for rank, (absval, value, seq, pos, dim, tok) in enumerate(stats.top):
+            top.append({"model": name, "layer": layer, "site": site, "rank": rank + 1, "value": value,
+                        "abs_value": absval, "sequence": seq, "position": pos, "dim": dim,
+                        "token_id": tok, "token": token_text(tokenizer, tok)})
+    site_order = {s: i for i, s in enumerate(SITES)}
+    massive.sort(key=lambda r: (r["layer"], site_order[r["site"]]))
+    top.sort(key=lambda r: (r["layer"], site_order[r["site"]], r["rank"]))
+
+    sparsity = []
+    for layer, stats in cap.sparsity.items():
+        mean_gate = cap.gates[layer].mean() if layer in cap.gates else None
+        for variant, shares in stats.fractions(thresholds, mean_gate).items():
+            sparsity += [{"model": name, "layer": layer, "variant": variant, "threshold": t, "value": v}
+                         for t, v in shares.items()]
+    order = {"ungated": 0, "mean_gate": 1, "gated": 2}
+    sparsity.sort(key=lambda r: (r["layer"], order[r["variant"]], r["threshold"]))
+
+    return Analysis(meta={"name": name}, summary={}, gates=pd.DataFrame(gates), gate_hist=pd.DataFrame(hist),
+                    first_token=pd.DataFrame(first), first_token_buckets=pd.DataFrame(buckets),
+                    massive=pd.DataFrame(massive), massive_top=pd.DataFrame(top),
+                    sparsity=pd.DataFrame(sparsity))
+
+
+def token_text(tokenizer, token_id: int) -> str:
+    if tokenizer is None:
+        return str(token_id)
+    try:
+        return tokenizer.decode([token_id])
+    except Exception:
+        return str(token_id)
+
+
+def display_tokens(dataset: Dataset, tokenizer, n: int) -> list[str]:
+    return [token_text(tokenizer, int(t)) for t in dataset.sequences[0][:n]]
+
+
+def display_patterns(model, layout, dataset: Dataset, name: str, n: int, dev) -> pd.DataFrame:
+    """Head-averaged full attention of one short prompt: the only T x T the tool forms (T <= n)."""
+    if n <= 0:
+        return pd.DataFrame()
+    ids = dataset.sequences[0][:n][None].to(dev)
+    previous = model.config._attn_implementation
+    try:
+        model.set_attn_implementation("eager")
+        with torch.inference_mode():
+            out = model(input_ids=ids, output_attentions=True, use_cache=False)
+    finally:
+        model.set_attn_implementation(previous)
+    maps = [a for a in (out.attentions or ()) if a is not None]
+    layers = layout.attention_layers
+    if len(maps) != len(layers):       # some models return one entry per layer, None for linear ones
+        maps = [out.attentions[i] for i in layers]
+    rows = []
+    for layer, att in zip(layers, maps):
+        mean = att[0].float().mean(0)                      # (T, T), averaged over heads
+        T = mean.shape[0]
+        for q in range(T):
+            rows += [{"model": name, "layer": layer, "query": q, "key": k, "value": float(mean[q, k])}
+                     for k in range(q + 1)]
+    return pd.DataFrame(rows)
+
+
+def build_meta(loaded: LoadedModel, dataset: Dataset, name, dtype, dev, thresholds, seed, seq_len, command) -> dict:
+    import transformers
+
+    from . import __version__
+
+    model, layout = loaded.model, loaded.layout
+    archs = getattr(model.config, "architectures", None) or [type(model).__name__]
+    return {
+        "name": name,
+        "checkpoint": loaded.path,
+        "config_hash": loaded.config_hash,
+        "architecture": archs[0],
+        "model_class": type(model).__name__,
+        "model_type": layout.model_type,
+        "family": layout.family,
+        "gate_layout": layout.gate_layout,
+        "gate": None if layout.gate is None else vars(layout.gate).copy(),
+        "num_layers": len(layout.layers),
+        "num_heads": layout.num_heads,
+        "num_kv_heads": layout.num_kv_heads,
+        "head_dim": layout.head_dim,
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        "device": str(dev),
+        "data": dataset.source,
+        "tokens": dataset.tokens,
+        "sequences": len(dataset.sequences),
+        "seq_len": seq_len,
+        "bos_policy": dataset.bos_policy,
+        "bos_token_id": dataset.bos_token_id,
+        "position0": dataset.position0,
+        "data_notes": dataset.notes,
+        "thresholds": list(thresholds),
+        "sink_epsilon": 0.3,
+        "seed": seed,
+        "command": command,
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "versions": {"probe": __version__, "torch": torch.__version__,
+                     "transformers": transformers.__version__, "python": sys.version.split()[0],
+                     "platform": platform.platform()},
+    }

@@ -1,0 +1,187 @@
+"""The `probe` command line: `main(argv) -> exit status`, so tests call it directly."""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import warnings
+from pathlib import Path
+
+from .errors import ProbeError
+
+EXIT_USAGE = 2
+
+
+def _analysis_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", help="text file, folder of text files, JSONL (text or input_ids), "
+                                  ".npy/.pt token ids; default: a built-in sample of Python docs")
+    p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence (default 512)")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--max-sequences", type=int, help="analyse at most this many sequences")
+    p.add_argument("--bos", choices=("auto", "prepend", "none"), default="auto",
+                   help="what sits at position 0: the tokenizer's default, always BOS, or never")
+    p.add_argument("--per-document", action="store_true", help="one sequence per document, padded")
+    p.add_argument("--on-long", choices=("truncate", "error"), default="truncate",
+                   help="sequences longer than the model's positions: truncate with a warning, or refuse")
+    p.add_argument("--text-field", default="text", help="JSONL field that holds the text")
+    p.add_argument("--tokenizer", help="directory with tokenizer files, if the checkpoint has none")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--device-map", help="e.g. auto: shard a large model over GPUs with accelerate")
+    p.add_argument("--gate", help="declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="replace an existing output directory")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="probe", description="Mechanistic analysis of gated attention.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("analyze", help="measure one checkpoint and write a run directory")
+    a.add_argument("checkpoint", help="local Hugging Face checkpoint directory")
+    a.add_argument("--out", help="run directory to write (default runs/<checkpoint name>)")
+    a.add_argument("--name", help="the model's name in tables and reports")
+    a.add_argument("--report", help="also write a report: html, pdf or html,pdf")
+    _analysis_options(a)
+
+    r = sub.add_parser("report", help="write an HTML/PDF report from saved run directories")
+    r.add_argument("runs", nargs="+", help="run directories written by probe analyze")
+    r.add_argument("--out", required=True, help="folder for report.html / report.pdf")
+    r.add_argument("--format", default="html,pdf", help="html, pdf or html,pdf")
+    r.add_argument("--title")
+    r.add_argument("--force", action="store_true")
+
+    c = sub.add_parser("compare", help="analyse several checkpoints on the same tokens, one report")
+    c.add_argument("checkpoints", nargs="+", help="baseline first, then gated variants")
+    c.add_argument("--out", required=True, help="folder for one run directory per model and the report")
+    c.add_argument("--format", default="html,pdf")
+    c.add_argument("--title")
+    _analysis_options(c)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    command_line = "probe " + " ".join(shlex.quote(a) for a in argv)
+    warnings.simplefilter("ignore", FutureWarning)
+    warnings.formatwarning = lambda msg, *a, **k: f"probe: warning: {msg}\n"
+    try:
+        return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare}[args.command](
+            args, command_line)
+    except ProbeError as err:
+        print(f"probe: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("probe: interrupted; nothing was written", file=sys.stderr)
+        return 130
+
+
+def _formats(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return ()
+    formats = tuple(f.strip() for f in text.split(",") if f.strip())
+    unknown = set(formats) - {"html", "pdf"}
+    if unknown:
+        raise ProbeError(f"unknown report format {', '.join(sorted(unknown))}; use html, pdf or html,pdf")
+    return formats
+
+
+def _data(args):
+    if args.data:
+        return args.data, None
+    from .corpus import sample_texts
+
+    return None, sample_texts()
+
+
+def _run_analysis(checkpoint, args, name, command_line):
+    from .analyze import analyze
+
+    data, texts = _data(args)
+    return analyze(checkpoint, data, texts=texts, tokenizer=args.tokenizer, name=name,
+                   seq_len=args.seq_len, batch_size=args.batch_size, bos=args.bos,
+                   per_document=args.per_document, max_sequences=args.max_sequences,
+                   dtype=args.dtype, device=args.device, device_map=args.device_map, gate=args.gate,
+                   progress=not args.quiet, seed=args.seed, on_long=args.on_long,
+                   text_field=args.text_field, command=command_line)
+
+
+def cmd_analyze(args, command_line) -> int:
+    from .atomic import check_output_dir
+
+    formats = _formats(args.report)
+    out = Path(args.out or Path("runs") / Path(args.checkpoint).name)
+    check_output_dir(out, args.force)          # refuse before spending time on the model
+    analysis = _run_analysis(args.checkpoint, args, args.name, command_line)
+    analysis.save(out, force=args.force)
+    print_summary([analysis])
+    print(f"wrote {out}/")
+    if formats:
+        from reports import build_report
+
+        for path in build_report([out], out, formats=formats).values():
+            print(f"wrote {path}")
+    return 0
+
+
+def cmd_report(args, command_line) -> int:
+    from reports import build_report
+
+    formats = _formats(args.format)
+    out = Path(args.out)
+    for fmt in formats:
+        if (out / f"report.{fmt}").exists() and not args.force:
+            raise ProbeError(f"{out / f'report.{fmt}'} already exists; pass --force to replace it")
+    for run in args.runs:
+        if not (Path(run) / "summary.json").exists():
+            raise ProbeError(f"{run} is not a probe run directory (no summary.json); "
+                             "create it with probe analyze")
+    for path in build_report([Path(r) for r in args.runs], out, formats=formats, title=args.title).values():
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_compare(args, command_line) -> int:
+    from .atomic import check_output_dir
+
+    formats = _formats(args.format)
+    out = Path(args.out)
+    check_output_dir(out, args.force)
+    names = unique_names(args.checkpoints)
+    analyses = [_run_analysis(ckpt, args, name, command_line) for ckpt, name in zip(args.checkpoints, names)]
+    from .atomic import atomic_directory
+
+    with atomic_directory(out, args.force) as tmp:
+        for analysis, name in zip(analyses, names):
+            (tmp / name).mkdir()
+            analysis.write_into(tmp / name)
+    print_summary(analyses)
+    if formats:
+        from reports import build_report
+
+        for path in build_report([out / n for n in names], out, formats=formats, title=args.title).values():
+            print(f"wrote {path}")
+    print(f"wrote {out}/")
+    return 0
+
+
+def unique_names(checkpoints) -> list[str]:
+    names = []
+    for ckpt in checkpoints:
+        base = Path(ckpt).name or "model"
+        name, n = base, 2
+        while name in names:
+            name, n = f"{base}-{n}", n + 1
+        names.append(name)
+    return names
+
+
+def print_summary(analyses) -> None:
+    import pandas as pd
+
+    frame = pd.concat([a.summary_frame() for a in analyses])
+    with pd.option_context("display.float_format", lambda v: f"{v:.4g}", "display.width", 120):
+        print(frame.to_string(na_rep="-"))

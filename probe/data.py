@@ -1,0 +1,202 @@
+"""Turn a user's data into equal-length token sequences with a known token at position 0.
+
+Inputs: a text file, a folder of text files, JSONL with a text field (or `input_ids`), or
+token ids (.npy, .pt, JSON/JSONL lists). Text is joined into one stream (documents separated
+by the EOS token) and cut into sequences of `seq_len` tokens, or kept one sequence per
+document. The BOS policy decides what sits at position 0:
+  auto     whatever the tokenizer adds by default (Llama adds <s>, Qwen and GPT-2 add nothing)
+  prepend  always put the BOS token first
+  none     never
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .errors import ProbeError
+
+TEXT_SUFFIXES = {".txt", ".md", ".rst", ".text", ""}
+ID_SUFFIXES = {".npy", ".pt"}
+
+
+@dataclass
+class Dataset:
+    sequences: list[torch.Tensor]         # each (T_i,) int64, T_i <= seq_len
+    source: str
+    bos_policy: str
+    bos_token_id: int | None
+    position0: str                        # what sits at position 0, in words
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(s) for s in self.sequences)
+
+    def batches(self, batch_size: int, pad_id: int = 0):
+        """Yield (input_ids (B, T), valid (B, T), seq_index (B,)), padding on the right."""
+        for start in range(0, len(self.sequences), batch_size):
+            chunk = self.sequences[start:start + batch_size]
+            T = max(len(s) for s in chunk)
+            ids = torch.full((len(chunk), T), pad_id, dtype=torch.long)
+            valid = torch.zeros(len(chunk), T, dtype=torch.bool)
+            for row, s in enumerate(chunk):
+                ids[row, : len(s)] = s
+                valid[row, : len(s)] = True
+            yield ids, valid, torch.arange(start, start + len(chunk))
+
+
+def read_documents(path: Path, text_field: str = "text") -> tuple[list[str] | None, list[list[int]] | None]:
+    """(texts, token_id_lists): exactly one of them is not None."""
+    if not path.exists():
+        raise ProbeError(f"data {path} does not exist")
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES | {".jsonl"})
+        if not files:
+            raise ProbeError(f"data folder {path} holds no .txt/.md/.jsonl files")
+        texts, ids = [], []
+        for f in files:
+            t, i = read_documents(f, text_field)
+            texts += t or []
+            ids += i or []
+        if texts and ids:
+            raise ProbeError(f"data folder {path} mixes text and token ids; keep one kind")
+        return (texts, None) if texts or not ids else (None, ids)
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        import numpy as np
+
+        arr = np.load(path)
+        return None, ([arr.tolist()] if arr.ndim == 1 else arr.tolist())
+    if suffix == ".pt":
+        t = torch.load(path, weights_only=True)
+        return None, ([t.tolist()] if t.dim() == 1 else t.tolist())
+    if suffix in (".jsonl", ".json"):
+        return read_json_documents(path, text_field)
+    try:
+        return [path.read_text(encoding="utf-8")], None
+    except UnicodeDecodeError:
+        raise ProbeError(f"data {path} is not UTF-8 text; pass text, JSONL or token ids (.npy/.pt)") from None
+
+
+def read_json_documents(path: Path, text_field: str):
+    raw = path.read_text(encoding="utf-8")
+    try:
+        records = [json.loads(line) for line in raw.splitlines() if line.strip()] \
+            if path.suffix.lower() == ".jsonl" else json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ProbeError(f"data {path} is not valid JSON ({err})") from None
+    if isinstance(records, dict):
+        records = [records]
+    texts, ids = [], []
+    for n, rec in enumerate(records):
+        if isinstance(rec, list):
+            ids.append([int(x) for x in rec])
+        elif isinstance(rec, dict) and "input_ids" in rec:
+            ids.append([int(x) for x in rec["input_ids"]])
+        elif isinstance(rec, dict) and text_field in rec:
+            texts.append(str(rec[text_field]))
+        else:
+            raise ProbeError(f"record {n} of {path} has no {text_field!r} or 'input_ids' field; "
+                             "choose the field with --text-field")
+    if texts and ids:
+        raise ProbeError(f"data {path} mixes text and token ids; keep one kind")
+    return (texts, None) if texts else (None, ids)
+
+
+def tokenizer_adds_bos(tokenizer) -> bool:
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return False
+    ids = tokenizer("a", add_special_tokens=True)["input_ids"]
+    return len(ids) > 0 and ids[0] == bos
+
+
+def build_dataset(path: str | Path | None, tokenizer, *, seq_len: int = 512, bos: str = "auto",
+                  per_document: bool = False, max_sequences: int | None = None,
+                  max_positions: int | None = None, on_long: str = "truncate",
+                  text_field: str = "text", texts: list[str] | None = None,
+                  bos_token_id: int | None = None) -> Dataset:
+    if bos not in ("auto", "prepend", "none"):
+        raise ProbeError(f"unknown --bos {bos!r}; use auto, prepend or none")
+    if seq_len < 2:
+        raise ProbeError(f"--seq-len must be at least 2 (got {seq_len})")
+    notes: list[str] = []
+    if max_positions and seq_len > max_positions:
+        if on_long == "error":
+            raise ProbeError(f"--seq-len {seq_len} exceeds the model's {max_positions} positions; "
+                             "lower --seq-len or pass --on-long truncate")
+        notes.append(f"seq_len {seq_len} lowered to the model's {max_positions} positions")
+        warnings.warn(notes[-1])
+        seq_len = max_positions
+    if texts is not None:
+        source, id_lists = "<texts>", None
+    else:
+        if path is None:
+            raise ProbeError("no data given; pass --data FILE (text, folder, JSONL or token ids)")
+        source = str(path)
+        texts, id_lists = read_documents(Path(path), text_field)
+    if texts is not None:
+        if tokenizer is None:
+            raise ProbeError(f"the data {source} is text but the checkpoint has no tokenizer files; "
+                             "pass --tokenizer DIR, or give token ids (.npy, .pt, or JSONL with input_ids)")
+        id_lists = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    id_lists = [ids for ids in id_lists if len(ids) > 0]
+    if not id_lists:
+        raise ProbeError(f"the data {source} holds no tokens; give a non-empty file")
+
+    if bos_token_id is None and tokenizer is not None:
+        bos_token_id = getattr(tokenizer, "bos_token_id", None)
+    if bos == "auto":
+        use_bos = tokenizer is not None and tokenizer_adds_bos(tokenizer)
+    elif bos == "prepend":
+        if bos_token_id is None:
+            raise ProbeError("--bos prepend needs a BOS token, but the tokenizer has none; "
+                             "use --bos none or --bos-token-id ID")
+        use_bos = True
+    else:
+        use_bos = False
+
+    body = seq_len - 1 if use_bos else seq_len
+    head = [bos_token_id] if use_bos else []
+    sequences: list[list[int]] = []
+    if per_document:
+        for ids in id_lists:
+            if len(ids) > body:
+                if on_long == "error":
+                    raise ProbeError(f"a document has {len(ids) + len(head)} tokens, more than "
+                                     f"--seq-len {seq_len}; raise --seq-len or pass --on-long truncate")
+                notes.append("documents longer than seq_len were truncated")
+            sequences.append(head + ids[:body])
+    else:
+        eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+        stream: list[int] = []
+        for n, ids in enumerate(id_lists):
+            if n and eos is not None:
+                stream.append(eos)
+            stream.extend(ids)
+        for start in range(0, len(stream), body):
+            piece = stream[start:start + body]
+            if len(piece) >= 2 or not sequences:
+                sequences.append(head + piece)
+    if max_sequences:
+        sequences = sequences[:max_sequences]
+    notes = sorted(set(notes))
+    position0 = describe_position0(sequences, tokenizer, use_bos, bos_token_id)
+    return Dataset([torch.tensor(s, dtype=torch.long) for s in sequences], source,
+                   bos, bos_token_id if use_bos else None, position0, notes)
+
+
+def describe_position0(sequences, tokenizer, use_bos: bool, bos_token_id) -> str:
+    if use_bos:
+        name = tokenizer.convert_ids_to_tokens(bos_token_id) if tokenizer is not None else str(bos_token_id)
+        return f"BOS token {name!r} (id {bos_token_id}) in every sequence"
+    firsts = {int(s[0]) for s in sequences}
+    if len(firsts) == 1:
+        tid = firsts.pop()
+        name = tokenizer.convert_ids_to_tokens(tid) if tokenizer is not None else str(tid)
+        return f"no BOS; every sequence starts with token {name!r} (id {tid})"
+    return f"no BOS; position 0 holds an ordinary text token ({len(firsts)} distinct first tokens)"

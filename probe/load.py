@@ -1,0 +1,177 @@
+"""Load a local Hugging Face checkpoint directory, offline, and describe it for probe.
+
+Every way a checkpoint can be broken is checked here, before transformers sees it, so that
+the user gets one line that says what is wrong instead of a traceback.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .adapters import ModelLayout, discover_layout, family_for, official_gate
+from .errors import ProbeError
+from .gates import GateSpec
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module
+    layout: ModelLayout
+    tokenizer: object | None
+    path: str | None
+    config_hash: str | None
+
+    @property
+    def config(self):
+        return self.model.config
+
+
+def text_config(config):
+    """Multimodal wrappers (Qwen3.5) keep the language model's settings in text_config."""
+    return getattr(config, "text_config", None) or config
+
+
+def config_hash(path: Path) -> str:
+    return hashlib.sha256((path / "config.json").read_bytes()).hexdigest()[:16]
+
+
+def check_checkpoint_dir(path: Path) -> dict:
+    """Fail early, in one line, on a path that is not a usable checkpoint. Returns config.json."""
+    if not path.exists():
+        raise ProbeError(f"checkpoint {path} does not exist; pass a local checkpoint directory "
+                         "(config.json + *.safetensors)")
+    if not path.is_dir():
+        raise ProbeError(f"checkpoint {path} is a file; pass the directory that holds config.json")
+    config_file = path / "config.json"
+    if not config_file.exists():
+        raise ProbeError(f"{path} has no config.json; is it a Hugging Face checkpoint directory?")
+    try:
+        config = json.loads(config_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ProbeError(f"{config_file} is not valid JSON ({err}); the checkpoint is corrupt") from None
+    weights = sorted(path.glob("*.safetensors")) + sorted(path.glob("pytorch_model*.bin"))
+    if not weights:
+        raise ProbeError(f"{path} holds no weights (*.safetensors or pytorch_model.bin)")
+    for file in path.glob("*.safetensors"):
+        check_safetensors(file)
+    return config
+
+
+def check_safetensors(file: Path) -> None:
+    """Read the header and check that every tensor's bytes are present (catches truncation)."""
+    from safetensors import safe_open
+
+    try:
+        header_len = int.from_bytes(file.open("rb").read(8), "little")
+        header = json.loads(file.open("rb").read(8 + header_len)[8:])
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        if file.stat().st_size < 8 + header_len + end:
+            raise ValueError("file is shorter than its header says")
+        with safe_open(str(file), framework="pt"):
+            pass
+    except Exception as err:  # any failure here means the file cannot be used
+        raise ProbeError(f"{file} is truncated or corrupt ({err}); re-download or re-save it") from None
+
+
+def has_tokenizer_files(path: Path) -> bool:
+    return any((path / name).exists() for name in TOKENIZER_FILES)
+
+
+def load_tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    if not has_tokenizer_files(path):
+        return None
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except Exception as err:
+        raise ProbeError(f"cannot load the tokenizer in {path} ({err}); pass --tokenizer DIR") from None
+
+
+def resolve_gate(config, model_type: str, gate: GateSpec | str | None) -> tuple[str, GateSpec | None]:
+    """The family name and gate spec for a config; a user-declared gate wins."""
+    if isinstance(gate, str):
+        gate = None if gate == "none" else GateSpec.parse(gate)
+        return "declared", gate
+    if gate is not None:
+        return "declared", gate
+    family = family_for(model_type)
+    return family.name, family.gate(config)
+
+
+def describe(model: nn.Module, gate: GateSpec | str | None = None, *, user_declared: bool = False) -> ModelLayout:
+    """Find the hookable parts of an already-built model."""
+    config = text_config(model.config)
+    model_type = getattr(model.config, "model_type", "?")
+    if user_declared or gate is not None:
+        family, spec = resolve_gate(config, model_type, gate if gate is not None else "none")
+    else:
+        family, spec = resolve_gate(config, model_type, None)
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head")
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd")
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer")
+    return discover_layout(model, family=family, model_type=model_type, num_layers=layers,
+                           num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, gate=spec)
+
+
+def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
+         device_map: str | None = None, gate: GateSpec | str | None = None,
+         tokenizer: str | Path | None = None) -> LoadedModel:
+    """Load a checkpoint directory for analysis (eval mode, no gradients needed)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(path)
+    raw = check_checkpoint_dir(path)
+    model_type = raw.get("model_type")
+    if not model_type:
+        raise ProbeError(f"{path}/config.json has no model_type; probe cannot tell the architecture")
+    if dtype not in DTYPES:
+        raise ProbeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    if gate is None:
+        family_for(model_type)  # unknown architectures fail here, with the list of known ones
+    try:
+        config = AutoConfig.from_pretrained(str(path))
+    except Exception as err:
+        raise ProbeError(f"transformers cannot read {path}/config.json ({err})") from None
+
+    official = model_type == "qwen3" and official_gate(config) is not None and gate is None
+    kwargs = dict(dtype=DTYPES[dtype], attn_implementation="sdpa")
+    if device_map:
+        kwargs["device_map"] = device_map
+    # transformers warns about every unused key in the official config; those are expected.
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    try:
+        if official:
+            from .models.official_qwen3 import OfficialGatedQwen3ForCausalLM
+
+            model = OfficialGatedQwen3ForCausalLM.from_pretrained(str(path), config=config, **kwargs)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(path), config=config, **kwargs)
+    except ProbeError:
+        raise
+    except Exception as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ProbeError(f"cannot load the weights in {path}: {first}") from None
+    if not device_map:
+        try:
+            model.to(device)
+        except (RuntimeError, AssertionError) as err:
+            raise ProbeError(f"cannot move the model to {device!r} ({err})") from None
+    model.eval()
+    layout = describe(model, gate, user_declared=gate is not None)
+    tok = load_tokenizer(Path(tokenizer) if tokenizer else path)
+    return LoadedModel(model, layout, tok, str(path), config_hash(path))

@@ -1,0 +1,1 @@
+"""Native implementations of checkpoints whose own modeling code no longer runs."""

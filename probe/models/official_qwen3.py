@@ -1,0 +1,92 @@
+"""The paper's official gated checkpoints, loaded natively on transformers 5.
+
+The released checkpoints (model_type `qwen3` plus `headwise_attn_output_gate` or
+`elementwise_attn_output_gate` in config.json) ship a modeling file that does not import on
+transformers >= 5. Their weights differ from a stock Qwen3 only in `q_proj`, which also emits
+the gate logits, grouped per KV head: viewed as (..., KV, -1), each group holds
+[G*D query rows | G*Dg gate rows] with G = H / KV and Dg = 1 (headwise) or D (elementwise).
+This module subclasses transformers' Qwen3 so that everything else (RoPE, QK-norm, masks,
+caches, attention back-ends) is transformers' own code.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers.models.qwen3.modeling_qwen3 import (
+    ALL_ATTENTION_FUNCTIONS,
+    Qwen3Attention,
+    apply_rotary_pos_emb,
+    eager_attention_forward,
+)
+
+
+def official_gate_granularity(config) -> str | None:
+    if getattr(config, "headwise_attn_output_gate", False):
+        return "headwise"
+    if getattr(config, "elementwise_attn_output_gate", False):
+        return "elementwise"
+    return None
+
+
+def adapt_official_config(config: Qwen3Config) -> Qwen3Config:
+    """Map the official config's names onto transformers' Qwen3 names."""
+    # The official code uses one flag, qkv_bias, for q/k/v and o_proj biases: transformers
+    # calls the same thing attention_bias.
+    if hasattr(config, "qkv_bias"):
+        config.attention_bias = bool(config.qkv_bias)
+    return config
+
+
+class OfficialGatedQwen3Attention(Qwen3Attention):
+    def __init__(self, config: Qwen3Config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.num_heads, self.num_kv_heads = heads, kv_heads
+        self.gate_dim = self.head_dim if official_gate_granularity(config) == "elementwise" else 1
+        self.q_proj = nn.Linear(
+            config.hidden_size, heads * (self.head_dim + self.gate_dim), bias=config.attention_bias
+        )
+        if not getattr(config, "use_qk_norm", True):
+            self.q_norm, self.k_norm = nn.Identity(), nn.Identity()
+
+    def forward(self, hidden_states, position_embeddings, attention_mask, cache=None, **kwargs):
+        lead = hidden_states.shape[:-1]                          # (B, T)
+        group = self.num_heads // self.num_kv_heads
+        # (B, T, KV, G*D + G*Dg) -> queries (B, T, H, D) and gate logits (B, T, H, Dg)
+        grouped = self.q_proj(hidden_states).view(*lead, self.num_kv_heads, -1)
+        query, gate = grouped.split([group * self.head_dim, group * self.gate_dim], dim=-1)
+        query = query.reshape(*lead, self.num_heads, self.head_dim)
+        gate = gate.reshape(*lead, self.num_heads, self.gate_dim)
+
+        hidden_shape = (*lead, -1, self.head_dim)
+        query_states = self.q_norm(query).transpose(1, 2)        # (B, H, T, D)
+        key_states = self.k_norm(self.k_proj(hidden_states).view(hidden_shape)).transpose(1, 2)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        if cache is not None:
+            key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
+
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
+                                                          eager_attention_forward)
+        attn_output, attn_weights = attention(
+            self, query_states, key_states, value_states, attention_mask,
+            dropout=0.0 if not self.training else self.attention_dropout,
+            scaling=self.scaling, sliding_window=self.sliding_window, **kwargs,
+        )
+        # attn_output (B, T, H, D): the gate scales each head (headwise) or element.
+        attn_output = attn_output * torch.sigmoid(gate)
+        attn_output = attn_output.reshape(*lead, -1).contiguous()
+        return self.o_proj(attn_output), attn_weights
+
+
+class OfficialGatedQwen3ForCausalLM(Qwen3ForCausalLM):
+    """Qwen3 with the official output gate; loads the released checkpoints as they are."""
+
+    def __init__(self, config: Qwen3Config):
+        adapt_official_config(config)
+        super().__init__(config)
+        for idx, layer in enumerate(self.model.layers):
+            layer.self_attn = OfficialGatedQwen3Attention(config, idx)
+        self.post_init()

@@ -1,0 +1,334 @@
+"""Streaming statistics: `update` with a batch, `merge` with another reducer, `result`.
+
+Memory never grows with the number of sequences. Sums are kept in float64 and counts in
+int64 whatever the model dtype, so no statistic loses precision or overflows. Merging is
+exact: a reducer over two halves of a dataset, merged, equals one pass over all of it
+(up to float64 summation order).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+F64, I64 = torch.float64, torch.int64
+
+
+class Reducer:
+    """State lives in tensors named by `summed`, `minimum`, `maximum`; merge follows them."""
+
+    summed: tuple[str, ...] = ()
+    minimum: tuple[str, ...] = ()
+    maximum: tuple[str, ...] = ()
+
+    def merge(self, other: "Reducer") -> "Reducer":
+        for name in self.summed:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in self.minimum:
+            setattr(self, name, torch.minimum(getattr(self, name), getattr(other, name)))
+        for name in self.maximum:
+            setattr(self, name, torch.maximum(getattr(self, name), getattr(other, name)))
+        return self
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return {n: getattr(self, n) for n in (*self.summed, *self.minimum, *self.maximum)}
+
+    def to(self, device) -> "Reducer":
+        for name, value in self.state_tensors().items():
+            setattr(self, name, value.to(device))
+        return self
+
+
+class LogHistogram(Reducer):
+    """Counts of non-negative values in log-spaced bins, 200 per decade from 1e-8 to 1e8.
+
+    Bin j (1 <= j < len) holds edges[j-1] <= x < edges[j]; bin 0 holds x < 1e-8 (zeros too),
+    the last bin x >= 1e8. The share below an edge is exact; between edges it is interpolated
+    in log space, and a median is within one bin (1.2% relative).
+    """
+
+    LOG_LO, LOG_HI, PER_DECADE = -8, 8, 200
+    summed = ("counts",)
+
+    def __init__(self, device="cpu"):
+        n_edges = (self.LOG_HI - self.LOG_LO) * self.PER_DECADE + 1
+        self.log_edges = torch.arange(n_edges, dtype=F64) / self.PER_DECADE + self.LOG_LO
+        self.edges = (10.0 ** self.log_edges).to(torch.float32)
+        self.counts = torch.zeros(n_edges + 1, dtype=I64, device=device)
+        self._device_edges = {}
+
+    def update(self, values: torch.Tensor) -> None:
+        """values: any shape, non-negative, finite."""
+        if values.numel() == 0:
+            return
+        values = values.reshape(-1).float()
+        edges = self._device_edges.get(values.device)
+        if edges is None:
+            edges = self._device_edges[values.device] = self.edges.to(values.device)
+        idx = torch.bucketize(values, edges, right=True)
+        self.counts += torch.bincount(idx, minlength=self.counts.numel()).to(self.counts.device)
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+    def fraction_below(self, threshold: float) -> float:
+        """Share of values < threshold."""
+        total = self.total
+        if total == 0:
+            return math.nan
+        cum = torch.cumsum(self.counts.double(), 0)          # cum[j] = count(x < edges[j])
+        t = torch.tensor(threshold, dtype=torch.float32)
+        j = int(torch.searchsorted(self.edges, t, right=False))  # edges[j-1] < t <= edges[j]
+        if j < len(self.edges) and self.edges[j] == t:
+            return float(cum[j]) / total
+        if j == 0:
+            return 0.0
+        if j == len(self.edges):
+            return float(cum[j - 1]) / total
+        # t lies inside bin j, i.e. between edges[j-1] and edges[j]: interpolate in log space.
+        lo, hi = float(self.log_edges[j - 1]), float(self.log_edges[j])
+        share = (math.log10(threshold) - lo) / (hi - lo)
+        return float(cum[j - 1] + share * self.counts[j]) / total
+
+    def quantile(self, q: float) -> float:
+        total = self.total
+        if total == 0:
+            return math.nan
+        cum = torch.cumsum(self.counts.double(), 0)
+        target = q * total
+        j = int(torch.searchsorted(cum, torch.tensor(target, dtype=F64)))
+        if j == 0:
+            return 0.0                                  # below 1e-8: report as zero
+        if j >= len(self.edges):
+            return float(self.edges[-1])
+        before = float(cum[j - 1])
+        share = (target - before) / max(float(self.counts[j]), 1.0)
+        lo, hi = float(self.log_edges[j - 1]), float(self.log_edges[j])
+        return 10.0 ** (lo + share * (hi - lo))
+
+
+class GateStats(Reducer):
+    """Gate scores of one layer, per head, for the first token and for the rest."""
+
+    LOW = (0.01, 0.1, 0.5)
+    HIGH = (0.9, 0.99)
+    BINS = 50
+    GROUPS = ("first", "rest")
+    summed = ("count", "total", "total_sq", "below", "above", "hist")
+    minimum = ("low",)
+    maximum = ("high",)
+
+    def __init__(self, heads: int, device="cpu"):
+        g = len(self.GROUPS)
+        self.heads = heads
+        self.count = torch.zeros(g, heads, dtype=I64, device=device)
+        self.total = torch.zeros(g, heads, dtype=F64, device=device)
+        self.total_sq = torch.zeros(g, heads, dtype=F64, device=device)
+        self.low = torch.full((g, heads), math.inf, dtype=F64, device=device)
+        self.high = torch.full((g, heads), -math.inf, dtype=F64, device=device)
+        self.below = torch.zeros(g, heads, len(self.LOW), dtype=I64, device=device)
+        self.above = torch.zeros(g, heads, len(self.HIGH), dtype=I64, device=device)
+        self.hist = torch.zeros(heads, self.BINS, dtype=I64, device=device)
+
+    def update(self, first: torch.Tensor, rest: torch.Tensor) -> None:
+        """first: (N1, H, Dg) scores at position 0; rest: (N2, H, Dg) at positions >= 1."""
+        for group, g in enumerate((first, rest)):
+            if g.shape[0] == 0:
+                continue
+            g = g.float()
+            self.count[group] += g.shape[0] * g.shape[2]
+            self.total[group] += g.sum((0, 2), dtype=F64)
+            self.total_sq[group] += (g * g).sum((0, 2), dtype=F64)
+            self.low[group] = torch.minimum(self.low[group], g.amin((0, 2)).double())
+            self.high[group] = torch.maximum(self.high[group], g.amax((0, 2)).double())
+            for i, t in enumerate(self.LOW):
+                self.below[group, :, i] += (g < t).sum((0, 2))
+            for i, t in enumerate(self.HIGH):
+                self.above[group, :, i] += (g > t).sum((0, 2))
+            bins = (g * self.BINS).long().clamp_(0, self.BINS - 1)          # (N, H, Dg)
+            flat = bins + torch.arange(self.heads, device=g.device)[None, :, None] * self.BINS
+            self.hist += torch.bincount(flat.reshape(-1), minlength=self.heads * self.BINS
+                                        ).view(self.heads, self.BINS).to(self.hist.device)
+
+    def mean(self) -> float:
+        n = int(self.count.sum())
+        return float(self.total.sum()) / n if n else math.nan
+
+    def rows(self) -> list[dict]:
+        """Tidy rows: (head, group, metric, value) for groups all / first / rest."""
+        out = []
+        groups = {"all": slice(None), "first": slice(0, 1), "rest": slice(1, 2)}
+        for name, sel in groups.items():
+            n = self.count[sel].sum(0).double()                               # (H,)
+            mean = self.total[sel].sum(0) / n
+            var = (self.total_sq[sel].sum(0) / n - mean ** 2).clamp_min(0)
+            metrics = {
+                "count": n, "mean": mean, "std": var.sqrt(),
+                "min": self.low[sel].amin(0), "max": self.high[sel].amax(0),
+            }
+            for i, t in enumerate(self.LOW):
+                metrics[f"frac_lt_{t}"] = self.below[sel, :, i].sum(0) / n
+            for i, t in enumerate(self.HIGH):
+                metrics[f"frac_gt_{t}"] = self.above[sel, :, i].sum(0) / n
+            for metric, values in metrics.items():
+                for head, value in enumerate(values.tolist()):
+                    if n[head] == 0 and metric != "count":
+                        value = math.nan
+                    out.append({"head": head, "group": name, "metric": metric, "value": value})
+        return out
+
+
+class FirstTokenStats(Reducer):
+    """Attention probability on key 0 for one attention layer, per head.
+
+    `rest` pools queries t >= 1 (the default F-Attn), `all` includes t = 0 (paper style),
+    `uniform` sums 1/(t+1) over the same queries as `rest` (what uniform attention would
+    give), and buckets split `rest` by query position.
+    """
+
+    BUCKETS = (1, 1024, 4096, 16384, 65536)      # [1, 1K), [1K, 4K), [4K, 16K), [16K, 64K), [64K, inf)
+    summed = ("sum_rest", "n_rest", "sum_all", "n_all", "uniform", "bucket_sum", "bucket_n")
+
+    def __init__(self, heads: int, device="cpu"):
+        nb = len(self.BUCKETS)
+        self.sum_rest = torch.zeros(heads, dtype=F64, device=device)
+        self.sum_all = torch.zeros(heads, dtype=F64, device=device)
+        self.n_rest = torch.zeros((), dtype=I64, device=device)
+        self.n_all = torch.zeros((), dtype=I64, device=device)
+        self.uniform = torch.zeros((), dtype=F64, device=device)
+        self.bucket_sum = torch.zeros(nb, heads, dtype=F64, device=device)
+        self.bucket_n = torch.zeros(nb, dtype=I64, device=device)
+
+    def update(self, p0: torch.Tensor, valid: torch.Tensor | None) -> None:
+        """p0: (B, H, T) probability on key 0 per query; valid: (B, T) bool or None (all)."""
+        B, H, T = p0.shape
+        pos = torch.arange(T, device=p0.device)
+        w = torch.ones(B, T, dtype=F64, device=p0.device) if valid is None else valid.double()
+        weighted = p0.double() * w[:, None, :]                          # (B, H, T)
+        self.sum_all += weighted.sum((0, 2))
+        self.n_all += w.sum().long()
+        rest = weighted[:, :, 1:]
+        self.sum_rest += rest.sum((0, 2))
+        self.n_rest += w[:, 1:].sum().long()
+        self.uniform += (w[:, 1:] / (pos[1:] + 1).double()).sum()
+        bucket = torch.bucketize(pos[1:], torch.tensor(self.BUCKETS, device=p0.device), right=True) - 1
+        self.bucket_sum.index_add_(0, bucket, rest.sum(0).transpose(0, 1))    # (T-1, H) by bucket
+        self.bucket_n.index_add_(0, bucket, w[:, 1:].sum(0).long())
+
+    def f_attn(self) -> torch.Tensor:
+        return self.sum_rest / self.n_rest.clamp_min(1) if self.n_rest > 0 else self.sum_rest * math.nan
+
+    def f_attn_paper(self) -> torch.Tensor:
+        return self.sum_all / self.n_all.clamp_min(1) if self.n_all > 0 else self.sum_all * math.nan
+
+    def uniform_reference(self) -> float:
+        return float(self.uniform / self.n_rest) if self.n_rest > 0 else math.nan
+
+    def bucket_rows(self) -> list[dict]:
+        out = []
+        edges = (*self.BUCKETS, math.inf)
+        for b in range(len(self.BUCKETS)):
+            n = int(self.bucket_n[b])
+            if n == 0:
+                continue
+            for head, s in enumerate(self.bucket_sum[b].tolist()):
+                out.append({"head": head, "bucket_lo": edges[b], "bucket_hi": edges[b + 1],
+                            "value": s / n, "n_queries": n})
+        return out
+
+
+class MaxAbsStats(Reducer):
+    """|h| of one site of one layer: max, top-k with where they sit, median, non-finite count."""
+
+    summed = ("count", "nonfinite")
+
+    def __init__(self, k: int = 3, device="cpu"):
+        self.k = k
+        self.count = torch.zeros((), dtype=I64, device=device)
+        self.nonfinite = torch.zeros((), dtype=I64, device=device)
+        self.hist = LogHistogram(device)
+        self.top: list[tuple] = []   # (abs_value, value, sequence, position, dim, token_id)
+
+    def update(self, h: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor, tok: torch.Tensor) -> None:
+        """h: (N, C) valid rows; seq, pos, tok: (N,) where each row sits."""
+        if h.shape[0] == 0:
+            return
+        a = h.float().abs()
+        finite = torch.isfinite(a)
+        if not bool(finite.all()):
+            self.nonfinite += (~finite).sum()
+            a = a.masked_fill(~finite, -1.0)          # never selected, never counted
+            self.hist.update(a[finite])
+        else:
+            self.hist.update(a)
+        self.count += finite.sum()
+        vals, idx = a.reshape(-1).topk(min(self.k, a.numel()))
+        rows, dims = idx // a.shape[1], idx % a.shape[1]
+        signed = h.reshape(-1)[idx].float()
+        new = [(v, s, int(seq[r]), int(pos[r]), int(d), int(tok[r]))
+               for v, s, r, d in zip(vals.tolist(), signed.tolist(), rows.tolist(), dims.tolist()) if v >= 0]
+        self.top = self._best(self.top + new)
+
+    def _best(self, candidates: list[tuple]) -> list[tuple]:
+        # Largest first; ties broken by where they sit so that merge order never matters.
+        return sorted(candidates, key=lambda c: (-c[0], c[2], c[3], c[4]))[: self.k]
+
+    def merge(self, other: "MaxAbsStats") -> "MaxAbsStats":
+        super().merge(other)
+        self.hist.merge(other.hist)
+        self.top = self._best(self.top + other.top)
+        return self
+
+    def max_abs(self) -> float:
+        return self.top[0][0] if self.top else math.nan
+
+    def median_abs(self) -> float:
+        return self.hist.quantile(0.5)
+
+
+class SparsityStats(Reducer):
+    """|attention output| of one layer before and after the gate, as log histograms.
+
+    The uniform-scaling control multiplies the ungated output by the layer's mean gate m, which
+    is only known after the whole pass; |O| * m < t  <=>  |O| < t / m, so the control is read
+    from the ungated histogram at t / m and the analysis needs one pass.
+    """
+
+    def __init__(self, device="cpu"):
+        self.ungated = LogHistogram(device)
+        self.gated = LogHistogram(device)
+
+    def merge(self, other: "SparsityStats") -> "SparsityStats":
+        self.ungated.merge(other.ungated)
+        self.gated.merge(other.gated)
+        return self
+
+    def fractions(self, thresholds, mean_gate: float | None) -> dict[str, dict[float, float]]:
+        out = {"ungated": {t: self.ungated.fraction_below(t) for t in thresholds},
+               "gated": {t: self.gated.fraction_below(t) for t in thresholds}}
+        if mean_gate is not None and mean_gate > 0:
+            out["mean_gate"] = {t: self.ungated.fraction_below(t / mean_gate) for t in thresholds}
+        return out
+
+
+class LossStats(Reducer):
+    """Next-token negative log-likelihood over valid (input, target) pairs."""
+
+    summed = ("nll", "count")
+
+    def __init__(self, device="cpu"):
+        self.nll = torch.zeros((), dtype=F64, device=device)
+        self.count = torch.zeros((), dtype=I64, device=device)
+
+    def update(self, logits: torch.Tensor, input_ids: torch.Tensor, valid: torch.Tensor) -> None:
+        """logits (B, T, V); a pair (t, t+1) counts when both positions are valid."""
+        pair = valid[:, :-1] & valid[:, 1:]
+        for b in range(logits.shape[0]):               # one row at a time: (T, V) float32 at most
+            logp = torch.log_softmax(logits[b, :-1].float(), dim=-1)
+            nll = -logp.gather(-1, input_ids[b, 1:, None])[:, 0]
+            self.nll += nll[pair[b]].double().sum()
+        self.count += pair.sum()
+
+    def loss(self) -> float:
+        return float(self.nll / self.count) if self.count > 0 else math.nan
