@@ -74,7 +74,10 @@ class GateSpec:
 
     def scores(self, out: torch.Tensor, heads: int, kv_heads: int, head_dim: int) -> torch.Tensor:
         """Gate scores act(logits), (B, T, H, Dg), in float32 whatever the model dtype."""
-        return ACTIVATIONS[self.activation](self.logits(out, heads, kv_heads, head_dim).float())
+        # Contiguous first: the model applies the activation to a contiguous copy, and torch's
+        # vectorised kernels can differ by one ulp between strided and contiguous inputs.
+        logits = self.logits(out, heads, kv_heads, head_dim).float().contiguous()
+        return ACTIVATIONS[self.activation](logits)
 
     @classmethod
     def parse(cls, text: str) -> "GateSpec":

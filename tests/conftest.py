@@ -1,0 +1,56 @@
+"""Shared fixtures: tiny checkpoints built from configs and saved to disk, once per session."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+import tiny  # noqa: E402
+
+GATED = ("qwen3_next", "qwen3_5", "official_headwise", "official_elementwise")
+BASELINES = ("qwen3", "qwen2", "llama", "mistral", "gpt2")
+
+TEXT = ("The gate decides how much of each head's output passes to the next layer. "
+        "Attention sinks put most of the probability on the first token; a gate can close "
+        "instead. 0123456789 !?;: (brackets) [and] {braces}. ") * 6
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory):
+    """checkpoint(kind) -> path of a saved tiny checkpoint of that family (built once)."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    made: dict[str, Path] = {}
+
+    def get(kind: str) -> Path:
+        if kind not in made:
+            made[kind] = tiny.make_checkpoint(kind, root / kind)
+        return made[kind]
+    return get
+
+
+@pytest.fixture(scope="session")
+def loaded(checkpoint):
+    """loaded(kind) -> probe.load(...) result, cached."""
+    import probe
+
+    cache = {}
+
+    def get(kind: str):
+        if kind not in cache:
+            cache[kind] = probe.load(checkpoint(kind))
+        return cache[kind]
+    return get
+
+
+@pytest.fixture(scope="session")
+def text_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "sample.txt"
+    path.write_text(TEXT)
+    return path

@@ -1,0 +1,180 @@
+"""The capture's numbers against independent computations on the same tensors."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import BASELINES, GATED
+from probe import Capture, attention
+from reference import eager_attentions, recorded
+
+F_ATTN_TOL = 1e-5
+ALL = GATED + BASELINES
+
+
+def ids_for(model, B=2, T=40, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, model.config.get_text_config().vocab_size, (B, T), generator=g)
+
+
+def run_capture(lm, ids, valid=None):
+    with torch.no_grad(), Capture(lm.model, lm.layout) as cap:
+        with cap.batch(ids, valid):
+            logits = lm.model(input_ids=ids, use_cache=False).logits
+            cap.observe_logits(logits)
+    return cap, logits
+
+
+@pytest.mark.parametrize("kind", ALL)
+def test_f_attn_equals_eager_softmax(kind, loaded):
+    lm = loaded(kind)
+    ids = ids_for(lm.model)
+    cap, _ = run_capture(lm, ids)
+    eager = eager_attentions(lm.model, ids).attentions
+    maps = [a for a in eager if a is not None]
+    layers = lm.layout.attention_layers
+    assert len(maps) == len(layers)
+    for layer, att in zip(layers, maps):
+        p0 = att[:, :, :, 0].double()                                        # (B, H, T)
+        expect_rest = p0[:, :, 1:].mean((0, 2))
+        expect_all = p0.mean((0, 2))
+        stats = cap.first_token[layer]
+        torch.testing.assert_close(stats.f_attn(), expect_rest, atol=F_ATTN_TOL, rtol=0)
+        torch.testing.assert_close(stats.f_attn_paper(), expect_all, atol=F_ATTN_TOL, rtol=0)
+        uniform = (1.0 / torch.arange(2, ids.shape[1] + 1).double()).mean()
+        assert stats.uniform_reference() == pytest.approx(float(uniform), abs=1e-12)
+
+
+@pytest.mark.parametrize("kind", ("qwen3_next", "official_headwise", "llama", "gpt2"))
+def test_padding_counts_nowhere(kind, loaded):
+    """Right-padded rows give the same F-Attn, gates and M-Act as the sequences run alone."""
+    lm = loaded(kind)
+    ids = ids_for(lm.model, B=2, T=30, seed=2)
+    lengths = [30, 17]
+    valid = torch.arange(30)[None, :] < torch.tensor(lengths)[:, None]
+    padded = ids.masked_fill(~valid, 0)
+    cap, _ = run_capture(lm, padded, valid)
+    alone = []
+    for b, n in enumerate(lengths):
+        c, _ = run_capture(lm, ids[b:b + 1, :n])
+        alone.append(c)
+    merged = alone[0]
+    for c in alone[1:]:
+        for layer in merged.first_token:
+            merged.first_token[layer].merge(c.first_token[layer])
+            if merged.gates:
+                merged.gates[layer].merge(c.gates[layer])
+        for key in merged.massive:
+            merged.massive[key].merge(c.massive[key])
+    for layer in cap.first_token:
+        torch.testing.assert_close(cap.first_token[layer].f_attn(), merged.first_token[layer].f_attn(),
+                                   atol=1e-6, rtol=0)
+        assert int(cap.first_token[layer].n_rest) == sum(lengths) - len(lengths)
+        if cap.gates:
+            assert cap.gates[layer].mean() == pytest.approx(merged.gates[layer].mean(), abs=1e-6)
+            assert torch.equal(cap.gates[layer].count, merged.gates[layer].count)
+    for key in cap.massive:
+        assert cap.massive[key].max_abs() == pytest.approx(merged.massive[key].max_abs(), rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", GATED)
+def test_sdpa_output_times_gate_is_o_proj_input(kind, loaded):
+    lm = loaded(kind)
+    L = lm.layout
+    ids = ids_for(lm.model)
+    with torch.no_grad(), recorded(lm.model, L) as rec:
+        lm.model(input_ids=ids, use_cache=False)
+    assert rec["o_in"], "no attention layer was recorded"
+    for layer, o_in in rec["o_in"].items():
+        sdpa = rec["sdpa"][layer]                                             # (B, T, H, D)
+        gate = L.gate.scores(rec["gate_out"][layer], L.num_heads, L.num_kv_heads, L.head_dim)
+        gated = (sdpa * gate.to(sdpa.dtype)).reshape(o_in.shape)
+        assert torch.equal(gated, o_in), f"layer {layer}: max diff {(gated - o_in).abs().max()}"
+
+
+@pytest.mark.parametrize("kind", ALL)
+def test_massive_activations_equal_direct_max(kind, loaded):
+    lm = loaded(kind)
+    ids = ids_for(lm.model, seed=3)
+    with torch.no_grad(), recorded(lm.model, lm.layout) as rec:
+        lm.model(input_ids=ids, use_cache=False)
+    cap, _ = run_capture(lm, ids)
+    # The model's own hidden states: entry i+1 is layer i's output, except the last (after norm).
+    with torch.no_grad():
+        hidden = lm.model(input_ids=ids, output_hidden_states=True, use_cache=False).hidden_states
+    for p in lm.layout.layers[:-1]:
+        assert cap.massive[(p.index, "resid_post")].max_abs() == pytest.approx(
+            float(hidden[p.index + 1].abs().max()), rel=1e-6)
+    for (layer, site), tensor in rec["sites"].items():
+        stats = cap.massive[(layer, site)]
+        a = tensor.abs()
+        assert stats.max_abs() == pytest.approx(float(a.max()), rel=1e-6)
+        top = a.flatten().topk(3).values.tolist()
+        assert [t[0] for t in stats.top] == pytest.approx(top, rel=1e-6)
+        b, pos, dim = stats.top[0][2], stats.top[0][3], stats.top[0][4]
+        assert float(a[b, pos, dim]) == pytest.approx(stats.top[0][0], rel=1e-6)
+        assert stats.top[0][5] == int(ids[b, pos])
+        assert stats.median_abs() == pytest.approx(float(a.flatten().median()), rel=0.012)
+
+
+@pytest.mark.parametrize("kind", GATED + ("qwen3",))
+def test_sparsity_equals_direct_two_pass_count(kind, loaded):
+    lm = loaded(kind)
+    ids = ids_for(lm.model, B=3, seed=4)
+    with torch.no_grad(), recorded(lm.model, lm.layout) as rec:
+        lm.model(input_ids=ids, use_cache=False)
+    cap, _ = run_capture(lm, ids)
+    thresholds = (1e-1, 3e-2, 1e-2, 1e-3, 2e-3)
+    for layer, stats in cap.sparsity.items():
+        O = rec["sdpa"][layer].abs()                          # first pass: the full tensors
+        gated = rec["o_in"][layer].abs()
+        mean_gate = cap.gates[layer].mean() if cap.gates else None
+        if mean_gate is not None:                             # second pass: the mean gate itself
+            L = lm.layout
+            g = L.gate.scores(rec["gate_out"][layer], L.num_heads, L.num_kv_heads, L.head_dim)
+            assert mean_gate == pytest.approx(float(g.double().mean()), abs=1e-9)
+        got = stats.fractions(thresholds, mean_gate)
+        for t in thresholds:
+            assert got["ungated"][t] == pytest.approx(float((O < t).double().mean()), abs=1e-3)
+            assert got["gated"][t] == pytest.approx(float((gated < t).double().mean()), abs=1e-3)
+            if mean_gate is not None:
+                control = (O * mean_gate < t).double().mean()
+                assert got["mean_gate"][t] == pytest.approx(float(control), abs=1e-3)
+
+
+@pytest.mark.parametrize("kind", ALL)
+def test_probing_does_not_change_logits(kind, loaded):
+    lm = loaded(kind)
+    ids = ids_for(lm.model, seed=5)
+    with torch.no_grad():
+        plain = lm.model(input_ids=ids, use_cache=False).logits
+    _, probed = run_capture(lm, ids)
+    torch.testing.assert_close(probed, plain, atol=1e-6, rtol=0)
+
+
+def _hook_count(model) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def test_hooks_removed_on_exit_and_on_exception(loaded):
+    lm = loaded("qwen3_next")
+    before, impl = _hook_count(lm.model), lm.model.config._attn_implementation
+    run_capture(lm, ids_for(lm.model))
+    assert _hook_count(lm.model) == before
+    with pytest.raises(RuntimeError, match="boom"):
+        with Capture(lm.model, lm.layout) as cap:
+            assert _hook_count(lm.model) > before
+            with cap.batch(ids_for(lm.model)):
+                raise RuntimeError("boom")
+    assert _hook_count(lm.model) == before
+    assert lm.model.config._attn_implementation == impl
+    assert attention._observer is None
+
+
+def test_loss_equals_model_loss(loaded):
+    lm = loaded("llama")
+    ids = ids_for(lm.model, seed=6)
+    cap, _ = run_capture(lm, ids)
+    with torch.no_grad():
+        expected = lm.model(input_ids=ids, labels=ids, use_cache=False).loss
+    assert cap.loss.loss() == pytest.approx(float(expected), abs=1e-5)
