@@ -161,7 +161,8 @@ class Capture:
         def hook(module, args):
             b = self._batch
             if b is not None:
-                self.sparsity[layer].gated.update(b.rows(args[0]).abs())
+                x = args[0] if b.all_valid else b.rows(args[0])
+                self.sparsity[layer].gated.update(x.abs())
         return hook
 
     def on_attention(self, module, query, key, out, lse, mask, scale) -> None:
@@ -172,7 +173,9 @@ class Capture:
             return
         p0 = attention.first_key_probability(query, key, lse, mask, scale)       # (B, H, T)
         self.first_token[layer].update(p0, None if b.all_valid else b.valid)
-        self.sparsity[layer].ungated.update(b.rows(out.transpose(1, 2)).abs())
+        # The histogram ignores layout, so without padding no (B, T) row selection is needed.
+        x = out if b.all_valid else b.rows(out.transpose(1, 2))
+        self.sparsity[layer].ungated.update(x.abs())
 
     def observe_logits(self, logits: torch.Tensor) -> None:
         b = self._batch
