@@ -1,0 +1,62 @@
+"""`probe analyze` end to end into a temporary directory, and its one-line errors."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from probe.cli import main
+
+
+def test_analyze_writes_a_run_directory(checkpoint, text_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["analyze", str(checkpoint("official_headwise")), "--data", str(text_file),
+                 "--seq-len", "32", "--out", str(out), "--quiet"])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "f_attn" in printed and "m_act" in printed and f"wrote {out}" in printed
+    for name in ("meta.json", "summary.json", "gates.csv", "first_token.csv", "massive.csv",
+                 "massive_top.csv", "sparsity.csv", "gate_hist.csv"):
+        assert (out / name).exists(), name
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["gate_layout"] == "grouped_headwise" and meta["seq_len"] == 32
+    assert meta["command"].startswith("probe analyze")
+
+
+def test_analyze_without_data_uses_the_builtin_corpus(checkpoint, tmp_path):
+    out = tmp_path / "run"
+    assert main(["analyze", str(checkpoint("qwen3")), "--out", str(out), "--seq-len", "64",
+                 "--max-sequences", "2", "--quiet"]) == 0
+    assert json.loads((out / "summary.json").read_text())["tokens"] == 128
+
+
+def _error(capsys, argv) -> str:
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert err.startswith("probe: error: ") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+def test_bad_inputs_get_one_clear_line(checkpoint, text_file, tmp_path, capsys):
+    assert "does not exist" in _error(capsys, ["analyze", str(tmp_path / "nope"), "--out", str(tmp_path / "o1")])
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    assert "no tokens" in _error(capsys, ["analyze", str(checkpoint("qwen3")), "--data", str(empty),
+                                          "--out", str(tmp_path / "o2"), "--quiet"])
+    existing = tmp_path / "exists"
+    existing.mkdir()
+    assert "--force" in _error(capsys, ["analyze", str(checkpoint("qwen3")), "--data", str(text_file),
+                                        "--out", str(existing), "--quiet"])
+    assert not (tmp_path / "o2").exists()
+
+
+def test_console_script_runs_as_a_module(checkpoint, text_file, tmp_path):
+    """`python -m probe` is the same entry point as the `probe` console script."""
+    out = subprocess.run([sys.executable, "-m", "probe", "analyze", str(tmp_path / "missing")],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [out.stderr.strip()]

@@ -1,0 +1,82 @@
+"""The Analysis object: summary definitions, save / load round trip, atomic writes."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+import probe
+from probe import ProbeError
+
+
+@pytest.fixture(scope="module")
+def analyses(checkpoint, text_file):
+    return {k: probe.analyze(checkpoint(k), text_file, seq_len=48, progress=False)
+            for k in ("qwen3_next", "official_elementwise", "llama")}
+
+
+def test_summary_follows_the_paper_definitions(analyses):
+    a = analyses["official_elementwise"]
+    s = a.summary
+    ft = a.first_token[a.first_token.metric == "f_attn"]
+    per_layer = ft.groupby("layer").value.mean()
+    assert s["f_attn"] == pytest.approx(per_layer.mean())
+    assert s["sink_rate"] == pytest.approx((ft.value > 0.3).mean())
+    mx = a.massive[(a.massive.site == "resid_post") & (a.massive.metric == "max_abs")]
+    assert s["m_act"] == pytest.approx(mx.value.mean())
+    g = a.gates[(a.gates.group == "all")]
+    mean = g[g.metric == "mean"].value.to_numpy()
+    count = g[g.metric == "count"].value.to_numpy()
+    assert s["mean_gate"] == pytest.approx((mean * count).sum() / count.sum())
+    assert s["perplexity"] == pytest.approx(math.exp(s["loss"]))
+    assert 0 < s["f_attn_uniform"] < 1
+    assert set(a.sparsity.variant) == {"ungated", "mean_gate", "gated"}
+    assert {1e-2, 1e-3} <= set(a.sparsity.threshold)
+
+
+def test_hybrid_layers_are_marked_not_zero_filled(analyses):
+    a = analyses["qwen3_next"]
+    linear = a.first_token[a.first_token.layer_type == "linear_attention"]
+    assert len(linear) and linear.value.isna().all()
+    assert a.summary["attention_layers"] == [3]
+    assert [l["layer_type"] for l in a.summary["layers"]] == ["linear_attention"] * 3 + ["attention"]
+    assert set(a.massive.layer) == {0, 1, 2, 3}          # M-Act applies to every layer
+
+
+def test_baseline_has_no_gate_numbers(analyses):
+    a = analyses["llama"]
+    assert a.summary["mean_gate"] is None and a.gates.empty
+    assert set(a.sparsity.variant) == {"ungated", "gated"}
+    assert "BOS" in a.meta["position0"]
+
+
+def test_save_and_load_round_trip(analyses, tmp_path):
+    a = analyses["official_elementwise"]
+    out = a.save(tmp_path / "run")
+    for table in ("gates", "gate_hist", "first_token", "massive", "massive_top", "sparsity",
+                  "attention_patterns"):
+        assert (out / f"{table}.csv").exists(), table
+    summary = json.loads((out / "summary.json").read_text())      # strict JSON, no pandas needed
+    assert summary["layers"][0]["heads"][0]["f_attn"] == pytest.approx(
+        a.summary["layers"][0]["heads"][0]["f_attn"])
+    meta = json.loads((out / "meta.json").read_text())
+    for key in ("checkpoint", "config_hash", "architecture", "gate_layout", "dtype", "device", "tokens",
+                "seq_len", "position0", "bos_policy", "thresholds", "versions", "seed"):
+        assert key in meta, key
+    back = probe.Analysis.load(out)
+    assert back.summary == json.loads(json.dumps(summary))
+    assert back.first_token.shape == a.first_token.shape
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # no temporary left
+    with pytest.raises(ProbeError, match="already exists.*--force"):
+        a.save(out)
+    a.save(out, force=True)
+    with pytest.raises(ProbeError, match="not a probe run directory"):
+        probe.Analysis.load(tmp_path)
+
+
+def test_notebook_display(analyses):
+    a = analyses["qwen3_next"]
+    html = a._repr_html_()
+    assert "<table" in html and "qwen3_next" in html
+    assert "f_attn" in repr(a)
