@@ -1,0 +1,88 @@
+"""`build_report`: read runs once, lay out the sections once, write each requested format."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from reports.html import render_html
+from reports.pdf import write_pdf
+from reports.runs import Runs, load_runs
+from reports.sections import Section, build_sections
+
+FORMATS = ("html", "pdf")
+
+
+def build_report(run_dirs_or_analyses: Any, out_dir: str | os.PathLike,
+                 formats: Iterable[str] = FORMATS, title: str | None = None, *,
+                 generated_at: datetime | None = None) -> dict[str, Path]:
+    """Write report.html and/or report.pdf into `out_dir`; return {format: path}.
+
+    `generated_at` is the timestamp printed in the provenance, the only part of the output
+    that changes between two builds of the same runs. It defaults to $SOURCE_DATE_EPOCH
+    (the reproducible-builds convention) when set, else to now.
+    """
+    formats = _check_formats(formats)
+    runs = load_runs(run_dirs_or_analyses)
+    sections = build_sections(runs)
+    title = title or default_title(runs)
+    subtitle = _subtitle(runs)
+    stamp = _timestamp(generated_at)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    writers: dict[str, Callable[[Path], None]] = {
+        "html": lambda path: path.write_text(
+            render_html(sections, title=title, subtitle=subtitle, generated_at=stamp),
+            encoding="utf-8"),
+        "pdf": lambda path: write_pdf(sections, path, title=title, subtitle=subtitle,
+                                      generated_at=stamp),
+    }
+    return {fmt: _write_atomically(out / f"report.{fmt}", writers[fmt]) for fmt in formats}
+
+
+def default_title(runs: Runs) -> str:
+    return "Gated attention report: " + " vs ".join(runs.models)
+
+
+def _subtitle(runs: Runs) -> str:
+    kinds = [f"{model} ({'gated' if runs.is_gated(model) else 'no gate'})"
+             for model in runs.models]
+    return "Models: " + ", ".join(kinds) + "."
+
+
+def _check_formats(formats: Iterable[str]) -> list[str]:
+    if isinstance(formats, str):
+        formats = formats.split(",")
+    chosen = [fmt.strip().lower() for fmt in formats if fmt.strip()]
+    unknown = sorted(set(chosen) - set(FORMATS))
+    if unknown or not chosen:
+        raise ValueError(f"unknown report format(s) {unknown or chosen}; choose from {FORMATS}")
+    return list(dict.fromkeys(chosen))
+
+
+def _timestamp(generated_at: datetime | None) -> str:
+    if generated_at is None:
+        epoch = os.environ.get("SOURCE_DATE_EPOCH")
+        generated_at = (datetime.fromtimestamp(int(epoch), timezone.utc) if epoch
+                        else datetime.now(timezone.utc))
+    if generated_at.tzinfo is None:
+        generated_at = generated_at.replace(tzinfo=timezone.utc)
+    return generated_at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _write_atomically(path: Path, write: Callable[[Path], object]) -> Path:
+    """Write to a temporary file beside `path`, then rename: readers never see half a report."""
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    try:
+        write(Path(temporary))
+        os.chmod(temporary, 0o644)  # mkstemp makes it private; a report is meant to be shared
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,160 @@
+"""Render the report sections as one self-contained HTML file.
+
+Figures are inline SVG (glyphs as paths, heatmap pixels as data: URIs inside the SVG), the
+style sheet is inline, and nothing refers to a file or a URL: the page reads the same offline,
+attached to an e-mail or years later.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+from collections.abc import Sequence
+
+import pandas as pd
+from matplotlib.figure import Figure, SubFigure
+
+from reports.sections import FigureItem, Section, TableItem
+from reports.style import freeze_layout, report_style
+
+_CSS = """
+:root { color-scheme: light; --ink: #1f2328; --muted: #57606a; --line: #d0d7de;
+        --note: #fff8e6; --note-line: #e3b341; --accent: #0b5cad; }
+* { box-sizing: border-box; }
+body { margin: 0; color: var(--ink); background: #fff; line-height: 1.5;
+       font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; }
+main { max-width: 1180px; margin: 0 auto; padding: 24px 32px 64px; }
+header { border-bottom: 2px solid var(--ink); margin-bottom: 20px; }
+h1 { font-size: 28px; margin: 8px 0 4px; }
+h2 { font-size: 22px; margin: 40px 0 8px; padding-top: 8px; border-top: 1px solid var(--line); }
+h3 { font-size: 16px; margin: 24px 0 6px; }
+.subtitle { color: var(--muted); margin: 0 0 12px; }
+nav ol { columns: 2; margin: 8px 0 16px; padding-left: 22px; }
+nav a { color: var(--accent); text-decoration: none; }
+nav a:hover { text-decoration: underline; }
+.intro { margin: 4px 0 12px; }
+aside.note { background: var(--note); border-left: 4px solid var(--note-line);
+             padding: 8px 14px; margin: 12px 0; font-size: 14px; }
+aside.note ul { margin: 4px 0; padding-left: 20px; }
+figure { margin: 16px 0 28px; }
+figure .plot svg { display: block; max-width: 100%; height: auto; margin: 0 auto; }
+figcaption, table caption { color: var(--muted); font-size: 13.5px; margin-top: 6px;
+                            text-align: left; }
+.table-wrap { overflow-x: auto; margin: 12px 0 28px; }
+table { border-collapse: collapse; font-size: 13.5px; font-variant-numeric: tabular-nums; }
+table caption { caption-side: bottom; padding-top: 6px; }
+th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; text-align: right;
+         vertical-align: top; }
+th:first-child, td:first-child, table.text td, table.text th { text-align: left; }
+thead th { border-bottom: 2px solid var(--ink); }
+table.text td { overflow-wrap: anywhere; max-width: 420px;
+                font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 12.5px; }
+.generated { color: var(--muted); font-size: 13px; }
+"""
+
+
+def render_html(sections: Sequence[Section], *, title: str, subtitle: str,
+                generated_at: str) -> str:
+    """The whole document as a string; `generated_at` is the only varying part."""
+    body = [_header(sections, title, subtitle)]
+    figure_number = table_number = 0
+    for section in sections:
+        body.append(f'<section id="{section.id}">')
+        body.append(f"<h2>{_text(section.title)}</h2>")
+        body.append(f'<p class="intro">{_text(section.intro)}</p>')
+        if section.notes:
+            body.append(_notes(section.notes))
+        for item in section.items:
+            if isinstance(item, FigureItem):
+                figure_number += 1
+                body.append(_figure(item, figure_number))
+            else:
+                table_number += 1
+                body.append(_table(item, table_number))
+        if section.id == "provenance":
+            body.append(f'<p class="generated">Report generated <time id="generated-at" '
+                        f'datetime="{generated_at}">{generated_at}</time> by probe reports '
+                        "from the saved runs listed above.</p>")
+        body.append("</section>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+            f"<title>{_text(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n<main>\n"
+            + "\n".join(body) + "\n</main>\n</body>\n</html>\n")
+
+
+def _header(sections: Sequence[Section], title: str, subtitle: str) -> str:
+    links = "".join(f'<li><a href="#{s.id}">{_text(s.title)}</a></li>' for s in sections)
+    return (f"<header><h1>{_text(title)}</h1><p class=\"subtitle\">{_text(subtitle)}</p>"
+            f"<nav aria-label=\"contents\"><ol>{links}</ol></nav></header>")
+
+
+def _notes(notes: Sequence[str]) -> str:
+    items = "".join(f"<li>{_text(note)}</li>" for note in notes)
+    return f'<aside class="note"><strong>Where a metric does not apply</strong><ul>{items}</ul></aside>'
+
+
+def _figure(item: FigureItem, number: int) -> str:
+    with report_style():
+        svg = figure_svg(freeze_layout(item.draw(None)), prefix=item.id)
+    return (f'<figure id="{item.id}"><h3>{_text(item.title)}</h3>'
+            f'<div class="plot">{svg}</div>'
+            f"<figcaption><strong>Figure {number}.</strong> {_text(item.caption)}</figcaption>"
+            "</figure>")
+
+
+def _table(item: TableItem, number: int) -> str:
+    caption = f"<strong>Table {number}.</strong> {_text(item.caption)}"
+    return (f'<h3 id="{item.id}-title">{_text(item.title)}</h3><div class="table-wrap">'
+            f"{table_html(item.frame, item.index_label, item.id, caption)}</div>")
+
+
+def table_html(frame: pd.DataFrame, index_label: str, table_id: str,
+               caption_html: str = "") -> str:
+    """A real <table>: header row, one row per index entry, every cell escaped."""
+    # Free text (provenance) reads better left-aligned and wrapped than as numbers.
+    kind = "text" if index_label == "field" else "numbers"
+    header = "".join(f'<th scope="col">{_text(column)}</th>'
+                     for column in [index_label, *frame.columns])
+    rows = []
+    for label, values in zip(frame.index, frame.itertuples(index=False)):
+        cells = "".join(f"<td>{_text(value)}</td>" for value in values)
+        rows.append(f'<tr><th scope="row">{_text(label)}</th>{cells}</tr>')
+    caption = f"<caption>{caption_html}</caption>" if caption_html else ""
+    return (f'<table id="{table_id}" class="{kind}">{caption}<thead><tr>{header}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def figure_svg(figure: Figure | SubFigure, prefix: str) -> str:
+    """The figure as an <svg> element ready to inline (no XML prolog, unique ids)."""
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", metadata={"Date": None})
+    svg = buffer.getvalue()
+    svg = svg[svg.index("<svg"):]
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.DOTALL)
+    # Namespace declarations are URLs that the HTML parser does not need for inline SVG.
+    svg = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", svg)
+    return _prefix_ids(svg, prefix)
+
+
+def _prefix_ids(svg: str, prefix: str) -> str:
+    """Several SVGs share one HTML document: give every id a per-figure prefix.
+
+    Matplotlib names glyphs and clip paths by content (e.g. "DejaVuSans-30"), so two figures
+    would otherwise define the same ids.
+    """
+    ids = set(re.findall(r'\bid="([^"]+)"', svg))
+    if not ids:
+        return svg
+
+    def rename(match: re.Match[str]) -> str:
+        name = match.group(2)
+        return f"{match.group(1)}{prefix}-{name}{match.group(3)}" if name in ids else match.group(0)
+
+    svg = re.sub(r'(\bid=")([^"]+)(")', rename, svg)
+    svg = re.sub(r'(href="#)([^"]+)(")', rename, svg)
+    return re.sub(r"(url\(#)([^)]+)(\))", rename, svg)
+
+
+def _text(value: object) -> str:
+    return html.escape(str(value), quote=True)

@@ -1,0 +1,58 @@
+"""Sentences that say where a metric does not apply, so a report explains gaps instead of failing."""
+
+from __future__ import annotations
+
+from reports.frames import pattern_layers
+from reports.runs import Runs
+from reports.schema import LINEAR_ATTENTION
+from reports.text import join_layers
+
+
+def no_gate_notes(runs: Runs) -> list[str]:
+    return [f"{model} has no attention-output gate: gate scores and the mean-gate control do "
+            "not apply to it." for model in runs.ungated_models]
+
+
+def linear_layer_notes(runs: Runs, metric: str) -> list[str]:
+    notes = []
+    for model in runs.models:
+        linear = runs.layers_of_type(model, LINEAR_ATTENTION)
+        if linear:
+            notes.append(f"{model}: layers {join_layers(linear)} are linear attention (Gated "
+                         f"DeltaNet), with no softmax over keys: {metric} does not apply there "
+                         "(hatched or left out).")
+    return notes
+
+
+def depth_notes(runs: Runs) -> list[str]:
+    depths = {model: runs.num_layers(model) for model in runs.models}
+    if len(set(depths.values())) <= 1:
+        return []
+    listed = ", ".join(f"{model}: {layers}" for model, layers in depths.items())
+    return [f"The models differ in depth ({listed} layers); layer-wise figures use each model's "
+            "own layer indices, so equal indices are not equal relative depths."]
+
+
+def pattern_notes(runs: Runs) -> list[str]:
+    return [f"{model} saved no attention patterns of a display prompt (attention_patterns.csv)."
+            for model in runs.models if not pattern_layers(runs, model)]
+
+
+def training_notes(runs: Runs) -> list[str]:
+    trained = set(runs.training["model"])
+    missing = [model for model in runs.models if model not in trained]
+    if not missing:
+        return []
+    if len(missing) == len(runs.models):
+        return ["No run has a training log (training.csv): these runs were analysed, not "
+                "trained by probe."]
+    return [f"{model} has no training log (training.csv)." for model in missing]
+
+
+def sparsity_notes(runs: Runs) -> list[str]:
+    notes = [f"{model} has no gate: its attention output is shown once (ungated equals gated) "
+             "and the mean-gate control does not apply." for model in runs.ungated_models]
+    analysed = set(runs.sparsity["model"])
+    notes += [f"{model} has no sparsity table (sparsity.csv)." for model in runs.models
+              if model not in analysed]
+    return notes

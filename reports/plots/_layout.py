@@ -1,0 +1,128 @@
+"""Helpers shared by the plot modules: new figures, layer axes, hatched cells, legends."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.colors import Colormap, Normalize
+from matplotlib.figure import Figure, SubFigure
+from matplotlib.image import AxesImage
+from matplotlib.patches import Patch, Rectangle
+
+from reports.style import HATCH_COLOR, MISSING_COLOR
+from reports.text import plain
+
+# Past this many layers every n-th tick is labelled, or the labels overlap.
+MAX_LAYER_TICKS = 32
+
+NOT_APPLICABLE_GID = "not-applicable"
+
+
+def new_figure(width: float, height: float) -> Figure:
+    # The object API (no pyplot): no global figure registry, no GUI backend, safe under Agg.
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def axes_or_new(ax: Axes | None, width: float = 6.4, height: float = 3.6) -> Axes:
+    return ax if ax is not None else new_figure(width, height).add_subplot()
+
+
+def figure_or_new(fig: Figure | SubFigure | None, width: float,
+                  height: float) -> Figure | SubFigure:
+    return fig if fig is not None else new_figure(width, height)
+
+
+def set_layer_ticks(ax: Axes, layers: Sequence[int], axis: str = "x", label: str = "layer",
+                    positions: Sequence[float] | None = None) -> None:
+    """Ticks labelled with the layer indices, at the indices or at given `positions`."""
+    layers = [int(layer) for layer in layers]
+    positions = list(layers if positions is None else positions)
+    step = max(1, math.ceil(len(layers) / MAX_LAYER_TICKS))
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_ticks(positions[::step], labels=[str(layer) for layer in layers[::step]])
+    target.set_label_text(label)
+
+
+def layer_head_heatmap(ax: Axes, matrix: np.ndarray, *, norm: Normalize, cmap: str | Colormap,
+                       missing_label: dict[int, str] | None = None) -> AxesImage:
+    """Draw a (layers, heads) matrix with layers down and heads across; hatch NaN cells.
+
+    `missing_label` maps a layer whose whole row is NaN to a short reason written in the row.
+    """
+    layers, heads = matrix.shape
+    image = ax.imshow(np.ma.masked_invalid(matrix), cmap=_with_missing_color(cmap), norm=norm,
+                      aspect="auto", interpolation="none")
+    hatch_missing(ax, matrix, missing_label or {})
+    set_layer_ticks(ax, range(layers), axis="y")
+    head_step = max(1, math.ceil(heads / 16))
+    ax.set_xticks(range(0, heads, head_step), labels=[str(h) for h in range(0, heads, head_step)])
+    ax.set_xlabel("head")
+    ax.grid(False)
+    return image
+
+
+def _with_missing_color(cmap: str | Colormap) -> Colormap:
+    from matplotlib import colormaps
+
+    base = colormaps[cmap] if isinstance(cmap, str) else cmap
+    return base.with_extremes(bad=MISSING_COLOR)
+
+
+def hatch_missing(ax: Axes, matrix: np.ndarray, row_labels: dict[int, str]) -> None:
+    """Hatch NaN cells: one patch per all-NaN row (with its reason), one per other NaN cell."""
+    missing = np.isnan(matrix)
+    heads = matrix.shape[1]
+    for layer in range(matrix.shape[0]):
+        if missing[layer].all():
+            ax.add_patch(_hatched(-0.5, layer - 0.5, heads))
+            if layer in row_labels:
+                ax.text((heads - 1) / 2, layer, row_labels[layer], ha="center", va="center",
+                        fontsize=6.5, color="#444444", clip_on=True,
+                        bbox={"facecolor": MISSING_COLOR, "edgecolor": "none", "pad": 0.6})
+            continue
+        for head in np.flatnonzero(missing[layer]):
+            ax.add_patch(_hatched(head - 0.5, layer - 0.5, 1))
+
+
+def _hatched(x: float, y: float, width: float) -> Rectangle:
+    return Rectangle((x, y), width, 1, fill=False, hatch="////", edgecolor=HATCH_COLOR,
+                     linewidth=0, gid=NOT_APPLICABLE_GID)
+
+
+def missing_patch(label: str) -> Patch:
+    """Legend handle that looks like a hatched not-applicable cell."""
+    return Patch(facecolor=MISSING_COLOR, hatch="////", edgecolor=HATCH_COLOR, label=label)
+
+
+def not_applicable(ax: Axes, message: str) -> Axes:
+    """Leave a readable note in an empty panel instead of failing."""
+    ax.set_axis_off()
+    ax.text(0.5, 0.5, plain(message), ha="center", va="center", wrap=True,
+            transform=ax.transAxes, color="#444444", gid=NOT_APPLICABLE_GID)
+    return ax
+
+
+def shared_norm(matrices: Sequence[np.ndarray], vmax: float | None = None) -> Normalize:
+    """One colour scale from 0 to the largest value of all panels (or a given vmax)."""
+    if vmax is None:
+        finite = [np.nanmax(m) for m in matrices if m.size and np.isfinite(m).any()]
+        vmax = max(finite) if finite else 1.0
+    return Normalize(vmin=0.0, vmax=max(float(vmax), 1e-6))
+
+
+def grid_shape(count: int, max_columns: int) -> tuple[int, int]:
+    columns = max(1, min(count, max_columns))
+    return math.ceil(count / columns), columns
+
+
+def legend_entries(axes: Sequence[Axes]) -> tuple[list[Any], list[str]]:
+    """Legend entries of all panels, once each, in drawing order (for one figure legend)."""
+    entries: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    return list(entries.values()), list(entries)

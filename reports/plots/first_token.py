@@ -1,0 +1,90 @@
+"""F-Attn: the attention probability on the first token (paper Table 4, sinks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure, SubFigure
+
+from reports.frames import first_token_by_layer, first_token_matrix
+from reports.plots._layout import (axes_or_new, figure_or_new, layer_head_heatmap,
+                                   missing_patch, not_applicable, set_layer_ticks, shared_norm)
+from reports.runs import load_runs
+from reports.schema import LINEAR_ATTENTION
+from reports.style import REFERENCE_COLOR, model_colors, styled
+from reports.text import plain
+
+METRIC_LABELS = {
+    "f_attn": "F-Attn (queries t ≥ 1)",
+    "f_attn_paper": "F-Attn, paper-style (incl. t = 0)",
+}
+LINEAR_NOTE = "linear attention: F-Attn does not apply"
+
+
+@styled
+def plot_first_token_heatmap(runs: Any, *, fig: Figure | SubFigure | None = None,
+                             metric: str = "f_attn", cmap: str = "magma_r",
+                             vmax: float | None = None) -> Figure | SubFigure:
+    """One layer x head heatmap per model, all on one colour scale (0 to the largest F-Attn)."""
+    runs = load_runs(runs)
+    models = list(runs.models)
+    fig = figure_or_new(fig, 1.2 + 2.4 * len(models), 3.9)
+    matrices = [first_token_matrix(runs, model, metric) for model in models]
+    norm = shared_norm(matrices, vmax)
+    axes = fig.subplots(1, len(models), squeeze=False)[0]
+    has_linear = False
+    for ax, model, matrix in zip(axes, models, matrices):
+        linear = runs.layers_of_type(model, LINEAR_ATTENTION)
+        has_linear |= bool(linear)
+        image = layer_head_heatmap(ax, matrix, norm=norm, cmap=cmap,
+                                   missing_label={layer: "linear attn." for layer in linear})
+        ax.set_title(plain(model))
+    fig.colorbar(image, ax=list(axes), label=METRIC_LABELS.get(metric, metric), shrink=0.9)
+    if has_linear:
+        fig.legend(handles=[missing_patch(LINEAR_NOTE)], loc="outside lower center")
+    return fig
+
+
+@styled
+def plot_first_token_by_layer(runs: Any, *, ax: Axes | None = None,
+                              metric: str = "f_attn") -> Axes:
+    """Head-mean F-Attn per layer, models overlaid, each model's uniform reference dashed.
+
+    The uniform reference mean_t 1/(t+1) is what F-Attn would be if every query spread its
+    attention evenly over the keys it can see; a sink is F-Attn well above it.
+    """
+    runs = load_runs(runs)
+    ax = axes_or_new(ax, 6.4, 3.6)
+    by_layer = first_token_by_layer(runs, metric)
+    if by_layer.empty:
+        return not_applicable(ax, "No attention layer has F-Attn in these runs.")
+    colors = model_colors(runs.models)
+    all_layers: set[int] = set()
+    annotated: set[float] = set()  # models on the same queries share one reference label
+    for model in runs.models:
+        rows = by_layer[by_layer["model"] == model]
+        all_layers.update(runs.layers(model))
+        if rows.empty:
+            continue
+        # Markers matter: in hybrid models the attention layers are isolated points.
+        ax.plot(rows["layer"], rows["value"], marker="o", color=colors[model], label=plain(model))
+        uniform = runs.summary[model].get("f_attn_uniform")
+        _draw_uniform_reference(ax, uniform, colors[model], label=uniform not in annotated)
+        annotated.add(uniform)
+    set_layer_ticks(ax, sorted(all_layers))
+    ax.set_ylabel(METRIC_LABELS.get(metric, metric))
+    ax.set_ylim(bottom=0)
+    ax.legend(title="model")
+    return ax
+
+
+def _draw_uniform_reference(ax: Axes, value: float | None, color: Any, label: bool) -> None:
+    if value is None or not np.isfinite(value):
+        return
+    ax.axhline(value, linestyle="--", color=color, linewidth=1.0, label="_uniform reference")
+    if label:
+        ax.annotate("uniform 1/(t+1)", xy=(1.0, value), xycoords=("axes fraction", "data"),
+                    xytext=(-2, 2), textcoords="offset points", ha="right", va="bottom",
+                    fontsize=7, color=REFERENCE_COLOR)

@@ -1,0 +1,147 @@
+"""Gate scores: distributions per layer (Figure 3), layer statistics (Figure 7), heads, saturation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure, SubFigure
+
+from reports.frames import gate_hist_by_layer, gate_matrix, gate_saturation, gate_stats_by_layer
+from reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, layer_head_heatmap,
+                                   legend_entries, missing_patch, not_applicable,
+                                   set_layer_ticks, shared_norm)
+from reports.runs import Runs, load_runs
+from reports.schema import LINEAR_ATTENTION, SATURATION_LABELS, SATURATION_METRICS
+from reports.style import model_colors, styled
+from reports.text import plain
+
+NO_GATE_NOTE = "no gate scores (linear-attention layer)"
+
+
+def no_gate_message(runs: Runs) -> str:
+    baselines = ", ".join(runs.ungated_models) or "none"
+    return f"No gated model in these runs (without a gate: {baselines})."
+
+
+@styled
+def plot_gate_histograms(runs: Any, *, fig: Figure | SubFigure | None = None,
+                         layers: Sequence[int] | None = None, log: bool = True,
+                         max_columns: int = 6) -> Figure | SubFigure:
+    """One panel per layer: the share of gate scores in each of the 50 bins, models overlaid."""
+    runs = load_runs(runs)
+    hist = gate_hist_by_layer(runs)
+    shown = sorted(set(hist["layer"].astype(int))) if layers is None else list(layers)
+    rows, columns = grid_shape(len(shown), max_columns)
+    fig = figure_or_new(fig, 0.6 + 2.1 * columns, 0.6 + 1.8 * rows)
+    if not shown:
+        not_applicable(fig.add_subplot(), no_gate_message(runs))
+        return fig
+    axes = fig.subplots(rows, columns, squeeze=False, sharex=True, sharey=True).ravel()
+    colors = model_colors(runs.models)
+    for ax, layer in zip(axes, shown):
+        for model in runs.models:
+            bins = hist[(hist["model"] == model) & (hist["layer"] == layer)]
+            if bins.empty:
+                continue
+            edges = np.append(bins["bin_lo"].to_numpy(), bins["bin_hi"].iloc[-1])
+            ax.stairs(bins["share"].to_numpy(), edges, baseline=None, color=colors[model],
+                      linewidth=1.2, label=plain(model))
+        ax.set_title(f"layer {layer}", fontsize=8.5)
+        ax.set_xlim(0, 1)
+    for ax in axes[len(shown):]:
+        ax.set_visible(False)
+    if log:
+        axes[0].set_yscale("log")
+    fig.supxlabel("gate score", fontsize=9)
+    fig.supylabel("share of scores per bin", fontsize=9)
+    handles, labels = legend_entries(axes)
+    fig.legend(handles, labels, loc="outside right upper", title="model")
+    return fig
+
+
+@styled
+def plot_gate_stats_by_layer(runs: Any, *, ax: Axes | None = None, group: str = "all") -> Axes:
+    """Per layer: mean gate score (line), ±1 std (band), min and max (thin dashed lines)."""
+    runs = load_runs(runs)
+    ax = axes_or_new(ax, 6.4, 3.6)
+    stats = gate_stats_by_layer(runs, group)
+    if stats.empty:
+        return not_applicable(ax, no_gate_message(runs))
+    colors = model_colors(runs.models)
+    layers: set[int] = set()
+    for model in runs.models:
+        rows = stats[stats["model"] == model]
+        if rows.empty:
+            continue
+        layers.update(runs.layers(model))
+        color = colors[model]
+        ax.plot(rows["layer"], rows["mean"], marker="o", color=color, label=plain(model))
+        ax.fill_between(rows["layer"], rows["mean"] - rows["std"], rows["mean"] + rows["std"],
+                        color=color, alpha=0.18, linewidth=0)
+        for extreme in ("min", "max"):
+            ax.plot(rows["layer"], rows[extreme], linestyle="--", linewidth=0.8, color=color,
+                    alpha=0.7, label=f"_{extreme}")
+    set_layer_ticks(ax, sorted(layers))
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel("gate score")
+    ax.legend(title="model")
+    return ax
+
+
+@styled
+def plot_gate_heatmap(runs: Any, *, fig: Figure | SubFigure | None = None,
+                      metric: str = "mean", group: str = "all", cmap: str = "viridis",
+                      vmax: float | None = None) -> Figure | SubFigure:
+    """Layer x head mean gate score per gated model, on one shared colour scale."""
+    runs = load_runs(runs)
+    models = runs.gated_models
+    fig = figure_or_new(fig, 1.2 + 2.4 * max(len(models), 1), 3.9)
+    if not models:
+        not_applicable(fig.add_subplot(), no_gate_message(runs))
+        return fig
+    matrices = [gate_matrix(runs, model, metric, group) for model in models]
+    norm = shared_norm(matrices, vmax)
+    axes = fig.subplots(1, len(models), squeeze=False)[0]
+    any_missing = False
+    for ax, model, matrix in zip(axes, models, matrices):
+        linear = runs.layers_of_type(model, LINEAR_ATTENTION)
+        any_missing |= bool(np.isnan(matrix).any())
+        image = layer_head_heatmap(ax, matrix, norm=norm, cmap=cmap,
+                                   missing_label={layer: "linear attn." for layer in linear})
+        ax.set_title(plain(model))
+    fig.colorbar(image, ax=list(axes), label=f"gate score ({metric})", shrink=0.9)
+    if any_missing:
+        fig.legend(handles=[missing_patch(NO_GATE_NOTE)], loc="outside lower center")
+    return fig
+
+
+@styled
+def plot_gate_saturation(runs: Any, *, ax: Axes | None = None, group: str = "all") -> Axes:
+    """Share of gate scores near 0 and near 1, pooled over layers and heads, per model."""
+    runs = load_runs(runs)
+    ax = axes_or_new(ax, 6.4, 3.4)
+    shares = gate_saturation(runs, group)
+    if shares.empty:
+        return not_applicable(ax, no_gate_message(runs))
+    models = [model for model in runs.models if model in set(shares["model"])]
+    colors = model_colors(runs.models)
+    width = 0.8 / len(models)
+    positions = np.arange(len(SATURATION_METRICS))
+    for index, model in enumerate(models):
+        rows = shares[shares["model"] == model].set_index("metric")["value"]
+        values = [rows.get(metric, np.nan) for metric in SATURATION_METRICS]
+        offset = (index - (len(models) - 1) / 2) * width
+        bars = ax.bar(positions + offset, values, width * 0.95, color=colors[model],
+                      label=plain(model))
+        ax.bar_label(bars, fmt="%.3f", fontsize=6, padding=1)
+    ax.set_xticks(positions, labels=[SATURATION_LABELS[m] for m in SATURATION_METRICS])
+    ax.grid(axis="x", visible=False)
+    ax.set_xlabel("gate score")
+    ax.set_ylabel("share of gate scores")
+    ax.set_ylim(0, min(1.0, float(np.nanmax(shares["value"])) * 1.18 + 0.02))
+    ax.legend(title="model")
+    return ax
+

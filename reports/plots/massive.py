@@ -1,0 +1,71 @@
+"""M-Act: the largest |activation| per layer at the four sites of a layer (paper Figure 6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure, SubFigure
+
+from reports.frames import massive_by_layer
+from reports.plots._layout import (axes_or_new, figure_or_new, legend_entries, not_applicable,
+                                   set_layer_ticks)
+from reports.runs import load_runs
+from reports.schema import SITE_LABELS, SITES
+from reports.style import model_colors, styled
+from reports.text import plain
+
+
+@styled
+def plot_massive_by_layer(runs: Any, *, site: str = "resid_post", ax: Axes | None = None,
+                          show_median: bool = True, legend: bool = True) -> Axes:
+    """max |h| per layer at one site, models overlaid, log y; median |h| dotted beside it.
+
+    The median shows the typical magnitude, so the gap between the lines is how "massive" the
+    largest activation is.
+    """
+    runs = load_runs(runs)
+    ax = axes_or_new(ax, 6.4, 3.6)
+    maxima = massive_by_layer(runs, site, "max_abs")
+    medians = massive_by_layer(runs, site, "median_abs")
+    if maxima.empty:
+        return not_applicable(ax, f"No M-Act at site {site} in these runs.")
+    colors = model_colors(runs.models)
+    layers: set[int] = set()
+    for model in runs.models:
+        layers.update(runs.layers(model))
+        rows = maxima[maxima["model"] == model]
+        if rows.empty:
+            continue
+        ax.plot(rows["layer"], rows["value"], marker="o", markersize=3.5, color=colors[model],
+                label=plain(model))
+        typical = medians[medians["model"] == model]
+        if show_median and not typical.empty:
+            ax.plot(typical["layer"], typical["value"], linestyle=":", color=colors[model],
+                    label="_median")
+    ax.set_yscale("log")
+    set_layer_ticks(ax, sorted(layers))
+    ax.set_ylabel("max |h|")
+    ax.set_title(SITE_LABELS.get(site, site))
+    if legend:
+        ax.legend(title="model")
+    return ax
+
+
+@styled
+def plot_massive_activations(runs: Any, *, fig: Figure | SubFigure | None = None,
+                             sites: tuple[str, ...] = SITES) -> Figure | SubFigure:
+    """The four sites side by side on one shared log scale, one legend of models."""
+    runs = load_runs(runs)
+    fig = figure_or_new(fig, 3.0 * len(sites) + 0.6, 3.5)
+    axes = fig.subplots(1, len(sites), squeeze=False, sharey=True)[0]
+    for ax, site in zip(axes, sites):
+        plot_massive_by_layer(runs, site=site, ax=ax, legend=False)
+    axes[0].set_ylabel("max |h| (dotted: median |h|)")
+    for ax in axes[1:]:
+        ax.set_ylabel("")
+    handles, labels = legend_entries(axes)
+    if handles:
+        fig.legend(handles, labels, loc="outside right upper", title="model")
+    return fig
+

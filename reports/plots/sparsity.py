@@ -1,0 +1,99 @@
+"""Sparsity of the attention output: ungated, uniform mean-gate control, dynamic gate (Figure 5)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure, SubFigure
+
+from reports.frames import sparsity_at, sparsity_sweep
+from reports.plots._layout import (figure_or_new, legend_entries, not_applicable,
+                                   set_layer_ticks)
+from reports.runs import load_runs
+from reports.schema import HEADLINE_THRESHOLDS, VARIANT_LABELS, VARIANTS
+from reports.style import model_colors, styled
+from reports.text import plain
+
+# Light to dark: from no gate to the dynamic gate, the order in which sparsity should grow.
+VARIANT_COLORS = {"ungated": "#b8b8b8", "mean_gate": "#6baed6", "gated": "#08519c"}
+
+
+@styled
+def plot_sparsity_by_layer(runs: Any, *, fig: Figure | SubFigure | None = None,
+                           thresholds: Sequence[float] = HEADLINE_THRESHOLDS
+                           ) -> Figure | SubFigure:
+    """Rows: models; columns: thresholds; bars: share of |x| < threshold per layer and variant.
+
+    A baseline has only `ungated` (= `gated`, as nothing gates it) and no mean-gate control.
+    """
+    runs = load_runs(runs)
+    models = list(runs.models)
+    fig = figure_or_new(fig, 0.8 + 4.2 * len(thresholds), 0.5 + 2.3 * len(models))
+    axes = fig.subplots(len(models), len(thresholds), squeeze=False, sharey="col")
+    for column, threshold in enumerate(thresholds):
+        at_threshold = sparsity_at(runs, threshold)
+        for row, model in enumerate(models):
+            ax = axes[row][column]
+            rows = at_threshold[at_threshold["model"] == model]
+            if rows.empty:
+                not_applicable(ax, f"{model}: no sparsity at threshold {threshold:g}")
+                continue
+            _variant_bars(ax, rows, gated=runs.is_gated(model))
+            ax.set_title(f"{plain(model)} · |x| < {threshold:g}")
+            if column == 0:
+                ax.set_ylabel("share below threshold")
+    handles, labels = legend_entries(axes.ravel())
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=len(labels))
+    return fig
+
+
+def _variant_bars(ax, rows, gated: bool) -> None:
+    # Without a gate, `gated` repeats `ungated`: one bar says it without implying a gate.
+    variants = [v for v in VARIANTS if v in set(rows["variant"]) and (gated or v == "ungated")]
+    layers = sorted(int(layer) for layer in rows["layer"].unique())
+    width = 0.8 / len(variants)
+    positions = np.arange(len(layers))
+    for index, variant in enumerate(variants):
+        values = rows[rows["variant"] == variant].set_index("layer")["value"]
+        heights = [values.get(layer, np.nan) for layer in layers]
+        offset = (index - (len(variants) - 1) / 2) * width
+        ax.bar(positions + offset, heights, width * 0.95, color=VARIANT_COLORS[variant],
+               label=VARIANT_LABELS[variant], linewidth=0)
+    # Bars sit at 0..n-1 so that hybrid models have no gaps for their linear layers.
+    set_layer_ticks(ax, layers, positions=positions)
+    ax.grid(axis="x", visible=False)
+
+
+@styled
+def plot_sparsity_sweep(runs: Any, *, fig: Figure | SubFigure | None = None
+                        ) -> Figure | SubFigure:
+    """Share of |x| below each threshold of the sweep (log x), one panel per variant."""
+    runs = load_runs(runs)
+    sweep = sparsity_sweep(runs)
+    variants = [variant for variant in VARIANTS if variant in set(sweep["variant"])]
+    fig = figure_or_new(fig, 0.8 + 3.2 * max(len(variants), 1), 3.3)
+    if not variants:
+        not_applicable(fig.add_subplot(), "No sparsity table in these runs.")
+        return fig
+    axes = fig.subplots(1, len(variants), squeeze=False, sharey=True)[0]
+    colors = model_colors(runs.models)
+    for ax, variant in zip(axes, variants):
+        for model in runs.models:
+            if variant != "ungated" and not runs.is_gated(model):
+                continue  # a baseline's "gated" is its ungated output again
+            rows = sweep[(sweep["model"] == model) & (sweep["variant"] == variant)]
+            if rows.empty:
+                continue
+            ax.plot(rows["threshold"], rows["value"], marker="o", markersize=3,
+                    color=colors[model], label=plain(model))
+        ax.set_xscale("log")
+        ax.set_title(VARIANT_LABELS[variant])
+        ax.set_xlabel("threshold τ")
+        ax.set_ylim(-0.02, 1.02)
+    axes[0].set_ylabel("share of |x| < τ (mean over layers)")
+    handles, labels = legend_entries(axes)
+    fig.legend(handles, labels, loc="outside right upper", title="model")
+    return fig

@@ -1,0 +1,306 @@
+"""Load saved runs (run directories or in-memory analyses) into one `Runs` object.
+
+Every table of the run directory is concatenated across runs; each keeps its `model` column,
+so a plot can group by model without knowing where a row came from. This module reads plain
+files and DataFrames only: it must never import anything that loads a model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reports.schema import ATTENTION, LINEAR_ATTENTION, META_FILE, SUMMARY_FILE, TABLES
+
+# Attribute names shared by `probe.Analysis` and `Runs` (an Analysis may lack `training`).
+ANALYSIS_TABLES = tuple(TABLES)
+
+
+@dataclass
+class Runs:
+    """Several runs side by side: one DataFrame per table, meta/summary dicts per model."""
+
+    models: tuple[str, ...]
+    meta: dict[str, dict[str, Any]]
+    summary: dict[str, dict[str, Any]]
+    sources: dict[str, str]
+    gates: pd.DataFrame
+    gate_hist: pd.DataFrame
+    first_token: pd.DataFrame
+    massive: pd.DataFrame
+    massive_top: pd.DataFrame
+    sparsity: pd.DataFrame
+    attention_patterns: pd.DataFrame
+    training: pd.DataFrame
+    _layer_types: dict[str, dict[int, str]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._layer_types = {model: _infer_layer_types(self, model) for model in self.models}
+
+    def table(self, name: str) -> pd.DataFrame:
+        return getattr(self, name)
+
+    def rows(self, name: str, model: str) -> pd.DataFrame:
+        """The rows of table `name` that belong to `model`."""
+        frame = self.table(name)
+        return frame[frame["model"] == model]
+
+    def num_layers(self, model: str) -> int:
+        return len(self._layer_types[model])
+
+    def layers(self, model: str) -> list[int]:
+        return list(range(self.num_layers(model)))
+
+    def num_heads(self, model: str) -> int:
+        declared = self.summary[model].get("num_heads")
+        if declared:
+            return int(declared)
+        heads = [self.rows(name, model)["head"] for name in ("first_token", "gates")]
+        found = pd.concat(heads).dropna()
+        return int(found.max()) + 1 if len(found) else 0
+
+    def layer_types(self, model: str) -> dict[int, str]:
+        return dict(self._layer_types[model])
+
+    def layers_of_type(self, model: str, layer_type: str) -> list[int]:
+        return [layer for layer, kind in self._layer_types[model].items() if kind == layer_type]
+
+    def is_gated(self, model: str) -> bool:
+        declared = self.summary[model].get("gated")
+        if declared is not None:
+            return bool(declared)
+        return not self.rows("gates", model).empty
+
+    @property
+    def gated_models(self) -> list[str]:
+        return [model for model in self.models if self.is_gated(model)]
+
+    @property
+    def ungated_models(self) -> list[str]:
+        return [model for model in self.models if not self.is_gated(model)]
+
+
+def load_runs(source: Any) -> Runs:
+    """Read runs from a run directory, an Analysis-like object, a `Runs`, or a list of those.
+
+    A directory that is not itself a run directory but holds run directories (the output of
+    `probe compare`) is read as all of them, in name order.
+    """
+    if isinstance(source, Runs):
+        return source
+    parts = [_load_one(item) for item in _flatten(source)]
+    if not parts:
+        raise ValueError("load_runs needs at least one run directory or analysis")
+    return _combine(parts)
+
+
+@dataclass
+class _Part:
+    """One run before concatenation."""
+
+    model: str
+    meta: dict[str, Any]
+    summary: dict[str, Any]
+    source: str
+    tables: dict[str, pd.DataFrame]
+
+
+def _flatten(source: Any) -> list[Any]:
+    if isinstance(source, (str, os.PathLike)):
+        return _expand_path(Path(source))
+    if _looks_like_analysis(source):
+        return [source]
+    if isinstance(source, Runs):
+        raise TypeError("pass a Runs object on its own, not inside a list")
+    if isinstance(source, Iterable) and not isinstance(source, (bytes, Mapping)):
+        return [leaf for item in source for leaf in _flatten(item)]
+    raise TypeError(f"cannot read runs from {type(source).__name__}: expected a run directory "
+                    "path, an Analysis (attributes gates, first_token, ..., meta, summary) "
+                    "or a list of them")
+
+
+def _expand_path(path: Path) -> list[Path]:
+    if _is_run_dir(path):
+        return [path]
+    if path.is_dir():
+        children = sorted(child for child in path.iterdir() if _is_run_dir(child))
+        if children:
+            return children
+    raise FileNotFoundError(f"{path} is not a run directory (no {SUMMARY_FILE} or {META_FILE}) "
+                            "and holds none")
+
+
+def _is_run_dir(path: Path) -> bool:
+    return path.is_dir() and ((path / SUMMARY_FILE).is_file() or (path / META_FILE).is_file())
+
+
+def _looks_like_analysis(obj: Any) -> bool:
+    return all(hasattr(obj, name) for name in ("first_token", "massive", "meta", "summary"))
+
+
+def _load_one(item: Any) -> _Part:
+    if isinstance(item, Path):
+        return _read_run_dir(item)
+    return _read_analysis(item)
+
+
+def _read_run_dir(path: Path) -> _Part:
+    meta = _read_json(path / META_FILE)
+    summary = _read_json(path / SUMMARY_FILE)
+    tables = {name: _read_table(path / f"{name}.csv", name) for name in TABLES}
+    model = _model_name(meta, summary, tables, fallback=path.name)
+    return _Part(model=model, meta=meta, summary=summary, source=str(path), tables=tables)
+
+
+def _read_analysis(analysis: Any) -> _Part:
+    meta = dict(getattr(analysis, "meta", None) or {})
+    summary = dict(getattr(analysis, "summary", None) or {})
+    tables = {name: _coerce(getattr(analysis, name, None), name) for name in TABLES}
+    model = _model_name(meta, summary, tables, fallback=type(analysis).__name__)
+    return _Part(model=model, meta=meta, summary=summary,
+                 source=f"in-memory {type(analysis).__name__}", tables=tables)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    with path.open(encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _read_table(path: Path, name: str) -> pd.DataFrame:
+    """Read a CSV as text, then type the known columns.
+
+    Reading as text first keeps string cells verbatim: pandas would otherwise turn a token
+    such as "NA", "null" or "" into NaN.
+    """
+    if not path.is_file():
+        return _empty(name)
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    return _coerce(frame, name)
+
+
+def _coerce(frame: pd.DataFrame | None, name: str) -> pd.DataFrame:
+    if frame is None or len(frame.columns) == 0:
+        return _empty(name)
+    frame = frame.copy()
+    for column, kind in TABLES[name].items():
+        if column not in frame.columns:
+            frame[column] = _missing_column(kind, len(frame))
+        elif kind in ("int", "float"):
+            frame[column] = _to_number(frame[column], kind)
+        elif kind == "bool":
+            frame[column] = _to_bool(frame[column])
+        else:
+            frame[column] = frame[column].astype(str)
+    return frame.reset_index(drop=True)
+
+
+def _empty(name: str) -> pd.DataFrame:
+    return pd.DataFrame({column: _missing_column(kind, 0)
+                         for column, kind in TABLES[name].items()})
+
+
+def _missing_column(kind: str, length: int) -> pd.Series:
+    if kind == "str":
+        return pd.Series([""] * length, dtype=str)
+    if kind == "bool":
+        return pd.Series([False] * length, dtype=bool)
+    return pd.Series([np.nan] * length, dtype=float)
+
+
+def _to_number(column: pd.Series, kind: str) -> pd.Series:
+    numbers = pd.to_numeric(column, errors="coerce")
+    if kind == "int" and len(numbers) and numbers.notna().all():
+        return numbers.astype("int64")
+    return numbers.astype(float) if kind == "float" else numbers
+
+
+def _to_bool(column: pd.Series) -> pd.Series:
+    if column.dtype == bool:
+        return column
+    text = column.astype(str).str.strip().str.lower()
+    return text.isin(("1", "true", "yes", "1.0"))
+
+
+def _model_name(meta: dict, summary: dict, tables: dict[str, pd.DataFrame],
+                fallback: str) -> str:
+    for source in (summary, meta):
+        if source.get("model"):
+            return str(source["model"])
+    for frame in tables.values():
+        if len(frame):
+            return str(frame["model"].iloc[0])
+    return fallback
+
+
+def _combine(parts: list[_Part]) -> Runs:
+    _rename_duplicates(parts)
+    tables = {}
+    for name in TABLES:
+        frames = [_with_model(part.tables[name], part.model) for part in parts]
+        frames = [frame for frame in frames if len(frame)]
+        tables[name] = pd.concat(frames, ignore_index=True) if frames else _empty(name)
+    return Runs(
+        models=tuple(part.model for part in parts),
+        meta={part.model: part.meta for part in parts},
+        summary={part.model: part.summary for part in parts},
+        sources={part.model: part.source for part in parts},
+        **tables,
+    )
+
+
+def _rename_duplicates(parts: list[_Part]) -> None:
+    """Two runs with the same name (e.g. two seeds) would merge their rows: keep them apart."""
+    seen: dict[str, int] = {}
+    for part in parts:
+        count = seen.get(part.model, 0) + 1
+        seen[part.model] = count
+        if count > 1:
+            renamed = f"{part.model} ({count})"
+            warnings.warn(f"two runs are named {part.model!r}; the one from {part.source} is "
+                          f"shown as {renamed!r}", stacklevel=3)
+            part.model = renamed
+
+
+def _with_model(frame: pd.DataFrame, model: str) -> pd.DataFrame:
+    # The run's name wins over whatever the rows say, so renamed duplicates stay apart.
+    if len(frame) and not (frame["model"] == model).all():
+        frame = frame.assign(model=model)
+    return frame
+
+
+def _infer_layer_types(runs: Runs, model: str) -> dict[int, str]:
+    """Layer index -> layer type, from summary.json, else first_token.csv, else the tables."""
+    summary = runs.summary[model]
+    declared = {int(entry["layer"]): str(entry.get("layer_type") or ATTENTION)
+                for entry in summary.get("layers") or [] if "layer" in entry}
+    first_token = runs.rows("first_token", model)
+    from_table = dict(zip(first_token["layer"].astype(int), first_token["layer_type"]))
+    attention_layers = summary.get("attention_layers")
+    num_layers = summary.get("num_layers") or _max_layer(runs, model) + 1
+    types = {}
+    for layer in range(int(num_layers)):
+        if layer in declared:
+            types[layer] = declared[layer]
+        elif from_table.get(layer) in (ATTENTION, LINEAR_ATTENTION):
+            types[layer] = from_table[layer]
+        elif attention_layers is not None:
+            types[layer] = ATTENTION if layer in attention_layers else LINEAR_ATTENTION
+        else:
+            types[layer] = ATTENTION
+    return types
+
+
+def _max_layer(runs: Runs, model: str) -> int:
+    found = [runs.rows(name, model)["layer"].max() for name in TABLES if name != "training"]
+    found = [value for value in found if pd.notna(value)]
+    return int(max(found)) if found else -1

@@ -1,0 +1,64 @@
+"""Names and column types of the run directory (docs/run-directory.md), in one place.
+
+Every other module refers to these constants instead of spelling file or column names, so a
+change of the format touches this file only.
+"""
+
+from __future__ import annotations
+
+# Column kinds: "str" columns are kept verbatim (a token may be "NA" or ""), "int" and "float"
+# are parsed with NaN for empty or "nan" cells.
+TABLES: dict[str, dict[str, str]] = {
+    "gates": {"model": "str", "layer": "int", "head": "int", "group": "str", "metric": "str",
+              "value": "float"},
+    "gate_hist": {"model": "str", "layer": "int", "head": "int", "bin_lo": "float",
+                  "bin_hi": "float", "count": "float"},
+    "first_token": {"model": "str", "layer": "int", "head": "int", "layer_type": "str",
+                    "metric": "str", "value": "float"},
+    "massive": {"model": "str", "layer": "int", "site": "str", "metric": "str", "value": "float"},
+    "massive_top": {"model": "str", "layer": "int", "site": "str", "rank": "int",
+                    "value": "float", "abs_value": "float", "sequence": "int", "position": "int",
+                    "dim": "int", "token_id": "int", "token": "str"},
+    "sparsity": {"model": "str", "layer": "int", "variant": "str", "threshold": "float",
+                 "value": "float"},
+    "attention_patterns": {"model": "str", "layer": "int", "query": "int", "key": "int",
+                           "value": "float"},
+    "training": {"model": "str", "step": "int", "tokens": "float", "lr": "float",
+                 "train_loss": "float", "eval_loss": "float", "grad_norm": "float",
+                 "spike": "bool"},
+}
+
+META_FILE = "meta.json"
+SUMMARY_FILE = "summary.json"
+
+ATTENTION = "attention"
+LINEAR_ATTENTION = "linear_attention"
+
+# M-Act sites in the order of the decoder layer's data flow (paper Figure 6).
+SITES = ("attn_out", "resid_mid", "mlp_out", "resid_post")
+SITE_LABELS = {
+    "attn_out": "attention output",
+    "resid_mid": "residual after attention",
+    "mlp_out": "MLP output",
+    "resid_post": "layer output",
+}
+
+# Sparsity variants, from no gate to the dynamic gate (paper Figure 5).
+VARIANTS = ("ungated", "mean_gate", "gated")
+VARIANT_LABELS = {
+    "ungated": "ungated O",
+    "mean_gate": "O × mean gate (uniform control)",
+    "gated": "O ⊙ g (dynamic gate)",
+}
+HEADLINE_THRESHOLDS = (1e-2, 1e-3)
+
+# Gate saturation metrics of gates.csv, low end first.
+SATURATION_METRICS = ("frac_lt_0.01", "frac_lt_0.1", "frac_lt_0.5", "frac_gt_0.9",
+                      "frac_gt_0.99")
+SATURATION_LABELS = {
+    "frac_lt_0.01": "< 0.01",
+    "frac_lt_0.1": "< 0.1",
+    "frac_lt_0.5": "< 0.5",
+    "frac_gt_0.9": "> 0.9",
+    "frac_gt_0.99": "> 0.99",
+}

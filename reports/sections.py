@@ -1,0 +1,272 @@
+"""What the report says, independent of its format: sections of figures, tables and notes.
+
+HTML and PDF both render this list, so the two formats cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure, SubFigure
+
+from reports import notes, plots, tables
+from reports.plots.attention_patterns import choose_pattern_layers
+from reports.reference import figure5_caption, table4_caption
+from reports.runs import Runs
+from reports.schema import ATTENTION, HEADLINE_THRESHOLDS
+from reports.text import visible_token
+
+# `draw(None)` makes a figure of its natural size (HTML); `draw(subfigure)` fills a PDF page.
+Draw = Callable[[Figure | SubFigure | None], Figure | SubFigure]
+
+
+@dataclass(frozen=True)
+class FigureItem:
+    id: str
+    title: str
+    draw: Draw
+    caption: str
+
+
+@dataclass(frozen=True)
+class TableItem:
+    id: str
+    title: str
+    frame: pd.DataFrame  # display strings; the index is the first column
+    caption: str
+    index_label: str = "model"
+
+
+Item = FigureItem | TableItem
+
+
+@dataclass(frozen=True)
+class Section:
+    id: str
+    title: str
+    intro: str
+    items: list[Item]
+    notes: list[str] = field(default_factory=list)
+
+
+def build_sections(runs: Runs) -> list[Section]:
+    return [
+        _summary(runs),
+        _first_token(runs),
+        _attention_patterns(runs),
+        _massive(runs),
+        _gates(runs),
+        _sparsity(runs),
+        _training(runs),
+        _provenance(runs),
+    ]
+
+
+def _figure(plot: Callable[..., Figure | SubFigure]) -> Draw:
+    return lambda target: plot(fig=target)
+
+
+def _axes(plot: Callable[..., Axes]) -> Draw:
+    def draw(target: Figure | SubFigure | None) -> Figure | SubFigure:
+        ax = plot(ax=None if target is None else target.add_subplot())
+        return ax.figure
+
+    return draw
+
+
+def _summary(runs: Runs) -> Section:
+    caption = ("Mean gate: mean sigmoid gate score over all gated layers, heads, positions (and "
+               "dimensions for elementwise gates). M-Act: mean over layers of the largest "
+               "|layer output|. F-Attn (t ≥ 1): attention probability on the first token, "
+               "averaged over heads per layer, then over attention layers, for query positions "
+               "t ≥ 1; paper-style also counts t = 0, where it is 1 by causality; uniform: "
+               "mean_t 1/(t+1), the value without any preference. Sink rate: share of (layer, "
+               "head) with F-Attn > 0.3. Loss / perplexity: held-out next-token loss. "
+               f"n/a: does not apply or was not measured. {table4_caption()}")
+    return Section(
+        id="summary", title="Summary",
+        intro=("One row per model. The questions: does the gate lower the attention on the "
+               "first token (F-Attn) and the largest activations (M-Act), and at what loss?"),
+        items=[TableItem("summary-table", "Model summary (paper Table 4 style)",
+                         tables.summary_display(runs), caption)],
+        notes=notes.no_gate_notes(runs) + notes.depth_notes(runs),
+    )
+
+
+def _first_token(runs: Runs) -> Section:
+    heatmap = FigureItem(
+        "f-attn-heatmap", "F-Attn per layer and head",
+        _figure(partial(plots.plot_first_token_heatmap, runs)),
+        "Attention probability on the first token (key 0), averaged over sequences and over "
+        "query positions t ≥ 1, for every layer (rows) and head (columns); one panel per "
+        "model, one colour scale shared by all panels. Hatched rows are linear-attention "
+        "layers, where F-Attn does not apply.")
+    by_layer = FigureItem(
+        "f-attn-by-layer", "F-Attn per layer",
+        _axes(partial(plots.plot_first_token_by_layer, runs)),
+        "Head-mean F-Attn per attention layer, one line per model. The dashed line in each "
+        "model's colour is its uniform reference mean_t 1/(t+1): the first-token weight if "
+        "every query attended evenly to all keys it can see. A sink shows as F-Attn far above "
+        "it. Linear-attention layers have no point.")
+    return Section(
+        id="first-token", title="Attention on the first token (F-Attn)",
+        intro=("Attention sinks: heads that park their attention on the first token. The paper "
+               "finds that an output gate removes them because the gate, not the softmax, can "
+               "now switch a head off."),
+        items=[heatmap, by_layer],
+        notes=notes.linear_layer_notes(runs, "F-Attn") + notes.depth_notes(runs),
+    )
+
+
+def _attention_patterns(runs: Runs) -> Section:
+    prompts: dict[str, list[str]] = {}  # prompt text -> models that used it
+    for model in runs.models:
+        tokens = runs.meta[model].get("display_tokens")
+        if tokens:
+            text = " ".join(visible_token(token, 24) for token in tokens)
+            prompts.setdefault(text, []).append(model)
+    shown = "; ".join(f"{model}: layers {', '.join(map(str, layers))}"
+                      for model in runs.models
+                      if (layers := choose_pattern_layers(runs, model)))
+    caption = ("Softmax attention of a short display prompt, averaged over heads, for the "
+               "first, middle and last attention layer with a saved pattern, one row per model"
+               f"{' (' + shown + ')' if shown else ''}. Rows are query tokens, columns key "
+               "tokens; a bright first column is a sink. Colour: square root of the weight, "
+               "0 to 1, shared by all panels. Grey cells above the diagonal are masked by "
+               "causality. ␣ marks a space, ↵ a newline.")
+    if len(prompts) == 1:
+        caption += f" Prompt tokens: {next(iter(prompts))}"
+    elif prompts:
+        caption += " Prompt tokens: " + "; ".join(f"{', '.join(models)}: {text}"
+                                                   for text, models in prompts.items())
+    figure = FigureItem("attention-patterns-figure", "Attention patterns of the display prompt",
+                        _figure(partial(plots.plot_attention_patterns, runs)),
+                        caption)
+    return Section(
+        id="attention-patterns", title="Attention patterns",
+        intro="What the heads attend to on one short prompt, baseline and gated side by side.",
+        items=[figure],
+        notes=notes.pattern_notes(runs) + notes.linear_layer_notes(runs, "an attention pattern"),
+    )
+
+
+def _massive(runs: Runs) -> Section:
+    figure = FigureItem(
+        "m-act-figure", "M-Act per layer at four sites",
+        _figure(partial(plots.plot_massive_activations, runs)),
+        "Largest |activation| over all tokens and hidden dimensions per layer (solid, log "
+        "scale) at four points of each decoder layer: the attention branch output (after "
+        "o_proj), the residual stream after attention, the MLP output and the layer output. "
+        "Dotted: median |activation| of the same tensor (from a log-spaced histogram), for the "
+        "typical scale. Every layer type has M-Act, linear-attention layers included.")
+    top = TableItem(
+        "m-act-top", "Largest activations",
+        tables.massive_top_display(runs),
+        "The largest |activation| values of each model over all layers and sites, with the "
+        "token at that position, its position in the sequence, the sequence index and the "
+        "hidden dimension. Massive activations concentrate on few dimensions and often on the "
+        "first token.")
+    return Section(
+        id="massive-activations", title="Massive activations (M-Act)",
+        intro=("Massive activations are a few hidden-state values orders of magnitude above the "
+               "rest; in the paper they go together with attention sinks and shrink with the "
+               "gate."),
+        items=[figure, top],
+        notes=notes.depth_notes(runs),
+    )
+
+
+def _gates(runs: Runs) -> Section:
+    items: list[Item] = [
+        FigureItem("gate-histograms", "Gate score distributions per layer",
+                   _figure(partial(plots.plot_gate_histograms, runs)),
+                   "Histogram of sigmoid gate scores (50 equal bins on [0, 1]) per gated layer, "
+                   "summed over heads and shown as the share of all scores of that layer; log "
+                   "y scale. Mass near 0 means the gate mostly closes, which is what makes the "
+                   "gated output sparse."),
+        FigureItem("gate-stats", "Gate score statistics per layer",
+                   _axes(partial(plots.plot_gate_stats_by_layer, runs)),
+                   "Mean gate score per layer (line) with ±1 standard deviation (band) and the "
+                   "minimum and maximum (thin dashed), pooled over heads with their element "
+                   "counts."),
+        FigureItem("gate-heatmap", "Mean gate score per layer and head",
+                   _figure(partial(plots.plot_gate_heatmap, runs)),
+                   "Mean gate score for every layer (rows) and head (columns) of each gated "
+                   "model, one colour scale for all panels. Hatched rows are layers without an "
+                   "output gate on softmax attention (linear attention)."),
+        FigureItem("gate-saturation", "Gate saturation",
+                   _axes(partial(plots.plot_gate_saturation, runs)),
+                   "Share of all gate scores below 0.01, 0.1, 0.5 and above 0.9, 0.99, pooled "
+                   "over layers and heads with their element counts. Many scores near 0 with "
+                   "few near 1 is the sparse gating the paper reports."),
+        TableItem("gate-position", "Gate score by position",
+                  tables.gate_position_display(runs),
+                  "Mean gate score over all positions, at position 0 (the first token) and at "
+                  "positions ≥ 1. A gate that closes on later queries is how a head can skip "
+                  "the first token without a sink."),
+    ]
+    return Section(
+        id="gates", title="Gate scores",
+        intro=("The gate multiplies each head's attention output by sigmoid(x W_g) before the "
+               "output projection; scores near 0 switch the head off for that token."),
+        items=items,
+        notes=notes.no_gate_notes(runs) + notes.linear_layer_notes(runs, "the output gate"),
+    )
+
+
+def _sparsity(runs: Runs) -> Section:
+    thresholds = " and ".join(f"{t:g}" for t in HEADLINE_THRESHOLDS)
+    by_layer = FigureItem(
+        "sparsity-by-layer", "Sparsity per layer",
+        _figure(partial(plots.plot_sparsity_by_layer, runs)),
+        f"Share of attention-output elements with |x| below {thresholds}, per layer: the "
+        "ungated output O, the uniform control O × (the layer's mean gate score), and the "
+        "dynamically gated O ⊙ g that o_proj receives. If the dynamic gate is sparser than the "
+        f"control, sparsity comes from where the gate closes, not from scaling. "
+        f"{figure5_caption()}")
+    sweep = FigureItem(
+        "sparsity-sweep", "Sparsity over the threshold sweep",
+        _figure(partial(plots.plot_sparsity_sweep, runs)),
+        "Share of attention-output elements with |x| < τ over the saved threshold sweep (log "
+        "x), averaged over layers; one panel per variant, one line per model.")
+    return Section(
+        id="sparsity", title="Sparsity of the attention output",
+        intro="How much of what the attention passes on is (near) zero, with and without gate.",
+        items=[by_layer, sweep],
+        notes=notes.sparsity_notes(runs),
+    )
+
+
+def _training(runs: Runs) -> Section:
+    figure = FigureItem(
+        "training-curves", "Training curves",
+        _figure(partial(plots.plot_training, runs)),
+        "Training loss per step (solid), held-out loss where evaluated (dashed, markers) and "
+        "the gradient norm, per model; black crosses mark steps flagged as loss "
+        "spikes in training.csv.")
+    return Section(
+        id="training", title="Training",
+        intro="Runs trained with probe log loss and gradient norm; the gate should damp spikes.",
+        items=[figure],
+        notes=notes.training_notes(runs),
+    )
+
+
+def _provenance(runs: Runs) -> Section:
+    table = TableItem(
+        "provenance-table", "Provenance", tables.provenance_table(runs),
+        "From each run's meta.json: the checkpoint and data analysed, token counts, what sits "
+        "at position 0 (BOS policy), thresholds, package versions and the command line.",
+        index_label="field")
+    attention = {model: len(runs.layers_of_type(model, ATTENTION)) for model in runs.models}
+    return Section(
+        id="provenance", title="Provenance",
+        intro=("Where the numbers come from. Models: "
+               + ", ".join(f"{model} ({runs.num_layers(model)} layers, {attention[model]} with "
+                           "softmax attention)" for model in runs.models) + "."),
+        items=[table],
+    )

@@ -1,0 +1,223 @@
+"""Tables of the report as DataFrames: numbers for notebooks, `display_*` strings for output.
+
+Each `*_table` function returns the raw values; `as_display` turns any of them into strings
+with one explicit marker for "does not apply", which HTML and PDF render alike.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from reports.frames import gate_mean_by_group
+from reports.runs import Runs, load_runs
+from reports.schema import ATTENTION, SITE_LABELS
+from reports.text import visible_token
+
+NOT_APPLICABLE = "n/a"
+
+SUMMARY_COLUMNS = {
+    "gate_layout": "gate layout",
+    "layers": "layers (attention / all)",
+    "mean_gate": "mean gate",
+    "m_act": "M-Act",
+    "f_attn": "F-Attn (t ≥ 1)",
+    "f_attn_paper": "F-Attn paper-style",
+    "f_attn_uniform": "uniform F-Attn",
+    "sink_rate": "sink rate",
+    "loss": "loss",
+    "perplexity": "perplexity",
+    "tokens": "tokens",
+}
+
+
+def summary_table(runs: Any) -> pd.DataFrame:
+    """One row per model with the paper's Table 4 quantities (NaN where they do not apply)."""
+    runs = load_runs(runs)
+    records = []
+    for model in runs.models:
+        summary = runs.summary[model]
+        attention = len(runs.layers_of_type(model, ATTENTION))
+        record: dict[str, Any] = {
+            "model": model,
+            "gate_layout": summary.get("gate_layout") or ("none" if not runs.is_gated(model)
+                                                         else NOT_APPLICABLE),
+            "layers": f"{attention} / {runs.num_layers(model)}",
+        }
+        for key in list(SUMMARY_COLUMNS)[2:]:
+            record[key] = _number(summary.get(key))
+        records.append(record)
+    return pd.DataFrame.from_records(records).set_index("model")
+
+
+def summary_display(runs: Any) -> pd.DataFrame:
+    runs = load_runs(runs)
+    frame = summary_table(runs)
+    formats: dict[str, Callable[[Any], str]] = {
+        "mean_gate": _fixed(3), "m_act": _significant, "f_attn": _fixed(3),
+        "f_attn_paper": _fixed(3), "f_attn_uniform": _fixed(3), "sink_rate": _fixed(3),
+        "loss": _fixed(3), "perplexity": _significant, "tokens": _count,
+    }
+    display = as_display(frame, formats)
+    for model in runs.ungated_models:
+        display.loc[model, "mean_gate"] = "no gate"
+    return display.rename(columns=SUMMARY_COLUMNS)
+
+
+def massive_top_table(runs: Any, per_model: int = 8) -> pd.DataFrame:
+    """The largest |h| of each model over all layers and sites, with where they sit."""
+    runs = load_runs(runs)
+    top = runs.massive_top
+    columns = ["model", "layer", "site", "value", "token", "position", "sequence", "dim"]
+    if top.empty:
+        return pd.DataFrame(columns=columns)
+    ordered = top.sort_values(["model", "abs_value", "layer", "site", "rank"],
+                              ascending=[True, False, True, True, True], kind="stable")
+    picked = ordered.groupby("model", sort=False).head(per_model)
+    picked = picked.assign(model=pd.Categorical(picked["model"], categories=list(runs.models)))
+    picked = picked.sort_values(["model", "abs_value"], ascending=[True, False], kind="stable")
+    picked = picked.assign(model=picked["model"].astype(str))
+    return picked[columns].reset_index(drop=True)
+
+
+def massive_top_display(runs: Any, per_model: int = 8) -> pd.DataFrame:
+    frame = massive_top_table(runs, per_model)
+    display = as_display(frame, {"value": _significant, "layer": _count, "position": _count,
+                                 "sequence": _count, "dim": _count})
+    display["site"] = [SITE_LABELS.get(site, site) for site in frame["site"]]
+    display["token"] = [repr_token(token) for token in frame["token"]]
+    return display.set_index("model")
+
+
+def repr_token(token: Any) -> str:
+    """A token as its quoted text with whitespace made visible: " the" -> '␣the'."""
+    return f"“{visible_token(token, limit=24)}”"
+
+
+def gate_position_table(runs: Any) -> pd.DataFrame:
+    """Mean gate score over all positions, at position 0 and at positions >= 1, per gated model."""
+    runs = load_runs(runs)
+    means = gate_mean_by_group(runs)
+    if means.empty:
+        return pd.DataFrame(columns=["all", "first", "rest"])
+    wide = means.pivot(index="model", columns="group", values="mean")
+    wide = wide.reindex(index=[m for m in runs.models if m in wide.index],
+                        columns=["all", "first", "rest"])
+    wide.columns.name = None
+    return wide
+
+
+def gate_position_display(runs: Any) -> pd.DataFrame:
+    frame = gate_position_table(runs)
+    display = as_display(frame, {column: _fixed(3) for column in frame.columns})
+    return display.rename(columns={"all": "all positions", "first": "position 0",
+                                   "rest": "positions ≥ 1"})
+
+
+# Provenance rows: label and the meta.json keys that may hold it (first present wins).
+PROVENANCE_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("checkpoint", ("checkpoint", "checkpoint_path", "model_path")),
+    ("architecture", ("architecture", "architectures")),
+    ("model type", ("model_type",)),
+    ("gate layout", ("gate_layout",)),
+    ("config hash", ("config_hash",)),
+    ("dtype", ("dtype",)),
+    ("device", ("device",)),
+    ("data", ("data", "data_path", "dataset")),
+    ("tokens", ("tokens", "num_tokens", "token_count")),
+    ("sequences", ("sequences", "num_sequences")),
+    ("sequence length", ("seq_len", "sequence_length")),
+    ("BOS policy", ("bos_policy", "bos")),
+    ("position 0 holds", ("position_0", "position0", "first_token")),
+    ("thresholds", ("thresholds",)),
+    ("seed", ("seed",)),
+    ("versions", ("versions", "package_versions")),
+    ("command line", ("command", "command_line", "argv")),
+    ("created", ("created", "timestamp", "created_at")),
+)
+# Shown elsewhere (the attention-pattern caption) or redundant with the table's header.
+_PROVENANCE_SKIP = {"display_tokens", "model"}
+
+
+def provenance_table(runs: Any) -> pd.DataFrame:
+    """Rows: provenance fields from meta.json (known ones first, then any other key);
+    columns: models. Token counts fall back to summary.json when meta.json lacks them."""
+    runs = load_runs(runs)
+    rows: dict[str, dict[str, str]] = {"source": dict(runs.sources)}
+    used: dict[str, set[str]] = {model: set(_PROVENANCE_SKIP) for model in runs.models}
+    for label, keys in PROVENANCE_FIELDS:
+        for model in runs.models:
+            meta = runs.meta[model]
+            key = next((key for key in keys if key in meta), None)
+            if key is None and label in ("tokens", "sequences"):
+                value = runs.summary[model].get(label)
+            else:
+                value = meta.get(key) if key else None
+                used[model].add(key or "")
+            if value is not None:
+                rows.setdefault(label, {})[model] = format_value(value)
+    for model in runs.models:
+        for key, value in runs.meta[model].items():
+            if key not in used[model]:
+                rows.setdefault(key, {})[model] = format_value(value)
+    frame = pd.DataFrame.from_dict(rows, orient="index", columns=list(runs.models))
+    return frame.fillna("—")
+
+
+def format_value(value: Any) -> str:
+    """A meta.json value as one readable line: dicts as "k=v, ...", lists comma-joined."""
+    if isinstance(value, Mapping):
+        return ", ".join(f"{key}={format_value(item)}" for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        if all(isinstance(item, str) for item in value):
+            return " ".join(value)  # an argv list reads as the command line it was
+        return ", ".join(format_value(item) for item in value)
+    if isinstance(value, float):
+        return _significant(value)
+    if isinstance(value, (str, int, bool)) or value is None:
+        return str(value)
+    return json.dumps(value, default=str)
+
+
+def as_display(frame: pd.DataFrame, formats: Mapping[str, Callable[[Any], str]]
+               ) -> pd.DataFrame:
+    """Strings for every cell; NaN becomes the "does not apply" marker."""
+    display = frame.copy().astype(object)
+    for column in display.columns:
+        formatter = formats.get(column, str)
+        display[column] = [NOT_APPLICABLE if _missing(value) else formatter(value)
+                           for value in frame[column]]
+    return display
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return np.nan
+
+
+def _fixed(digits: int) -> Callable[[Any], str]:
+    return lambda value: f"{float(value):.{digits}f}"
+
+
+def _significant(value: Any) -> str:
+    value = float(value)
+    if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+        return f"{value:.3g}"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def _count(value: Any) -> str:
+    return f"{int(round(float(value))):,}"

@@ -1,0 +1,264 @@
+"""Synthetic run directories, written per docs/run-directory.md with seeded numbers.
+
+Three runs cover the cases a report must survive:
+- `baseline`: 4 attention layers, no gate, a sink, a training log.
+- `headwise`: 4 attention layers, headwise gate, no training log, no attention patterns.
+- `hybrid`: 6 layers of which 0-2 and 4 are linear attention (Qwen3-Next style), elementwise
+  gate, a training log; tokens that need escaping ("$", "<b>", a newline).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+SITES = ("attn_out", "resid_mid", "mlp_out", "resid_post")
+SWEEP = (1e-4, 1e-3, 1e-2, 3e-2, 1e-1)
+GATE_METRICS = ("count", "mean", "std", "min", "max", "frac_lt_0.01", "frac_lt_0.1",
+                "frac_lt_0.5", "frac_gt_0.9", "frac_gt_0.99")
+DISPLAY_TOKENS = ["<s>", "The", " cat", " costs", " $5", ".", "\n", "<b>", " It", " sat"]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    name: str
+    num_layers: int
+    num_heads: int
+    linear_layers: tuple[int, ...]
+    gate_layout: str  # "none" for the baseline
+    sink: float  # typical F-Attn of a sink head
+    massive: float  # typical max |h| of the layer output
+    training: bool
+    patterns: bool
+
+    @property
+    def gated(self) -> bool:
+        return self.gate_layout != "none"
+
+    def layer_type(self, layer: int) -> str:
+        return "linear_attention" if layer in self.linear_layers else "attention"
+
+    @property
+    def attention_layers(self) -> list[int]:
+        return [l for l in range(self.num_layers) if l not in self.linear_layers]
+
+
+SPECS = (
+    RunSpec("baseline", 4, 4, (), "none", 0.55, 900.0, training=True, patterns=True),
+    RunSpec("headwise", 4, 4, (), "official_headwise", 0.08, 90.0, training=False,
+            patterns=False),
+    RunSpec("hybrid", 6, 4, (0, 1, 2, 4), "qwen3_next", 0.05, 60.0, training=True,
+            patterns=True),
+)
+
+
+def write_run(root: Path, spec: RunSpec, seed: int) -> Path:
+    rng = np.random.default_rng(seed)
+    path = root / spec.name
+    path.mkdir(parents=True)
+    f_attn = _first_token(spec, rng)
+    gates = _gates(spec, rng)
+    tables = {
+        "first_token": f_attn,
+        "massive": _massive(spec, rng),
+        "massive_top": _massive_top(spec, rng),
+        "sparsity": _sparsity(spec, rng),
+        "gates": gates,
+    }
+    if spec.gated:
+        tables["gate_hist"] = _gate_hist(spec, rng)
+    if spec.patterns:
+        tables["attention_patterns"] = _patterns(spec, rng)
+    if spec.training:
+        tables["training"] = _training(spec, rng)
+    for name, frame in tables.items():
+        frame.insert(0, "model", spec.name)
+        frame.to_csv(path / f"{name}.csv", index=False)
+    (path / "meta.json").write_text(json.dumps(_meta(spec), indent=1), encoding="utf-8")
+    (path / "summary.json").write_text(json.dumps(_summary(spec, f_attn, gates), indent=1),
+                                       encoding="utf-8")
+    return path
+
+
+def _first_token(spec: RunSpec, rng) -> pd.DataFrame:
+    rows = []
+    for layer in range(spec.num_layers):
+        for head in range(spec.num_heads):
+            linear = layer in spec.linear_layers
+            value = np.nan if linear else float(np.clip(rng.normal(spec.sink, 0.05), 0.01, 0.99))
+            for metric, number in (("f_attn", value),
+                                   ("f_attn_paper", np.nan if linear else value + 0.05),
+                                   ("n_queries", 1016.0)):
+                rows.append({"layer": layer, "head": head, "layer_type": spec.layer_type(layer),
+                             "metric": metric, "value": number})
+    return pd.DataFrame(rows)
+
+
+def _gates(spec: RunSpec, rng) -> pd.DataFrame:
+    rows = []
+    if not spec.gated:
+        return pd.DataFrame(columns=["layer", "head", "group", "metric", "value"])
+    for layer in spec.attention_layers:
+        for head in range(spec.num_heads):
+            for group, count in (("all", 4096), ("first", 8), ("rest", 4088)):
+                mean = float(rng.uniform(0.1, 0.35))
+                values = {"count": count, "mean": mean, "std": mean / 2, "min": 0.001,
+                          "max": float(rng.uniform(0.8, 0.99)), "frac_lt_0.01": 0.05,
+                          "frac_lt_0.1": 0.3, "frac_lt_0.5": 0.85, "frac_gt_0.9": 0.02,
+                          "frac_gt_0.99": 0.001}
+                rows += [{"layer": layer, "head": head, "group": group, "metric": m,
+                          "value": values[m]} for m in GATE_METRICS]
+    return pd.DataFrame(rows)
+
+
+def _gate_hist(spec: RunSpec, rng) -> pd.DataFrame:
+    edges = np.linspace(0, 1, 51)
+    rows = []
+    for layer in spec.attention_layers:
+        for head in range(spec.num_heads):
+            counts, _ = np.histogram(rng.beta(1.2, 5.0, size=4096), bins=edges)
+            rows += [{"layer": layer, "head": head, "bin_lo": edges[i], "bin_hi": edges[i + 1],
+                      "count": int(counts[i])} for i in range(50)]
+    return pd.DataFrame(rows)
+
+
+def _massive(spec: RunSpec, rng) -> pd.DataFrame:
+    rows = []
+    for layer in range(spec.num_layers):
+        for index, site in enumerate(SITES):
+            peak = spec.massive * (0.2 + 0.8 * layer / spec.num_layers) * (0.3 + 0.25 * index)
+            for metric, value in (("max_abs", peak * rng.uniform(0.8, 1.2)),
+                                  ("median_abs", rng.uniform(0.2, 0.6)), ("count", 1.0e6)):
+                rows.append({"layer": layer, "site": site, "metric": metric, "value": value})
+    return pd.DataFrame(rows)
+
+
+def _massive_top(spec: RunSpec, rng) -> pd.DataFrame:
+    rows = []
+    for layer in range(spec.num_layers):
+        for site in SITES:
+            top = np.sort(rng.uniform(1, spec.massive, size=3))[::-1]
+            for rank, value in enumerate(top, start=1):
+                position = int(rng.integers(0, len(DISPLAY_TOKENS)))
+                rows.append({"layer": layer, "site": site, "rank": rank,
+                             "value": float(value) * (-1) ** rank, "abs_value": float(value),
+                             "sequence": int(rng.integers(0, 8)), "position": position,
+                             "dim": int(rng.integers(0, 64)), "token_id": position + 10,
+                             "token": DISPLAY_TOKENS[position]})
+    return pd.DataFrame(rows)
+
+
+def _sparsity(spec: RunSpec, rng) -> pd.DataFrame:
+    rows = []
+    variants = ("ungated", "mean_gate", "gated") if spec.gated else ("ungated", "gated")
+    for layer in spec.attention_layers:
+        base = rng.uniform(0.01, 0.05)
+        for threshold in SWEEP:
+            scale = (threshold / 1e-2) ** 0.5
+            shares = {"ungated": base * scale, "mean_gate": 8 * base * scale,
+                      "gated": 12 * base * scale}
+            if not spec.gated:
+                shares["gated"] = shares["ungated"]
+            rows += [{"layer": layer, "variant": v, "threshold": threshold,
+                      "value": min(shares[v], 1.0)} for v in variants]
+    return pd.DataFrame(rows)
+
+
+def _patterns(spec: RunSpec, rng) -> pd.DataFrame:
+    size = len(DISPLAY_TOKENS)
+    rows = []
+    for layer in spec.attention_layers:
+        for query in range(size):
+            weights = rng.dirichlet(np.ones(query + 1))
+            weights = (1 - spec.sink) * weights + spec.sink * (np.arange(query + 1) == 0)
+            rows += [{"layer": layer, "query": query, "key": key, "value": float(weights[key])}
+                     for key in range(query + 1)]
+    return pd.DataFrame(rows)
+
+
+def _training(spec: RunSpec, rng) -> pd.DataFrame:
+    steps = np.arange(0, 201, 10)
+    loss = 5.5 * np.exp(-steps / 120) + 1.5 + rng.normal(0, 0.03, size=len(steps))
+    spike = np.isin(steps, (70, 150))
+    loss[spike] += 0.6
+    return pd.DataFrame({
+        "step": steps, "tokens": steps * 4096, "lr": 1e-3,
+        "train_loss": loss,
+        "eval_loss": np.where(steps % 50 == 0, loss + 0.1, np.nan),
+        "grad_norm": rng.uniform(0.5, 1.5, size=len(steps)) + spike * 5,
+        "spike": spike,
+    })
+
+
+def _meta(spec: RunSpec) -> dict:
+    return {
+        "model": spec.name,
+        "checkpoint": f"/checkpoints/{spec.name}",
+        "config_hash": "sha256:0123456789ab",
+        "architecture": "Qwen3NextForCausalLM" if spec.linear_layers else "Qwen3ForCausalLM",
+        "gate_layout": spec.gate_layout,
+        "dtype": "float32", "device": "cpu",
+        "data": "tests/data/docstrings.txt", "tokens": 8192, "sequences": 8, "seq_len": 1024,
+        "bos_policy": "tokenizer adds none; probe prepends <s>",
+        "position_0": "<s>",
+        "thresholds": {"sink": 0.3, "sparsity": [1e-2, 1e-3]},
+        "seed": 0,
+        "versions": {"probe": "0.1.0", "torch": "2.13.0", "transformers": "5.24.0"},
+        "command": ["probe", "analyze", f"/checkpoints/{spec.name}", "--data",
+                    "tests/data/docstrings.txt", "--out", f"runs/{spec.name}"],
+        "created": "2026-11-01T12:00:00Z",
+        "display_tokens": DISPLAY_TOKENS,
+    }
+
+
+def _summary(spec: RunSpec, f_attn: pd.DataFrame, gates: pd.DataFrame) -> dict:
+    heads = f_attn[f_attn["metric"] == "f_attn"]
+    means = gates[(gates["metric"] == "mean") & (gates["group"] == "all")]
+    layers = []
+    for layer in range(spec.num_layers):
+        layer_f = heads[heads["layer"] == layer]["value"]
+        layer_g = means[means["layer"] == layer]["value"]
+        layers.append({
+            "layer": layer, "layer_type": spec.layer_type(layer),
+            "f_attn": None if layer_f.isna().all() else float(layer_f.mean()),
+            "mean_gate": float(layer_g.mean()) if len(layer_g) else None,
+            "m_act": {site: 1.0 for site in SITES},
+            "heads": [{"head": h, "f_attn": None, "mean_gate": None}
+                      for h in range(spec.num_heads)],
+        })
+    return {
+        "model": spec.name, "gated": spec.gated, "gate_layout": spec.gate_layout,
+        "num_layers": spec.num_layers, "num_heads": spec.num_heads,
+        "attention_layers": spec.attention_layers,
+        "mean_gate": float(means["value"].mean()) if spec.gated else None,
+        "f_attn": float(heads["value"].mean()), "f_attn_paper": float(heads["value"].mean()) + 0.05,
+        "f_attn_uniform": 0.0068,
+        "sink_rate": float((heads["value"] > 0.3).mean()),
+        "m_act": spec.massive * 0.6, "loss": 2.1 if spec.gated else 2.2,
+        "perplexity": 8.2 if spec.gated else 9.0, "tokens": 8192, "sequences": 8,
+        "layers": layers,
+    }
+
+
+@pytest.fixture(scope="session")
+def run_dirs(tmp_path_factory) -> dict[str, Path]:
+    """name -> run directory, for all three synthetic runs."""
+    root = tmp_path_factory.mktemp("runs")
+    return {spec.name: write_run(root, spec, seed) for seed, spec in enumerate(SPECS)}
+
+
+@pytest.fixture(scope="session")
+def all_runs(run_dirs):
+    import reports
+
+    return reports.load_runs(list(run_dirs.values()))
+
+
+@pytest.fixture(scope="session")
+def specs() -> dict[str, RunSpec]:
+    return {spec.name: spec for spec in SPECS}
