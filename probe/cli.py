@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--format", default="html,pdf")
     c.add_argument("--title")
     _analysis_options(c)
+
+    t = sub.add_parser("train", help="train a small no-gate / headwise / elementwise model to analyse")
+    from .train.cli import add_arguments as add_train_arguments
+
+    add_train_arguments(t)
     return parser
 
 
@@ -69,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore", FutureWarning)
     warnings.formatwarning = lambda msg, *a, **k: f"probe: warning: {msg}\n"
     try:
-        return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare}[args.command](
-            args, command_line)
+        return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
+                "train": cmd_train}[args.command](args, command_line)
     except ProbeError as err:
         print(f"probe: error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -166,6 +171,17 @@ def cmd_compare(args, command_line) -> int:
             print(f"wrote {path}")
     print(f"wrote {out}/")
     return 0
+
+
+def cmd_train(args, command_line) -> int:
+    from .train.cli import run
+
+    try:
+        return run(args, command_line)
+    except KeyboardInterrupt:
+        print(f"probe: interrupted; continue from the last checkpoint with the same command "
+              f"plus --resume (it is in {args.out})", file=sys.stderr)
+        return 130
 
 
 def unique_names(checkpoints) -> list[str]:

@@ -1,0 +1,27 @@
+"""`probe train`: a small controlled pretraining experiment with three matched arms.
+
+    probe train --arm all --tokens 2M --out runs/demo   # no gate, headwise, elementwise
+    probe compare runs/demo/none runs/demo/headwise runs/demo/elementwise \\
+        --data runs/demo/none/heldout.txt --seq-len 128 --out runs/demo/compare
+
+Each arm is a Qwen3-layout decoder saved like the paper's official checkpoints (model_type
+qwen3 plus the gate flag), so `probe analyze` reads it like any released checkpoint.
+See docs/training.md.
+"""
+from .config import ARMS, TrainConfig
+
+__all__ = ["ARMS", "Shape", "TrainConfig", "TrainResult", "build_model", "check_matched",
+           "count_parameters", "model_config", "prepare_data", "train"]
+
+_LAZY = {"TrainResult": "loop", "prepare_data": "loop", "train": "loop", "Shape": "model",
+         "build_model": "model", "check_matched": "model", "count_parameters": "model",
+         "model_config": "model"}
+
+
+def __getattr__(name):
+    # The model and loop modules import transformers; `probe --help` should not wait for it.
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(name)

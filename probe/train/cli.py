@@ -1,0 +1,136 @@
+"""`probe train`: arguments and the command, kept here so that probe/cli.py only wires it in."""
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import replace
+from pathlib import Path
+
+from ..errors import ProbeError
+from .config import ARMS, TrainConfig
+
+_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
+
+
+def token_count(text: str) -> int:
+    """'2000000', '2M', '500k', '1.5m' -> int."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a token count (e.g. 2000000, 2M, 500k)")
+    return int(float(match.group(1)) * _SUFFIX[match.group(2).lower()])
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = TrainConfig()
+    p.add_argument("--arm", choices=ARMS + ("all",), required=True,
+                   help="no gate, headwise or elementwise output gate, or all three (into OUT/ARM)")
+    p.add_argument("--out", required=True, help="output directory (a checkpoint probe analyze loads)")
+    p.add_argument("--data", nargs="+", metavar="FILE",
+                   help="text files, folders or JSONL; default: this Python's standard library sources")
+    p.add_argument("--tokens", type=token_count, default=d.tokens,
+                   help=f"training tokens, e.g. 2M (default {d.tokens:,}); steps = tokens / (batch * seq-len)")
+    p.add_argument("--seed", type=int, default=d.seed, help="initialisation and data order")
+    p.add_argument("--lr", type=float, default=d.lr, help=f"peak learning rate (default {d.lr:g})")
+    p.add_argument("--warmup", type=float, default=d.warmup,
+                   help="warmup: a fraction of the steps (< 1) or a number of steps (default 0.05)")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--grad-clip", type=float, default=d.grad_clip, help="clip the gradient norm (default 1)")
+    p.add_argument("--layers", type=int, default=d.layers)
+    p.add_argument("--width", type=int, default=d.width, help="hidden size (default 128)")
+    p.add_argument("--heads", type=int, help="query heads (default width/32)")
+    p.add_argument("--kv-heads", type=int, help="key/value heads (default heads/2)")
+    p.add_argument("--mlp-ratio", type=float, default=d.mlp_ratio,
+                   help="baseline MLP width / hidden size (default 4); gated arms pay their gate from it")
+    p.add_argument("--seq-len", type=int, default=d.seq_len, help="tokens per training row, BOS included")
+    p.add_argument("--batch-size", type=int, default=d.batch_size)
+    p.add_argument("--bos", choices=("prepend", "none"), default=d.bos,
+                   help="prepend: every row starts with the BOS token (default); none: rows start mid-text")
+    p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="BPE vocabulary (default 1024)")
+    p.add_argument("--eval-every", type=int, help="held-out evaluation interval in steps (default steps/20)")
+    p.add_argument("--eval-rows", type=int, default=d.eval_rows, help="held-out rows per evaluation")
+    p.add_argument("--save-every", type=int, help="checkpoint interval in steps (default steps/10)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (results are bit-identical only "
+                                               "for the same thread count)")
+    p.add_argument("--name", help="the model's name in training.csv (default: the output folder's name)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoint")
+    p.add_argument("--force", action="store_true", help="replace an existing output directory")
+    p.add_argument("--stop-after", type=int, metavar="STEPS",
+                   help="stop after this many steps as if interrupted (resume later with --resume)")
+    p.add_argument("--keep-checkpoint", action="store_true",
+                   help="keep OUT/checkpoint (optimizer state) after the run finishes")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def config_from_args(args) -> TrainConfig:
+    return TrainConfig(
+        arm=args.arm if args.arm != "all" else "none", out=args.out,
+        data=tuple(args.data or ()), tokens=args.tokens, seed=args.seed, lr=args.lr,
+        warmup=args.warmup, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
+        layers=args.layers, width=args.width, heads=args.heads, kv_heads=args.kv_heads,
+        mlp_ratio=args.mlp_ratio, seq_len=args.seq_len, batch_size=args.batch_size, bos=args.bos,
+        vocab_size=args.vocab_size, eval_every=args.eval_every, eval_rows=args.eval_rows,
+        save_every=args.save_every, threads=args.threads, name=args.name, resume=args.resume,
+        force=args.force, stop_after=args.stop_after, keep_checkpoint=args.keep_checkpoint,
+        progress=not args.quiet)
+
+
+def arm_configs(cfg: TrainConfig, arm: str) -> list[TrainConfig]:
+    """One config per arm; `all` puts the arms in OUT/none, OUT/headwise, OUT/elementwise."""
+    if arm != "all":
+        return [cfg]
+    if cfg.name:
+        raise ProbeError("--name applies to a single arm; --arm all names the runs after the arms")
+    return [replace(cfg, arm=a, out=str(Path(cfg.out) / a)) for a in ARMS]
+
+
+def run(args, command_line: str | None = None) -> int:
+    from .loop import prepare_data, train
+
+    configs = arm_configs(config_from_args(args), args.arm)
+    for cfg in configs:
+        cfg.check()
+    prepared = None
+    results = []
+    for cfg in configs:
+        if cfg.resume and _state(Path(cfg.out)) == "empty":
+            cfg = replace(cfg, resume=False)      # --arm all interrupted before this arm began
+        if not cfg.resume and prepared is None:
+            # --arm all: one tokenizer and one packed corpus for every arm (same data, same order);
+            # an arm that starts after an interruption reuses the tokenizer its siblings saved.
+            prepared = prepare_data(cfg, _sibling_tokenizer(configs) if args.arm == "all" else None)
+        result = train(cfg, None if cfg.resume else prepared, command=command_line)
+        results.append(result)
+        status = "done" if result.finished else f"stopped at step {result.steps} (resume with --resume)"
+        loss = f"{result.final_eval_loss:.4f}" if result.final_eval_loss is not None else "n/a"
+        print(f"{cfg.arm}: {status}; {result.parameters:,} parameters, held-out loss {loss}, "
+              f"{result.seconds:.0f} s -> {result.out}/")
+    if all(r.finished for r in results) and len(results) > 1:
+        dirs = " ".join(str(r.out) for r in results)
+        print(f"compare them: probe compare {dirs} --data {results[0].out}/heldout.txt "
+              f"--seq-len {configs[0].seq_len} --out {Path(configs[0].out).parent}/compare")
+    return 0
+
+
+def _state(out: Path) -> str:
+    from .loop import find_checkpoint
+
+    if find_checkpoint(out) is not None:
+        return "checkpoint"
+    if (out / "config.json").exists():
+        return "finished"
+    return "empty"
+
+
+def _sibling_tokenizer(configs):
+    """The tokenizer an earlier arm of the same --arm all run saved, if any."""
+    from transformers import AutoTokenizer
+
+    from ..load import has_tokenizer_files
+    from .loop import find_checkpoint
+
+    for cfg in configs:
+        out = Path(cfg.out)
+        for folder in (out, find_checkpoint(out)):
+            if folder is not None and folder.exists() and has_tokenizer_files(folder):
+                return AutoTokenizer.from_pretrained(str(folder))
+    return None

@@ -1,0 +1,101 @@
+"""Settings of one training run (kept free of torch/transformers imports: the CLI reads them)."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from ..errors import ProbeError
+
+ARMS = ("none", "headwise", "elementwise")
+DEFAULT_HELDOUT_PERMILLE = 50
+# Loss spike: train loss above the mean of the previous SPIKE_WINDOW steps by SPIKE_K std
+# (needs SPIKE_MIN_HISTORY steps of history). See loop.py.
+SPIKE_WINDOW = 50
+SPIKE_K = 4.0
+SPIKE_MIN_HISTORY = 10
+# Settings that may change between an interrupted run and its resumption.
+RESUMABLE = {"resume", "stop_after", "progress", "threads", "force", "keep_checkpoint"}
+
+
+@dataclass
+class TrainConfig:
+    arm: str = "none"
+    out: str = "runs/train"
+    data: tuple[str, ...] = ()          # empty: the standard library's sources
+    tokens: int = 1_000_000
+    seed: int = 0
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup: float = 0.05                # fraction of the steps (< 1) or a number of steps (>= 1)
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    layers: int = 4
+    width: int = 128
+    heads: int | None = None            # default width // 32 (head_dim 32)
+    kv_heads: int | None = None         # default heads // 2 (GQA, as in the released models)
+    mlp_ratio: float = 4.0
+    seq_len: int = 128
+    batch_size: int = 16
+    bos: str = "prepend"
+    vocab_size: int = 1024
+    heldout_permille: int = DEFAULT_HELDOUT_PERMILLE
+    eval_every: int | None = None       # default: 20 evaluations per run
+    eval_rows: int = 64
+    save_every: int | None = None       # default: 10 checkpoints per run
+    name: str | None = None             # the model column of training.csv (default: out's name)
+    threads: int | None = None
+    resume: bool = False
+    force: bool = False
+    stop_after: int | None = None       # stop after this many steps in total, as if interrupted
+    keep_checkpoint: bool = False
+    progress: bool = True
+
+    # -- derived --------------------------------------------------------------------------
+    @property
+    def steps(self) -> int:
+        return max(1, math.ceil(self.tokens / (self.batch_size * self.seq_len)))
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(self.warmup) if self.warmup >= 1 else max(1, round(self.warmup * self.steps))
+
+    @property
+    def eval_interval(self) -> int:
+        return self.eval_every or max(1, self.steps // 20)
+
+    @property
+    def save_interval(self) -> int:
+        return self.save_every or max(1, self.steps // 10)
+
+    def shape(self, vocab_size: int):
+        from .model import Shape
+
+        heads = self.heads or max(1, self.width // 32)
+        kv = self.kv_heads or max(1, heads // 2)
+        if self.width % heads:
+            raise ProbeError(f"--width {self.width} is not a multiple of the {heads} heads")
+        return Shape(vocab_size=vocab_size, width=self.width, layers=self.layers, heads=heads,
+                     kv_heads=kv, head_dim=self.width // heads,
+                     intermediate=int(round(self.mlp_ratio * self.width)),
+                     max_positions=max(2048, 8 * self.seq_len))
+
+    def recipe(self) -> dict:
+        """The settings that determine the result (compared on --resume)."""
+        recipe = {k: v for k, v in asdict(self).items() if k not in RESUMABLE}
+        recipe["data"] = [str(d) for d in self.data]
+        return recipe
+
+    def check(self) -> None:
+        if self.arm not in ARMS:
+            raise ProbeError(f"unknown arm {self.arm!r}; use one of {', '.join(ARMS)} or all")
+        if self.bos not in ("prepend", "none"):
+            raise ProbeError(f"unknown --bos {self.bos!r}; use prepend or none")
+        for name in ("tokens", "seq_len", "batch_size", "layers", "width"):
+            if getattr(self, name) < 1:
+                raise ProbeError(f"--{name.replace('_', '-')} must be positive")
+        if self.seq_len < 4:
+            raise ProbeError("--seq-len must be at least 4")
+        if not self.lr > 0:
+            raise ProbeError("--lr must be positive")

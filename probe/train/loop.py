@@ -1,0 +1,393 @@
+"""The training loop: AdamW, linear warmup then cosine decay, gradient clipping, a per-step log,
+held-out evaluation, loss-spike flags and resumable checkpoints.
+
+Reproducibility: the model is initialised from `torch.manual_seed(seed)`; the order of the
+training rows is a fixed function of (seed, epoch) (a fresh permutation per epoch, no iterator
+state); the checkpoint holds the weights, AdamW's moments, the scheduler and torch's RNG state.
+On the same machine with the same thread count, a run that is interrupted and resumed with
+`--resume` ends with bit-identical weights to one that ran straight through (tested).
+
+Loss spike (the `spike` column of training.csv): step s is a spike when its training loss
+exceeds the mean of the previous SPIKE_WINDOW steps' training losses by more than SPIKE_K of
+their standard deviations; it needs at least SPIKE_MIN_HISTORY previous steps. The rule reads
+only the log, so a resumed run flags the same steps.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import torch
+
+from ..atomic import write_text
+from ..errors import ProbeError
+from . import corpus as corpus_mod
+from .config import SPIKE_K, SPIKE_MIN_HISTORY, SPIKE_WINDOW, TrainConfig
+from .model import ARMS, Shape, build_model, check_matched, count_parameters, model_config
+
+CHECKPOINT = "checkpoint"
+STATE_FILE = "trainer_state.pt"
+LOG_COLUMNS = ("model", "step", "tokens", "lr", "train_loss", "eval_loss", "grad_norm", "spike")
+
+
+@dataclass
+class Prepared:
+    """Tokenizer and packed corpus, shared by the arms of one `--arm all` run."""
+    tokenizer: object
+    corpus: corpus_mod.Corpus
+
+
+def prepare_data(cfg: TrainConfig, tokenizer=None) -> Prepared:
+    """Read the documents, train (or reuse) the tokenizer, split and pack."""
+    docs = corpus_mod.file_documents(cfg.data) if cfg.data else corpus_mod.stdlib_documents()
+    source = ", ".join(cfg.data) if cfg.data else f"python {_python()} stdlib sources"
+    if tokenizer is None:
+        train_docs, _ = corpus_mod.split_documents(docs, cfg.heldout_permille)
+        texts = [d.text for d in (train_docs or docs)]
+        tokenizer = corpus_mod.train_tokenizer(texts, cfg.vocab_size, cfg.bos)
+    data = corpus_mod.build_corpus(docs, tokenizer, seq_len=cfg.seq_len, bos=cfg.bos,
+                                   heldout_permille=cfg.heldout_permille, source=source)
+    return Prepared(tokenizer, data)
+
+
+def _python() -> str:
+    import sys
+
+    return ".".join(map(str, sys.version_info[:3]))
+
+
+# ------------------------------------------------------------------------------- schedule
+
+def lr_factor(step: int, cfg: TrainConfig) -> float:
+    """Multiplier of the peak lr at 0-based `step`: linear warmup, then cosine to min_lr_ratio."""
+    warm, total = cfg.warmup_steps, cfg.steps
+    if step < warm:
+        return (step + 1) / warm
+    progress = (step - warm) / max(1, total - warm)
+    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def make_optimizer(model, cfg: TrainConfig):
+    params = {id(p): p for p in model.parameters() if p.requires_grad}.values()
+    decay = [p for p in params if p.dim() >= 2]          # matrices and the embedding
+    no_decay = [p for p in params if p.dim() < 2]        # RMSNorm weights
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
+    return opt, sched
+
+
+def batch_indices(step: int, n_rows: int, batch_size: int, seed: int) -> torch.Tensor:
+    """Rows of training step `step`: a fixed function of (seed, epoch), no iterator state."""
+    start = step * batch_size
+    out = []
+    for i in range(start, start + batch_size):
+        epoch, pos = divmod(i, n_rows)
+        out.append(_permutation(seed, epoch, n_rows)[pos])
+    return torch.stack(out)
+
+
+_PERM_CACHE: dict = {}
+
+
+def _permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
+    key = (seed, epoch, n)
+    if key not in _PERM_CACHE:
+        _PERM_CACHE.clear()
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+        _PERM_CACHE[key] = torch.randperm(n, generator=gen)
+    return _PERM_CACHE[key]
+
+
+# ------------------------------------------------------------------------------- evaluation
+
+@torch.no_grad()
+def heldout_loss(model, rows: torch.Tensor, batch_size: int) -> float:
+    """Mean next-token loss over every prediction of `rows` (N, T)."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(rows), batch_size):
+        ids = rows[start:start + batch_size]
+        out = model(input_ids=ids, labels=ids, use_cache=False)
+        n = ids.numel() - ids.shape[0]
+        total += float(out.loss) * n
+        count += n
+    model.train(was_training)
+    return total / count
+
+
+def is_spike(loss: float, history: list[float]) -> bool:
+    past = history[-SPIKE_WINDOW:]
+    if len(past) < SPIKE_MIN_HISTORY or not math.isfinite(loss):
+        return not math.isfinite(loss)
+    return loss > statistics.fmean(past) + SPIKE_K * statistics.pstdev(past)
+
+
+# ------------------------------------------------------------------------------- checkpoints
+
+def save_model(model, tokenizer, folder: Path) -> None:
+    model.save_pretrained(str(folder), safe_serialization=True)
+    tokenizer.save_pretrained(str(folder))
+    _fix_architectures(folder)
+
+
+def _fix_architectures(folder: Path) -> None:
+    """save_pretrained writes the class name; the released configs say Qwen3ForCausalLM."""
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    config["architectures"] = ["Qwen3ForCausalLM"]
+    write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def write_log(rows: list[dict], path: Path) -> None:
+    lines = [",".join(LOG_COLUMNS)]
+    for r in rows:
+        lines.append(",".join(_cell(r[c]) for c in LOG_COLUMNS))
+    write_text(path, "\n".join(lines) + "\n")
+
+
+def _cell(v) -> str:
+    if isinstance(v, bool):
+        return "True" if v else "False"
+    if isinstance(v, float):
+        return "" if math.isnan(v) else repr(v)
+    return str(v)
+
+
+def read_log(path: Path) -> list[dict]:
+    import csv
+
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            rows.append({"model": r["model"], "step": int(r["step"]), "tokens": int(r["tokens"]),
+                         "lr": float(r["lr"]), "train_loss": float(r["train_loss"]),
+                         "eval_loss": float(r["eval_loss"]) if r["eval_loss"] else math.nan,
+                         "grad_norm": float(r["grad_norm"]), "spike": r["spike"] == "True"})
+    return rows
+
+
+def save_checkpoint(out: Path, model, tokenizer, opt, sched, step: int, rows, cfg: TrainConfig) -> None:
+    """Write out/checkpoint/ as one unit: a temporary folder, then renames."""
+    tmp, final, old = out / f".{CHECKPOINT}.tmp", out / CHECKPOINT, out / f".{CHECKPOINT}.old"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_model(model, tokenizer, tmp)
+    torch.save({"step": step, "recipe": cfg.recipe(), "optimizer": opt.state_dict(),
+                "scheduler": sched.state_dict(), "torch_rng": torch.get_rng_state()},
+               tmp / STATE_FILE)
+    write_log(rows, tmp / "training.csv")
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+    os.replace(tmp, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def find_checkpoint(out: Path) -> Path | None:
+    for folder in (out / CHECKPOINT, out / f".{CHECKPOINT}.old"):   # .old: crashed mid-rename
+        if (folder / STATE_FILE).exists():
+            return folder
+    return None
+
+
+# ------------------------------------------------------------------------------- the run
+
+@dataclass
+class TrainResult:
+    out: Path
+    steps: int
+    finished: bool
+    final_eval_loss: float | None
+    parameters: int
+    seconds: float
+    log: list[dict] = field(default_factory=list)
+
+
+def prepare_out(cfg: TrainConfig) -> Path:
+    out = Path(cfg.out)
+    if out.exists() and not out.is_dir():
+        raise ProbeError(f"--out {out} is a file")
+    if cfg.resume:
+        return out
+    if out.exists() and any(out.iterdir()):
+        if not cfg.force:
+            raise ProbeError(f"{out} already exists and is not empty; pass --resume to continue an "
+                             "interrupted run or --force to start again")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | None = None) -> TrainResult:
+    """Train one arm into cfg.out; returns when done or when stop_after is reached."""
+    cfg.check()
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()          # save_pretrained's per-shard bar, at every checkpoint
+    out = prepare_out(cfg)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    ckpt = find_checkpoint(out) if cfg.resume else None
+    if cfg.resume and ckpt is None:
+        if (out / "training.csv").exists() and (out / "config.json").exists():
+            print(f"probe train: {out} has already finished; nothing to resume")
+            rows = read_log(out / "training.csv")
+            return TrainResult(out, rows[-1]["step"] if rows else 0, True, None, 0, 0.0, rows)
+        raise ProbeError(f"{out} holds no checkpoint to resume; start without --resume")
+    state = None
+    if ckpt is not None:
+        state = torch.load(ckpt / STATE_FILE, weights_only=False)
+        _check_same_recipe(state["recipe"], cfg.recipe())
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(ckpt))
+        prepared = prepare_data(cfg, tokenizer)
+    elif prepared is None:
+        prepared = prepare_data(cfg)
+    tokenizer, data = prepared.tokenizer, prepared.corpus
+
+    shape = cfg.shape(len(tokenizer))
+    counts = check_matched(shape)
+    config = model_config(cfg.arm, shape, bos_token_id=tokenizer.bos_token_id,
+                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    model = build_model(config, cfg.seed)
+    config._attn_implementation = "sdpa"
+    model.set_attn_implementation("sdpa")
+    model.train()
+    n_params = count_parameters(model)
+    if n_params != counts[cfg.arm]:
+        raise AssertionError(f"built {n_params} parameters, expected {counts[cfg.arm]}")
+    opt, sched = make_optimizer(model, cfg)
+
+    start_step, rows = 0, []
+    if state is not None:
+        from safetensors.torch import load_file
+
+        weights = load_file(str(ckpt / "model.safetensors"))
+        missing, unexpected = model.load_state_dict(weights, strict=False)
+        if unexpected or [k for k in missing if k != "lm_head.weight"]:
+            raise ProbeError(f"the checkpoint in {ckpt} does not fit this model "
+                             f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        start_step = state["step"]
+        rows = read_log(ckpt / "training.csv")[:start_step]
+
+    name = cfg.name or out.name
+    settings = _settings(cfg, shape, counts, data, n_params, command)
+    write_text(out / "train_config.json", json.dumps(settings, indent=2) + "\n")
+    if start_step == 0:
+        heldout_text = "\n\n".join(d.text for d in data.heldout_docs)
+        write_text(out / "heldout.txt", heldout_text)
+
+    total = cfg.steps
+    stop = min(total, cfg.stop_after) if cfg.stop_after else total
+    eval_rows = data.heldout[: cfg.eval_rows]
+    history = [r["train_loss"] for r in rows]
+    tokens_per_step = cfg.batch_size * cfg.seq_len
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, initial=start_step, desc=f"train {name}", unit="step",
+               disable=not cfg.progress, leave=False, dynamic_ncols=True)
+    t0 = time.time()
+    last_eval = rows[-1]["eval_loss"] if rows else math.nan
+    try:
+        for step in range(start_step, stop):
+            ids = data.train[batch_indices(step, len(data.train), cfg.batch_size, cfg.seed)]
+            lr = opt.param_groups[0]["lr"]
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+            opt.step()
+            sched.step()
+            done = step + 1
+            train_loss = loss.item()
+            eval_loss = math.nan
+            if done % cfg.eval_interval == 0 or done == total:
+                eval_loss = last_eval = heldout_loss(model, eval_rows, cfg.batch_size)
+            rows.append({"model": name, "step": done, "tokens": done * tokens_per_step, "lr": lr,
+                         "train_loss": train_loss, "eval_loss": eval_loss, "grad_norm": grad_norm,
+                         "spike": is_spike(train_loss, history)})
+            history.append(train_loss)
+            bar.update(1)
+            bar.set_postfix(loss=f"{train_loss:.3f}", eval=f"{last_eval:.3f}", refresh=False)
+            if done % cfg.save_interval == 0 and done < total:
+                save_checkpoint(out, model, tokenizer, opt, sched, done, rows, cfg)
+    finally:
+        bar.close()
+    seconds = time.time() - t0
+
+    if stop < total:
+        if find_checkpoint(out) is None or torch.load(find_checkpoint(out) / STATE_FILE,
+                                                      weights_only=False)["step"] != stop:
+            save_checkpoint(out, model, tokenizer, opt, sched, stop, rows, cfg)
+        write_log(rows, out / "training.csv")
+        return TrainResult(out, stop, False, _last_eval(rows), n_params, seconds, rows)
+
+    save_model(model, tokenizer, out)
+    write_log(rows, out / "training.csv")
+    settings["result"] = {"steps": total, "tokens": total * tokens_per_step,
+                          "final_eval_loss": _last_eval(rows), "final_train_loss": rows[-1]["train_loss"],
+                          "spikes": sum(r["spike"] for r in rows),
+                          "seconds_last_session": round(seconds, 1)}
+    write_text(out / "train_config.json", json.dumps(settings, indent=2) + "\n")
+    if not cfg.keep_checkpoint:
+        shutil.rmtree(out / CHECKPOINT, ignore_errors=True)
+        shutil.rmtree(out / f".{CHECKPOINT}.old", ignore_errors=True)
+    return TrainResult(out, total, True, _last_eval(rows), n_params, seconds, rows)
+
+
+def _last_eval(rows) -> float | None:
+    evals = [r["eval_loss"] for r in rows if not math.isnan(r["eval_loss"])]
+    return evals[-1] if evals else None
+
+
+def _check_same_recipe(saved: dict, now: dict) -> None:
+    diff = {k: (saved.get(k), now.get(k)) for k in set(saved) | set(now) if saved.get(k) != now.get(k)}
+    if diff:
+        shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in sorted(diff.items()))
+        raise ProbeError(f"--resume with different settings ({shown}); resume with the original ones")
+
+
+def _settings(cfg: TrainConfig, shape: Shape, counts, data, n_params, command) -> dict:
+    import transformers
+
+    return {
+        "command": command,
+        "recipe": cfg.recipe(),
+        "steps": cfg.steps, "warmup_steps": cfg.warmup_steps,
+        "tokens_per_step": cfg.batch_size * cfg.seq_len,
+        "epochs": round(cfg.steps * cfg.batch_size / len(data.train), 3),
+        "eval_every": cfg.eval_interval, "save_every": cfg.save_interval,
+        "spike_rule": f"train_loss > mean + {SPIKE_K:g} * std of the previous {SPIKE_WINDOW} steps "
+                      f"(at least {SPIKE_MIN_HISTORY}); non-finite loss is always a spike",
+        "shape": asdict(shape),
+        "intermediate_size": {arm: counts_arm for arm, counts_arm in _intermediates(shape).items()},
+        "parameters": n_params, "parameters_by_arm": counts,
+        "corpus": data.description,
+        "threads": torch.get_num_threads(),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "python": _python()},
+    }
+
+
+def _intermediates(shape: Shape) -> dict:
+    from .model import intermediate_size
+
+    return {arm: intermediate_size(arm, shape) for arm in ARMS}
+
+
+def config_from_dict(values: dict) -> TrainConfig:
+    known = {f.name for f in fields(TrainConfig)}
+    return TrainConfig(**{k: v for k, v in values.items() if k in known})

@@ -1,0 +1,335 @@
+"""`probe train`: matched arms, loss falls, determinism, resume, loading, and the gate's wiring.
+
+Every model here is tiny (width 64, 2 layers, a 300-token BPE) and trains for a few steps on a
+few kilobytes, so the whole module runs in seconds.
+"""
+from __future__ import annotations
+
+import csv
+import inspect
+import json
+import math
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import probe
+from probe.cli import main
+from probe.errors import ProbeError
+from probe.train import ARMS, TrainConfig
+from probe.train import corpus as corpus_mod
+from probe.train.config import SPIKE_K, SPIKE_MIN_HISTORY
+from probe.train.loop import is_spike, lr_factor, read_log, train
+from probe.train.model import (Shape, build_model, check_matched, count_parameters,
+                               expected_parameters, model_config)
+
+TINY = ["--layers", "2", "--width", "64", "--heads", "2", "--kv-heads", "1", "--seq-len", "32",
+        "--batch-size", "4", "--vocab-size", "300", "--lr", "1e-2", "--threads", "1", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory) -> Path:
+    """About 12 KB of English prose and Python: a few dozen stdlib docstrings, one per paragraph."""
+    parts = []
+    for module in (json, csv, textwrap, inspect):
+        for name in sorted(dir(module)):
+            doc = inspect.getdoc(getattr(module, name))
+            if doc and not name.startswith("_") and doc not in parts:
+                parts.append(doc)
+    text = "\n\n".join(parts)[:12_000]
+    path = tmp_path_factory.mktemp("train-data") / "docs.txt"
+    path.write_text(text)
+    return path
+
+
+def tiny_config(out, data, **kw) -> TrainConfig:
+    base = TrainConfig(out=str(out), data=(str(data),), tokens=12 * 4 * 32, layers=2, width=64,
+                       heads=2, kv_heads=1, seq_len=32, batch_size=4, vocab_size=300, lr=1e-2,
+                       threads=1, progress=False, eval_every=4)
+    return replace(base, **kw)
+
+
+@pytest.fixture(scope="module")
+def arms(tmp_path_factory, corpus_file) -> Path:
+    """The three arms, trained through the command line (--arm all) for 12 steps."""
+    out = tmp_path_factory.mktemp("arms") / "run"
+    assert main(["train", "--arm", "all", "--data", str(corpus_file), "--tokens", "1536",
+                 "--out", str(out), "--eval-every", "4", *TINY]) == 0
+    return out
+
+
+# ------------------------------------------------------------------ what the command writes
+
+def test_each_arm_writes_a_checkpoint_log_and_heldout_text(arms):
+    for arm in ARMS:
+        folder = arms / arm
+        for name in ("config.json", "model.safetensors", "tokenizer.json", "training.csv",
+                     "train_config.json", "heldout.txt"):
+            assert (folder / name).exists(), f"{arm}: {name} missing"
+        assert not (folder / "checkpoint").exists()      # removed once the run finished
+        config = json.loads((folder / "config.json").read_text())
+        assert config["model_type"] == "qwen3"
+        assert config["architectures"] == ["Qwen3ForCausalLM"]
+        assert config["headwise_attn_output_gate"] is (arm == "headwise")
+        assert config["elementwise_attn_output_gate"] is (arm == "elementwise")
+        with open(folder / "training.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert list(rows[0]) == ["model", "step", "tokens", "lr", "train_loss", "eval_loss",
+                                 "grad_norm", "spike"]
+        assert [int(r["step"]) for r in rows] == list(range(1, 13))
+        assert {r["model"] for r in rows} == {arm}
+        assert [int(r["tokens"]) for r in rows] == [4 * 32 * s for s in range(1, 13)]
+        assert [bool(r["eval_loss"]) for r in rows] == [s % 4 == 0 for s in range(1, 13)]
+        assert all(math.isfinite(float(r["grad_norm"])) for r in rows)
+
+
+def test_arms_share_tokenizer_and_heldout_text(arms):
+    texts = {(arms / a / "heldout.txt").read_text() for a in ARMS}
+    vocabs = {(arms / a / "tokenizer.json").read_text() for a in ARMS}
+    assert len(texts) == 1 and len(vocabs) == 1
+
+
+def test_loss_falls(arms):
+    for arm in ARMS:
+        rows = read_log(arms / arm / "training.csv")
+        train_losses = [r["train_loss"] for r in rows]
+        evals = [r["eval_loss"] for r in rows if not math.isnan(r["eval_loss"])]
+        assert sum(train_losses[-3:]) / 3 < sum(train_losses[:3]) / 3 - 0.5, arm
+        assert evals[-1] < evals[0], arm
+        assert evals[-1] < math.log(300), arm           # better than uniform over the vocabulary
+
+
+# ------------------------------------------------------------------ matched parameter budgets
+
+@pytest.mark.parametrize("shape", [
+    Shape(vocab_size=300, width=64, layers=2, heads=2, kv_heads=1, head_dim=32, intermediate=256),
+    Shape(vocab_size=1024, width=128, layers=4, heads=4, kv_heads=2, head_dim=32, intermediate=512),
+    Shape(vocab_size=4096, width=256, layers=6, heads=8, kv_heads=4, head_dim=32, intermediate=1024),
+    Shape(vocab_size=512, width=96, layers=3, heads=3, kv_heads=1, head_dim=32, intermediate=288),
+])
+def test_parameter_counts_match_within_one_percent(shape):
+    counts = check_matched(shape)
+    base = counts["none"]
+    for arm in ARMS:
+        assert abs(counts[arm] - base) <= 0.01 * base
+        model = build_model(model_config(arm, shape, bos_token_id=0, eos_token_id=1, pad_token_id=2), 0)
+        assert count_parameters(model) == expected_parameters(arm, shape) == counts[arm]
+
+
+def test_trained_arms_report_matched_counts(arms):
+    counts = {a: json.loads((arms / a / "train_config.json").read_text())["parameters"] for a in ARMS}
+    assert all(abs(n - counts["none"]) <= 0.01 * counts["none"] for n in counts.values())
+    intermediates = json.loads((arms / "none" / "train_config.json").read_text())["intermediate_size"]
+    assert intermediates["none"] > intermediates["headwise"] > intermediates["elementwise"]
+
+
+def test_too_narrow_mlp_is_refused():
+    with pytest.raises(ProbeError, match="too small"):
+        check_matched(Shape(vocab_size=300, width=64, layers=1, heads=2, kv_heads=1, head_dim=32,
+                            intermediate=8))
+
+
+# ------------------------------------------------------------------ determinism and resume
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_same_seed_same_model_other_seed_other_model(tmp_path, corpus_file):
+    short = dict(tokens=4 * 4 * 32, arm="headwise", name="run")
+    a = train(tiny_config(tmp_path / "a", corpus_file, **short))
+    b = train(tiny_config(tmp_path / "b", corpus_file, **short))
+    c = train(tiny_config(tmp_path / "c", corpus_file, **short, seed=1))
+    wa, wb, wc = _weights(a.out), _weights(b.out), _weights(c.out)
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert not all(torch.equal(wa[k], wc[k]) for k in wa)
+    assert (a.out / "training.csv").read_text() == (b.out / "training.csv").read_text()
+
+
+@pytest.mark.parametrize("arm", ["none", "elementwise"])
+def test_resume_after_interruption_equals_uninterrupted_run(tmp_path, corpus_file, arm):
+    straight = train(tiny_config(tmp_path / "straight", corpus_file, arm=arm, save_every=2, name="r"))
+    cfg = tiny_config(tmp_path / "resumed", corpus_file, arm=arm, save_every=2, name="r")
+    first = train(replace(cfg, stop_after=5))       # "interrupted" after step 5 (checkpoint: step 5)
+    assert not first.finished and (first.out / "checkpoint" / "trainer_state.pt").exists()
+    assert not (first.out / "config.json").exists()  # no final model until the run finishes
+    second = train(replace(cfg, resume=True))
+    assert second.finished and second.steps == 12
+    ws, wr = _weights(straight.out), _weights(second.out)
+    assert all(torch.equal(ws[k], wr[k]) for k in ws)
+    assert (straight.out / "training.csv").read_text() == (second.out / "training.csv").read_text()
+
+
+def test_resume_from_an_earlier_checkpoint_replays_the_same_steps(tmp_path, corpus_file):
+    """Killed between checkpoints: the steps after the last checkpoint are redone identically."""
+    straight = train(tiny_config(tmp_path / "straight", corpus_file, save_every=4))
+    cfg = tiny_config(tmp_path / "killed", corpus_file, save_every=4)
+    train(replace(cfg, stop_after=4))
+    second = train(replace(cfg, resume=True))
+    assert all(torch.equal(a, b) for a, b in zip(_weights(straight.out).values(),
+                                                 _weights(second.out).values()))
+
+
+def test_resume_refuses_changed_settings_and_existing_output(tmp_path, corpus_file):
+    cfg = tiny_config(tmp_path / "run", corpus_file, save_every=2)
+    train(replace(cfg, stop_after=2))
+    with pytest.raises(ProbeError, match="different settings.*lr"):
+        train(replace(cfg, lr=1e-3, resume=True))
+    with pytest.raises(ProbeError, match="--resume"):
+        train(cfg)                                  # neither --resume nor --force
+    with pytest.raises(ProbeError, match="no checkpoint"):
+        train(replace(cfg, out=str(tmp_path / "empty"), resume=True))
+
+
+def test_cli_reports_errors_in_one_line(tmp_path, corpus_file, capsys):
+    assert main(["train", "--arm", "headwise", "--data", str(tmp_path / "missing.txt"),
+                 "--out", str(tmp_path / "x"), *TINY]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ loading and analysis
+
+def test_checkpoints_load_and_analyse_like_official_ones(arms):
+    layouts = {}
+    for arm in ARMS:
+        loaded = probe.load(arms / arm)
+        gate = loaded.layout.gate
+        layouts[arm] = None if gate is None else (gate.module, gate.layout, gate.granularity)
+        assert loaded.tokenizer is not None
+        analysis = probe.analyze(loaded, str(arms / arm / "heldout.txt"), seq_len=32,
+                                 max_sequences=4, progress=False)
+        s = analysis.summary
+        assert math.isfinite(s["loss"]) and math.isfinite(s["f_attn"]) and math.isfinite(s["m_act"])
+        assert (s["mean_gate"] is None) == (arm == "none")
+        assert analysis.meta["position0"].startswith("BOS token '<|bos|>'")
+    assert layouts == {"none": None, "headwise": ("q_proj", "grouped", "headwise"),
+                       "elementwise": ("q_proj", "grouped", "elementwise")}
+
+
+def test_tokenizer_adds_bos_only_under_prepend(corpus_file):
+    docs = corpus_mod.file_documents([corpus_file])
+    texts = [d.text for d in docs]
+    with_bos = corpus_mod.train_tokenizer(texts, 300, "prepend")
+    without = corpus_mod.train_tokenizer(texts, 300, "none")
+    assert with_bos("def f")["input_ids"][0] == with_bos.bos_token_id == 0
+    assert without("def f")["input_ids"][0] != without.bos_token_id
+    assert with_bos.get_vocab() == without.get_vocab()      # same merges, only the template differs
+
+
+# ------------------------------------------------------------------ the gate's wiring
+
+def _stock_twin(gated_dir: Path):
+    """A stock Qwen3 with the gated model's weights minus the gate rows of q_proj.
+
+    Written from the checkpoint format, independently of probe's loader: q_proj rows are grouped
+    per KV head as [G*D query rows | G*Dg gate rows].
+    """
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = json.loads((gated_dir / "config.json").read_text())
+    H, KV, D = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+    G = H // KV
+    Dg = D if config["elementwise_attn_output_gate"] else 1
+    group = G * D + G * Dg
+    query_rows = torch.cat([torch.arange(kv * group, kv * group + G * D) for kv in range(KV)])
+    stock_cfg = Qwen3Config(**{k: v for k, v in config.items()
+                               if k not in ("architectures", "headwise_attn_output_gate",
+                                            "elementwise_attn_output_gate", "use_qk_norm", "qkv_bias",
+                                            "transformers_version", "dtype")})
+    stock = Qwen3ForCausalLM(stock_cfg).eval()
+    weights = load_file(str(gated_dir / "model.safetensors"))
+    for key in [k for k in weights if k.endswith("q_proj.weight")]:
+        weights[key] = weights[key][query_rows]
+    missing, unexpected = stock.load_state_dict(weights, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}
+    return stock, G * D, group, KV
+
+
+def _force_gates(model, logit: float, query_width: int, group: int, kv: int):
+    def hook(module, args, out):
+        grouped = out.view(*out.shape[:-1], kv, group).clone()
+        grouped[..., query_width:] = logit
+        return grouped.view(out.shape)
+    return [layer.self_attn.q_proj.register_forward_hook(hook) for layer in model.model.layers]
+
+
+@pytest.mark.parametrize("arm", ["headwise", "elementwise"])
+def test_gate_forced_open_equals_ungated_attention(arms, arm):
+    loaded = probe.load(arms / arm)
+    stock, qw, group, kv = _stock_twin(arms / arm)
+    ids = torch.randint(3, 300, (2, 24), generator=torch.Generator().manual_seed(0))
+    ids[:, 0] = 0
+    with torch.no_grad():
+        reference = stock(input_ids=ids).logits
+        natural = loaded.model(input_ids=ids).logits
+        handles = _force_gates(loaded.model, 40.0, qw, group, kv)   # sigmoid(40) == 1.0 in fp32
+        try:
+            forced = loaded.model(input_ids=ids).logits
+        finally:
+            for h in handles:
+                h.remove()
+    torch.testing.assert_close(forced, reference, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(natural, reference, atol=1e-3)        # the trained gate does act
+
+
+@pytest.mark.parametrize("arm", ["headwise", "elementwise"])
+def test_gate_forced_shut_removes_only_the_attention_branch(arms, arm):
+    loaded = probe.load(arms / arm)
+    stock, qw, group, kv = _stock_twin(arms / arm)
+    with torch.no_grad():
+        for layer in stock.model.layers:
+            layer.self_attn.o_proj.weight.zero_()   # attention branch adds nothing; residual stays
+    ids = torch.randint(3, 300, (2, 24), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        reference = stock(input_ids=ids).logits
+        handles = _force_gates(loaded.model, -200.0, qw, group, kv)  # sigmoid(-200) == 0.0
+        try:
+            forced = loaded.model(input_ids=ids).logits
+        finally:
+            for h in handles:
+                h.remove()
+    torch.testing.assert_close(forced, reference, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ schedule, spikes, corpus
+
+def test_warmup_then_cosine_to_min_lr():
+    cfg = TrainConfig(tokens=100 * 16 * 128, warmup=10, min_lr_ratio=0.1)
+    factors = [lr_factor(s, cfg) for s in range(cfg.steps)]
+    assert factors[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])
+    assert factors[10] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(factors[10:], factors[11:]))
+    assert factors[-1] == pytest.approx(0.1, abs=1e-3)
+
+
+def test_spike_rule():
+    flat = [2.0 + 0.01 * (i % 3) for i in range(60)]
+    std = torch.tensor(flat[-50:]).std(unbiased=False).item()
+    assert not is_spike(2.01, flat)
+    assert is_spike(2.01 + (SPIKE_K + 1) * std + 0.01, flat)
+    assert not is_spike(100.0, flat[: SPIKE_MIN_HISTORY - 1])     # too little history to judge
+    assert is_spike(float("nan"), flat)
+
+
+def test_default_corpus_is_fixed_and_split_by_name():
+    docs = corpus_mod.stdlib_documents()
+    names = [d.name for d in docs]
+    assert names == sorted(names) and len(names) == len(set(names)) > 100
+    assert not any(part in corpus_mod.EXCLUDED_PARTS for n in names for part in n.split("/")[:-1])
+    assert not any(n.split("/")[-1].startswith("_sysconfigdata") for n in names)
+    train_docs, held = corpus_mod.split_documents(docs)
+    assert {d.name for d in train_docs}.isdisjoint(d.name for d in held)
+    assert 0.02 < len(held) / len(docs) < 0.10
+    assert [d.name for d in held] == [n for n in names if corpus_mod.is_heldout(n)]
+
+
+def test_packing_puts_bos_first_and_keeps_order():
+    stream = torch.arange(10, 30)
+    rows = corpus_mod.pack(stream, 5, bos_id=0)
+    assert rows[:, 0].eq(0).all() and rows[:, 1:].reshape(-1).tolist() == list(range(10, 30))
+    assert corpus_mod.pack(stream, 5, bos_id=None).reshape(-1).tolist() == list(range(10, 30))
