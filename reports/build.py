@@ -12,7 +12,7 @@ from typing import Any
 from reports.html import render_html
 from reports.pdf import write_pdf
 from reports.runs import Runs, load_runs
-from reports.sections import Section, build_sections
+from reports.sections import build_sections
 
 FORMATS = ("html", "pdf")
 

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure, SubFigure
 
 from reports.sections import FigureItem, Section, TableItem
 from reports.style import freeze_layout, report_style
+from reports.tables import numeric_columns
 
 _CSS = """
 :root { color-scheme: light; --ink: #1f2328; --muted: #57606a; --line: #d0d7de;
@@ -44,9 +45,9 @@ figcaption, table caption { color: var(--muted); font-size: 13.5px; margin-top: 
 .table-wrap { overflow-x: auto; margin: 12px 0 28px; }
 table { border-collapse: collapse; font-size: 13.5px; font-variant-numeric: tabular-nums; }
 table caption { caption-side: bottom; padding-top: 6px; }
-th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; text-align: right;
+th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; text-align: left;
          vertical-align: top; }
-th:first-child, td:first-child, table.text td, table.text th { text-align: left; }
+th.num, td.num { text-align: right; }
 thead th { border-bottom: 2px solid var(--ink); }
 table.text td { overflow-wrap: anywhere; max-width: 420px;
                 font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 12.5px; }
@@ -114,11 +115,13 @@ def table_html(frame: pd.DataFrame, index_label: str, table_id: str,
     """A real <table>: header row, one row per index entry, every cell escaped."""
     # Free text (provenance) reads better left-aligned and wrapped than as numbers.
     kind = "text" if index_label == "field" else "numbers"
-    header = "".join(f'<th scope="col">{_text(column)}</th>'
-                     for column in [index_label, *frame.columns])
+    aligned = ["", *(' class="num"' if numeric else "" for numeric in numeric_columns(frame))]
+    header = "".join(f'<th scope="col"{align}>{_text(column)}</th>'
+                     for column, align in zip([index_label, *frame.columns], aligned))
     rows = []
     for label, values in zip(frame.index, frame.itertuples(index=False)):
-        cells = "".join(f"<td>{_text(value)}</td>" for value in values)
+        cells = "".join(f"<td{align}>{_text(value)}</td>"
+                        for value, align in zip(values, aligned[1:]))
         rows.append(f'<tr><th scope="row">{_text(label)}</th>{cells}</tr>')
     caption = f"<caption>{caption_html}</caption>" if caption_html else ""
     return (f'<table id="{table_id}" class="{kind}">{caption}<thead><tr>{header}</tr></thead>'
@@ -141,19 +144,29 @@ def _prefix_ids(svg: str, prefix: str) -> str:
     """Several SVGs share one HTML document: give every id a per-figure prefix.
 
     Matplotlib names glyphs and clip paths by content (e.g. "DejaVuSans-30"), so two figures
-    would otherwise define the same ids.
+    would otherwise define the same ids; an artist's gid becomes an id too and may repeat
+    within one figure, so repeats get a counter.
     """
-    ids = set(re.findall(r'\bid="([^"]+)"', svg))
-    if not ids:
+    defined = re.findall(r'\bid="([^"]+)"', svg)
+    if not defined:
         return svg
+    seen: dict[str, int] = {}
 
-    def rename(match: re.Match[str]) -> str:
+    def rename_definition(match: re.Match[str]) -> str:
+        name = match.group(1)
+        seen[name] = seen.get(name, 0) + 1
+        suffix = f"-{seen[name]}" if defined.count(name) > 1 else ""
+        return f'id="{prefix}-{name}{suffix}"'
+
+    def rename_reference(match: re.Match[str]) -> str:
         name = match.group(2)
-        return f"{match.group(1)}{prefix}-{name}{match.group(3)}" if name in ids else match.group(0)
+        if name not in seen:
+            return match.group(0)
+        return f"{match.group(1)}{prefix}-{name}{match.group(3)}"
 
-    svg = re.sub(r'(\bid=")([^"]+)(")', rename, svg)
-    svg = re.sub(r'(href="#)([^"]+)(")', rename, svg)
-    return re.sub(r"(url\(#)([^)]+)(\))", rename, svg)
+    svg = re.sub(r'\bid="([^"]+)"', rename_definition, svg)
+    svg = re.sub(r'(href="#)([^"]+)(")', rename_reference, svg)
+    return re.sub(r"(url\(#)([^)]+)(\))", rename_reference, svg)
 
 
 def _text(value: object) -> str:

@@ -8,7 +8,6 @@ over pages when they are long.
 
 from __future__ import annotations
 
-import re
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from matplotlib.table import Table
 
 from reports.sections import FigureItem, Section, TableItem
 from reports.style import freeze_layout, report_style
+from reports.tables import numeric_columns
 from reports.text import plain
 
 PAGE_SIZE = (11.69, 8.27)  # A4 landscape, inches
@@ -81,11 +81,13 @@ def _page(figure: Figure, title: str, lead: Sequence[str]) -> tuple[float, float
     lead_text = "\n".join(_wrap(line, TEXT_SIZE) for line in lead)
     top_in = 0.75 + _LINE_IN * (lead_text.count("\n") + 1 if lead_text else 0)
     x = _MARGIN_IN / PAGE_SIZE[0]
+    # zorder below the axes: drawn first, so the title also comes first in the PDF's text
+    # (what a screen reader or a text search sees).
     figure.text(x, 1 - 0.3 / PAGE_SIZE[1], plain(title), fontsize=TITLE_SIZE,
-                fontweight="bold", va="top")
+                fontweight="bold", va="top", zorder=-1)
     if lead_text:
         figure.text(x, 1 - 0.72 / PAGE_SIZE[1], plain(lead_text), fontsize=TEXT_SIZE,
-                    va="top", color="#333333", linespacing=1.3)
+                    va="top", color="#333333", linespacing=1.3, zorder=-1)
     return PAGE_SIZE[0], PAGE_SIZE[1] - top_in - _MARGIN_IN
 
 
@@ -119,16 +121,23 @@ def _figure_page(title: str, lead: Sequence[str], item: FigureItem) -> Figure:
 def _table_pages(title: str, lead: Sequence[str], item: TableItem):
     """One page per chunk of rows that fits; later pages are titled "(continued)"."""
     cells = _wrapped_cells(item.frame, item.index_label)
+    right_aligned = [False, *numeric_columns(item.frame)]  # numbers align right
     caption = _wrap(f"Table. {item.caption}", TEXT_SIZE)
-    lead_lines = sum(_wrap(line, TEXT_SIZE).count("\n") + 1 for line in lead)
-    chunks = _row_chunks(cells, reserved_in=_LINE_IN * (lead_lines + caption.count("\n") + 2))
+    caption_in = 0.3 + _LINE_IN * (caption.count("\n") + 1)
+    first_in = _body_height(lead) - caption_in
+    chunks = _row_chunks(cells, first_in, _body_height([]) - caption_in)
     for number, rows in enumerate(chunks):
         page_title = title if number == 0 else f"{title} (continued)"
         last = number == len(chunks) - 1
         figure = Figure(figsize=PAGE_SIZE)  # no layout engine: the table is placed by hand
         body_size = _page(figure, page_title, lead if number == 0 else [])
-        _draw_table(figure, cells[0], rows, caption if last else "", body_size)
+        _draw_table(figure, cells[0], rows, caption if last else "", body_size, right_aligned)
         yield page_title, figure
+
+
+def _body_height(lead: Sequence[str]) -> float:
+    """Inches left for the body of a page under its title and this lead text."""
+    return _page(Figure(figsize=PAGE_SIZE), "", lead)[1]
 
 
 def _wrapped_cells(frame: pd.DataFrame, index_label: str) -> list[list[str]]:
@@ -152,29 +161,30 @@ def _share_width(natural: list[int], total: int) -> list[int]:
     return widths
 
 
-def _row_chunks(cells: list[list[str]], reserved_in: float) -> list[list[list[str]]]:
-    """Split the body rows into pages; each page repeats the header."""
-    budget = int((PAGE_SIZE[1] - 1.2 - reserved_in) / _TABLE_LINE_IN) - _lines(cells[0])
+def _row_chunks(cells: list[list[str]], first_in: float,
+                later_in: float) -> list[list[list[str]]]:
+    """Split the body rows into pages of the given heights; each page repeats the header."""
     chunks: list[list[list[str]]] = [[]]
-    used = 0
+    used, available = 0.0, first_in - _row_height(cells[0])
     for row in cells[1:]:
-        if chunks[-1] and used + _lines(row) > budget:
+        if chunks[-1] and used + _row_height(row) > available:
             chunks.append([])
-            used = 0
+            used, available = 0.0, later_in - _row_height(cells[0])
         chunks[-1].append(row)
-        used += _lines(row)
+        used += _row_height(row)
     return chunks
+
+
+def _row_height(row: list[str]) -> float:
+    return _TABLE_LINE_IN * (_lines(row) + 0.4)
 
 
 def _lines(row: list[str]) -> int:
     return max(cell.count("\n") + 1 for cell in row)
 
 
-_NUMERIC = re.compile(r"^([-+]?[\d,]*\.?\d+(e[-+]?\d+)?|n/a|no gate|—|[\d]+ / [\d]+)$")
-
-
 def _draw_table(figure: Figure, header: list[str], rows: list[list[str]], caption: str,
-                body_size: tuple[float, float]) -> None:
+                body_size: tuple[float, float], right_aligned: list[bool]) -> None:
     """Draw the rows as a table at the top of the body, with the caption right below it."""
     width_in, height_in = body_size
     ax = figure.add_axes((_MARGIN_IN / width_in, _MARGIN_IN / PAGE_SIZE[1],
@@ -185,15 +195,11 @@ def _draw_table(figure: Figure, header: list[str], rows: list[list[str]], captio
              for i in range(len(header))]
     scale = 1.0 / max(sum(chars) * _CHAR_IN / _TEXT_WIDTH_IN, 1.0)
     widths = [c * _CHAR_IN / _TEXT_WIDTH_IN * scale for c in chars]
-    line_height = _TABLE_LINE_IN / height_in
-    # Numbers read best right-aligned; a column is numeric if all its body cells are.
-    numeric = [bool(rows) and all(_NUMERIC.match(row[i].replace("\n", " ")) for row in rows)
-               for i in range(len(header))]
     table = Table(ax, loc="upper left")
     for r, row in enumerate(all_rows):
-        height = line_height * (_lines(row) + 0.4)
+        height = _row_height(row) / height_in
         for c, text in enumerate(row):
-            align = "right" if numeric[c] and c > 0 else "left"
+            align = "right" if right_aligned[c] else "left"
             cell = table.add_cell(r, c, widths[c], height, text=text, loc=align,
                                   edgecolor="#cccccc",
                                   facecolor="#f0f0f0" if r == 0 else "white")
@@ -204,7 +210,7 @@ def _draw_table(figure: Figure, header: list[str], rows: list[list[str]], captio
     table.set_fontsize(TABLE_SIZE)
     ax.add_table(table)
     if caption:
-        used = sum(line_height * (_lines(row) + 0.4) for row in all_rows)
+        used = sum(_row_height(row) for row in all_rows) / height_in
         ax.text(0, 1 - used - 0.3 / height_in, plain(caption), va="top", fontsize=TEXT_SIZE,
                 color="#444444", linespacing=1.3, transform=ax.transAxes)
 

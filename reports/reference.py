@@ -33,4 +33,4 @@ def figure5_caption() -> str:
     parts = [f"τ = {threshold:g}: ungated {v['ungated']:g}, mean-gate control "
              f"{v['mean_gate']:g}, dynamic gate {v['gated']:g}"
              for threshold, v in FIGURE5.items()]
-    return f"Paper reference (Figure 5): " + "; ".join(parts) + "."
+    return "Paper reference (Figure 5): " + "; ".join(parts) + "."

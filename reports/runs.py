@@ -233,9 +233,9 @@ def _to_bool(column: pd.Series) -> pd.Series:
 
 def _model_name(meta: dict, summary: dict, tables: dict[str, pd.DataFrame],
                 fallback: str) -> str:
-    for source in (summary, meta):
-        if source.get("model"):
-            return str(source["model"])
+    for source, key in ((summary, "model"), (meta, "name"), (meta, "model")):
+        if source.get(key):
+            return str(source[key])
     for frame in tables.values():
         if len(frame):
             return str(frame["model"].iloc[0])
@@ -279,14 +279,17 @@ def _with_model(frame: pd.DataFrame, model: str) -> pd.DataFrame:
 
 
 def _infer_layer_types(runs: Runs, model: str) -> dict[int, str]:
-    """Layer index -> layer type, from summary.json, else first_token.csv, else the tables."""
+    """Layer index -> layer type: summary.json's layers, meta.json's layer_types, first_token.csv,
+    summary.json's attention_layers, in that order; attention where nothing says otherwise."""
     summary = runs.summary[model]
-    declared = {int(entry["layer"]): str(entry.get("layer_type") or ATTENTION)
-                for entry in summary.get("layers") or [] if "layer" in entry}
+    declared = dict(enumerate(runs.meta[model].get("layer_types") or []))
+    declared.update({int(entry["layer"]): str(entry.get("layer_type") or ATTENTION)
+                     for entry in summary.get("layers") or [] if "layer" in entry})
     first_token = runs.rows("first_token", model)
     from_table = dict(zip(first_token["layer"].astype(int), first_token["layer_type"]))
     attention_layers = summary.get("attention_layers")
-    num_layers = summary.get("num_layers") or _max_layer(runs, model) + 1
+    num_layers = (summary.get("num_layers") or runs.meta[model].get("num_layers")
+                  or max(len(declared), _max_layer(runs, model) + 1))
     types = {}
     for layer in range(int(num_layers)):
         if layer in declared:

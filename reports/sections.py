@@ -85,7 +85,8 @@ def _summary(runs: Runs) -> Section:
                "averaged over heads per layer, then over attention layers, for query positions "
                "t ≥ 1; paper-style also counts t = 0, where it is 1 by causality; uniform: "
                "mean_t 1/(t+1), the value without any preference. Sink rate: share of (layer, "
-               "head) with F-Attn > 0.3. Loss / perplexity: held-out next-token loss. "
+               f"head) with F-Attn > {_sink_epsilon(runs):g}. Loss / perplexity: held-out "
+               "next-token loss. "
                f"n/a: does not apply or was not measured. {table4_caption()}")
     return Section(
         id="summary", title="Summary",
@@ -95,6 +96,12 @@ def _summary(runs: Runs) -> Section:
                          tables.summary_display(runs), caption)],
         notes=notes.no_gate_notes(runs) + notes.depth_notes(runs),
     )
+
+
+def _sink_epsilon(runs: Runs) -> float:
+    """The F-Attn threshold of the sink rate (Gu et al. 2024 use 0.3), as the runs saved it."""
+    saved = {runs.summary[model].get("sink_epsilon") for model in runs.models} - {None}
+    return float(saved.pop()) if len(saved) == 1 else 0.3
 
 
 def _first_token(runs: Runs) -> Section:

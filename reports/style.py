@@ -69,7 +69,10 @@ def freeze_layout(figure: Figure, decimals: int = 6) -> Figure:
     the same runs would give different bytes. Rounding to 1e-6 of the figure size (well below
     a printer dot) makes the saved file depend on the data only.
     """
-    figure.draw_without_rendering()
+    engine = figure.get_layout_engine()
+    if engine is None:
+        return figure
+    engine.execute(figure)  # the layout only; a full draw here would double the cost
     for ax in figure.findobj(Axes):
         x0, y0, width, height = ax.get_position().bounds
         rounded = [round(value, decimals) for value in (x0, y0, width, height)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from reports.frames import gate_mean_by_group
-from reports.runs import Runs, load_runs
+from reports.runs import load_runs
 from reports.schema import ATTENTION, SITE_LABELS
 from reports.text import visible_token
 
@@ -123,25 +124,33 @@ def gate_position_display(runs: Any) -> pd.DataFrame:
 PROVENANCE_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("checkpoint", ("checkpoint", "checkpoint_path", "model_path")),
     ("architecture", ("architecture", "architectures")),
+    ("model class", ("model_class",)),
     ("model type", ("model_type",)),
+    ("family", ("family",)),
     ("gate layout", ("gate_layout",)),
+    ("gate", ("gate",)),
     ("config hash", ("config_hash",)),
+    ("heads (query / KV) × dim", ()),  # composed below from num_heads, num_kv_heads, head_dim
     ("dtype", ("dtype",)),
     ("device", ("device",)),
     ("data", ("data", "data_path", "dataset")),
+    ("data notes", ("data_notes",)),
     ("tokens", ("tokens", "num_tokens", "token_count")),
     ("sequences", ("sequences", "num_sequences")),
     ("sequence length", ("seq_len", "sequence_length")),
     ("BOS policy", ("bos_policy", "bos")),
-    ("position 0 holds", ("position_0", "position0", "first_token")),
+    ("BOS token id", ("bos_token_id",)),
+    ("position 0 holds", ("position0", "position_0", "first_token")),
     ("thresholds", ("thresholds",)),
+    ("sink ε", ("sink_epsilon",)),
     ("seed", ("seed",)),
     ("versions", ("versions", "package_versions")),
     ("command line", ("command", "command_line", "argv")),
-    ("created", ("created", "timestamp", "created_at")),
+    ("analysed at", ("timestamp", "created", "created_at")),
 )
-# Shown elsewhere (the attention-pattern caption) or redundant with the table's header.
-_PROVENANCE_SKIP = {"display_tokens", "model"}
+# Shown elsewhere (layer notes, the attention-pattern caption, the table header) or composed.
+_PROVENANCE_SKIP = {"display_tokens", "layer_types", "model", "name", "num_layers", "num_heads",
+                    "num_kv_heads", "head_dim"}
 
 
 def provenance_table(runs: Any) -> pd.DataFrame:
@@ -154,7 +163,9 @@ def provenance_table(runs: Any) -> pd.DataFrame:
         for model in runs.models:
             meta = runs.meta[model]
             key = next((key for key in keys if key in meta), None)
-            if key is None and label in ("tokens", "sequences"):
+            if label.startswith("heads"):
+                value = _head_shape(meta)
+            elif key is None and label in ("tokens", "sequences"):
                 value = runs.summary[model].get(label)
             else:
                 value = meta.get(key) if key else None
@@ -169,8 +180,17 @@ def provenance_table(runs: Any) -> pd.DataFrame:
     return frame.fillna("—")
 
 
+def _head_shape(meta: Mapping[str, Any]) -> str | None:
+    heads, kv, dim = (meta.get(key) for key in ("num_heads", "num_kv_heads", "head_dim"))
+    if heads is None:
+        return None
+    return f"{heads} / {kv if kv is not None else heads}" + (f" × {dim}" if dim else "")
+
+
 def format_value(value: Any) -> str:
     """A meta.json value as one readable line: dicts as "k=v, ...", lists comma-joined."""
+    if isinstance(value, (Mapping, list, tuple)) and not value:
+        return "none"
     if isinstance(value, Mapping):
         return ", ".join(f"{key}={format_value(item)}" for key, item in value.items())
     if isinstance(value, (list, tuple)):
@@ -193,6 +213,16 @@ def as_display(frame: pd.DataFrame, formats: Mapping[str, Callable[[Any], str]]
         display[column] = [NOT_APPLICABLE if _missing(value) else formatter(value)
                            for value in frame[column]]
     return display
+
+
+# Display strings that read as numbers (or as the markers that stand in for one).
+_NUMERIC = re.compile(r"^([-+]?[\d,]*\.?\d+(e[-+]?\d+)?|n/a|no gate|—|\d+ / \d+)$")
+
+
+def numeric_columns(frame: pd.DataFrame) -> list[bool]:
+    """Per column of a display frame: do all its cells read as numbers? (Numbers align right.)"""
+    return [len(frame) > 0 and all(_NUMERIC.match(str(value)) for value in frame[column])
+            for column in frame.columns]
 
 
 def _missing(value: Any) -> bool:

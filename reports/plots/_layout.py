@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.colors import Colormap, Normalize
 from matplotlib.figure import Figure, SubFigure
 from matplotlib.image import AxesImage
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.patches import Rectangle
 
 from reports.style import HATCH_COLOR, MISSING_COLOR
 from reports.text import plain
@@ -93,9 +93,21 @@ def _hatched(x: float, y: float, width: float) -> Rectangle:
                      linewidth=0, gid=NOT_APPLICABLE_GID)
 
 
-def missing_patch(label: str) -> Patch:
-    """Legend handle that looks like a hatched not-applicable cell."""
-    return Patch(facecolor=MISSING_COLOR, hatch="////", edgecolor=HATCH_COLOR, label=label)
+def note_hatched_rows(ax: Axes, reason: str) -> None:
+    """Say under the panel what its hatched rows mean.
+
+    Kept inside the axes' own labels rather than in a figure legend: figure-level artists do
+    not follow the figure into a subfigure or a PDF page's layout rectangle.
+    """
+    ax.set_xlabel(f"{ax.get_xlabel()}\n(hatched: {reason})")
+
+
+def legend_outside(ax: Axes, handles: Sequence[Any], labels: Sequence[str],
+                   title: str | None = "model") -> None:
+    """One legend for a multi-panel figure, right of `ax` (the top-right panel)."""
+    if handles:
+        ax.legend(handles, labels, title=title, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                  borderaxespad=0.0)
 
 
 def not_applicable(ax: Axes, message: str) -> Axes:

@@ -10,7 +10,8 @@ from matplotlib.figure import Figure, SubFigure
 
 from reports.frames import first_token_by_layer, first_token_matrix
 from reports.plots._layout import (axes_or_new, figure_or_new, layer_head_heatmap,
-                                   missing_patch, not_applicable, set_layer_ticks, shared_norm)
+                                   not_applicable, note_hatched_rows, set_layer_ticks,
+                                   shared_norm)
 from reports.runs import load_runs
 from reports.schema import LINEAR_ATTENTION
 from reports.style import REFERENCE_COLOR, model_colors, styled
@@ -20,7 +21,7 @@ METRIC_LABELS = {
     "f_attn": "F-Attn (queries t ≥ 1)",
     "f_attn_paper": "F-Attn, paper-style (incl. t = 0)",
 }
-LINEAR_NOTE = "linear attention: F-Attn does not apply"
+LINEAR_NOTE = "linear attention, no F-Attn"
 
 
 @styled
@@ -34,16 +35,14 @@ def plot_first_token_heatmap(runs: Any, *, fig: Figure | SubFigure | None = None
     matrices = [first_token_matrix(runs, model, metric) for model in models]
     norm = shared_norm(matrices, vmax)
     axes = fig.subplots(1, len(models), squeeze=False)[0]
-    has_linear = False
     for ax, model, matrix in zip(axes, models, matrices):
         linear = runs.layers_of_type(model, LINEAR_ATTENTION)
-        has_linear |= bool(linear)
         image = layer_head_heatmap(ax, matrix, norm=norm, cmap=cmap,
                                    missing_label={layer: "linear attn." for layer in linear})
         ax.set_title(plain(model))
+        if linear:
+            note_hatched_rows(ax, LINEAR_NOTE)
     fig.colorbar(image, ax=list(axes), label=METRIC_LABELS.get(metric, metric), shrink=0.9)
-    if has_linear:
-        fig.legend(handles=[missing_patch(LINEAR_NOTE)], loc="outside lower center")
     return fig
 
 

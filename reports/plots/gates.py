@@ -11,14 +11,14 @@ from matplotlib.figure import Figure, SubFigure
 
 from reports.frames import gate_hist_by_layer, gate_matrix, gate_saturation, gate_stats_by_layer
 from reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, layer_head_heatmap,
-                                   legend_entries, missing_patch, not_applicable,
-                                   set_layer_ticks, shared_norm)
+                                   legend_entries, legend_outside, not_applicable,
+                                   note_hatched_rows, set_layer_ticks, shared_norm)
 from reports.runs import Runs, load_runs
 from reports.schema import LINEAR_ATTENTION, SATURATION_LABELS, SATURATION_METRICS
 from reports.style import model_colors, styled
 from reports.text import plain
 
-NO_GATE_NOTE = "no gate scores (linear-attention layer)"
+NO_GATE_NOTE = "no gate scores"
 
 
 def no_gate_message(runs: Runs) -> str:
@@ -55,10 +55,12 @@ def plot_gate_histograms(runs: Any, *, fig: Figure | SubFigure | None = None,
         ax.set_visible(False)
     if log:
         axes[0].set_yscale("log")
-    fig.supxlabel("gate score", fontsize=9)
-    fig.supylabel("share of scores per bin", fontsize=9)
-    handles, labels = legend_entries(axes)
-    fig.legend(handles, labels, loc="outside right upper", title="model")
+    for index, ax in enumerate(axes[:len(shown)]):
+        if index % columns == 0:
+            ax.set_ylabel("share of scores")
+        if index + columns >= len(shown):  # nothing below it: label its x axis
+            ax.set_xlabel("gate score")
+    legend_outside(axes[min(columns, len(shown)) - 1], *legend_entries(axes))
     return fig
 
 
@@ -105,16 +107,14 @@ def plot_gate_heatmap(runs: Any, *, fig: Figure | SubFigure | None = None,
     matrices = [gate_matrix(runs, model, metric, group) for model in models]
     norm = shared_norm(matrices, vmax)
     axes = fig.subplots(1, len(models), squeeze=False)[0]
-    any_missing = False
     for ax, model, matrix in zip(axes, models, matrices):
         linear = runs.layers_of_type(model, LINEAR_ATTENTION)
-        any_missing |= bool(np.isnan(matrix).any())
         image = layer_head_heatmap(ax, matrix, norm=norm, cmap=cmap,
                                    missing_label={layer: "linear attn." for layer in linear})
         ax.set_title(plain(model))
+        if np.isnan(matrix).any():
+            note_hatched_rows(ax, NO_GATE_NOTE)
     fig.colorbar(image, ax=list(axes), label=f"gate score ({metric})", shrink=0.9)
-    if any_missing:
-        fig.legend(handles=[missing_patch(NO_GATE_NOTE)], loc="outside lower center")
     return fig
 
 

@@ -8,8 +8,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
 from reports.frames import massive_by_layer
-from reports.plots._layout import (axes_or_new, figure_or_new, legend_entries, not_applicable,
-                                   set_layer_ticks)
+from reports.plots._layout import (axes_or_new, figure_or_new, legend_entries, legend_outside,
+                                   not_applicable, set_layer_ticks)
 from reports.runs import load_runs
 from reports.schema import SITE_LABELS, SITES
 from reports.style import model_colors, styled
@@ -64,8 +64,6 @@ def plot_massive_activations(runs: Any, *, fig: Figure | SubFigure | None = None
     axes[0].set_ylabel("max |h| (dotted: median |h|)")
     for ax in axes[1:]:
         ax.set_ylabel("")
-    handles, labels = legend_entries(axes)
-    if handles:
-        fig.legend(handles, labels, loc="outside right upper", title="model")
+    legend_outside(axes[-1], *legend_entries(axes))
     return fig
 

@@ -9,8 +9,8 @@ import numpy as np
 from matplotlib.figure import Figure, SubFigure
 
 from reports.frames import sparsity_at, sparsity_sweep
-from reports.plots._layout import (figure_or_new, legend_entries, not_applicable,
-                                   set_layer_ticks)
+from reports.plots._layout import (figure_or_new, legend_entries, legend_outside,
+                                   not_applicable, set_layer_ticks)
 from reports.runs import load_runs
 from reports.schema import HEADLINE_THRESHOLDS, VARIANT_LABELS, VARIANTS
 from reports.style import model_colors, styled
@@ -44,9 +44,7 @@ def plot_sparsity_by_layer(runs: Any, *, fig: Figure | SubFigure | None = None,
             ax.set_title(f"{plain(model)} · |x| < {threshold:g}")
             if column == 0:
                 ax.set_ylabel("share below threshold")
-    handles, labels = legend_entries(axes.ravel())
-    if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncols=len(labels))
+    legend_outside(axes[0][-1], *legend_entries(axes.ravel()), title="attention output")
     return fig
 
 
@@ -94,6 +92,5 @@ def plot_sparsity_sweep(runs: Any, *, fig: Figure | SubFigure | None = None
         ax.set_xlabel("threshold τ")
         ax.set_ylim(-0.02, 1.02)
     axes[0].set_ylabel("share of |x| < τ (mean over layers)")
-    handles, labels = legend_entries(axes)
-    fig.legend(handles, labels, loc="outside right upper", title="model")
+    legend_outside(axes[-1], *legend_entries(axes))
     return fig

@@ -6,7 +6,7 @@ from typing import Any
 
 from matplotlib.figure import Figure, SubFigure
 
-from reports.plots._layout import figure_or_new, legend_entries, not_applicable
+from reports.plots._layout import figure_or_new, legend_entries, legend_outside, not_applicable
 from reports.runs import load_runs
 from reports.style import model_colors, styled
 from reports.text import plain
@@ -46,6 +46,5 @@ def plot_training(runs: Any, *, fig: Figure | SubFigure | None = None) -> Figure
     grad_ax.set_ylabel("gradient norm")
     for ax in (loss_ax, grad_ax):
         ax.set_xlabel("step")
-    handles, labels = legend_entries([loss_ax])
-    fig.legend(handles, labels, loc="outside right upper", title="model")
+    legend_outside(grad_ax, *legend_entries([loss_ax]))
     return fig

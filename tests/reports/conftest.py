@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,9 @@ SITES = ("attn_out", "resid_mid", "mlp_out", "resid_post")
 SWEEP = (1e-4, 1e-3, 1e-2, 3e-2, 1e-1)
 GATE_METRICS = ("count", "mean", "std", "min", "max", "frac_lt_0.01", "frac_lt_0.1",
                 "frac_lt_0.5", "frac_gt_0.9", "frac_gt_0.99")
-DISPLAY_TOKENS = ["<s>", "The", " cat", " costs", " $5", ".", "\n", "<b>", " It", " sat"]
+# Tokens that must survive CSV, matplotlib and HTML: "$" (mathtext), "<b>" (markup), "NA" (read
+# as NaN by pandas defaults), whitespace.
+DISPLAY_TOKENS = ["<s>", "The", " cat", " costs", " $5", ".", "\n", "<b>", "NA", " sat"]
 
 
 @dataclass(frozen=True)
@@ -262,3 +265,23 @@ def all_runs(run_dirs):
 @pytest.fixture(scope="session")
 def specs() -> dict[str, RunSpec]:
     return {spec.name: spec for spec in SPECS}
+
+
+@pytest.fixture(scope="session")
+def display_tokens() -> list[str]:
+    return list(DISPLAY_TOKENS)
+
+
+@pytest.fixture(scope="session")
+def generated_at() -> datetime:
+    """The report timestamp of `built_report` (the one part of a report that may change)."""
+    return datetime(2026, 11, 2, 8, 30, tzinfo=timezone.utc)
+
+
+@pytest.fixture(scope="session")
+def built_report(run_dirs, generated_at, tmp_path_factory) -> dict[str, Path]:
+    """report.html and report.pdf of all three runs, built once for the HTML and PDF tests."""
+    import reports
+
+    out = tmp_path_factory.mktemp("report")
+    return reports.build_report(list(run_dirs.values()), out, generated_at=generated_at)

@@ -1,0 +1,240 @@
+"""reports.html: one self-contained, deterministic file that a real browser renders."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from datetime import datetime, timezone
+from html.parser import HTMLParser
+
+import pytest
+
+import reports
+from reports.html import figure_svg, render_html
+from reports.sections import build_sections
+
+SECTIONS = ("summary", "first-token", "attention-patterns", "massive-activations", "gates",
+            "sparsity", "training", "provenance")
+FIGURES = ("f-attn-heatmap", "f-attn-by-layer", "attention-patterns-figure", "m-act-figure",
+           "gate-histograms", "gate-stats", "gate-heatmap", "gate-saturation",
+           "sparsity-by-layer", "sparsity-sweep", "training-curves")
+TABLES = ("summary-table", "m-act-top", "gate-position", "provenance-table")
+TIME = re.compile(r'<time id="generated-at" datetime="[^"]*">[^<]*</time>')
+
+
+class Outline(HTMLParser):
+    """Collects what the tests look at: ids, references, figures, tables and their cells."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.ids: list[str] = []
+        self.references: list[tuple[str, str, str]] = []  # (tag, attribute, value)
+        self.tags: list[str] = []
+        self.figures: dict[str, dict[str, object]] = {}
+        self.tables: dict[str, list[list[str]]] = {}
+        self._figure: str | None = None
+        self._in_caption = False
+        self._table: str | None = None
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attributes = dict(attrs)
+        self.tags.append(tag)
+        if "id" in attributes:
+            self.ids.append(attributes["id"])
+        for name, value in attrs:
+            if name in ("src", "href", "xlink:href", "action", "poster", "srcset") and value:
+                self.references.append((tag, name, value))
+        if tag == "figure":
+            self._figure = attributes["id"]
+            self.figures[self._figure] = {"svg": False, "caption": ""}
+        elif tag == "svg" and self._figure:
+            self.figures[self._figure]["svg"] = True
+        elif tag == "figcaption":
+            self._in_caption = True
+        elif tag == "table":
+            self._table = attributes["id"]
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table:
+            self.tables[self._table].append([])
+        elif tag in ("td", "th") and self._table and self.tables[self._table]:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag == "figure":
+            self._figure = None
+        elif tag == "figcaption":
+            self._in_caption = False
+        elif tag == "table":
+            self._table = None
+        elif tag in ("td", "th") and self._cell is not None:
+            self.tables[self._table][-1].append("".join(self._cell))
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._in_caption and self._figure:
+            self.figures[self._figure]["caption"] += data
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+@pytest.fixture(scope="module")
+def html_text(built_report) -> str:
+    return built_report["html"].read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def outline(html_text) -> Outline:
+    parser = Outline()
+    parser.feed(html_text)
+    return parser
+
+
+def test_build_writes_only_the_requested_files(built_report):
+    out = built_report["html"].parent
+    assert sorted(path.name for path in out.iterdir()) == ["report.html", "report.pdf"]
+    assert built_report["html"].stat().st_mode & 0o044  # readable by others, like a report
+
+
+def test_nothing_external_is_referenced(html_text, outline):
+    for tag, attribute, value in outline.references:
+        assert value.startswith(("#", "data:image/png;base64,")), (tag, attribute, value[:60])
+    assert not {"script", "link", "iframe", "object", "embed"} & set(outline.tags)
+    for needle in ("http://", "https://", "file:", "@import", "url(//"):
+        assert needle not in html_text, needle
+
+
+def test_every_section_is_there_and_linked(outline):
+    for section in SECTIONS:
+        assert section in outline.ids
+        assert ("a", "href", f"#{section}") in outline.references
+
+
+def test_every_figure_is_inline_svg_with_a_caption(outline):
+    assert tuple(outline.figures) == FIGURES
+    for name, figure in outline.figures.items():
+        assert figure["svg"], name
+        assert len(str(figure["caption"])) > 80, name  # says what it shows and how
+
+
+def test_ids_are_unique_across_inlined_svgs(outline):
+    duplicates = {i for i in outline.ids if outline.ids.count(i) > 1}
+    assert not duplicates
+
+
+def test_tables_are_real_tables(outline, all_runs):
+    assert tuple(outline.tables) == TABLES
+    summary = outline.tables["summary-table"]
+    assert summary[0][:4] == ["model", "gate layout", "layers (attention / all)", "mean gate"]
+    assert [row[0] for row in summary[1:]] == list(all_runs.models)
+    assert summary[1][3] == "no gate"  # the baseline's mean gate
+    provenance = {row[0]: row[1:] for row in outline.tables["provenance-table"]}
+    for field in ("checkpoint", "data", "tokens", "BOS policy", "position 0 holds", "versions",
+                  "command line"):
+        assert field in provenance, field
+    assert provenance["command line"][0].startswith("probe analyze /checkpoints/baseline")
+
+
+def test_reference_values_of_the_paper_are_quoted(html_text):
+    for number in ("1053", "0.467", "0.116", "0.048", "0.172", "0.073", "400B"):
+        assert number in html_text
+
+
+def test_says_where_a_metric_does_not_apply(html_text):
+    for sentence in ("baseline has no attention-output gate",
+                     "hybrid: layers 0–2, 4 are linear attention",
+                     "The models differ in depth (baseline: 4, headwise: 4, hybrid: 6 layers)",
+                     "headwise saved no attention patterns",
+                     "headwise has no training log"):
+        assert sentence in html_text, sentence
+
+
+def test_data_text_is_escaped(html_text):
+    # The display prompt holds the token "<b>": it must show as text, never become markup.
+    assert "&lt;b&gt;" in html_text
+    assert "<b>" not in html_text
+
+
+def test_output_is_deterministic_apart_from_the_timestamp(run_dirs, built_report, tmp_path):
+    later = datetime(2027, 1, 1, tzinfo=timezone.utc)
+    again = reports.build_report(list(run_dirs.values()), tmp_path, formats="html",
+                                 generated_at=later)
+    first = built_report["html"].read_text(encoding="utf-8")
+    second = again["html"].read_text(encoding="utf-8")
+    assert 'datetime="2026-11-02T08:30:00Z"' in first
+    assert 'datetime="2027-01-01T00:00:00Z"' in second
+    assert TIME.sub("", first) == TIME.sub("", second)
+
+
+def test_source_date_epoch_sets_the_timestamp(all_runs, monkeypatch):
+    from reports.build import _timestamp
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
+    assert _timestamp(None) == "1970-01-01T00:00:00Z"
+
+
+def test_svg_ids_get_a_per_figure_prefix(all_runs):
+    import reports.plots as plots
+
+    svg = figure_svg(plots.plot_gate_saturation(all_runs).figure, prefix="fig-x")
+    ids = re.findall(r'\bid="([^"]+)"', svg)
+    assert ids and all(i.startswith("fig-x-") for i in ids)
+    references = re.findall(r'(?:href="#|url\(#)([^")]+)', svg)
+    assert references and all(r.startswith("fig-x-") for r in references)
+    assert svg.startswith("<svg")
+
+
+def test_html_of_a_single_baseline_says_gates_do_not_apply(run_dirs):
+    # Rendering the text without its figures keeps this check fast.
+    runs = reports.load_runs(run_dirs["baseline"])
+    sections = [replace(section, items=[]) for section in build_sections(runs)]
+    text = render_html(sections, title="t", subtitle="s", generated_at="now")
+    assert "baseline has no attention-output gate" in text
+    assert "No run has a training log" not in text  # the baseline has one
+
+
+def test_unknown_format_is_refused(run_dirs, tmp_path):
+    with pytest.raises(ValueError, match="unknown report format"):
+        reports.build_report(run_dirs["baseline"], tmp_path, formats=("docx",))
+    assert not list(tmp_path.iterdir())
+
+
+def test_opens_in_headless_chromium(built_report, tmp_path):
+    pytest.importorskip("websocket", reason="websocket-client is not installed")
+    from headless_chromium import HeadlessChromium, find_chromium
+
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    with HeadlessChromium(binary, tmp_path / "profile") as browser:
+        browser.open(built_report["html"])
+        sizes = browser.evaluate(
+            "Array.from(document.querySelectorAll('figure')).map(f => {"
+            " const r = f.querySelector('svg').getBoundingClientRect();"
+            " return [f.id, r.width, r.height]; })")
+        shot = browser.screenshot(tmp_path / "report.png")
+        errors, requests = browser.log.errors, browser.log.requests
+    assert errors == []
+    assert [name for name, _, _ in sizes] == list(FIGURES)
+    for name, width, height in sizes:
+        assert width > 100 and height > 100, name
+    assert all(url.startswith(("file://", "data:")) for url in requests), requests
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+
+
+def test_browser_harness_sees_console_errors(tmp_path):
+    """The check above could not fail if the harness missed errors: prove it does not."""
+    pytest.importorskip("websocket", reason="websocket-client is not installed")
+    from headless_chromium import HeadlessChromium, find_chromium
+
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    page = tmp_path / "broken.html"
+    page.write_text("<!DOCTYPE html><p>x</p><script>console.error('boom'); undefinedCall();"
+                    "</script>", encoding="utf-8")
+    with HeadlessChromium(binary, tmp_path / "profile") as browser:
+        browser.open(page)
+        errors = browser.log.errors
+    assert any("boom" in error for error in errors)
+    assert any("undefinedCall" in error for error in errors)

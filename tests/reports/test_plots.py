@@ -1,0 +1,241 @@
+"""reports.plots: every figure checked through its artists, not its pixels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
+from matplotlib.patches import Rectangle
+
+import reports
+from reports.plots._layout import NOT_APPLICABLE_GID
+from reports.text import visible_token
+
+
+def tick_labels(ax: Axes, axis: str = "x") -> list[str]:
+    ticks = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    return [tick.get_text() for tick in ticks]
+
+
+def legend_labels(ax: Axes) -> list[str]:
+    legend = ax.get_legend()
+    assert legend is not None, "no legend"
+    return [text.get_text() for text in legend.get_texts()]
+
+
+def panels(fig: Figure) -> list[Axes]:
+    """Plot panels: visible axes that are not colorbars."""
+    return [ax for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>"]
+
+
+def images(ax: Axes) -> list[AxesImage]:
+    return [artist for artist in ax.get_children() if isinstance(artist, AxesImage)]
+
+
+def not_applicable_texts(fig: Figure) -> list[str]:
+    return [text.get_text() for ax in fig.axes for text in ax.texts
+            if text.get_gid() == NOT_APPLICABLE_GID]
+
+
+def layer_labels(layers) -> list[str]:
+    return [str(layer) for layer in layers]
+
+
+def test_first_token_heatmap_is_layers_by_heads_with_one_scale(all_runs, specs):
+    fig = reports.plot_first_token_heatmap(all_runs)
+    axes = panels(fig)
+    assert [ax.get_title() for ax in axes] == list(all_runs.models)
+    norms = set()
+    for ax in axes:
+        spec = specs[ax.get_title()]
+        (image,) = images(ax)
+        assert image.get_array().shape == (spec.num_layers, spec.num_heads)
+        assert tick_labels(ax, "y") == layer_labels(range(spec.num_layers))
+        assert tick_labels(ax, "x") == layer_labels(range(spec.num_heads))
+        assert ax.get_ylabel() == "layer"
+        norms.add((image.norm.vmin, image.norm.vmax))
+    assert len(norms) == 1, "panels must share one colour scale"
+    assert any(ax.get_label() == "<colorbar>" for ax in fig.axes)
+
+
+def test_first_token_heatmap_hatches_linear_attention_layers(all_runs, specs):
+    fig = reports.plot_first_token_heatmap(all_runs)
+    hybrid = next(ax for ax in panels(fig) if ax.get_title() == "hybrid")
+    hatched = [p for p in hybrid.patches if isinstance(p, Rectangle) and p.get_hatch()]
+    rows = sorted(int(p.get_y() + 0.5) for p in hatched)
+    assert rows == list(specs["hybrid"].linear_layers)
+    assert "linear attention" in hybrid.get_xlabel()
+    assert np.ma.is_masked(images(hybrid)[0].get_array()[0, 0])
+    baseline = next(ax for ax in panels(fig) if ax.get_title() == "baseline")
+    assert not [p for p in baseline.patches if p.get_hatch()]
+
+
+def test_first_token_by_layer_overlays_models_with_uniform_reference(all_runs):
+    ax = reports.plot_first_token_by_layer(all_runs)
+    assert legend_labels(ax) == list(all_runs.models)
+    assert tick_labels(ax) == layer_labels(range(6))  # union of 4- and 6-layer models
+    hybrid = next(line for line in ax.get_lines() if line.get_label() == "hybrid")
+    assert list(hybrid.get_xdata()) == [3, 5]  # attention layers only
+    uniform = all_runs.summary["baseline"]["f_attn_uniform"]
+    dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert dashed and all(np.allclose(line.get_ydata(), uniform) for line in dashed)
+    assert "F-Attn" in ax.get_ylabel()
+
+
+def test_plots_accept_paths_analyses_and_a_given_axes(run_dirs):
+    fig = Figure()
+    ax = fig.add_subplot()
+    assert reports.plot_first_token_by_layer(run_dirs["baseline"], ax=ax) is ax
+    assert legend_labels(ax) == ["baseline"]
+    heatmap = reports.plot_first_token_heatmap([str(run_dirs["headwise"])])
+    assert [a.get_title() for a in panels(heatmap)] == ["headwise"]
+
+
+def test_attention_patterns_show_token_labels_per_model_and_layer(all_runs, display_tokens):
+    fig = reports.plot_attention_patterns(all_runs)
+    titles = [ax.get_title() for ax in panels(fig)]
+    # headwise saved no patterns; the hybrid model has two attention layers only
+    assert titles == ["baseline · layer 0", "baseline · layer 2", "baseline · layer 3",
+                      "hybrid · layer 3", "hybrid · layer 5"]
+    expected = [visible_token(token).replace("$", r"\$") for token in display_tokens]
+    for ax in panels(fig):
+        (image,) = images(ax)
+        assert image.get_array().shape == (len(display_tokens), len(display_tokens))
+        assert tick_labels(ax, "x") == expected
+        assert tick_labels(ax, "y") == expected
+    fig.canvas.draw()  # "$" in a token must not be read as mathtext
+
+
+def test_attention_patterns_choose_requested_layers(all_runs):
+    fig = reports.plot_attention_patterns(all_runs, layers=[3])
+    assert [ax.get_title() for ax in panels(fig)] == ["baseline · layer 3", "hybrid · layer 3"]
+
+
+def test_massive_activations_four_sites_log_scale(all_runs):
+    fig = reports.plot_massive_activations(all_runs)
+    axes = panels(fig)
+    assert [ax.get_title() for ax in axes] == ["attention output", "residual after attention",
+                                               "MLP output", "layer output"]
+    for ax in axes:
+        assert ax.get_yscale() == "log"
+        assert tick_labels(ax) == layer_labels(range(6))
+        solid = [line.get_label() for line in ax.get_lines() if line.get_linestyle() == "-"]
+        assert solid == list(all_runs.models)
+    assert legend_labels(axes[-1]) == list(all_runs.models)
+
+
+def test_massive_by_layer_single_site(all_runs):
+    ax = reports.plot_massive_by_layer(all_runs, site="attn_out")
+    baseline = next(line for line in ax.get_lines() if line.get_label() == "baseline")
+    expected = all_runs.massive.query(
+        "model == 'baseline' and site == 'attn_out' and metric == 'max_abs'")["value"]
+    assert np.allclose(baseline.get_ydata(), expected)
+    assert legend_labels(ax) == list(all_runs.models)
+
+
+def test_gate_histograms_one_panel_per_gated_layer(all_runs):
+    fig = reports.plot_gate_histograms(all_runs)
+    axes = panels(fig)
+    assert [ax.get_title() for ax in axes] == ["layer 0", "layer 1", "layer 2", "layer 3",
+                                               "layer 5"]
+    layer3 = axes[3]
+    assert sorted(p.get_label() for p in layer3.patches) == ["headwise", "hybrid"]
+    shares = layer3.patches[0].get_data().values
+    assert np.isclose(np.nansum(shares), 1.0)
+    assert legend_labels(axes[-1]) == ["headwise", "hybrid"]
+    assert axes[0].get_yscale() == "log"
+
+
+def test_gate_stats_by_layer(all_runs):
+    ax = reports.plot_gate_stats_by_layer(all_runs)
+    assert legend_labels(ax) == ["headwise", "hybrid"]
+    assert tick_labels(ax) == layer_labels(range(6))
+    hybrid = next(line for line in ax.get_lines() if line.get_label() == "hybrid")
+    assert list(hybrid.get_xdata()) == [3, 5]
+    assert ax.get_ylabel() == "gate score"
+
+
+def test_gate_heatmap_only_gated_models(all_runs, specs):
+    fig = reports.plot_gate_heatmap(all_runs)
+    axes = panels(fig)
+    assert [ax.get_title() for ax in axes] == ["headwise", "hybrid"]
+    for ax in axes:
+        spec = specs[ax.get_title()]
+        assert images(ax)[0].get_array().shape == (spec.num_layers, spec.num_heads)
+        assert tick_labels(ax, "y") == layer_labels(range(spec.num_layers))
+    assert "no gate" in axes[1].get_xlabel()
+
+
+def test_gate_saturation_bars(all_runs):
+    ax = reports.plot_gate_saturation(all_runs)
+    assert tick_labels(ax) == ["< 0.01", "< 0.1", "< 0.5", "> 0.9", "> 0.99"]
+    assert legend_labels(ax) == ["headwise", "hybrid"]
+    assert len(ax.patches) == 2 * 5
+
+
+def test_sparsity_by_layer_bars_per_model_and_threshold(all_runs):
+    fig = reports.plot_sparsity_by_layer(all_runs)
+    axes = panels(fig)
+    assert [ax.get_title() for ax in axes] == [
+        "baseline · |x| < 0.01", "baseline · |x| < 0.001",
+        "headwise · |x| < 0.01", "headwise · |x| < 0.001",
+        "hybrid · |x| < 0.01", "hybrid · |x| < 0.001"]
+    assert tick_labels(axes[0]) == layer_labels(range(4))
+    assert tick_labels(axes[4]) == ["3", "5"]
+    assert len(axes[0].patches) == 4  # baseline: one (ungated) bar per layer
+    assert len(axes[2].patches) == 3 * 4  # gated: ungated, mean gate, gated
+    assert legend_labels(axes[1]) == ["ungated O", "O × mean gate (uniform control)",
+                                      "O ⊙ g (dynamic gate)"]
+
+
+def test_sparsity_sweep_log_threshold(all_runs):
+    fig = reports.plot_sparsity_sweep(all_runs)
+    axes = panels(fig)
+    assert len(axes) == 3
+    assert all(ax.get_xscale() == "log" for ax in axes)
+    assert [line.get_label() for line in axes[0].get_lines()] == list(all_runs.models)
+    assert [line.get_label() for line in axes[1].get_lines()] == ["headwise", "hybrid"]
+    assert legend_labels(axes[-1]) == list(all_runs.models)
+
+
+def test_training_curves_and_spikes(all_runs):
+    fig = reports.plot_training(all_runs)
+    loss_ax, grad_ax = panels(fig)
+    assert legend_labels(grad_ax) == ["baseline", "hybrid"]
+    assert loss_ax.get_xlabel() == "step"
+    spikes = [c for c in loss_ax.collections if c.get_label() == "_spike"]
+    assert sum(len(c.get_offsets()) for c in spikes) == 4
+
+
+@pytest.mark.parametrize("plot", [
+    reports.plot_gate_histograms, reports.plot_gate_heatmap,
+])
+def test_gate_figures_say_when_no_model_has_a_gate(run_dirs, plot):
+    fig = plot(run_dirs["baseline"])
+    assert any("No gated model" in text for text in not_applicable_texts(fig))
+
+
+@pytest.mark.parametrize("plot", [
+    reports.plot_gate_stats_by_layer, reports.plot_gate_saturation,
+])
+def test_gate_axes_say_when_no_model_has_a_gate(run_dirs, plot):
+    ax = plot(run_dirs["baseline"])
+    assert any("No gated model" in text.get_text() for text in ax.texts)
+
+
+def test_missing_training_and_patterns_are_said(run_dirs):
+    assert not_applicable_texts(reports.plot_training(run_dirs["headwise"]))
+    assert not_applicable_texts(reports.plot_attention_patterns(run_dirs["headwise"]))
+
+
+def test_every_plot_draws(all_runs):
+    """Layout and text rendering run without error on mixed depths and hybrid layers."""
+    for plot in (reports.plot_first_token_heatmap, reports.plot_gate_histograms,
+                 reports.plot_sparsity_by_layer, reports.plot_sparsity_sweep,
+                 reports.plot_training, reports.plot_gate_heatmap):
+        plot(all_runs).canvas.draw()
+    for plot in (reports.plot_first_token_by_layer, reports.plot_gate_stats_by_layer,
+                 reports.plot_gate_saturation):
+        plot(all_runs).figure.canvas.draw()

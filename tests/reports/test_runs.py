@@ -1,0 +1,135 @@
+"""reports.runs: reading run directories and in-memory analyses into one Runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+import reports
+from reports.runs import Runs
+from reports.schema import TABLES
+
+
+def analysis_from(run_dir: Path, **overrides) -> SimpleNamespace:
+    """An object shaped like probe.Analysis, built from a run directory."""
+    tables = {name: pd.read_csv(run_dir / f"{name}.csv") if (run_dir / f"{name}.csv").exists()
+              else pd.DataFrame() for name in TABLES}
+    return SimpleNamespace(
+        meta=json.loads((run_dir / "meta.json").read_text()),
+        summary=json.loads((run_dir / "summary.json").read_text()),
+        **{**tables, **overrides},
+    )
+
+
+def test_reads_every_table_with_a_model_column(all_runs, run_dirs):
+    assert all_runs.models == ("baseline", "headwise", "hybrid")
+    for name in TABLES:
+        frame = all_runs.table(name)
+        assert "model" in frame.columns, name
+        assert set(frame["model"]) <= set(all_runs.models), name
+    assert set(all_runs.first_token["model"]) == set(all_runs.models)
+    assert all_runs.sources["hybrid"] == str(run_dirs["hybrid"])
+
+
+def test_layers_depths_and_layer_types(all_runs, specs):
+    for model, spec in specs.items():
+        assert all_runs.layers(model) == list(range(spec.num_layers))
+        assert all_runs.num_heads(model) == spec.num_heads
+        assert all_runs.layers_of_type(model, "linear_attention") == list(spec.linear_layers)
+    assert all_runs.gated_models == ["headwise", "hybrid"]
+    assert all_runs.ungated_models == ["baseline"]
+
+
+def test_optional_tables_and_gateless_baseline(all_runs):
+    assert set(all_runs.training["model"]) == {"baseline", "hybrid"}
+    assert set(all_runs.attention_patterns["model"]) == {"baseline", "hybrid"}
+    assert all_runs.rows("gates", "baseline").empty
+    assert all_runs.rows("gate_hist", "baseline").empty
+    assert "mean_gate" not in set(all_runs.rows("sparsity", "baseline")["variant"])
+    assert all_runs.training["spike"].dtype == bool
+    assert all_runs.training["spike"].sum() == 4  # two spikes in each of two logs
+
+
+def test_columns_are_typed_and_tokens_kept_verbatim(all_runs):
+    assert all_runs.first_token["layer"].dtype == "int64"
+    assert all_runs.first_token["value"].dtype == float
+    frame = all_runs.first_token
+    linear = (frame["layer_type"] == "linear_attention") & (frame["metric"] == "f_attn")
+    assert linear.any() and frame.loc[linear, "value"].isna().all()
+    tokens = set(all_runs.massive_top["token"])
+    assert {"NA", "\n", " $5", "<b>"} <= tokens  # "NA" would be NaN with pandas defaults
+
+
+def test_a_folder_of_run_directories_reads_as_all_of_them(run_dirs):
+    parent = run_dirs["baseline"].parent
+    assert reports.load_runs(parent).models == ("baseline", "headwise", "hybrid")
+    assert reports.load_runs(str(run_dirs["hybrid"])).models == ("hybrid",)
+
+
+def test_accepts_analysis_objects_and_mixed_lists(run_dirs, all_runs):
+    analysis = analysis_from(run_dirs["hybrid"])
+    runs = reports.load_runs([run_dirs["baseline"], analysis])
+    assert runs.models == ("baseline", "hybrid")
+    assert runs.sources["hybrid"].startswith("in-memory")
+    pd.testing.assert_frame_equal(
+        runs.rows("gates", "hybrid").reset_index(drop=True),
+        all_runs.rows("gates", "hybrid").reset_index(drop=True))
+    assert reports.load_runs(analysis).layers_of_type("hybrid", "attention") == [3, 5]
+
+
+def test_analysis_with_empty_frames_and_meta_name(run_dirs):
+    # probe.Analysis keeps absent tables as column-less DataFrames and its name in meta.
+    analysis = analysis_from(run_dirs["baseline"], gates=pd.DataFrame(),
+                             attention_patterns=pd.DataFrame())
+    analysis.summary.pop("model")
+    analysis.meta["name"] = analysis.meta.pop("model")
+    runs = reports.load_runs([analysis])
+    assert runs.models == ("baseline",)
+    assert list(runs.gates.columns) == list(TABLES["gates"])
+    assert runs.gates.empty
+
+
+def test_layer_types_fall_back_to_meta_when_summary_has_no_layers(run_dirs):
+    analysis = analysis_from(run_dirs["hybrid"], first_token=pd.DataFrame())
+    analysis.summary.pop("layers")
+    analysis.summary.pop("attention_layers")
+    analysis.meta["layer_types"] = ["linear_attention"] * 3 + ["attention", "linear_attention",
+                                                               "attention"]
+    runs = reports.load_runs(analysis)
+    assert runs.layers_of_type("hybrid", "attention") == [3, 5]
+
+
+def test_two_runs_with_one_name_stay_apart(run_dirs):
+    with pytest.warns(UserWarning, match="two runs are named 'hybrid'"):
+        runs = reports.load_runs([run_dirs["hybrid"], run_dirs["hybrid"]])
+    assert runs.models == ("hybrid", "hybrid (2)")
+    assert set(runs.gates["model"]) == {"hybrid", "hybrid (2)"}
+
+
+def test_a_runs_object_passes_through(all_runs):
+    assert reports.load_runs(all_runs) is all_runs
+    assert isinstance(all_runs, Runs)
+
+
+def test_clear_errors_for_what_is_not_a_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a run directory"):
+        reports.load_runs(tmp_path)
+    with pytest.raises(TypeError, match="cannot read runs"):
+        reports.load_runs(42)
+    with pytest.raises(ValueError, match="at least one"):
+        reports.load_runs([])
+
+
+def test_importing_reports_loads_no_model_library():
+    code = ("import sys, reports, reports.html, reports.pdf; "
+            "print(sorted(m for m in ('torch', 'transformers', 'transformer_lens', 'probe') "
+            "if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, cwd=Path(reports.__file__).parents[1])
+    assert result.stdout.strip() == "[]"
