@@ -31,9 +31,18 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
             on_long: str = "truncate", text_field: str = "text", command: str | None = None) -> Analysis:
     """Measure gates, first-token attention, massive activations, sparsity and loss.
 
-    model: a checkpoint directory, a loaded Hugging Face causal LM, or a `LoadedModel`.
+    model: a checkpoint directory, a loaded Hugging Face causal LM, a `LoadedModel`, or a
+           TransformerLens `TransformerBridge` (measured through its own hooks, see bridge.py).
     data:  a path (text, folder, JSONL, .npy/.pt token ids), or pass `texts=[...]`.
     """
+    from .bridge import analyze_bridge, is_bridge
+
+    if is_bridge(model):
+        return analyze_bridge(model, data, texts=texts, tokenizer=tokenizer, name=name, seq_len=seq_len,
+                              batch_size=batch_size, bos=bos, per_document=per_document,
+                              max_sequences=max_sequences, gate=gate, thresholds=thresholds,
+                              display_len=display_len, progress=progress, seed=seed, on_long=on_long,
+                              text_field=text_field, command=command)
     torch.manual_seed(seed)
     loaded = as_loaded(model, dtype=dtype, device=device, device_map=device_map, gate=gate, tokenizer=tokenizer)
     model, layout = loaded.model, loaded.layout

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from reports.runs import Runs
-from reports.schema import ATTENTION, SATURATION_METRICS
+from reports.schema import ATTENTION, LINEAR_ATTENTION, SATURATION_METRICS
 
 
 def layer_head_matrix(frame: pd.DataFrame, num_layers: int, num_heads: int) -> np.ndarray:
@@ -33,7 +33,7 @@ def first_token_matrix(runs: Runs, model: str, metric: str = "f_attn") -> np.nda
 def first_token_by_layer(runs: Runs, metric: str = "f_attn") -> pd.DataFrame:
     """Head-mean F-Attn per model and layer (the paper averages heads first), attention only."""
     rows = runs.first_token[(runs.first_token["metric"] == metric)
-                            & (runs.first_token["layer_type"] != "linear_attention")]
+                            & (runs.first_token["layer_type"] != LINEAR_ATTENTION)]
     means = rows.groupby(["model", "layer"], sort=True)["value"].mean().dropna()
     return means.reset_index()
 

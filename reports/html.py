@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import pandas as pd
 from matplotlib.figure import Figure, SubFigure
 
-from reports.sections import FigureItem, Section, TableItem
+from reports.sections import PROVENANCE, FigureItem, Section, TableItem
 from reports.style import freeze_layout, report_style
 from reports.tables import numeric_columns
 
@@ -73,7 +73,7 @@ def render_html(sections: Sequence[Section], *, title: str, subtitle: str,
             else:
                 table_number += 1
                 body.append(_table(item, table_number))
-        if section.id == "provenance":
+        if section.id == PROVENANCE:
             body.append(f'<p class="generated">Report generated <time id="generated-at" '
                         f'datetime="{generated_at}">{generated_at}</time> by probe reports '
                         "from the saved runs listed above.</p>")
@@ -92,12 +92,13 @@ def _header(sections: Sequence[Section], title: str, subtitle: str) -> str:
 
 def _notes(notes: Sequence[str]) -> str:
     items = "".join(f"<li>{_text(note)}</li>" for note in notes)
-    return f'<aside class="note"><strong>Where a metric does not apply</strong><ul>{items}</ul></aside>'
+    return ('<aside class="note"><strong>Where a metric does not apply</strong>'
+            f"<ul>{items}</ul></aside>")
 
 
 def _figure(item: FigureItem, number: int) -> str:
     with report_style():
-        svg = figure_svg(freeze_layout(item.draw(None)), prefix=item.id)
+        svg = figure_svg(freeze_layout(item.draw()), prefix=item.id)
     return (f'<figure id="{item.id}"><h3>{_text(item.title)}</h3>'
             f'<div class="plot">{svg}</div>'
             f"<figcaption><strong>Figure {number}.</strong> {_text(item.caption)}</figcaption>"
@@ -107,14 +108,14 @@ def _figure(item: FigureItem, number: int) -> str:
 def _table(item: TableItem, number: int) -> str:
     caption = f"<strong>Table {number}.</strong> {_text(item.caption)}"
     return (f'<h3 id="{item.id}-title">{_text(item.title)}</h3><div class="table-wrap">'
-            f"{table_html(item.frame, item.index_label, item.id, caption)}</div>")
+            f"{table_html(item.frame, item.index_label, item.id, caption, item.free_text)}"
+            "</div>")
 
 
-def table_html(frame: pd.DataFrame, index_label: str, table_id: str,
-               caption_html: str = "") -> str:
+def table_html(frame: pd.DataFrame, index_label: str, table_id: str, caption_html: str = "",
+               free_text: bool = False) -> str:
     """A real <table>: header row, one row per index entry, every cell escaped."""
-    # Free text (provenance) reads better left-aligned and wrapped than as numbers.
-    kind = "text" if index_label == "field" else "numbers"
+    kind = "text" if free_text else "numbers"  # free text wraps, in a monospace font
     aligned = ["", *(' class="num"' if numeric else "" for numeric in numeric_columns(frame))]
     header = "".join(f'<th scope="col"{align}>{_text(column)}</th>'
                      for column, align in zip([index_label, *frame.columns], aligned))

@@ -1,4 +1,4 @@
-"""Sentences that say where a metric does not apply, so a report explains gaps instead of failing."""
+"""Sentences that say where a metric does not apply, so a report explains its gaps."""
 
 from __future__ import annotations
 

@@ -65,7 +65,8 @@ def _pages(sections: Sequence[Section], title: str, subtitle: str, generated_at:
 def _cover(sections: Sequence[Section], title: str, subtitle: str, generated_at: str) -> Figure:
     figure = Figure(figsize=PAGE_SIZE)
     figure.text(0.06, 0.86, plain(title), fontsize=24, fontweight="bold", va="top")
-    figure.text(0.06, 0.78, _wrap(subtitle, 12), fontsize=12, va="top", color="#444444")
+    figure.text(0.06, 0.78, plain(_wrap(subtitle, 12)), fontsize=12, va="top",
+                color="#444444")
     contents = "\n".join(f"{number}.  {section.title}"
                          for number, section in enumerate(sections, start=1))
     figure.text(0.06, 0.66, "Contents", fontsize=13, fontweight="bold", va="top")
@@ -75,11 +76,22 @@ def _cover(sections: Sequence[Section], title: str, subtitle: str, generated_at:
     return figure
 
 
-def _page(figure: Figure, title: str, lead: Sequence[str]) -> tuple[float, float]:
-    """Write the title and lead text (intro, notes) at the top of a page-sized figure;
-    return the size in inches of the body that is left below them."""
-    lead_text = "\n".join(_wrap(line, TEXT_SIZE) for line in lead)
+def _lead_text(lead: Sequence[str]) -> str:
+    return "\n".join(_wrap(line, TEXT_SIZE) for line in lead)
+
+
+def _body_height(lead: Sequence[str]) -> float:
+    """Inches left for the body of a page under its title and this lead text."""
+    lead_text = _lead_text(lead)
     top_in = 0.75 + _LINE_IN * (lead_text.count("\n") + 1 if lead_text else 0)
+    return PAGE_SIZE[1] - top_in - _MARGIN_IN
+
+
+def _page(figure: Figure, title: str, lead: Sequence[str]) -> float:
+    """Write the title and lead text (intro, notes) at the top of a page-sized figure;
+    return the height in inches of the body left below them (it ends one margin above the
+    page's foot)."""
+    lead_text = _lead_text(lead)
     x = _MARGIN_IN / PAGE_SIZE[0]
     # zorder below the axes: drawn first, so the title also comes first in the PDF's text
     # (what a screen reader or a text search sees).
@@ -88,7 +100,7 @@ def _page(figure: Figure, title: str, lead: Sequence[str]) -> tuple[float, float
     if lead_text:
         figure.text(x, 1 - 0.72 / PAGE_SIZE[1], plain(lead_text), fontsize=TEXT_SIZE,
                     va="top", color="#333333", linespacing=1.3, zorder=-1)
-    return PAGE_SIZE[0], PAGE_SIZE[1] - top_in - _MARGIN_IN
+    return _body_height(lead)
 
 
 def _figure_page(title: str, lead: Sequence[str], item: FigureItem) -> Figure:
@@ -100,17 +112,17 @@ def _figure_page(title: str, lead: Sequence[str], item: FigureItem) -> Figure:
     fills that rectangle (its `rect`), so no subfigures are needed: nested subfigures make
     the layout solver's last digits vary from run to run, and the PDF bytes with them.
     """
-    figure = item.draw(None)
+    figure = item.draw()
     natural = figure.get_size_inches()
     figure.set_size_inches(PAGE_SIZE)
-    width_in, height_in = _page(figure, title, lead)
+    height_in = _page(figure, title, lead)
     caption = _wrap(f"Figure. {item.caption}", TEXT_SIZE)
     caption_in = 0.2 + _LINE_IN * (caption.count("\n") + 1)
-    scale = min(width_in / natural[0], (height_in - caption_in) / natural[1], _MAX_UPSCALE)
+    scale = min(PAGE_SIZE[0] / natural[0], (height_in - caption_in) / natural[1],
+                _MAX_UPSCALE)
     plot_w, plot_h = natural[0] * scale, natural[1] * scale
-    top_in = PAGE_SIZE[1] - _MARGIN_IN - height_in  # where the body starts, from the top
     left_in = (PAGE_SIZE[0] - plot_w) / 2
-    bottom_in = PAGE_SIZE[1] - top_in - plot_h
+    bottom_in = _MARGIN_IN + height_in - plot_h  # the body's top edge minus the plot
     figure.get_layout_engine().set(rect=(left_in / PAGE_SIZE[0], bottom_in / PAGE_SIZE[1],
                                          plot_w / PAGE_SIZE[0], plot_h / PAGE_SIZE[1]))
     figure.text(_MARGIN_IN / PAGE_SIZE[0], (bottom_in - 0.15) / PAGE_SIZE[1], plain(caption),
@@ -130,14 +142,9 @@ def _table_pages(title: str, lead: Sequence[str], item: TableItem):
         page_title = title if number == 0 else f"{title} (continued)"
         last = number == len(chunks) - 1
         figure = Figure(figsize=PAGE_SIZE)  # no layout engine: the table is placed by hand
-        body_size = _page(figure, page_title, lead if number == 0 else [])
-        _draw_table(figure, cells[0], rows, caption if last else "", body_size, right_aligned)
+        body_in = _page(figure, page_title, lead if number == 0 else [])
+        _draw_table(figure, cells[0], rows, caption if last else "", body_in, right_aligned)
         yield page_title, figure
-
-
-def _body_height(lead: Sequence[str]) -> float:
-    """Inches left for the body of a page under its title and this lead text."""
-    return _page(Figure(figsize=PAGE_SIZE), "", lead)[1]
 
 
 def _wrapped_cells(frame: pd.DataFrame, index_label: str) -> list[list[str]]:
@@ -148,7 +155,10 @@ def _wrapped_cells(frame: pd.DataFrame, index_label: str) -> list[list[str]]:
     chars = int(_TEXT_WIDTH_IN / _CHAR_IN) - 2 * len(columns)
     natural = [max(len(row[i]) for row in [columns, *rows]) for i in range(len(columns))]
     widths = _share_width(natural, chars)
-    wrap = lambda text, width: plain("\n".join(textwrap.wrap(text, width) or [""]))  # noqa: E731
+
+    def wrap(text: str, width: int) -> str:
+        return plain("\n".join(textwrap.wrap(text, width) or [""]))
+
     return [[wrap(cell, width) for cell, width in zip(row, widths)] for row in [columns, *rows]]
 
 
@@ -184,11 +194,10 @@ def _lines(row: list[str]) -> int:
 
 
 def _draw_table(figure: Figure, header: list[str], rows: list[list[str]], caption: str,
-                body_size: tuple[float, float], right_aligned: list[bool]) -> None:
+                height_in: float, right_aligned: list[bool]) -> None:
     """Draw the rows as a table at the top of the body, with the caption right below it."""
-    width_in, height_in = body_size
-    ax = figure.add_axes((_MARGIN_IN / width_in, _MARGIN_IN / PAGE_SIZE[1],
-                          _TEXT_WIDTH_IN / width_in, height_in / PAGE_SIZE[1]))
+    ax = figure.add_axes((_MARGIN_IN / PAGE_SIZE[0], _MARGIN_IN / PAGE_SIZE[1],
+                          _TEXT_WIDTH_IN / PAGE_SIZE[0], height_in / PAGE_SIZE[1]))
     ax.set_axis_off()
     all_rows = [header, *rows]
     chars = [max(len(line) for row in all_rows for line in row[i].split("\n")) + 2

@@ -20,10 +20,6 @@ import pandas as pd
 
 from reports.schema import ATTENTION, LINEAR_ATTENTION, META_FILE, SUMMARY_FILE, TABLES
 
-# Attribute names shared by `probe.Analysis` and `Runs` (an Analysis may lack `training`).
-ANALYSIS_TABLES = tuple(TABLES)
-
-
 @dataclass
 class Runs:
     """Several runs side by side: one DataFrame per table, meta/summary dicts per model."""
@@ -40,7 +36,7 @@ class Runs:
     sparsity: pd.DataFrame
     attention_patterns: pd.DataFrame
     training: pd.DataFrame
-    _layer_types: dict[str, dict[int, str]] = field(default_factory=dict, repr=False)
+    _layer_types: dict[str, dict[int, str]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._layer_types = {model: _infer_layer_types(self, model) for model in self.models}
@@ -60,7 +56,7 @@ class Runs:
         return list(range(self.num_layers(model)))
 
     def num_heads(self, model: str) -> int:
-        declared = self.summary[model].get("num_heads")
+        declared = self.summary[model].get("num_heads") or self.meta[model].get("num_heads")
         if declared:
             return int(declared)
         heads = [self.rows(name, model)["head"] for name in ("first_token", "gates")]

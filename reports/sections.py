@@ -11,17 +11,18 @@ from functools import partial
 
 import pandas as pd
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure, SubFigure
+from matplotlib.figure import Figure
 
 from reports import notes, plots, tables
 from reports.plots.attention_patterns import choose_pattern_layers
+from reports.plots.gates import histogram_layers
 from reports.reference import figure5_caption, table4_caption
 from reports.runs import Runs
 from reports.schema import ATTENTION, HEADLINE_THRESHOLDS
-from reports.text import visible_token
+from reports.text import join_layers, visible_token
 
-# `draw(None)` makes a figure of its natural size (HTML); `draw(subfigure)` fills a PDF page.
-Draw = Callable[[Figure | SubFigure | None], Figure | SubFigure]
+# Makes a new figure of the plot's own size; each format saves (or resizes) it as it needs.
+Draw = Callable[[], Figure]
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class TableItem:
     frame: pd.DataFrame  # display strings; the index is the first column
     caption: str
     index_label: str = "model"
+    free_text: bool = False  # long strings (paths, command lines) rather than numbers
 
 
 Item = FigureItem | TableItem
@@ -51,6 +53,9 @@ class Section:
     intro: str
     items: list[Item]
     notes: list[str] = field(default_factory=list)
+
+
+PROVENANCE = "provenance"  # the section that also carries the report's own timestamp
 
 
 def build_sections(runs: Runs) -> list[Section]:
@@ -66,16 +71,9 @@ def build_sections(runs: Runs) -> list[Section]:
     ]
 
 
-def _figure(plot: Callable[..., Figure | SubFigure]) -> Draw:
-    return lambda target: plot(fig=target)
-
-
-def _axes(plot: Callable[..., Axes]) -> Draw:
-    def draw(target: Figure | SubFigure | None) -> Figure | SubFigure:
-        ax = plot(ax=None if target is None else target.add_subplot())
-        return ax.figure
-
-    return draw
+def _axes(plot: Callable[[], Axes]) -> Draw:
+    """An axes-level plot as a figure maker."""
+    return lambda: plot().figure
 
 
 def _summary(runs: Runs) -> Section:
@@ -107,7 +105,7 @@ def _sink_epsilon(runs: Runs) -> float:
 def _first_token(runs: Runs) -> Section:
     heatmap = FigureItem(
         "f-attn-heatmap", "F-Attn per layer and head",
-        _figure(partial(plots.plot_first_token_heatmap, runs)),
+        partial(plots.plot_first_token_heatmap, runs),
         "Attention probability on the first token (key 0), averaged over sequences and over "
         "query positions t ≥ 1, for every layer (rows) and head (columns); one panel per "
         "model, one colour scale shared by all panels. Hatched rows are linear-attention "
@@ -151,7 +149,7 @@ def _attention_patterns(runs: Runs) -> Section:
         caption += " Prompt tokens: " + "; ".join(f"{', '.join(models)}: {text}"
                                                    for text, models in prompts.items())
     figure = FigureItem("attention-patterns-figure", "Attention patterns of the display prompt",
-                        _figure(partial(plots.plot_attention_patterns, runs)),
+                        partial(plots.plot_attention_patterns, runs),
                         caption)
     return Section(
         id="attention-patterns", title="Attention patterns",
@@ -164,7 +162,7 @@ def _attention_patterns(runs: Runs) -> Section:
 def _massive(runs: Runs) -> Section:
     figure = FigureItem(
         "m-act-figure", "M-Act per layer at four sites",
-        _figure(partial(plots.plot_massive_activations, runs)),
+        partial(plots.plot_massive_activations, runs),
         "Largest |activation| over all tokens and hidden dimensions per layer (solid, log "
         "scale) at four points of each decoder layer: the attention branch output (after "
         "o_proj), the residual stream after attention, the MLP output and the layer output. "
@@ -190,18 +188,18 @@ def _massive(runs: Runs) -> Section:
 def _gates(runs: Runs) -> Section:
     items: list[Item] = [
         FigureItem("gate-histograms", "Gate score distributions per layer",
-                   _figure(partial(plots.plot_gate_histograms, runs)),
-                   "Histogram of sigmoid gate scores (50 equal bins on [0, 1]) per gated layer, "
-                   "summed over heads and shown as the share of all scores of that layer; log "
-                   "y scale. Mass near 0 means the gate mostly closes, which is what makes the "
-                   "gated output sparse."),
+                   partial(plots.plot_gate_histograms, runs),
+                   "Histogram of sigmoid gate scores (50 equal bins on [0, 1]) per gated layer "
+                   f"(layers {join_layers(histogram_layers(runs))}), summed over heads and "
+                   "shown as the share of all scores of that layer; log y scale. Mass near 0 "
+                   "means the gate mostly closes, which is what makes the gated output sparse."),
         FigureItem("gate-stats", "Gate score statistics per layer",
                    _axes(partial(plots.plot_gate_stats_by_layer, runs)),
                    "Mean gate score per layer (line) with ±1 standard deviation (band) and the "
                    "minimum and maximum (thin dashed), pooled over heads with their element "
                    "counts."),
         FigureItem("gate-heatmap", "Mean gate score per layer and head",
-                   _figure(partial(plots.plot_gate_heatmap, runs)),
+                   partial(plots.plot_gate_heatmap, runs),
                    "Mean gate score for every layer (rows) and head (columns) of each gated "
                    "model, one colour scale for all panels. Hatched rows are layers without an "
                    "output gate on softmax attention (linear attention)."),
@@ -229,7 +227,7 @@ def _sparsity(runs: Runs) -> Section:
     thresholds = " and ".join(f"{t:g}" for t in HEADLINE_THRESHOLDS)
     by_layer = FigureItem(
         "sparsity-by-layer", "Sparsity per layer",
-        _figure(partial(plots.plot_sparsity_by_layer, runs)),
+        partial(plots.plot_sparsity_by_layer, runs),
         f"Share of attention-output elements with |x| below {thresholds}, per layer: the "
         "ungated output O, the uniform control O × (the layer's mean gate score), and the "
         "dynamically gated O ⊙ g that o_proj receives. If the dynamic gate is sparser than the "
@@ -237,7 +235,7 @@ def _sparsity(runs: Runs) -> Section:
         f"{figure5_caption()}")
     sweep = FigureItem(
         "sparsity-sweep", "Sparsity over the threshold sweep",
-        _figure(partial(plots.plot_sparsity_sweep, runs)),
+        partial(plots.plot_sparsity_sweep, runs),
         "Share of attention-output elements with |x| < τ over the saved threshold sweep (log "
         "x), averaged over layers; one panel per variant, one line per model.")
     return Section(
@@ -251,7 +249,7 @@ def _sparsity(runs: Runs) -> Section:
 def _training(runs: Runs) -> Section:
     figure = FigureItem(
         "training-curves", "Training curves",
-        _figure(partial(plots.plot_training, runs)),
+        partial(plots.plot_training, runs),
         "Training loss per step (solid), held-out loss where evaluated (dashed, markers) and "
         "the gradient norm, per model; black crosses mark steps flagged as loss "
         "spikes in training.csv.")
@@ -268,10 +266,10 @@ def _provenance(runs: Runs) -> Section:
         "provenance-table", "Provenance", tables.provenance_table(runs),
         "From each run's meta.json: the checkpoint and data analysed, token counts, what sits "
         "at position 0 (BOS policy), thresholds, package versions and the command line.",
-        index_label="field")
+        index_label="field", free_text=True)
     attention = {model: len(runs.layers_of_type(model, ATTENTION)) for model in runs.models}
     return Section(
-        id="provenance", title="Provenance",
+        id=PROVENANCE, title="Provenance",
         intro=("Where the numbers come from. Models: "
                + ", ".join(f"{model} ({runs.num_layers(model)} layers, {attention[model]} with "
                            "softmax attention)" for model in runs.models) + "."),

@@ -28,6 +28,9 @@ def _qwen_next_gate(config) -> GateSpec:
 
 def official_gate(config) -> GateSpec | None:
     """The paper's checkpoints: model_type qwen3 plus a gate flag in config.json."""
+    if getattr(config, "probe_q_proj_layout", None) == "interleaved":
+        # probe.reorder.reorder_official_q_proj rewrote q_proj per head (headwise gates repeated).
+        return GateSpec("q_proj", "interleaved", "elementwise", "sigmoid")
     if getattr(config, "headwise_attn_output_gate", False):
         return GateSpec("q_proj", "grouped", "headwise", "sigmoid")
     if getattr(config, "elementwise_attn_output_gate", False):

@@ -18,6 +18,9 @@ from reports.text import plain
 
 # Past this many layers every n-th tick is labelled, or the labels overlap.
 MAX_LAYER_TICKS = 32
+_TICK_STEPS = (1, 2, 4, 5, 8, 10, 12, 16, 20, 25, 50, 100)
+# Rows shorter than this (more layers than this in a heatmap) get no written reason.
+MAX_LABELLED_ROWS = 16
 
 NOT_APPLICABLE_GID = "not-applicable"
 
@@ -37,11 +40,17 @@ def figure_or_new(fig: Figure | SubFigure | None, width: float,
 
 
 def set_layer_ticks(ax: Axes, layers: Sequence[int], axis: str = "x", label: str = "layer",
-                    positions: Sequence[float] | None = None) -> None:
-    """Ticks labelled with the layer indices, at the indices or at given `positions`."""
+                    positions: Sequence[float] | None = None,
+                    max_ticks: int = MAX_LAYER_TICKS) -> None:
+    """Ticks labelled with the layer indices, at the indices or at given `positions`.
+
+    With more layers than `max_ticks`, every n-th layer is labelled (n from a short list of
+    round steps), so the labels never run into each other.
+    """
     layers = [int(layer) for layer in layers]
     positions = list(layers if positions is None else positions)
-    step = max(1, math.ceil(len(layers) / MAX_LAYER_TICKS))
+    step = next((s for s in _TICK_STEPS if math.ceil(len(layers) / s) <= max_ticks),
+                math.ceil(len(layers) / max_ticks))
     target = ax.xaxis if axis == "x" else ax.yaxis
     target.set_ticks(positions[::step], labels=[str(layer) for layer in layers[::step]])
     target.set_label_text(label)
@@ -79,7 +88,7 @@ def hatch_missing(ax: Axes, matrix: np.ndarray, row_labels: dict[int, str]) -> N
     for layer in range(matrix.shape[0]):
         if missing[layer].all():
             ax.add_patch(_hatched(-0.5, layer - 0.5, heads))
-            if layer in row_labels:
+            if layer in row_labels and matrix.shape[0] <= MAX_LABELLED_ROWS:
                 ax.text((heads - 1) / 2, layer, row_labels[layer], ha="center", va="center",
                         fontsize=6.5, color="#444444", clip_on=True,
                         bbox={"facecolor": MISSING_COLOR, "edgecolor": "none", "pad": 0.6})
@@ -124,6 +133,16 @@ def shared_norm(matrices: Sequence[np.ndarray], vmax: float | None = None) -> No
         finite = [np.nanmax(m) for m in matrices if m.size and np.isfinite(m).any()]
         vmax = max(finite) if finite else 1.0
     return Normalize(vmin=0.0, vmax=max(float(vmax), 1e-6))
+
+
+def spread(items: Sequence[int], count: int) -> list[int]:
+    """At most `count` items, evenly spaced, always with the first and the last."""
+    items = sorted(items)
+    if len(items) <= count:
+        return items
+    if count == 1:
+        return items[:1]
+    return sorted({items[round(i * (len(items) - 1) / (count - 1))] for i in range(count)})
 
 
 def grid_shape(count: int, max_columns: int) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure, SubFigure
 from matplotlib.image import AxesImage
 
 from reports.frames import attention_pattern, pattern_layers
-from reports.plots._layout import figure_or_new, not_applicable
+from reports.plots._layout import figure_or_new, not_applicable, spread
 from reports.runs import Runs, load_runs
 from reports.style import MISSING_COLOR, styled
 from reports.text import plain, visible_token
@@ -22,10 +22,7 @@ def choose_pattern_layers(runs: Runs, model: str, layers: Sequence[int] | None =
     saved = pattern_layers(runs, model)
     if layers is not None:
         return [layer for layer in layers if layer in saved]
-    if len(saved) <= max_layers:
-        return saved
-    picks = {saved[round(i * (len(saved) - 1) / (max_layers - 1))] for i in range(max_layers)}
-    return sorted(picks)
+    return spread(saved, max_layers)
 
 
 def display_tokens(runs: Runs, model: str, size: int) -> list[str]:
@@ -77,7 +74,7 @@ def _draw_pattern(ax, runs: Runs, model: str, layer: int, norm) -> AxesImage:
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     ax.grid(False)
-    ax.set_title(f"{plain(model)} · layer {layer}")
+    ax.set_title(f"{plain(model)}\nlayer {layer}", fontsize=8.5)
     return image
 
 

@@ -72,7 +72,7 @@ def plot_first_token_by_layer(runs: Any, *, ax: Axes | None = None,
         uniform = runs.summary[model].get("f_attn_uniform")
         _draw_uniform_reference(ax, uniform, colors[model], label=uniform not in annotated)
         annotated.add(uniform)
-    set_layer_ticks(ax, sorted(all_layers))
+    set_layer_ticks(ax, sorted(all_layers), max_ticks=24)
     ax.set_ylabel(METRIC_LABELS.get(metric, metric))
     ax.set_ylim(bottom=0)
     ax.legend(title="model")

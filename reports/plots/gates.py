@@ -1,4 +1,4 @@
-"""Gate scores: distributions per layer (Figure 3), layer statistics (Figure 7), heads, saturation."""
+"""Gate scores: per-layer distributions (Figure 3) and statistics (Figure 7), heads, saturation."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from matplotlib.figure import Figure, SubFigure
 from reports.frames import gate_hist_by_layer, gate_matrix, gate_saturation, gate_stats_by_layer
 from reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, layer_head_heatmap,
                                    legend_entries, legend_outside, not_applicable,
-                                   note_hatched_rows, set_layer_ticks, shared_norm)
+                                   note_hatched_rows, set_layer_ticks, shared_norm, spread)
 from reports.runs import Runs, load_runs
 from reports.schema import LINEAR_ATTENTION, SATURATION_LABELS, SATURATION_METRICS
 from reports.style import model_colors, styled
@@ -28,12 +28,15 @@ def no_gate_message(runs: Runs) -> str:
 
 @styled
 def plot_gate_histograms(runs: Any, *, fig: Figure | SubFigure | None = None,
-                         layers: Sequence[int] | None = None, log: bool = True,
-                         max_columns: int = 6) -> Figure | SubFigure:
-    """One panel per layer: the share of gate scores in each of the 50 bins, models overlaid."""
+                         layers: Sequence[int] | None = None, max_layers: int = 12,
+                         log: bool = True, max_columns: int = 6) -> Figure | SubFigure:
+    """One panel per layer: the share of gate scores in each of the 50 bins, models overlaid.
+
+    Without `layers`, at most `max_layers` gated layers, evenly spread from first to last.
+    """
     runs = load_runs(runs)
     hist = gate_hist_by_layer(runs)
-    shown = sorted(set(hist["layer"].astype(int))) if layers is None else list(layers)
+    shown = histogram_layers(runs, max_layers) if layers is None else list(layers)
     rows, columns = grid_shape(len(shown), max_columns)
     fig = figure_or_new(fig, 0.6 + 2.1 * columns, 0.6 + 1.8 * rows)
     if not shown:
@@ -64,6 +67,11 @@ def plot_gate_histograms(runs: Any, *, fig: Figure | SubFigure | None = None,
     return fig
 
 
+def histogram_layers(runs: Runs, max_layers: int = 12) -> list[int]:
+    """The layers `plot_gate_histograms` shows by default."""
+    return spread(set(gate_hist_by_layer(runs)["layer"].astype(int)), max_layers)
+
+
 @styled
 def plot_gate_stats_by_layer(runs: Any, *, ax: Axes | None = None, group: str = "all") -> Axes:
     """Per layer: mean gate score (line), ±1 std (band), min and max (thin dashed lines)."""
@@ -86,7 +94,7 @@ def plot_gate_stats_by_layer(runs: Any, *, ax: Axes | None = None, group: str = 
         for extreme in ("min", "max"):
             ax.plot(rows["layer"], rows[extreme], linestyle="--", linewidth=0.8, color=color,
                     alpha=0.7, label=f"_{extreme}")
-    set_layer_ticks(ax, sorted(layers))
+    set_layer_ticks(ax, sorted(layers), max_ticks=24)
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel("gate score")
     ax.legend(title="model")

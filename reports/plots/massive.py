@@ -18,7 +18,8 @@ from reports.text import plain
 
 @styled
 def plot_massive_by_layer(runs: Any, *, site: str = "resid_post", ax: Axes | None = None,
-                          show_median: bool = True, legend: bool = True) -> Axes:
+                          show_median: bool = True, legend: bool = True,
+                          max_layer_ticks: int = 24) -> Axes:
     """max |h| per layer at one site, models overlaid, log y; median |h| dotted beside it.
 
     The median shows the typical magnitude, so the gap between the lines is how "massive" the
@@ -44,7 +45,7 @@ def plot_massive_by_layer(runs: Any, *, site: str = "resid_post", ax: Axes | Non
             ax.plot(typical["layer"], typical["value"], linestyle=":", color=colors[model],
                     label="_median")
     ax.set_yscale("log")
-    set_layer_ticks(ax, sorted(layers))
+    set_layer_ticks(ax, sorted(layers), max_ticks=max_layer_ticks)
     ax.set_ylabel("max |h|")
     ax.set_title(SITE_LABELS.get(site, site))
     if legend:
@@ -60,7 +61,7 @@ def plot_massive_activations(runs: Any, *, fig: Figure | SubFigure | None = None
     fig = figure_or_new(fig, 3.0 * len(sites) + 0.6, 3.5)
     axes = fig.subplots(1, len(sites), squeeze=False, sharey=True)[0]
     for ax, site in zip(axes, sites):
-        plot_massive_by_layer(runs, site=site, ax=ax, legend=False)
+        plot_massive_by_layer(runs, site=site, ax=ax, legend=False, max_layer_ticks=8)
     axes[0].set_ylabel("max |h| (dotted: median |h|)")
     for ax in axes[1:]:
         ax.set_ylabel("")

@@ -30,7 +30,10 @@ def plot_sparsity_by_layer(runs: Any, *, fig: Figure | SubFigure | None = None,
     """
     runs = load_runs(runs)
     models = list(runs.models)
-    fig = figure_or_new(fig, 0.8 + 4.2 * len(thresholds), 0.5 + 2.3 * len(models))
+    # Wider panels for deep models: three bars per layer must stay visible.
+    most_layers = max(runs.rows("sparsity", model)["layer"].nunique() for model in models)
+    panel_width = min(max(2.5 + 0.12 * most_layers, 4.2), 7.0)
+    fig = figure_or_new(fig, 2.2 + panel_width * len(thresholds), 0.5 + 2.3 * len(models))
     axes = fig.subplots(len(models), len(thresholds), squeeze=False, sharey="col")
     for column, threshold in enumerate(thresholds):
         at_threshold = sparsity_at(runs, threshold)
@@ -41,7 +44,7 @@ def plot_sparsity_by_layer(runs: Any, *, fig: Figure | SubFigure | None = None,
                 not_applicable(ax, f"{model}: no sparsity at threshold {threshold:g}")
                 continue
             _variant_bars(ax, rows, gated=runs.is_gated(model))
-            ax.set_title(f"{plain(model)} · |x| < {threshold:g}")
+            ax.set_title(f"{plain(model)}\n|x| < {threshold:g}")
             if column == 0:
                 ax.set_ylabel("share below threshold")
     legend_outside(axes[0][-1], *legend_entries(axes.ravel()), title="attention output")
@@ -61,7 +64,7 @@ def _variant_bars(ax, rows, gated: bool) -> None:
         ax.bar(positions + offset, heights, width * 0.95, color=VARIANT_COLORS[variant],
                label=VARIANT_LABELS[variant], linewidth=0)
     # Bars sit at 0..n-1 so that hybrid models have no gaps for their linear layers.
-    set_layer_ticks(ax, layers, positions=positions)
+    set_layer_ticks(ax, layers, positions=positions, max_ticks=12)
     ax.grid(axis="x", visible=False)
 
 

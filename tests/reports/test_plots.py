@@ -97,8 +97,8 @@ def test_attention_patterns_show_token_labels_per_model_and_layer(all_runs, disp
     fig = reports.plot_attention_patterns(all_runs)
     titles = [ax.get_title() for ax in panels(fig)]
     # headwise saved no patterns; the hybrid model has two attention layers only
-    assert titles == ["baseline · layer 0", "baseline · layer 2", "baseline · layer 3",
-                      "hybrid · layer 3", "hybrid · layer 5"]
+    assert titles == ["baseline\nlayer 0", "baseline\nlayer 2", "baseline\nlayer 3",
+                      "hybrid\nlayer 3", "hybrid\nlayer 5"]
     expected = [visible_token(token).replace("$", r"\$") for token in display_tokens]
     for ax in panels(fig):
         (image,) = images(ax)
@@ -110,7 +110,7 @@ def test_attention_patterns_show_token_labels_per_model_and_layer(all_runs, disp
 
 def test_attention_patterns_choose_requested_layers(all_runs):
     fig = reports.plot_attention_patterns(all_runs, layers=[3])
-    assert [ax.get_title() for ax in panels(fig)] == ["baseline · layer 3", "hybrid · layer 3"]
+    assert [ax.get_title() for ax in panels(fig)] == ["baseline\nlayer 3", "hybrid\nlayer 3"]
 
 
 def test_massive_activations_four_sites_log_scale(all_runs):
@@ -179,9 +179,9 @@ def test_sparsity_by_layer_bars_per_model_and_threshold(all_runs):
     fig = reports.plot_sparsity_by_layer(all_runs)
     axes = panels(fig)
     assert [ax.get_title() for ax in axes] == [
-        "baseline · |x| < 0.01", "baseline · |x| < 0.001",
-        "headwise · |x| < 0.01", "headwise · |x| < 0.001",
-        "hybrid · |x| < 0.01", "hybrid · |x| < 0.001"]
+        "baseline\n|x| < 0.01", "baseline\n|x| < 0.001",
+        "headwise\n|x| < 0.01", "headwise\n|x| < 0.001",
+        "hybrid\n|x| < 0.01", "hybrid\n|x| < 0.001"]
     assert tick_labels(axes[0]) == layer_labels(range(4))
     assert tick_labels(axes[4]) == ["3", "5"]
     assert len(axes[0].patches) == 4  # baseline: one (ungated) bar per layer
@@ -239,3 +239,20 @@ def test_every_plot_draws(all_runs):
     for plot in (reports.plot_first_token_by_layer, reports.plot_gate_stats_by_layer,
                  reports.plot_gate_saturation):
         plot(all_runs).figure.canvas.draw()
+
+
+def test_deep_models_get_round_layer_ticks():
+    from reports.plots._layout import set_layer_ticks
+
+    ax = Figure().add_subplot()
+    set_layer_ticks(ax, range(48), max_ticks=12)
+    assert tick_labels(ax) == layer_labels(range(0, 48, 4))
+    set_layer_ticks(ax, [3, 7, 11, 15], max_ticks=12)
+    assert tick_labels(ax) == ["3", "7", "11", "15"]
+
+
+def test_spread_keeps_first_and_last():
+    from reports.plots._layout import spread
+
+    assert spread(range(48), 3) == [0, 24, 47]
+    assert spread([3, 7], 3) == [3, 7]
