@@ -1,0 +1,366 @@
+"""probe on TransformerLens 4.x: the same measurements through a `TransformerBridge`'s own hooks.
+
+    bridge = probe.bridge.build_bridge("path/to/checkpoint")   # or TransformerBridge.boot_transformers
+    analysis = probe.analyze(bridge, texts=["..."])           # dispatches to analyze_bridge
+
+TransformerLens recomputes every softmax-attention layer as an explicit T x T pattern, so here
+F-Attn is read straight from `hook_pattern[..., 0]`. Everything is folded into probe's reducers
+inside the hooks (`run_with_hooks`); no activation cache is kept. Hook points used, per layer L:
+
+    blocks.L.attn.hook_q_gate      gate logits (B, T, H*D)        -> gate scores (sigmoid)
+    blocks.L.attn.hook_pattern     attention (B, H, T, T)         -> F-Attn (key 0)
+    blocks.L.attn.hook_v           values (B, T, KV*D)            -> with the pattern: ungated output
+    blocks.L.attn.hook_z           o_proj input (after the gate)  -> gated sparsity
+    blocks.L.hook_attn_out / linear_attn.hook_out, hook_resid_mid, hook_mlp_out, hook_resid_post
+                                                                  -> M-Act at the four sites
+
+The paper's official checkpoints pack q_proj per KV head; TransformerLens reads it per query
+head and computes wrong logits there unless the rows are reordered first
+(`reorder_official_q_proj`, done by `build_bridge`). A bridge over the raw layout is refused.
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from .analyze import (DEFAULT_THRESHOLDS, DISPLAY_LEN, _progress, build_meta, check_vocab, display_tokens,
+                      frames_from_capture)
+from .attention import expand_kv
+from .capture import Capture
+from .data import build_dataset
+from .errors import ProbeError
+from .gates import GateSpec
+from .load import LoadedModel, config_hash, describe, load, text_config
+from .reorder import ORIGINAL_ATTR, is_official, is_reordered, reorder_official_q_proj
+from .results import Analysis, build_summary
+
+__all__ = ["BridgeCapture", "analyze_bridge", "build_bridge", "check_bridge", "hook_names", "is_bridge",
+           "reorder_official_q_proj"]
+
+SITE_HOOKS = {
+    "attn_out": "blocks.{i}.hook_attn_out",
+    "resid_mid": "blocks.{i}.hook_resid_mid",
+    "mlp_out": "blocks.{i}.hook_mlp_out",
+    "resid_post": "blocks.{i}.hook_resid_post",
+}
+# Hybrid models: the token mixer of a linear-attention block has no hook_attn_out alias.
+LINEAR_ATTN_OUT = "blocks.{i}.linear_attn.hook_out"
+
+
+def is_bridge(obj) -> bool:
+    """A TransformerLens `TransformerBridge` (checked without importing transformer_lens)."""
+    return (type(obj).__module__.startswith("transformer_lens.") and hasattr(obj, "run_with_hooks")
+            and hasattr(obj, "original_model"))
+
+
+# -- building and checking bridges ------------------------------------------------------------
+
+def build_bridge(model, *, tokenizer=None):
+    """A TransformerBridge around a checkpoint directory, a `probe.load` result or a HF model.
+
+    Offline: no hub access and no tokenizer files needed. The paper's official checkpoints get
+    their q_proj rows reordered first (in place) and the Qwen3 adapter with the per-head gate.
+    The bridge takes the model over (TransformerLens swaps its submodules): to also run probe's
+    Hugging Face path, load a second copy.
+    """
+    from transformer_lens.model_bridge.sources._bridge_builder import (
+        build_bridge_config_from_hf,
+        build_bridge_from_module,
+    )
+
+    if isinstance(model, (str, Path)):
+        model = load(model)
+    if isinstance(model, LoadedModel):
+        tokenizer = tokenizer if tokenizer is not None else model.tokenizer
+        model = model.model
+    if is_bridge(model):
+        raise ProbeError("build_bridge got a TransformerBridge already; pass it to probe.analyze as it is")
+    config = model.config
+    if is_official(text_config(config)):
+        reorder_official_q_proj(model)
+        tl_config = build_bridge_config_from_hf(config, "Qwen3ForCausalLM", "external",
+                                                next(model.parameters()).dtype)
+        tl_config.gated_q_proj = True     # read q_proj per head as [query | gate], as for Qwen3-Next
+        return build_bridge_from_module(model, "Qwen3ForCausalLM", tl_config=tl_config, tokenizer=tokenizer)
+    archs = getattr(config, "architectures", None) or [type(model).__name__]
+    return build_bridge_from_module(model, archs[0], hf_config=config, tokenizer=tokenizer)
+
+
+def check_bridge(bridge) -> None:
+    """Refuse, in one line, a bridge whose numbers would not be the model's."""
+    if not is_bridge(bridge):
+        raise ProbeError(f"expected a TransformerLens TransformerBridge, got {type(bridge).__name__}")
+    config = text_config(bridge.original_model.config)
+    if is_official(config) and not is_reordered(config):
+        heads, kv = config.num_attention_heads, config.num_key_value_heads
+        headwise = bool(getattr(config, "headwise_attn_output_gate", False))
+        if headwise or heads != kv:       # elementwise with G = 1: both layouts are the same rows
+            gran = "headwise" if headwise else "elementwise"
+            raise ProbeError(
+                f"this TransformerBridge wraps the paper's official {gran} gate layout (q_proj grouped "
+                f"per KV head, {heads} query / {kv} KV heads), which TransformerLens misreads (wrong "
+                "logits); call probe.bridge.reorder_official_q_proj(model) before building the bridge, "
+                "or build it with probe.bridge.build_bridge(checkpoint)")
+    if getattr(bridge, "compatibility_mode", False):
+        warnings.warn("the bridge is in compatibility mode: with processed weights (folded norms, "
+                      "centred residual stream) M-Act is not the model's own activation")
+
+
+def bridge_layout(bridge):
+    """probe's ModelLayout for the bridged HF model, and the gate width to read per head."""
+    hf = bridge.original_model
+    layout = describe(hf)
+    gate_dim = layout.head_dim
+    reordered_from = getattr(text_config(hf.config), ORIGINAL_ATTR, None)
+    if reordered_from:                    # report the checkpoint's own layout, as the HF path does
+        _, granularity = reordered_from.split("_", 1)
+        layout.gate = GateSpec("q_proj", "grouped", granularity, "sigmoid")
+        gate_dim = 1 if granularity == "headwise" else layout.head_dim   # D copies of one logit
+    if layout.gate is not None and layout.gate.activation != "sigmoid":
+        raise ProbeError(f"TransformerLens applies a sigmoid gate; this model's gate is {layout.gate.activation}")
+    return layout, gate_dim
+
+
+def hook_names(bridge) -> list[str]:
+    """The hook points probe reads on this bridge, in the order it registers them."""
+    check_bridge(bridge)
+    layout, gate_dim = bridge_layout(bridge)
+    return [name for name, _ in BridgeCapture(bridge, layout, gate_dim=gate_dim).fwd_hooks]
+
+
+# -- capture ----------------------------------------------------------------------------------
+
+class BridgeCapture(Capture):
+    """probe's reducers (see capture.Capture), fed from a TransformerBridge's hook points.
+
+    Nothing is installed on the model: `forward(ids)` passes the hooks to `run_with_hooks`,
+    which removes them when the call returns (also on an exception).
+    """
+
+    def __init__(self, bridge, layout, *, gate_dim: int | None = None, top_k: int = 3):
+        super().__init__(bridge.original_model, layout, top_k=top_k)
+        self.bridge = bridge
+        self.gate_dim = layout.head_dim if gate_dim is None else gate_dim
+        self._values: dict[int, torch.Tensor] = {}      # one layer's V, until its pattern fires
+        self.fwd_hooks = self._hooks()
+
+    def _install(self) -> None:       # hooks live only inside run_with_hooks
+        pass
+
+    def _uninstall(self) -> None:
+        self._values.clear()
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """One forward pass through the bridge with every probe hook; returns the logits."""
+        try:
+            return self.bridge.run_with_hooks(input_ids, fwd_hooks=self.fwd_hooks, return_type="logits")
+        finally:
+            self._values.clear()
+
+    # -- which hook points --------------------------------------------------------------------
+    def _hooks(self) -> list[tuple[str, object]]:
+        names = self.bridge.hook_dict
+        hooks, missing = [], []
+
+        def want(name, fn, required=True):
+            if name in names:
+                hooks.append((name, fn))
+            elif required:
+                missing.append(name)
+
+        for p in self.layout.layers:
+            i = p.index
+            for site, pattern in SITE_HOOKS.items():
+                name = pattern.format(i=i)
+                if site == "attn_out" and name not in names and p.layer_type == "linear_attention":
+                    name = LINEAR_ATTN_OUT.format(i=i)
+                want(name, self._site_hook(i, site), required=site == "resid_post")
+            if p.layer_type != "attention":
+                continue
+            attn = f"blocks.{i}.attn."
+            want(attn + "hook_v", self._value_hook(i))
+            want(attn + "hook_pattern", self._pattern_hook(i))
+            want(attn + "hook_z", self._gated_output_hook(i))
+            if self.layout.gated:
+                want(attn + "hook_q_gate", self._gate_hook(i))
+        if missing:
+            raise ProbeError(f"this TransformerBridge has no hook point {missing[0]} "
+                             f"({len(missing)} missing); probe needs hook_pattern, hook_v, hook_z, "
+                             "hook_resid_post and, for gated models, hook_q_gate")
+        return hooks
+
+    # -- hooks: fn(activation, hook) -> None leaves the activation as it is ---------------------
+    def _site_hook(self, layer: int, site: str):
+        def hook(x, hook):
+            self._massive(layer, site, x)
+        return hook
+
+    def _gate_hook(self, layer: int):
+        L = self.layout
+
+        def hook(x, hook):
+            b = self._batch
+            if b is None:
+                return
+            logits = x.reshape(*x.shape[:2], L.num_heads, L.head_dim)[..., : self.gate_dim]
+            scores = torch.sigmoid(logits.float().contiguous())                   # (B, T, H, Dg)
+            first = scores[:, 0] if b.all_valid else scores[:, 0][b.valid[:, 0]]
+            self.gates[layer].update(first, b.rest_rows(scores))
+        return hook
+
+    def _value_hook(self, layer: int):
+        def hook(x, hook):
+            self._values[layer] = x
+        return hook
+
+    def _pattern_hook(self, layer: int):
+        L = self.layout
+
+        def hook(pattern, hook):                                                  # (B, H, T, S)
+            b = self._batch
+            if b is None:
+                return
+            self.first_token[layer].update(pattern[..., 0], None if b.all_valid else b.valid)
+            v = self._values.pop(layer, None)
+            if v is None:
+                return
+            B, T = v.shape[:2]
+            v = v.reshape(B, T, -1, L.head_dim).transpose(1, 2)                   # (B, KV, T, D)
+            out = torch.matmul(pattern, expand_kv(v, pattern.shape[1]))           # (B, H, T, D) pre-gate
+            x = out if b.all_valid else b.rows(out.transpose(1, 2))
+            self.sparsity[layer].ungated.update(x.abs())
+        return hook
+
+    def _gated_output_hook(self, layer: int):
+        def hook(z, hook):                                                        # (B, T, H*D) or (B, T, H, D)
+            b = self._batch
+            if b is not None:
+                x = z if b.all_valid else b.rows(z)
+                self.sparsity[layer].gated.update(x.abs())
+        return hook
+
+    def check_fired(self) -> None:
+        """After the pass: every hook probe relies on must have seen data."""
+        for layer, stats in self.first_token.items():
+            if int(stats.n_all) == 0:
+                raise ProbeError(f"blocks.{layer}.attn.hook_pattern never fired; this bridge does not "
+                                 "expose its attention pattern")
+        for layer, stats in self.gates.items():
+            if int(stats.count.sum()) == 0:
+                raise ProbeError(f"blocks.{layer}.attn.hook_q_gate never fired; the bridge does not apply "
+                                 "the gate from q_proj (processed weights, or built without gated_q_proj)")
+
+
+# -- the analysis -------------------------------------------------------------------------------
+
+def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None, tokenizer=None,
+                   name: str | None = None, seq_len: int = 512, batch_size: int = 4, bos: str = "auto",
+                   per_document: bool = False, max_sequences: int | None = None, thresholds=None,
+                   display_len: int | None = None, progress: bool = True, seed: int = 0,
+                   on_long: str = "truncate", text_field: str = "text", command: str | None = None,
+                   gate=None, **ignored) -> Analysis:
+    """`probe.analyze` for a TransformerLens TransformerBridge: same tables, same definitions.
+
+    bos="auto" follows the bridge's tokenizer, i.e. TransformerLens's convention (it may add a
+    BOS token where the Hugging Face tokenizer does not, e.g. GPT-2); pass bos="none" or
+    "prepend" to fix what sits at position 0.
+    """
+    if gate is not None:
+        raise ProbeError("gate= does not apply to a TransformerBridge: TransformerLens decides where the gate is")
+    thresholds = DEFAULT_THRESHOLDS if thresholds is None else thresholds
+    display_len = DISPLAY_LEN if display_len is None else display_len
+    check_bridge(bridge)
+    torch.manual_seed(seed)
+    layout, gate_dim = bridge_layout(bridge)
+    hf = bridge.original_model
+    config = text_config(hf.config)
+    tokenizer = tokenizer if tokenizer is not None else getattr(bridge, "tokenizer", None)
+    if isinstance(data, (list, tuple)) and data and isinstance(data[0], str):
+        texts, data = list(data), None
+    dataset = build_dataset(data, tokenizer, seq_len=seq_len, bos=bos, per_document=per_document,
+                            max_sequences=max_sequences, on_long=on_long, text_field=text_field,
+                            max_positions=getattr(config, "max_position_embeddings", None)
+                            or getattr(config, "n_positions", None), texts=texts)
+    check_vocab(dataset, config)
+    path = getattr(config, "_name_or_path", None) or getattr(bridge.cfg, "model_name", None)
+    name = name or (Path(path).name if path and path != "external" else type(hf).__name__)
+    dev = next(hf.parameters()).device
+
+    cap = BridgeCapture(bridge, layout, gate_dim=gate_dim)
+    with torch.inference_mode(), cap:
+        bar = _progress(total=dataset.tokens, disable=not progress, desc=f"analyse {name} (TransformerLens)")
+        for ids, valid, seq_index in dataset.batches(batch_size, 0):
+            ids, valid = ids.to(dev), valid.to(dev)
+            with cap.batch(ids, valid, seq_index.to(dev)):
+                # Right padding, no mask: under causal attention no real token sees a pad.
+                cap.observe_logits(cap.forward(ids))
+            bar.update(int(valid.sum()))
+        bar.close()
+    cap.check_fired()
+
+    analysis = frames_from_capture(cap, name, tokenizer, thresholds)
+    analysis.attention_patterns = display_patterns(bridge, layout, dataset, name, display_len, dev)
+    ckpt = path if path and (Path(str(path)) / "config.json").exists() else None
+    loaded = LoadedModel(hf, layout, tokenizer, ckpt, config_hash(Path(ckpt)) if ckpt else None)
+    analysis.meta = build_meta(loaded, dataset, name, "float32", dev, thresholds, seed, seq_len, command)
+    analysis.meta.update(bridge_meta(bridge))
+    analysis.meta["display_tokens"] = display_tokens(dataset, tokenizer, display_len)
+    nonfinite = {f"{l}:{s}": int(r.nonfinite) for (l, s), r in cap.massive.items() if int(r.nonfinite)}
+    analysis.meta["nonfinite_activations"] = nonfinite
+    if nonfinite:
+        warnings.warn(f"{sum(nonfinite.values())} NaN/Inf activation values were seen "
+                      f"(first at layer:site {next(iter(nonfinite))}); statistics use finite values only")
+    uniform = next((s.uniform_reference() for s in cap.first_token.values()), None)
+    analysis.meta["layer_types"] = [p.layer_type for p in layout.layers]
+    analysis.summary = build_summary(
+        analysis, layer_types=analysis.meta["layer_types"], gated=layout.gated,
+        gate_layout=layout.gate_layout, num_heads=layout.num_heads, f_attn_uniform=uniform,
+        loss=cap.loss.loss(), tokens=dataset.tokens, sequences=len(dataset.sequences))
+    return analysis
+
+
+def bridge_meta(bridge) -> dict:
+    import importlib.metadata as md
+
+    try:
+        version = md.version("transformer-lens")
+    except md.PackageNotFoundError:
+        version = None
+    config = text_config(bridge.original_model.config)
+    return {
+        "backend": "transformer_lens",
+        "transformer_lens_version": version,
+        "bridge_architecture": getattr(bridge.cfg, "architecture", None),
+        "bridge_compatibility_mode": bool(getattr(bridge, "compatibility_mode", False)),
+        "q_proj_reordered": is_reordered(config),
+        "f_attn_source": "hook_pattern[..., 0] (TransformerLens forms the T x T pattern)",
+    }
+
+
+def display_patterns(bridge, layout, dataset, name: str, n: int, dev):
+    """Head-averaged attention of the first prompt's first n tokens, from hook_pattern."""
+    import pandas as pd
+
+    layers = layout.attention_layers
+    if n <= 0 or not layers:
+        return pd.DataFrame()
+    ids = dataset.sequences[0][:n][None].to(dev)
+    maps: dict[int, torch.Tensor] = {}
+
+    def keep(layer):
+        def hook(pattern, hook):
+            maps[layer] = pattern[0].float().mean(0).cpu()                         # (T, T)
+        return hook
+
+    with torch.inference_mode():
+        bridge.run_with_hooks(ids, fwd_hooks=[(f"blocks.{i}.attn.hook_pattern", keep(i)) for i in layers],
+                              return_type=None)
+    rows = []
+    for layer in layers:
+        mean = maps[layer]
+        for q in range(mean.shape[0]):
+            rows += [{"model": name, "layer": layer, "query": q, "key": k, "value": float(mean[q, k])}
+                     for k in range(q + 1)]
+    return pd.DataFrame(rows)

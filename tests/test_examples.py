@@ -1,0 +1,105 @@
+"""Every example in examples/ runs top to bottom: the notebooks with nbclient, the scripts as
+scripts. They build their own tiny models and write into a temporary folder."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
+# demo.py is `make demo` (it trains models); it is not one of the quick examples.
+SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("_") and p.name != "demo.py")
+KERNEL = "probe-examples-test"
+
+
+# Executes one notebook in a fresh process; the executed copy goes to argv[4], never examples/.
+RUN_NOTEBOOK = """
+import sys, nbformat
+from nbclient import NotebookClient
+nb = nbformat.read(sys.argv[1], as_version=4)
+# The kernel starts in examples/ (as when a user opens the notebook there): `import _tiny` works.
+NotebookClient(nb, kernel_name=sys.argv[2], timeout=300, startup_timeout=300, allow_errors=False,
+               resources={"metadata": {"path": sys.argv[3]}}).execute()
+nbformat.write(nb, sys.argv[4])
+"""
+
+
+@pytest.fixture(scope="module")
+def executions(tmp_path_factory):
+    """Start every notebook and script at once (a few at a time) in its own process; each test
+    below waits for its own. Kernels get a kernelspec for this very interpreter that Jupyter finds
+    first: a fresh CI machine has none registered, and a user-wide "python3" may be another Python."""
+    from ipykernel.kernelspec import write_kernel_spec
+
+    jupyter = tmp_path_factory.mktemp("jupyter")
+    write_kernel_spec(jupyter / "kernels" / KERNEL, overrides={"display_name": "probe examples (test)"})
+    env = {**os.environ,
+           "JUPYTER_PATH": os.pathsep.join(filter(None, [str(jupyter), os.environ.get("JUPYTER_PATH")])),
+           "MPLBACKEND": "Agg", "TOKENIZERS_PARALLELISM": "false", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+           # Several processes share the cores; tiny models gain nothing from more threads.
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+    def run(argv, cwd):
+        # Each example gets its own output folder, as if run alone.
+        job_env = {**env, "PROBE_EXAMPLES_DIR": str(Path(cwd) / "work")}
+        return subprocess.run(argv, cwd=cwd, env=job_env, capture_output=True, text=True, timeout=600)
+
+    jobs = {}
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        for path in NOTEBOOKS:
+            workdir = tmp_path_factory.mktemp(path.stem + "-nb")
+            executed = workdir / f"executed-{path.name}"
+            jobs[path.name] = (pool.submit(run, [sys.executable, "-c", RUN_NOTEBOOK, str(path), KERNEL,
+                                                 str(EXAMPLES), str(executed)], workdir), executed)
+        for path in SCRIPTS:
+            workdir = tmp_path_factory.mktemp(path.stem)
+            jobs[path.name] = (pool.submit(run, [sys.executable, str(path)], workdir), None)
+        yield jobs
+
+
+def _result(jobs, name):
+    future, executed = jobs[name]
+    result = future.result()
+    assert result.returncode == 0, f"{name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    return executed
+
+
+def test_examples_exist_and_notebooks_match_their_scripts():
+    assert {p.stem for p in NOTEBOOKS} >= {"quickstart", "gated_vs_baseline", "transformerlens"}
+    assert {p.stem for p in SCRIPTS} == {p.stem for p in NOTEBOOKS}
+    result = subprocess.run([sys.executable, str(EXAMPLES / "_notebooks.py"), "--check"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, f"{result.stdout}{result.stderr}run: python examples/_notebooks.py"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_stored_notebook_has_no_outputs(path):
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: clear the outputs"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_top_to_bottom(path, executions):
+    import nbformat
+
+    nb = nbformat.read(_result(executions, path.name), as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert all(c.execution_count for c in nb.cells if c.cell_type == "code")
+    if path.stem != "transformerlens":
+        assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name} showed no figure"
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_script_runs(path, executions):
+    _result(executions, path.name)
