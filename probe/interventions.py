@@ -1,0 +1,324 @@
+"""Interventions: change one thing in the forward pass and measure what it costs in loss.
+
+    frame = probe.interventions.run(loaded, dataset)        # model, intervention, layer, loss, ...
+
+Every intervention is a set of forward hooks that exist only for its own pass over the data
+and are removed in `finally`, whatever happens (`installed`). What each one does:
+
+  mean_gate     every gate score of a layer replaced by that layer's mean gate score over the
+                same data: the input-independent uniform-scaling control, run through the model
+                instead of only read off a histogram (DESIGN.md section 4, sparsity)
+  gate_one      gate scores forced to 1: the layer's attention passes ungated
+  gate_zero     gate scores forced to 0: the attention branch is removed, the residual stream
+                and the MLP still run
+  massive_zero  the massive activations of a layer's output (|h| >= massive_min_abs and
+                >= massive_ratio x the median |h| of that layer, the criterion of Sun et al. 2024,
+                "Massive Activations in Large Language Models") set to zero
+
+Gate interventions write the gate *logits* where the declared `GateSpec` says they are, so the
+model's own code applies the activation: a wrongly declared layout changes the wrong numbers,
+which `probe check` detects. Each intervention runs once per layer (`layer` = its index) and
+once in every layer at the same time (`layer` = -1). `delta_loss` is the change in held-out
+next-token loss against the unmodified model on the same tokens, computed by the same code.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from torch import nn
+
+from . import attention
+from .errors import ProbeError
+from .gates import GateSpec
+from .reducers import LossStats
+
+INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero", "massive_zero")
+GATE_INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero")
+ALL_LAYERS = -1
+COLUMNS = ["model", "intervention", "layer", "loss", "delta_loss", "setting", "zeroed"]
+# Sun et al. 2024 call an activation massive when |h| > 100 and about 1000x the median |h|.
+MASSIVE_MIN_ABS = 100.0
+MASSIVE_RATIO = 1000.0
+
+
+# -- hook plumbing ---------------------------------------------------------------------------
+@contextmanager
+def installed(registrations):
+    """Register hooks for the duration of the block; every one is removed on exit.
+
+    registrations: iterable of (module, kind, fn) with kind "forward", "pre" or "pre_kwargs".
+    """
+    handles = []
+    try:
+        for module, kind, fn in registrations:
+            if kind == "forward":
+                handles.append(module.register_forward_hook(fn))
+            elif kind == "pre":
+                handles.append(module.register_forward_pre_hook(fn))
+            elif kind == "pre_kwargs":
+                handles.append(module.register_forward_pre_hook(fn, with_kwargs=True))
+            else:
+                raise ValueError(f"unknown hook kind {kind!r}")
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def probe_attention(model: nn.Module, observer=None):
+    """Run the model on probe's attention back-end (optionally with an observer), then restore."""
+    if attention._observer is not None:
+        raise RuntimeError("another probe Capture or check is already active")
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(attention.NAME)
+    attention.set_observer(observer)
+    try:
+        yield
+    finally:
+        attention.set_observer(None)
+        model.set_attn_implementation(previous)
+
+
+def first_output(output):
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+def replace_first(output, value):
+    if isinstance(output, tuple):
+        return (value, *output[1:])
+    if isinstance(output, list):
+        return [value, *output[1:]]
+    return value
+
+
+# -- gate logits -----------------------------------------------------------------------------
+def gate_channels(spec: GateSpec, width: int, heads: int, kv_heads: int, head_dim: int) -> torch.Tensor:
+    """Which channel of the gate module's output holds each gate logit: (H, Dg) long.
+
+    Found by carving the logits out of a row of channel numbers with the spec itself, so it is
+    right for every layout `GateSpec.logits` knows. Raises ProbeError when the layout does not
+    fit the module's output width (e.g. headwise declared on an elementwise checkpoint).
+    """
+    dg = spec.gate_dim(head_dim)
+    try:
+        channels = spec.logits(torch.arange(width).view(1, width), heads, kv_heads, head_dim)[0]
+        if channels.shape == (heads, dg):
+            return channels
+    except RuntimeError:
+        pass
+    need = heads * dg if spec.layout == "plain" else heads * (head_dim + dg)
+    raise ProbeError(
+        f"the gate layout {spec.name} does not fit {spec.module}: its output has {width} "
+        f"channels, the layout needs {need} ({heads} heads, {kv_heads} KV heads, head_dim "
+        f"{head_dim}); the gate is declared wrongly for this checkpoint (probe check CHECKPOINT "
+        "names the layouts that fit)")
+
+
+def validate_gate(layout) -> None:
+    """Refuse, in one line, a gate layout that cannot be carved out of its module's output."""
+    if layout.gate is None:
+        return
+    for p in layout.layers:
+        width = getattr(p.gate_module, "out_features", None)
+        if width is not None:
+            gate_channels(layout.gate, width, layout.num_heads, layout.num_kv_heads, layout.head_dim)
+
+
+def gate_logit(activation: str, score: float) -> float:
+    """The logit whose activation is `score` (+-inf for scores 1 and 0 under the sigmoid)."""
+    if activation == "sigmoid":
+        if score >= 1.0:
+            return math.inf
+        if score <= 0.0:
+            return -math.inf
+        return math.log(score) - math.log1p(-score)
+    if activation == "softplus":
+        if score <= 0.0:
+            return -math.inf
+        return score + math.log(-math.expm1(-score))      # log(exp(s) - 1), stable
+    raise ProbeError(f"cannot force a {activation} gate to a value; no inverse is known")
+
+
+def set_gate_logits(layout, logits: dict[int, float]) -> list:
+    """Hooks that overwrite the gate logits of the given layers with constants."""
+    spec = layout.gate
+    if spec is None:
+        raise ProbeError("this model has no attention-output gate to intervene on")
+    regs = []
+    for p in layout.layers:
+        if p.index not in logits or p.gate_module is None:
+            continue
+        value = logits[p.index]
+        cache: dict[int, torch.Tensor] = {}
+
+        def hook(module, args, output, value=value, cache=cache):
+            out = first_output(output)
+            width = out.shape[-1]
+            if width not in cache:
+                cache[width] = gate_channels(spec, width, layout.num_heads, layout.num_kv_heads,
+                                             layout.head_dim).reshape(-1).to(out.device)
+            out = out.clone()
+            out[..., cache[width]] = value
+            return replace_first(output, out)
+        regs.append((p.gate_module, "forward", hook))
+    return regs
+
+
+# -- massive activations ---------------------------------------------------------------------
+@dataclass
+class _PassState:
+    valid: torch.Tensor | None = None      # (B, T) bool: real tokens of the current batch
+
+
+def zero_massive(layout, thresholds: dict[int, float], state: _PassState, zeroed: dict[int, int]) -> list:
+    """Hooks that zero |h| >= threshold in the given layers' outputs, counting real tokens only."""
+    regs = []
+    for p in layout.layers:
+        if p.index not in thresholds:
+            continue
+
+        def hook(module, args, output, layer=p.index, t=thresholds[p.index]):
+            h = first_output(output)
+            hit = h.abs() >= t                                          # (B, T, C); NaN never hits
+            valid = state.valid
+            counted = hit if valid is None else hit & valid.to(h.device)[..., None]
+            zeroed[layer] = zeroed.get(layer, 0) + int(counted.sum())
+            return replace_first(output, h.masked_fill(hit, 0))
+        regs.append((p.layer, "forward", hook))
+    return regs
+
+
+# -- the analysis ----------------------------------------------------------------------------
+def parse_kinds(kinds) -> tuple[str, ...]:
+    """None/True/"all" -> every intervention; "a,b" or a list -> those, in canonical order."""
+    if kinds is None or kinds is True or kinds == "all":
+        return INTERVENTIONS
+    if isinstance(kinds, str):
+        kinds = [k.strip() for k in kinds.split(",") if k.strip()]
+    unknown = sorted(set(kinds) - set(INTERVENTIONS))
+    if unknown or not kinds:
+        raise ProbeError(f"unknown intervention {', '.join(unknown) or '(none given)'}; "
+                         f"use all or a comma list of {', '.join(INTERVENTIONS)}")
+    return tuple(k for k in INTERVENTIONS if k in kinds)
+
+
+def loss_pass(model: nn.Module, dataset, batch_size: int, state: _PassState | None = None) -> float:
+    """Held-out next-token loss over the dataset, batched exactly as `probe.analyze` does."""
+    dev = next(model.parameters()).device
+    stats = LossStats()
+    state = state or _PassState()
+    with torch.inference_mode():
+        for ids, valid, _ in dataset.batches(batch_size, 0):
+            state.valid = valid
+            ids = ids.to(dev)
+            logits = model(input_ids=ids, use_cache=False).logits
+            stats.update(logits, ids, valid.to(dev))
+    state.valid = None
+    return stats.loss()
+
+
+def run(loaded, dataset, *, name: str | None = None, kinds=None, batch_size: int = 4,
+        per_layer: bool = True, all_layers: bool = True, massive_ratio: float = MASSIVE_RATIO,
+        massive_min_abs: float = MASSIVE_MIN_ABS, reference=None, progress: bool = False) -> pd.DataFrame:
+    """Loss of the model under each intervention, against the unmodified model.
+
+    loaded:    a `probe.load(...)` result (`LoadedModel`).
+    dataset:   a `probe.data.Dataset` (held-out token sequences).
+    kinds:     which interventions (default all); gate ones are skipped for ungated models.
+    reference: a `Capture` already run over exactly this dataset (probe.analyze passes its own);
+               without one, a first pass measures the loss, mean gates and activation medians.
+    Returns a frame with columns model, intervention, layer (-1: every layer at once), loss,
+    delta_loss, setting (forced gate score, or the massive-activation threshold) and zeroed
+    (massive activations set to zero, counted on real tokens).
+    """
+    from .capture import Capture
+
+    kinds = parse_kinds(kinds)
+    model, layout = loaded.model, loaded.layout
+    validate_gate(layout)
+    name = name or (str(loaded.path).rstrip("/").rsplit("/", 1)[-1] if loaded.path else type(model).__name__)
+    if reference is None:
+        reference = Capture(model, layout)
+        dev = next(model.parameters()).device
+        with torch.inference_mode(), reference:
+            for ids, valid, seq_index in dataset.batches(batch_size, 0):
+                ids, valid = ids.to(dev), valid.to(dev)
+                with reference.batch(ids, valid, seq_index.to(dev)):
+                    reference.observe_logits(model(input_ids=ids, use_cache=False).logits)
+    base = reference.loss.loss()
+    rows = [dict(model=name, intervention="none", layer=ALL_LAYERS, loss=base, delta_loss=0.0,
+                 setting=math.nan, zeroed=math.nan)]
+    gated_layers = [p.index for p in layout.layers if p.gate_module is not None]
+    todo = []                                    # (kind, layer label, layers, scores, thresholds)
+    for kind in kinds:
+        if kind in GATE_INTERVENTIONS:
+            for label, layers in _scopes(gated_layers, per_layer, all_layers):
+                scores = {i: reference.gates[i].mean() if kind == "mean_gate"
+                          else {"gate_one": 1.0, "gate_zero": 0.0}[kind] for i in layers}
+                todo.append((kind, label, layers, scores, None))
+        elif kind == "massive_zero":
+            thresholds = {}
+            for p in layout.layers:
+                median = reference.massive[(p.index, "resid_post")].median_abs()
+                if math.isfinite(median):
+                    thresholds[p.index] = max(massive_min_abs, massive_ratio * median)
+            for label, layers in _scopes(list(thresholds), per_layer, all_layers):
+                todo.append((kind, label, layers, None, {i: thresholds[i] for i in layers}))
+
+    state = _PassState()
+    done: dict[tuple, tuple[float, int]] = {}
+    bar = _bar(len(todo), name) if progress else None
+    with probe_attention(model):
+        for kind, label, layers, scores, thresholds in todo:
+            key = (kind, tuple(layers))
+            if key not in done:               # a model with one gated layer: "all" = that layer
+                done[key] = _one_pass(model, layout, dataset, batch_size, reference, base, state,
+                                      layers, scores, thresholds)
+            loss, zeroed = done[key]
+            if scores is not None:
+                values = set(scores.values())
+                setting = values.pop() if len(values) == 1 else math.nan
+            else:
+                setting = thresholds[layers[0]] if len(layers) == 1 else math.nan
+            rows.append(dict(model=name, intervention=kind, layer=label, loss=loss, delta_loss=loss - base,
+                             setting=setting, zeroed=zeroed))
+            if bar is not None:
+                bar.update()
+    if bar is not None:
+        bar.close()
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _scopes(layers: list[int], per_layer: bool, all_layers: bool) -> list[tuple[int, list[int]]]:
+    """(label, layers) for each pass: one per layer, then every layer at once (label -1)."""
+    scopes = [(i, [i]) for i in layers] if per_layer else []
+    if all_layers and layers:
+        scopes.append((ALL_LAYERS, list(layers)))
+    return scopes
+
+
+def _one_pass(model, layout, dataset, batch_size, reference, base, state, layers, scores, thresholds):
+    """(loss, zeroed) of one intervention pass; zeroed is NaN for gate interventions."""
+    if scores is not None:
+        regs = set_gate_logits(layout, {i: gate_logit(layout.gate.activation, s) for i, s in scores.items()})
+        with installed(regs):
+            return loss_pass(model, dataset, batch_size, state), math.nan
+    if all(reference.massive[(i, "resid_post")].max_abs() < thresholds[i] for i in layers):
+        # The layers upstream of the first touched one are unmodified, so every touched layer
+        # sees the reference pass's activations: none reaches its threshold, nothing changes.
+        return base, 0
+    zeroed: dict[int, int] = {}
+    with installed(zero_massive(layout, thresholds, state, zeroed)):
+        loss = loss_pass(model, dataset, batch_size, state)
+    return loss, sum(zeroed.values())
+
+
+def _bar(total: int, name: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, leave=False, desc=f"interventions {name}")
