@@ -1,0 +1,269 @@
+"""Gate statistics by token type: which tokens get closed gates?
+
+Every position falls in exactly one built-in type:
+
+  first        position 0 of a sequence (whatever token sits there: BOS or text)
+  special      a special token of the tokenizer (BOS, EOS, pad, ...) elsewhere
+  whitespace   a token that decodes to whitespace only (" ", "\\n", "\\t\\t")
+  digits       digits only, perhaps with surrounding whitespace (" 2025")
+  punctuation  punctuation or symbols only (".", " (", "});")
+  word_start   letters (apostrophes, hyphens, digits inside allowed) after a space or word
+               boundary marker (" the", "▁the", "Ġthe")
+  word_piece   letters that continue a word ("ing" in "gat|ing")
+  other        everything else (mixed tokens, partial UTF-8 bytes, ids without a tokenizer)
+
+and in any number of user groups (`{"name": ["token", 123, ...]}` in a JSON file: strings are
+matched against the tokenizer's token strings and decoded texts, with or without surrounding
+whitespace; integers are token ids). User groups count every position, including position 0.
+
+`TokenGroups` holds a (vocab, groups) membership table; `TokenGroupGateStats` is the streaming
+reducer that the gate hook feeds (via `Capture(token_groups=...)`), one per gated layer.
+"""
+from __future__ import annotations
+
+import json
+import math
+import unicodedata
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from .errors import ProbeError
+from .reducers import F64, I64, Reducer
+
+BUILTIN = ("first", "special", "whitespace", "digits", "punctuation", "word_start", "word_piece", "other")
+SPACE_MARKERS = ("Ġ", "▁", "Ċ", "ĉ")      # byte-level BPE and sentencepiece word-boundary markers
+
+
+def classify(raw: str | None, text: str | None, special: bool = False) -> str:
+    """Built-in type of a token (never "first": that depends on the position).
+
+    raw: the tokenizer's token string (`convert_ids_to_tokens`); text: its decoded text.
+    """
+    if special:
+        return "special"
+    if raw and all(c in SPACE_MARKERS or c.isspace() for c in raw):
+        return "whitespace"                     # "▁" decodes to "" in sentencepiece tokenizers
+    if text is None or text == "" or "\ufffd" in text:
+        return "other"
+    core = text.strip()
+    if not core:
+        return "whitespace"
+    if all(c.isdigit() for c in core):
+        return "digits"
+    if all(unicodedata.category(c)[0] in "PS" for c in core):
+        return "punctuation"
+    if any(c.isalpha() for c in core) and all(c.isalnum() or c in "'’-_" for c in core):
+        leading = text[:1].isspace() or (raw or "")[:1] in SPACE_MARKERS
+        return "word_start" if leading else "word_piece"
+    return "other"
+
+
+class TokenGroups:
+    """Which groups each token id belongs to: built-in types first, then user groups."""
+
+    def __init__(self, names: list[str], table: torch.Tensor):
+        self.names = list(names)            # BUILTIN + user group names
+        self.table = table                  # (V, G) bool; the "first" column is unused here
+        self.first = self.names.index("first")
+        self._on = {table.device: table}    # copies on the devices the layers sit on
+
+    @classmethod
+    def build(cls, tokenizer, vocab_size: int, user_groups=None, ids=None) -> "TokenGroups":
+        """Classify the vocabulary (only `ids` when given: the tokens the data holds)."""
+        groups = read_groups(user_groups)
+        clash = sorted(set(groups) & set(BUILTIN))
+        if clash:
+            raise ProbeError(f"token group name {', '.join(clash)} is a built-in type; "
+                             f"choose another name (built-in: {', '.join(BUILTIN)})")
+        names = list(BUILTIN) + list(groups)
+        table = torch.zeros(vocab_size, len(names), dtype=torch.bool)
+        other = names.index("other")
+        table[:, other] = True
+        wanted = range(vocab_size) if ids is None else sorted({int(i) for i in ids if 0 <= int(i) < vocab_size})
+        if tokenizer is not None and len(wanted):
+            raws, texts = _strings(tokenizer, list(wanted))
+            special = set(getattr(tokenizer, "all_special_ids", []) or [])
+            for tid, raw, text in zip(wanted, raws, texts):
+                kind = classify(raw, text, tid in special)
+                if kind != "other":
+                    table[tid, other] = False
+                    table[tid, names.index(kind)] = True
+        for g, (group, members) in enumerate(groups.items()):
+            column = len(BUILTIN) + g
+            for tid in resolve_members(group, members, tokenizer, vocab_size):
+                table[tid, column] = True
+        return cls(names, table)
+
+    def membership(self, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """(N, G) bool for tokens `tok` at positions `pos` (both (N,))."""
+        table = self._on.get(tok.device)
+        if table is None:
+            table = self._on[tok.device] = self.table.to(tok.device)
+        m = table[tok.clamp(0, table.shape[0] - 1)]                      # (N, G), a copy
+        at0 = pos == 0
+        m[at0, : len(BUILTIN)] = False                 # position 0 is "first", whatever the token
+        m[:, self.first] = at0
+        return m
+
+    def reducer(self, heads: int) -> "TokenGroupGateStats":
+        return TokenGroupGateStats(heads, self.names)
+
+
+def _strings(tokenizer, ids: list[int]) -> tuple[list[str | None], list[str | None]]:
+    size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
+    ok = [i for i in ids if size is None or i < size]
+    raws = dict(zip(ok, tokenizer.convert_ids_to_tokens(ok)))
+    texts = dict(zip(ok, tokenizer.batch_decode([[i] for i in ok], clean_up_tokenization_spaces=False)))
+    return [raws.get(i) for i in ids], [texts.get(i) for i in ids]
+
+
+def read_groups(source) -> dict[str, list]:
+    """User token groups from a dict, a JSON file path or None."""
+    if source is None:
+        return {}
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.exists():
+            raise ProbeError(f"token groups file {path} does not exist")
+        try:
+            source = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ProbeError(f"token groups file {path} is not valid JSON ({err})") from None
+    if not isinstance(source, dict) or not source:
+        raise ProbeError('token groups must be a JSON object of group name -> list of tokens or ids, '
+                         'e.g. {"newline": ["\\n"], "the": [" the", "The"]}')
+    out = {}
+    for name, members in source.items():
+        if isinstance(members, (str, int)):
+            members = [members]
+        if not isinstance(members, list) or not members or \
+                not all(isinstance(m, (str, int)) and not isinstance(m, bool) for m in members):
+            raise ProbeError(f"token group {name!r} must be a non-empty list of token strings or ids")
+        out[str(name)] = members
+    return out
+
+
+def resolve_members(group: str, members: list, tokenizer, vocab_size: int) -> list[int]:
+    """Token ids of a user group; every member must name at least one token."""
+    ids, strings = [], []
+    for m in members:
+        if isinstance(m, int):
+            if not 0 <= m < vocab_size:
+                raise ProbeError(f"token group {group!r}: id {m} is outside the vocabulary of {vocab_size}")
+            ids.append(m)
+        else:
+            strings.append(m)
+    if strings:
+        if tokenizer is None:
+            raise ProbeError(f"token group {group!r} names tokens by string but there is no tokenizer; "
+                             "give token ids instead, or pass --tokenizer DIR")
+        every = list(range(min(vocab_size, len(tokenizer))))
+        raws, texts = _strings(tokenizer, every)
+        for s in strings:
+            hit = [i for i, raw, text in zip(every, raws, texts)
+                   if raw == s or text == s or (s.strip() and text is not None and text.strip() == s.strip())]
+            if not hit:
+                encoded = tokenizer(s, add_special_tokens=False)["input_ids"]
+                hit = encoded if len(encoded) == 1 else []
+            if not hit:
+                raise ProbeError(f"token group {group!r}: {s!r} is not a token of this tokenizer "
+                                 "(it splits into several); list its pieces or their ids")
+            ids += hit
+    return sorted(set(ids))
+
+
+class TokenGroupGateStats(Reducer):
+    """Gate scores of one layer per (group, head); a position may count in several groups.
+
+    Non-finite scores are left out and counted in `nonfinite`.
+    """
+
+    LOW = (0.01, 0.1, 0.5)
+    HIGH = (0.9, 0.99)
+    summed = ("tokens", "count", "nonfinite", "total", "total_sq", "below", "above")
+    minimum = ("low",)
+    maximum = ("high",)
+
+    def __init__(self, heads: int, names, device="cpu"):
+        g = len(names)
+        self.names, self.heads = list(names), heads
+        self.tokens = torch.zeros(g, dtype=I64, device=device)
+        self.count = torch.zeros(g, heads, dtype=I64, device=device)
+        self.nonfinite = torch.zeros(g, heads, dtype=I64, device=device)
+        self.total = torch.zeros(g, heads, dtype=F64, device=device)
+        self.total_sq = torch.zeros(g, heads, dtype=F64, device=device)
+        self.low = torch.full((g, heads), math.inf, dtype=F64, device=device)
+        self.high = torch.full((g, heads), -math.inf, dtype=F64, device=device)
+        self.below = torch.zeros(g, heads, len(self.LOW), dtype=I64, device=device)
+        self.above = torch.zeros(g, heads, len(self.HIGH), dtype=I64, device=device)
+
+    def update(self, scores: torch.Tensor, groups: torch.Tensor) -> None:
+        """scores: (N, H, Dg) gate scores; groups: (N, G) bool membership of each position."""
+        if scores.shape[0] == 0:
+            return
+        s = scores.float()
+        finite = None
+        if not bool(torch.isfinite(s.amax() + s.amin())):              # NaN and inf reach them
+            finite = torch.isfinite(s)
+            s = s.masked_fill(~finite, 0.0)
+        # Reduce each position over its Dg gates first, (N, H); then sum positions into groups
+        # with one (G, N) @ (N, H) product per statistic. Sums and squares in float64.
+        n = (torch.full(s.shape[:2], s.shape[2], dtype=F64, device=s.device) if finite is None
+             else finite.sum(2, dtype=F64))
+        per_row = [n, s.sum(2, dtype=F64), torch.linalg.vector_norm(s, dim=2, dtype=F64) ** 2]
+        valid = (lambda x: x) if finite is None else (lambda x: x & finite)
+        per_row += [valid(s < t).sum(2, dtype=F64) for t in self.LOW]
+        per_row += [valid(s > t).sum(2, dtype=F64) for t in self.HIGH]
+        m = groups.to(s.device).to(F64).T                                    # (G, N)
+        n_g, total, total_sq, *counts = [(m @ x).to(self.count.device) for x in per_row]
+        self.tokens += groups.sum(0).to(self.tokens.device)
+        self.count += n_g.round().long()
+        self.nonfinite += (m @ (s.shape[2] - n)).round().long().to(self.count.device)
+        self.total += total
+        self.total_sq += total_sq
+        for i in range(len(self.LOW)):
+            self.below[:, :, i] += counts[i].round().long()
+        for i in range(len(self.HIGH)):
+            self.above[:, :, i] += counts[len(self.LOW) + i].round().long()
+        lo = s.amin(2) if finite is None else s.masked_fill(~finite, math.inf).amin(2)   # (N, H)
+        hi = s.amax(2) if finite is None else s.masked_fill(~finite, -math.inf).amax(2)
+        member = groups.to(s.device)[:, :, None]                            # (N, G, 1)
+        dev = self.low.device
+        self.low = torch.minimum(self.low, torch.where(member, lo[:, None], math.inf).amin(0).double().to(dev))
+        self.high = torch.maximum(self.high, torch.where(member, hi[:, None], -math.inf).amax(0).double().to(dev))
+
+    def rows(self) -> list[dict]:
+        """Tidy rows (token_type, head, metric, value)."""
+        out = []
+        n = self.count.double()
+        mean = self.total / n
+        var = (self.total_sq / n - mean ** 2).clamp_min(0)
+        metrics = {"tokens": self.tokens[:, None].expand(-1, self.heads).double(), "count": n,
+                   "mean": mean, "std": var.sqrt(), "min": self.low, "max": self.high}
+        for i, t in enumerate(self.LOW):
+            metrics[f"frac_lt_{t}"] = self.below[:, :, i] / n
+        for i, t in enumerate(self.HIGH):
+            metrics[f"frac_gt_{t}"] = self.above[:, :, i] / n
+        for g, name in enumerate(self.names):
+            if int(self.tokens[g]) == 0 and name in BUILTIN:
+                continue                       # absent built-in types; user groups always show
+            for metric, values in metrics.items():
+                for head, value in enumerate(values[g].tolist()):
+                    if metric not in ("tokens", "count") and n[g, head] == 0:
+                        value = math.nan
+                    if metric in ("tokens", "count"):
+                        value = int(value)
+                    out.append({"token_type": name, "head": head, "metric": metric, "value": value})
+        return out
+
+
+def gate_frame(cap, name: str) -> pd.DataFrame:
+    """gates_by_token_type.csv: model, layer, head, token_type, metric, value."""
+    rows = []
+    for layer, stats in cap.gates_by_token.items():
+        rows += [{"model": name, "layer": layer, "head": r["head"], "token_type": r["token_type"],
+                  "metric": r["metric"], "value": r["value"]} for r in stats.rows()]
+    return pd.DataFrame(rows, columns=["model", "layer", "head", "token_type", "metric", "value"]) \
+        if rows else pd.DataFrame()
