@@ -1,0 +1,342 @@
+"""Property-based tests of the streaming reducers (hypothesis).
+
+For random batches, including empty batches, all-masked rows, single-token sequences, extreme
+values (float32 limits, subnormals, exact ties) and NaN/inf:
+- feeding the batches one by one, or merging per-batch reducers in any grouping and order,
+  gives the same state (exactly for counts and extremes, to float64 rounding for sums);
+- the results agree with a direct computation over all the data at once, finite values only.
+"""
+from __future__ import annotations
+
+import math
+from functools import reduce
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from probe.reducers import FirstTokenStats, GateStats, LogHistogram, LossStats, MaxAbsStats
+from probe.token_types import TokenGroupGateStats
+
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+# float32 values: mostly ordinary ones, plus the extremes hypothesis likes (0, subnormals, 3.4e38,
+# inf, NaN) and a small pool of repeated values so that ties happen.
+ANY32 = st.floats(width=32, allow_nan=True, allow_infinity=True)
+VALUES = st.one_of(st.floats(-10, 10, width=32), ANY32, st.sampled_from([0.0, 1.0, 2.5, -2.5]))
+SCORES = st.one_of(st.floats(0, 1, width=32), ANY32, st.sampled_from([0.0, 0.5, 1.0]))
+
+
+def batches_of(shape_tail, elements, max_batches=4, max_rows=5):
+    """A list of float32 arrays (n_i, *shape_tail), n_i may be 0."""
+    return st.lists(st.integers(0, max_rows).flatmap(
+        lambda n: arrays(np.float32, (n, *shape_tail), elements=elements)), min_size=0, max_size=max_batches)
+
+
+def groupings(n):
+    """Orders and groupings to merge n reducers: left fold, right fold, reversed, interleaved."""
+    idx = list(range(n))
+    return [("left", idx), ("reversed", idx[::-1]), ("odd-even", idx[1::2] + idx[::2])]
+
+
+def merged(make, feed, batches, order, right=False):
+    parts = []
+    for i in order:
+        r = make()
+        feed(r, batches[i])
+        parts.append(r)
+    if not parts:
+        return make()
+    if right:
+        return reduce(lambda acc, r: r.merge(acc), parts[::-1])
+    return reduce(lambda acc, r: acc.merge(r), parts)
+
+
+def sequential(make, feed, batches):
+    r = make()
+    for b in batches:
+        feed(r, b)
+    return r
+
+
+def assert_same_state(a, b, scale: float):
+    """Counts and extremes exactly; float64 sums to rounding relative to the data's magnitude."""
+    for name, x in a.state_tensors().items():
+        y = b.state_tensors()[name]
+        if x.dtype.is_floating_point and name in getattr(a, "summed", ()):
+            tol = 1e-9 * scale
+            assert torch.allclose(x, y, rtol=1e-9, atol=tol, equal_nan=True), (name, x, y)
+        else:
+            assert torch.equal(x, y) or torch.allclose(x, y, equal_nan=True, rtol=0, atol=0), (name, x, y)
+
+
+def all_merges_agree(make, feed, batches, scale):
+    reference = sequential(make, feed, batches)
+    for label, order in groupings(len(batches)):
+        for right in (False, True):
+            assert_same_state(reference, merged(make, feed, batches, order, right), scale)
+    return reference
+
+
+def magnitude(batches, power=1) -> float:
+    """Sum of |finite value|^power over all batches: the scale of float64 rounding in sums."""
+    total = 0.0
+    for b in batches:
+        x = np.abs(b[np.isfinite(b)].astype(np.float64))
+        total += float((x ** power).sum())
+    return max(total, 1.0)
+
+
+# -- GateStats -------------------------------------------------------------------------------
+H = 2
+
+
+@SETTINGS
+@given(st.integers(1, 3).flatmap(lambda dg: st.tuples(batches_of((H, dg), SCORES), batches_of((H, dg), SCORES))))
+def test_gate_stats(data):
+    first, rest = data
+    n = max(len(first), len(rest))
+    dg = next((b.shape[2] for b in first + rest), 1)
+    first = first + [np.zeros((0, H, dg), np.float32)] * (n - len(first))
+    rest = rest + [np.zeros((0, H, dg), np.float32)] * (n - len(rest))
+    pairs = list(zip(first, rest))
+    stats = all_merges_agree(lambda: GateStats(H), lambda r, p: r.update(torch.from_numpy(p[0]), torch.from_numpy(p[1])),
+                             pairs, magnitude(first + rest, 2))
+    rows = {(r["group"], r["head"], r["metric"]): r["value"] for r in stats.rows()}
+    for group, parts in (("first", first), ("rest", rest), ("all", first + rest)):
+        x = np.concatenate([p.astype(np.float64) for p in parts], 0) if parts else np.zeros((0, H, dg))
+        for h in range(H):
+            v = x[:, h].reshape(-1)
+            v = v[np.isfinite(v)]
+            assert rows[(group, h, "count")] == len(v)
+            if len(v) == 0:
+                assert math.isnan(rows[(group, h, "mean")])
+                continue
+            big = float(np.abs(v).max())
+            assert rows[(group, h, "mean")] == pytest.approx(v.mean(), rel=1e-9, abs=1e-12 * big)
+            assert rows[(group, h, "std")] == pytest.approx(v.std(), rel=1e-6, abs=1e-7 * big + 1e-7)
+            assert rows[(group, h, "min")] == v.min() and rows[(group, h, "max")] == v.max()
+            for t in GateStats.LOW:
+                assert rows[(group, h, f"frac_lt_{t}")] == pytest.approx((v < np.float32(t)).mean(), abs=1e-12)
+            for t in GateStats.HIGH:
+                assert rows[(group, h, f"frac_gt_{t}")] == pytest.approx((v > np.float32(t)).mean(), abs=1e-12)
+    allx = [p.astype(np.float32) for p in first + rest]
+    if allx:
+        x = np.concatenate(allx, 0)
+        for h in range(H):
+            v = x[:, h].reshape(-1)
+            v = v[np.isfinite(v)]
+            with np.errstate(over="ignore"):                 # 3.4e38 * 50 is inf, then clipped
+                bins = np.clip(v * np.float32(GateStats.BINS), 0, GateStats.BINS - 1).astype(np.int64)
+            assert stats.hist[h].tolist() == np.bincount(bins, minlength=GateStats.BINS).tolist()
+    bad = sum(int((~np.isfinite(p)).sum()) for p in first + rest)
+    assert int(stats.nonfinite.sum()) == bad
+
+
+# -- FirstTokenStats -------------------------------------------------------------------------
+@st.composite
+def attention_batches(draw):
+    out = []
+    for _ in range(draw(st.integers(0, 4))):
+        B, T = draw(st.integers(0, 3)), draw(st.integers(1, 6))           # T = 1: single token
+        p0 = draw(arrays(np.float32, (B, H, T), elements=st.one_of(
+            st.floats(0, 1, width=32), st.sampled_from([0.0, 1.0, float("nan"), float("inf")]))))
+        mode = draw(st.sampled_from(["none", "random", "all_masked"]))
+        valid = None if mode == "none" else (
+            np.zeros((B, T), bool) if mode == "all_masked" else draw(arrays(np.bool_, (B, T))))
+        out.append((p0, valid))
+    return out
+
+
+@SETTINGS
+@given(attention_batches())
+def test_first_token_stats(batches):
+    feed = lambda r, b: r.update(torch.from_numpy(b[0]), None if b[1] is None else torch.from_numpy(b[1]))
+    stats = all_merges_agree(lambda: FirstTokenStats(H), feed, batches, magnitude([b[0] for b in batches]))
+    rest, every, uniform, bad = [], [], [], 0
+    for p0, valid in batches:
+        B, _, T = p0.shape
+        w = np.ones((B, T), bool) if valid is None else valid
+        finite = np.isfinite(p0).all(1)
+        bad += int((w & ~finite).sum())
+        keep = w & finite
+        for b in range(B):
+            for t in range(T):
+                if keep[b, t]:
+                    every.append(p0[b, :, t].astype(np.float64))
+                    if t >= 1:
+                        rest.append(p0[b, :, t].astype(np.float64))
+                        uniform.append(1.0 / (t + 1))
+    assert int(stats.nonfinite) == bad
+    assert int(stats.n_rest) == len(rest) and int(stats.n_all) == len(every)
+    if rest:
+        np.testing.assert_allclose(stats.f_attn().numpy(), np.mean(rest, 0), rtol=1e-12, atol=1e-15)
+        assert stats.uniform_reference() == pytest.approx(np.mean(uniform), rel=1e-12)
+        assert int(stats.bucket_n.sum()) == len(rest)
+    else:
+        assert torch.isnan(stats.f_attn()).all() and math.isnan(stats.uniform_reference())
+    if every:
+        np.testing.assert_allclose(stats.f_attn_paper().numpy(), np.mean(every, 0), rtol=1e-12, atol=1e-15)
+
+
+# -- MaxAbsStats and LogHistogram -------------------------------------------------------------
+C = 3
+
+
+@st.composite
+def activation_batches(draw):
+    out, next_seq = [], 0
+    for _ in range(draw(st.integers(0, 4))):
+        n = draw(st.integers(0, 5))
+        h = draw(arrays(np.float32, (n, C), elements=VALUES))
+        seq = np.arange(next_seq, next_seq + n)                 # rows of distinct (sequence, position)
+        next_seq += n
+        pos = draw(arrays(np.int64, (n,), elements=st.integers(0, 50)))
+        tok = draw(arrays(np.int64, (n,), elements=st.integers(0, 9)))
+        out.append((h, seq, pos, tok))
+    return out
+
+
+@SETTINGS
+@given(activation_batches(), st.integers(1, 4))
+def test_max_abs_stats(batches, k):
+    feed = lambda r, b: r.update(*(torch.from_numpy(x) for x in b))
+    stats = all_merges_agree(lambda: MaxAbsStats(k), feed, batches, 1.0)
+    for order in ([*range(len(batches))][::-1],):
+        other = merged(lambda: MaxAbsStats(k), feed, batches, order)
+        assert other.top == stats.top
+    cands, bad = [], 0
+    for h, seq, pos, tok in batches:
+        for r in range(h.shape[0]):
+            for d in range(C):
+                v = float(h[r, d])
+                if not math.isfinite(v):
+                    bad += 1
+                    continue
+                cands.append((abs(v), v, int(seq[r]), int(pos[r]), d, int(tok[r])))
+    expect = sorted(cands, key=lambda c: (-c[0], c[2], c[3], c[4]))[:k]
+    assert stats.top == expect
+    assert int(stats.count) == len(cands) and int(stats.nonfinite) == bad
+    assert int(stats.hist.nonfinite) == bad and stats.hist.total == len(cands)
+    if cands:
+        a = np.sort(np.array([c[0] for c in cands], np.float32))
+        med = stats.median_abs()
+        lo, hi = a[(len(a) - 1) // 2], a[len(a) // 2]
+        assert lo * (1 - 0.006) - 1e-38 <= med <= hi * (1 + 0.006) + 1e-38, (med, lo, hi)
+        assert stats.max_abs() == float(a[-1])
+    else:
+        assert math.isnan(stats.max_abs()) and math.isnan(stats.median_abs())
+
+
+@SETTINGS
+@given(batches_of((4,), st.one_of(st.floats(0, 1e6, width=32), ANY32.map(abs))),
+       st.floats(1e-6, 1e6), st.booleans())
+def test_log_histogram_fraction_below(batches, threshold, on_edge):
+    if on_edge:                                   # thresholds on a bin edge are exact
+        threshold = LogHistogram.lower_edge(LogHistogram.bin_of(threshold))
+    stats = all_merges_agree(LogHistogram, lambda r, b: r.update(torch.from_numpy(b)), batches, 1.0)
+    v = np.concatenate([b.reshape(-1) for b in batches]) if batches else np.zeros(0, np.float32)
+    v = v[np.isfinite(v)]
+    got = stats.fraction_below(threshold)
+    if len(v) == 0:
+        assert math.isnan(got)
+        return
+    direct = float((v < np.float32(threshold)).mean())
+    same_bin = np.array([LogHistogram.bin_of(float(x)) for x in v]) == LogHistogram.bin_of(threshold)
+    slack = 0.0 if on_edge else same_bin.mean()
+    assert abs(got - direct) <= slack + 1e-12, (got, direct, slack)
+
+
+# -- LossStats -------------------------------------------------------------------------------
+V = 5
+LOGITS = st.one_of(st.floats(-50, 50, width=32), st.floats(float(np.float32(-1e30)), float(np.float32(1e30)), width=32),
+                   st.sampled_from([float("nan"), float("inf"), -float("inf"), 0.0]))
+
+
+@st.composite
+def loss_batches(draw):
+    out = []
+    for _ in range(draw(st.integers(0, 3))):
+        B, T = draw(st.integers(0, 3)), draw(st.integers(1, 5))
+        logits = draw(arrays(np.float32, (B, T, V), elements=LOGITS))
+        ids = draw(arrays(np.int64, (B, T), elements=st.integers(0, V - 1)))
+        valid = draw(st.one_of(arrays(np.bool_, (B, T)), st.just(np.ones((B, T), bool)),
+                               st.just(np.zeros((B, T), bool))))
+        out.append((logits, ids, valid))
+    return out
+
+
+def _nll64(row: np.ndarray, target: int) -> float:
+    x = row.astype(np.float64)
+    m = x.max()
+    if not np.isfinite(m):
+        return math.nan
+    return float(m + np.log(np.exp(x - m).sum()) - x[target])
+
+
+@SETTINGS
+@given(loss_batches())
+def test_loss_stats(batches):
+    feed = lambda r, b: r.update(*(torch.from_numpy(x) for x in b))
+    scale = max((float(np.abs(b[0][np.isfinite(b[0])]).max(initial=0)) for b in batches), default=1.0)
+    stats = all_merges_agree(LossStats, feed, batches, max(scale, 1.0) * 100)
+    nll, bad = [], 0
+    for logits, ids, valid in batches:
+        for b in range(logits.shape[0]):
+            for t in range(logits.shape[1] - 1):
+                if not valid[b, t + 1]:                 # a pair counts when its target is valid
+                    continue
+                value = _nll64(logits[b, t], int(ids[b, t + 1]))
+                if math.isfinite(value) and value < 1e30:     # float32 log_softmax overflows beyond
+                    nll.append(value)
+                else:
+                    bad += 1
+    # A pair is non-finite in float32 exactly when it is here (no logit beyond 1e30 in magnitude
+    # difference can overflow float32), so the counts agree exactly.
+    assert int(stats.count) == len(nll) and int(stats.nonfinite) == bad
+    if nll:
+        assert stats.loss() == pytest.approx(np.mean(nll), rel=1e-5, abs=1e-6 * max(scale, 1.0))
+    else:
+        assert math.isnan(stats.loss())
+
+
+# -- TokenGroupGateStats ---------------------------------------------------------------------
+G = 3
+
+
+@st.composite
+def grouped_scores(draw):
+    dg = draw(st.integers(1, 2))
+    out = []
+    for _ in range(draw(st.integers(0, 4))):
+        n = draw(st.integers(0, 5))
+        out.append((draw(arrays(np.float32, (n, H, dg), elements=SCORES)), draw(arrays(np.bool_, (n, G)))))
+    return out
+
+
+@SETTINGS
+@given(grouped_scores())
+def test_token_group_gate_stats(batches):
+    make = lambda: TokenGroupGateStats(H, ["a", "b", "c"])
+    feed = lambda r, b: r.update(torch.from_numpy(b[0]), torch.from_numpy(b[1]))
+    stats = all_merges_agree(make, feed, batches, magnitude([b[0] for b in batches], 2))
+    rows = {(r["token_type"], r["head"], r["metric"]): r["value"] for r in stats.rows()}
+    for g, name in enumerate("abc"):
+        members = [s[m[:, g]] for s, m in batches]
+        x = np.concatenate([m.astype(np.float64) for m in members]) if members else np.zeros((0, H, 1))
+        assert rows[(name, 0, "tokens")] == len(x)
+        for h in range(H):
+            v = x[:, h].reshape(-1) if len(x) else np.zeros(0)
+            v = v[np.isfinite(v)]
+            assert rows[(name, h, "count")] == len(v)
+            if len(v):
+                big = float(np.abs(v).max())
+                assert rows[(name, h, "mean")] == pytest.approx(v.mean(), rel=1e-9, abs=1e-12 * big)
+                assert rows[(name, h, "min")] == v.min() and rows[(name, h, "max")] == v.max()
+                assert rows[(name, h, "frac_lt_0.5")] == pytest.approx((v < 0.5).mean(), abs=1e-12)
+            else:
+                assert math.isnan(rows[(name, h, "mean")])

@@ -1,0 +1,232 @@
+"""Every bad input gets one clear line and a non-zero exit, through `probe.cli.main`; bad
+numbers are counted, not propagated; a full disk leaves nothing half-written."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import tiny
+from probe.cli import main
+
+
+def one_error_line(capsys, argv, *, code=2) -> str:
+    capsys.readouterr()                           # drop what building test checkpoints printed
+    got = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert got == code, err
+    assert err.startswith("probe: error: ") and "\n" not in err, err     # one line, nothing else
+    return err
+
+
+def copy(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def analyze_args(ckpt, out, *extra):
+    return ["analyze", str(ckpt), "--out", str(out), "--quiet", "--seq-len", "16", "--max-sequences", "2", *extra]
+
+
+@pytest.mark.parametrize("command", ["analyze", "check"])
+def test_missing_path_and_missing_config(command, tmp_path, capsys):
+    extra = ["--out", str(tmp_path / "o")] if command == "analyze" else []
+    line = one_error_line(capsys, [command, str(tmp_path / "nowhere"), *extra])
+    assert "does not exist" in line and "checkpoint directory" in line
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert "no config.json" in one_error_line(capsys, [command, str(bare), *extra])
+    assert not (tmp_path / "o").exists()
+
+
+def test_unsupported_architecture_lists_what_is_known_and_how_to_declare(checkpoint, tmp_path, capsys):
+    odd = copy(checkpoint("qwen3"), tmp_path / "odd")
+    cfg = json.loads((odd / "config.json").read_text())
+    cfg["model_type"] = "falcon"                   # transformers knows it, probe does not
+    (odd / "config.json").write_text(json.dumps(cfg))
+    line = one_error_line(capsys, analyze_args(odd, tmp_path / "o"))
+    assert "unsupported architecture 'falcon'" in line
+    assert "qwen3_next" in line and "llama" in line                 # the list
+    assert "--gate MODULE:LAYOUT:GRANULARITY" in line and "--gate none" in line
+    assert "--gate" in one_error_line(capsys, ["check", str(odd)])
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt_header", "garbage"])
+def test_broken_safetensors(damage, checkpoint, tmp_path, capsys):
+    ckpt = copy(checkpoint("qwen3"), tmp_path / damage)
+    weights = ckpt / "model.safetensors"
+    data = weights.read_bytes()
+    if damage == "truncated":
+        weights.write_bytes(data[: len(data) * 2 // 3])
+    elif damage == "corrupt_header":
+        weights.write_bytes(data[:8] + b"{not json" + data[17:])
+    else:
+        weights.write_bytes(os.urandom(256))
+    line = one_error_line(capsys, analyze_args(ckpt, tmp_path / "o"))
+    assert "model.safetensors is truncated or corrupt" in line and "re-download" in line
+
+
+def test_text_without_tokenizer_names_both_ways_out(checkpoint, text_file, tmp_path, capsys):
+    bare = tiny.make_checkpoint("qwen3", tmp_path / "notok", tokenizer=False)
+    line = one_error_line(capsys, analyze_args(bare, tmp_path / "o", "--data", str(text_file)))
+    assert "no tokenizer files" in line and "--tokenizer DIR" in line and "token ids" in line
+    assert not (tmp_path / "o").exists()
+    # Both options it names work.
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.random.default_rng(0).integers(3, 200, size=(2, 16)))
+    assert main(analyze_args(bare, tmp_path / "o1", "--data", str(ids))) == 0
+    assert main(analyze_args(bare, tmp_path / "o2", "--data", str(text_file),
+                             "--tokenizer", str(checkpoint("qwen3")))) == 0
+
+
+@pytest.mark.parametrize("kind", ["empty_text", "empty_jsonl", "empty_ids", "empty_folder"])
+def test_empty_data(kind, checkpoint, tmp_path, capsys):
+    if kind == "empty_text":
+        data = tmp_path / "empty.txt"
+        data.write_text("")
+    elif kind == "empty_jsonl":
+        data = tmp_path / "empty.jsonl"
+        data.write_text("\n")
+    elif kind == "empty_ids":
+        data = tmp_path / "empty.npy"
+        np.save(data, np.zeros(0, dtype=np.int64))
+    else:
+        data = tmp_path / "folder"
+        data.mkdir()
+    line = one_error_line(capsys, analyze_args(checkpoint("qwen3"), tmp_path / "o", "--data", str(data)))
+    assert "no tokens" in line or "holds no" in line
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.fixture(scope="module")
+def short_model(tmp_path_factory):
+    """A qwen3 with only 32 positions."""
+    return tiny.make_checkpoint("qwen3", tmp_path_factory.mktemp("short") / "short", max_position_embeddings=32)
+
+
+def test_sequences_longer_than_the_model_truncate_with_a_warning(short_model, text_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match="seq_len 64 lowered to the model's 32 positions"):
+        assert main(["analyze", str(short_model), "--data", str(text_file), "--out", str(out), "--quiet",
+                     "--seq-len", "64", "--max-sequences", "2"]) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert any("lowered to the model's 32 positions" in n for n in meta["data_notes"])
+    assert json.loads((out / "summary.json").read_text())["tokens"] == 64
+
+
+def test_sequences_longer_than_the_model_refused_on_request(short_model, text_file, tmp_path, capsys):
+    line = one_error_line(capsys, ["analyze", str(short_model), "--data", str(text_file), "--out",
+                                   str(tmp_path / "o"), "--quiet", "--seq-len", "64", "--on-long", "error"])
+    assert "exceeds the model's 32 positions" in line and "--on-long truncate" in line
+    docs = tmp_path / "docs.json"
+    docs.write_text(json.dumps([list(range(3, 40))]))
+    line = one_error_line(capsys, ["analyze", str(short_model), "--data", str(docs), "--per-document",
+                                   "--out", str(tmp_path / "o"), "--quiet", "--seq-len", "32", "--on-long", "error"])
+    assert "a document has 37 tokens" in line
+
+
+def _with_weight(src, dst, key, fill, index):
+    ckpt = copy(src, dst)
+    sd = load_file(ckpt / "model.safetensors")
+    sd[key][index] = fill
+    save_file(sd, ckpt / "model.safetensors", metadata={"format": "pt"})
+    return ckpt
+
+
+def test_nan_in_the_last_layer_is_counted_and_finite_statistics_kept(checkpoint, text_file, tmp_path, capsys):
+    """One NaN weight in the last MLP: one NaN dimension in that layer's MLP output and
+    output for every token; everything upstream, and the finite dimensions, are kept."""
+    ckpt = _with_weight(checkpoint("official_headwise"), tmp_path / "nan", "model.layers.3.mlp.down_proj.weight",
+                        float("nan"), (5, 0))
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match="NaN/Inf activation values were seen.*finite values only"):
+        assert main(analyze_args(ckpt, out, "--data", str(text_file))) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    tokens = json.loads((out / "summary.json").read_text())["tokens"]
+    bad = meta["nonfinite_activations"]
+    assert bad["3:mlp_out"] == tokens and bad["3:resid_post"] == tokens     # dim 5 of every token
+    assert not any(k.startswith(("0:", "1:", "2:")) or k.endswith(":gate") for k in bad)
+    assert bad["loss_pairs"] > 0                                            # the final norm spreads it
+    massive = pd.read_csv(out / "massive.csv")
+    layer3 = massive[(massive.layer == 3) & (massive.site == "resid_post")].set_index("metric").value
+    assert np.isfinite(layer3["max_abs"]) and layer3["nonfinite"] == tokens
+    assert layer3["count"] == tokens * 63                                   # the other 63 dims
+    gates = pd.read_csv(out / "gates.csv")
+    assert np.isfinite(gates[gates.metric == "mean"].value).all()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["loss"] is None and summary["f_attn"] is not None and summary["m_act"] is not None
+
+
+def test_inf_in_one_sequence_is_counted_and_the_other_kept(checkpoint, text_file, tmp_path):
+    """An inf embedding for the first token of sequence 0: through attention, NaN reaches every
+    activation of that sequence (16 tokens x 64 dims per site), none of sequence 1's."""
+    first = tiny.make_tokenizer("qwen3")(text_file.read_text()[:20])["input_ids"][0]
+    ckpt = _with_weight(checkpoint("qwen3"), tmp_path / "inf", "model.embed_tokens.weight",
+                        float("inf"), first)
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match="NaN/Inf activation values were seen"):
+        assert main(analyze_args(ckpt, out, "--data", str(text_file), "--interventions")) == 0
+    bad = json.loads((out / "meta.json").read_text())["nonfinite_activations"]
+    assert all(bad[f"{l}:{s}"] == 16 * 64 for l in range(4) for s in ("attn_out", "resid_mid", "mlp_out", "resid_post"))
+    assert bad["loss_pairs"] == 15
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["tokens"] == 32 and np.isfinite(summary["loss"]) and np.isfinite(summary["m_act"])
+    assert int(pd.read_csv(out / "massive.csv").query("metric == 'count'").value.min()) == 16 * 64
+    assert np.isfinite(pd.read_csv(out / "interventions.csv").loss).all()
+
+
+def test_existing_output_directory_needs_force(checkpoint, text_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    line = one_error_line(capsys, analyze_args(checkpoint("qwen3"), out, "--data", str(text_file)))
+    assert "already exists" in line and "--force" in line
+    assert (out / "keep.txt").read_text() == "mine"
+    assert main(analyze_args(checkpoint("qwen3"), out, "--data", str(text_file), "--force")) == 0
+    assert (out / "summary.json").exists() and not (out / "keep.txt").exists()
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_disk_full_mid_write_leaves_no_partial_run(existing, checkpoint, text_file, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    if existing:
+        out.mkdir()
+        (out / "summary.json").write_text("{}\n")
+    import probe.atomic
+
+    calls = {"n": 0}
+    real_fsync = os.fsync
+
+    def full_disk(fd):
+        calls["n"] += 1
+        if calls["n"] == 3:                       # a few tables in: the disk fills up
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(probe.atomic.os, "fsync", full_disk)
+    args = analyze_args(checkpoint("qwen3"), out, "--data", str(text_file)) + (["--force"] if existing else [])
+    line = one_error_line(capsys, args)
+    assert "No space left on device" in line and "disk" in line
+    assert calls["n"] == 3
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name != "run"]
+    assert leftovers == [], leftovers                               # no .run.partial-* directory
+    if existing:
+        assert [p.name for p in out.iterdir()] == ["summary.json"]  # the old run is untouched
+        assert (out / "summary.json").read_text() == "{}\n"
+    else:
+        assert not out.exists()
+
+
+def test_check_command_errors_are_one_line(checkpoint, tmp_path, capsys):
+    line = one_error_line(capsys, ["check", str(checkpoint("qwen3_next")), "--gate", "q_proj:sideways:elementwise"])
+    assert "unknown gate layout 'sideways'" in line
+    line = one_error_line(capsys, ["analyze", str(checkpoint("official_headwise")), "--out", str(tmp_path / "o"),
+                                   "--gate", "q_proj:grouped:elementwise", "--quiet", "--seq-len", "16"])
+    assert "does not fit q_proj" in line and "probe check" in line
