@@ -28,12 +28,23 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
             max_sequences: int | None = None, dtype: str = "float32", device: str = "cpu",
             device_map: str | None = None, gate=None, thresholds=DEFAULT_THRESHOLDS,
             display_len: int = DISPLAY_LEN, progress: bool = True, seed: int = 0,
-            on_long: str = "truncate", text_field: str = "text", command: str | None = None) -> Analysis:
+            on_long: str | None = None, text_field: str = "text", command: str | None = None,
+            token_groups=None, interventions=None, max_length: int | None = None,
+            stride: int | None = None) -> Analysis:
     """Measure gates, first-token attention, massive activations, sparsity and loss.
 
     model: a checkpoint directory, a loaded Hugging Face causal LM, a `LoadedModel`, or a
            TransformerLens `TransformerBridge` (measured through its own hooks, see bridge.py).
     data:  a path (text, folder, JSONL, .npy/.pt token ids), or pass `texts=[...]`.
+    max_length, stride, on_long: per-document sequences up to max_length tokens; longer
+           documents are covered by sliding windows (on_long "slide", the default when
+           max_length or stride is given), truncated ("truncate") or refused ("error"); data.py.
+    dtype: the model's dtype when loading (float32, bfloat16, float16); statistics accumulate
+           in float64 / int64 whatever it is. device / device_map: "cuda", or "auto" (accelerate).
+    Under torchrun the batches are shared out over the processes and the statistics merged
+    (distributed.py); every process returns the same Analysis.
+    token_groups: extra token groups for gates_by_token_type (JSON file or dict, token_types.py).
+    interventions: None, "all", or a list of interventions.INTERVENTIONS to run after the pass.
     """
     from .bridge import analyze_bridge, is_bridge
 
@@ -44,24 +55,42 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
                               display_len=display_len, progress=progress, seed=seed, on_long=on_long,
                               text_field=text_field, command=command)
     torch.manual_seed(seed)
+    from . import distributed
+
+    rank, world, device = distributed.setup(device)
+    if world > 1 and device_map:
+        raise ProbeError("--device-map shards one model over this process's GPUs; under torchrun "
+                         "each process holds a whole model: pass --device cuda instead")
     loaded = as_loaded(model, dtype=dtype, device=device, device_map=device_map, gate=gate, tokenizer=tokenizer)
     model, layout = loaded.model, loaded.layout
+    from .interventions import validate_gate
+
+    validate_gate(layout)                      # a declared layout that cannot fit: one line, now
     config = text_config(model.config)
     if isinstance(data, (list, tuple)) and data and isinstance(data[0], str):
         texts, data = list(data), None
     dataset = build_dataset(data, loaded.tokenizer, seq_len=seq_len, bos=bos, per_document=per_document,
                             max_sequences=max_sequences, on_long=on_long, text_field=text_field,
                             max_positions=getattr(config, "max_position_embeddings", None)
-                            or getattr(config, "n_positions", None), texts=texts)
+                            or getattr(config, "n_positions", None), texts=texts,
+                            max_length=max_length, stride=stride)
     check_vocab(dataset, config)
     name = name or (Path(loaded.path).name if loaded.path else type(model).__name__)
     dev = next(model.parameters()).device
 
-    cap = Capture(model, layout)
+    groups = None
+    if layout.gated:
+        from .token_types import TokenGroups
+
+        present = torch.cat(dataset.sequences).unique()
+        groups = TokenGroups.build(loaded.tokenizer, getattr(config, "vocab_size", None) or int(present.max()) + 1,
+                                   token_groups, ids=present.tolist())
+    cap = Capture(model, layout, token_groups=groups)
     pad_id = 0
     with torch.inference_mode(), cap:
-        bar = _progress(total=dataset.tokens, disable=not progress, desc=f"analyse {name}")
-        for ids, valid, seq_index in dataset.batches(batch_size, pad_id):
+        bar = _progress(total=dataset.shard_tokens(batch_size, rank, world),
+                        disable=not progress or rank != 0, desc=f"analyse {name}")
+        for ids, valid, seq_index in dataset.batches(batch_size, pad_id, rank=rank, world=world):
             ids, valid = ids.to(dev), valid.to(dev)
             with cap.batch(ids, valid, seq_index.to(dev)):
                 # No attention_mask: padding sits on the right, so under causal attention no real
@@ -70,12 +99,22 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
                 cap.observe_logits(out.logits)
             bar.update(int(valid.sum()))
         bar.close()
+    distributed.merge_reducers(cap.reducers())     # no-op in one process
+    cap.to("cpu")
 
     analysis = frames_from_capture(cap, name, loaded.tokenizer, thresholds)
+    from .token_types import gate_frame
+
+    analysis.gates_by_token_type = gate_frame(cap, name)
     analysis.attention_patterns = display_patterns(model, layout, dataset, name, display_len, dev)
     analysis.meta = build_meta(loaded, dataset, name, dtype, dev, thresholds, seed, seq_len, command)
     analysis.meta["display_tokens"] = display_tokens(dataset, loaded.tokenizer, display_len)
+    analysis.meta["windows"] = dataset.windows
+    analysis.meta["processes"] = world
     nonfinite = {f"{l}:{s}": int(r.nonfinite) for (l, s), r in cap.massive.items() if int(r.nonfinite)}
+    nonfinite.update({f"{l}:gate": int(r.nonfinite.sum()) for l, r in cap.gates.items() if int(r.nonfinite.sum())})
+    if int(cap.loss.nonfinite):
+        nonfinite["loss_pairs"] = int(cap.loss.nonfinite)
     analysis.meta["nonfinite_activations"] = nonfinite
     if nonfinite:
         warnings.warn(f"{sum(nonfinite.values())} NaN/Inf activation values were seen "
@@ -86,6 +125,12 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
         analysis, layer_types=analysis.meta["layer_types"], gated=layout.gated,
         gate_layout=layout.gate_layout, num_heads=layout.num_heads, f_attn_uniform=uniform,
         loss=cap.loss.loss(), tokens=dataset.tokens, sequences=len(dataset.sequences))
+    if interventions:
+        from . import interventions as _interventions
+
+        analysis.interventions = _interventions.run(loaded, dataset, name=name, kinds=interventions,
+                                                    batch_size=batch_size, reference=cap, progress=progress)
+        analysis.meta["interventions"] = list(_interventions.parse_kinds(interventions))
     return analysis
 
 

@@ -46,9 +46,9 @@ def attention_with_lse(query, key, value, mask, scale):
         raise ValueError("probe attention expects a full causal prefill (no KV cache)")
     bias = additive_mask(mask, query.dtype)
     if query.device.type == "cpu" and query.dtype in (torch.float32, torch.bfloat16, torch.float16):
+        # The CPU flash kernel takes grouped K/V as they are: no (B, H, S, D) copy under GQA.
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            query, expand_kv(key, heads), expand_kv(value, heads), 0.0, causal,
-            attn_mask=bias, scale=scale)
+            query, key, value, 0.0, causal, attn_mask=bias, scale=scale)
         return out, lse.float()
     if query.device.type == "cuda":
         if bias is not None:
@@ -79,11 +79,20 @@ def chunked_attention_with_lse(query, key, value, bias, scale, chunk: int = 256)
     return torch.cat(outs, dim=2).to(query.dtype), torch.cat(lses, dim=2)
 
 
-def first_key_probability(query, key, lse, mask, scale) -> torch.Tensor:
-    """P[b, h, t, 0] for every query t, (B, H, T) float32, from the log-sum-exp. O(T D)."""
-    heads = query.shape[1]
-    k0 = expand_kv(key[:, :, :1], heads).float()                       # (B, H, 1, D)
-    logit = (query.float() * k0).sum(-1) * scale                        # (B, H, T)
+def first_key_probability(query, key, lse, mask, scale, chunk: int = 8192) -> torch.Tensor:
+    """P[b, h, t, 0] for every query t, (B, H, T) float32, from the log-sum-exp. O(T D).
+
+    The logits q_t . k_0 are formed in float32 whatever the model dtype (a bfloat16 logit of
+    size 10 would be off by 0.04), over blocks of queries so that no float32 copy of the whole
+    query tensor is made.
+    """
+    heads, T = query.shape[1], query.shape[2]
+    k0 = expand_kv(key[:, :, :1], heads).float().transpose(-1, -2)     # (B, H, D, 1)
+    logit = torch.empty(lse.shape, dtype=torch.float32, device=lse.device)
+    for start in range(0, T, chunk):
+        q = query[:, :, start:start + chunk].float()
+        logit[..., start:start + q.shape[2]] = torch.matmul(q, k0)[..., 0]
+    logit.mul_(scale)
     if mask is not None:
         logit = logit + additive_mask(mask[..., 0], torch.float32)      # (B|1, 1, T)
     return torch.exp(logit - lse)

@@ -33,7 +33,8 @@ class Batch:
     """Where each row of the current forward pass comes from."""
 
     input_ids: torch.Tensor          # (B, T)
-    valid: torch.Tensor              # (B, T) bool: real tokens; padding sits on the right
+    valid: torch.Tensor              # (B, T) bool: positions that count (real tokens, padding on
+                                     # the right is False; so is a sliding window's context)
     seq_index: torch.Tensor          # (B,) index of each row in the dataset
 
     def __post_init__(self):
@@ -43,15 +44,22 @@ class Batch:
         seq = self.seq_index[:, None].expand(B, T)
         self.pos, self.seq, self.tok = self.rows(pos), self.rows(seq), self.rows(self.input_ids)
         self.rest_valid = self.valid[:, 1:]
+        self._where = {self.input_ids.device: (self.seq, self.pos, self.tok)}
 
     def rows(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...) keeping valid positions only."""
-        return x.reshape(-1, *x.shape[2:]) if self.all_valid else x[self.valid]
+        return x.reshape(-1, *x.shape[2:]) if self.all_valid else x[self.valid.to(x.device)]
 
     def rest_rows(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> valid rows at positions >= 1."""
         x = x[:, 1:]
-        return x.reshape(-1, *x.shape[2:]) if self.all_valid else x[self.rest_valid]
+        return x.reshape(-1, *x.shape[2:]) if self.all_valid else x[self.rest_valid.to(x.device)]
+
+    def where(self, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(seq, pos, tok) of the valid rows, on `device` (cached: layers may sit on several GPUs)."""
+        if device not in self._where:
+            self._where[device] = (self.seq.to(device), self.pos.to(device), self.tok.to(device))
+        return self._where[device]
 
 
 def _first(output):
@@ -59,13 +67,17 @@ def _first(output):
 
 
 class Capture:
-    def __init__(self, model: nn.Module, layout: ModelLayout, *, top_k: int = 3):
+    def __init__(self, model: nn.Module, layout: ModelLayout, *, top_k: int = 3, token_groups=None):
         self.model, self.layout = model, layout
         H = layout.num_heads
         attn_layers = layout.attention_layers
         self.first_token = {i: FirstTokenStats(H) for i in attn_layers}
         self.sparsity = {i: SparsityStats() for i in attn_layers}
         self.gates = {i: GateStats(H) for i in attn_layers} if layout.gated else {}
+        # Gate scores by token type (token_types.TokenGroups), fed from the same gate hook.
+        self.token_groups = token_groups
+        self.gates_by_token = ({i: token_groups.reducer(H) for i in attn_layers}
+                               if layout.gated and token_groups is not None else {})
         self.massive = {(p.index, s): MaxAbsStats(top_k) for p in layout.layers for s in SITES}
         self.loss = LossStats()
         self._mixer_layer = {id(p.mixer): p.index for p in layout.layers}
@@ -133,7 +145,7 @@ class Capture:
         b = self._batch
         if b is None or h.dim() != 3:
             return
-        self.massive[(layer, site)].update(b.rows(h), b.seq, b.pos, b.tok)
+        self.massive[(layer, site)].follow(h.device).update(b.rows(h), *b.where(h.device))
 
     def _site_output_hook(self, layer: int, site: str):
         def hook(module, args, output):
@@ -153,8 +165,12 @@ class Capture:
             if b is None:
                 return
             scores = L.gate.scores(output, L.num_heads, L.num_kv_heads, L.head_dim)  # (B, T, H, Dg)
-            first = scores[:, 0] if b.all_valid else scores[:, 0][b.valid[:, 0]]
-            self.gates[layer].update(first, b.rest_rows(scores))
+            first = scores[:, 0] if b.all_valid else scores[:, 0][b.valid[:, 0].to(scores.device)]
+            self.gates[layer].follow(scores.device).update(first, b.rest_rows(scores))
+            if self.gates_by_token:
+                _, pos, tok = b.where(scores.device)
+                self.gates_by_token[layer].follow(scores.device).update(
+                    b.rows(scores), self.token_groups.membership(tok, pos))
         return hook
 
     def _gated_output_hook(self, layer: int):
@@ -162,7 +178,7 @@ class Capture:
             b = self._batch
             if b is not None:
                 x = args[0] if b.all_valid else b.rows(args[0])
-                self.sparsity[layer].gated.update(x.abs())
+                self.sparsity[layer].follow(x.device).gated.update(x)     # |x| from the bits
         return hook
 
     def on_attention(self, module, query, key, out, lse, mask, scale) -> None:
@@ -172,11 +188,26 @@ class Capture:
         if b is None or layer not in self.first_token:
             return
         p0 = attention.first_key_probability(query, key, lse, mask, scale)       # (B, H, T)
-        self.first_token[layer].update(p0, None if b.all_valid else b.valid)
-        # The histogram ignores layout, so without padding no (B, T) row selection is needed.
-        x = out if b.all_valid else b.rows(out.transpose(1, 2))
-        self.sparsity[layer].ungated.update(x.abs())
+        self.first_token[layer].follow(p0.device).update(p0, None if b.all_valid else b.valid.to(p0.device))
+        # The histogram ignores layout, so without padding no (B, T) row selection is needed;
+        # (B, T, H, D) is the kernels' memory order, so this view is contiguous: no copy.
+        x = out.transpose(1, 2)
+        x = x if b.all_valid else b.rows(x)
+        self.sparsity[layer].follow(x.device).ungated.update(x)        # |x| from the bits
 
     def observe_logits(self, logits: torch.Tensor) -> None:
         b = self._batch
-        self.loss.update(logits, b.input_ids, b.valid)
+        self.loss.follow(logits.device).update(logits, b.input_ids, b.valid)
+
+    def reducers(self) -> list:
+        """Every reducer, in an order that is the same in every process (for collectives)."""
+        out = []
+        for store in (self.first_token, self.sparsity, self.gates, self.gates_by_token, self.massive):
+            out += [store[key] for key in sorted(store)]
+        return out + [self.loss]
+
+    def to(self, device) -> "Capture":
+        """Move every reducer's state (for example to the CPU once a GPU pass is over)."""
+        for r in self.reducers():
+            r.to(device)
+        return self

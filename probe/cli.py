@@ -21,17 +21,32 @@ def _analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bos", choices=("auto", "prepend", "none"), default="auto",
                    help="what sits at position 0: the tokenizer's default, always BOS, or never")
     p.add_argument("--per-document", action="store_true", help="one sequence per document, padded")
-    p.add_argument("--on-long", choices=("truncate", "error"), default="truncate",
-                   help="sequences longer than the model's positions: truncate with a warning, or refuse")
+    p.add_argument("--max-length", type=int, metavar="N",
+                   help="with --per-document: the longest sequence (default --seq-len); longer "
+                        "documents are covered by sliding windows of N tokens (see --stride)")
+    p.add_argument("--stride", type=int, metavar="S",
+                   help="sliding windows start every S tokens (default: back to back); tokens an "
+                        "earlier window counted are context only, so each token counts once")
+    p.add_argument("--on-long", choices=("truncate", "slide", "error"),
+                   help="documents longer than --max-length / --seq-len or the model's positions: "
+                        "truncate (with a warning), slide (windows), or refuse; default slide when "
+                        "--max-length or --stride is given, else truncate")
     p.add_argument("--text-field", default="text", help="JSONL field that holds the text")
     p.add_argument("--tokenizer", help="directory with tokenizer files, if the checkpoint has none")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    p.add_argument("--device-map", help="e.g. auto: shard a large model over GPUs with accelerate")
+    p.add_argument("--device-map", help="e.g. auto: shard a large model over GPUs with accelerate "
+                                        "(one process; under torchrun use --device cuda)")
     p.add_argument("--gate", help="declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--token-groups", help="JSON file of extra token groups for gates_by_token_type.csv: "
+                                          '{"name": ["token", 123, ...]}')
+    p.add_argument("--interventions", nargs="?", const="all", metavar="LIST",
+                   help="also measure the loss under gate / massive-activation interventions "
+                        "(all, or a comma list of mean_gate,gate_one,gate_zero,massive_zero): "
+                        "interventions.csv")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +78,15 @@ def build_parser() -> argparse.ArgumentParser:
     from .train.cli import add_arguments as add_train_arguments
 
     add_train_arguments(t)
+
+    k = sub.add_parser("check", help="check that probe reads the gate the model applies (pass/fail table)")
+    k.add_argument("checkpoint", help="local Hugging Face checkpoint directory")
+    k.add_argument("--gate", help="declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION]")
+    k.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    k.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    k.add_argument("--seq-len", type=int, default=16, help="tokens per random test sequence (default 16)")
+    k.add_argument("--batch-size", type=int, default=2)
+    k.add_argument("--seed", type=int, default=0)
     return parser
 
 
@@ -75,13 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     warnings.formatwarning = lambda msg, *a, **k: f"probe: warning: {msg}\n"
     try:
         return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
-                "train": cmd_train}[args.command](args, command_line)
+                "train": cmd_train, "check": cmd_check}[args.command](args, command_line)
     except ProbeError as err:
         print(f"probe: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("probe: interrupted; nothing was written", file=sys.stderr)
         return 130
+    finally:
+        from .distributed import finish
+
+        finish()
 
 
 def _formats(text: str | None) -> tuple[str, ...]:
@@ -111,16 +139,24 @@ def _run_analysis(checkpoint, args, name, command_line):
                    per_document=args.per_document, max_sequences=args.max_sequences,
                    dtype=args.dtype, device=args.device, device_map=args.device_map, gate=args.gate,
                    progress=not args.quiet, seed=args.seed, on_long=args.on_long,
-                   text_field=args.text_field, command=command_line)
+                   text_field=args.text_field, command=command_line,
+                   token_groups=args.token_groups, interventions=args.interventions,
+                   max_length=args.max_length, stride=args.stride)
 
 
 def cmd_analyze(args, command_line) -> int:
     from .atomic import check_output_dir
 
+    from .distributed import is_main
+
     formats = _formats(args.report)
     out = Path(args.out or Path("runs") / Path(args.checkpoint).name)
-    check_output_dir(out, args.force)          # refuse before spending time on the model
+    main_rank = is_main()                      # under torchrun only rank 0 writes and prints
+    if main_rank:
+        check_output_dir(out, args.force)      # refuse before spending time on the model
     analysis = _run_analysis(args.checkpoint, args, args.name, command_line)
+    if not main_rank:
+        return 0
     analysis.save(out, force=args.force)
     print_summary([analysis])
     print(f"wrote {out}/")
@@ -152,11 +188,17 @@ def cmd_report(args, command_line) -> int:
 def cmd_compare(args, command_line) -> int:
     from .atomic import check_output_dir
 
+    from .distributed import is_main
+
     formats = _formats(args.format)
     out = Path(args.out)
-    check_output_dir(out, args.force)
+    main_rank = is_main()                      # under torchrun only rank 0 writes and prints
+    if main_rank:
+        check_output_dir(out, args.force)
     names = unique_names(args.checkpoints)
     analyses = [_run_analysis(ckpt, args, name, command_line) for ckpt, name in zip(args.checkpoints, names)]
+    if not main_rank:
+        return 0
     from .atomic import atomic_directory
 
     with atomic_directory(out, args.force) as tmp:
@@ -171,6 +213,23 @@ def cmd_compare(args, command_line) -> int:
             print(f"wrote {path}")
     print(f"wrote {out}/")
     return 0
+
+
+def cmd_check(args, command_line) -> int:
+    """Exit 0 when every check passes (or there is no gate to check), 1 when one fails."""
+    from .check import run_checks, summary_line
+    from .load import load
+
+    loaded = load(args.checkpoint, dtype=args.dtype, device=args.device, gate=args.gate)
+    report = run_checks(loaded, seq_len=args.seq_len, batch_size=args.batch_size, seed=args.seed)
+    if len(report.frame):
+        print(report.to_string())
+    line = summary_line(report, loaded.layout)
+    if report.passed:
+        print(line)
+        return 0
+    print(f"probe: check failed: {line}", file=sys.stderr)
+    return 1
 
 
 def cmd_train(args, command_line) -> int:

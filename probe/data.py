@@ -3,7 +3,15 @@
 Inputs: a text file, a folder of text files, JSONL with a text field (or `input_ids`), or
 token ids (.npy, .pt, JSON/JSONL lists). Text is joined into one stream (documents separated
 by the EOS token) and cut into sequences of `seq_len` tokens, or kept one sequence per
-document. The BOS policy decides what sits at position 0:
+document (up to `max_length` tokens, default `seq_len`). A document longer than that (or than
+the model's positions) is truncated, refused, or covered by sliding windows (`on_long`):
+
+  windows of `max_length` tokens starting every `stride` tokens (default: back to back); in a
+  window after the first, the tokens an earlier window already counted are context only (they
+  are attended to but enter no statistic), so every token counts exactly once and, when
+  stride < max_length, with at least max_length - stride tokens before it.
+
+The BOS policy decides what sits at position 0:
   auto     whatever the tokenizer adds by default (Llama adds <s>, Qwen and GPT-2 add nothing)
   prepend  always put the BOS token first
   none     never
@@ -31,14 +39,34 @@ class Dataset:
     bos_token_id: int | None
     position0: str                        # what sits at position 0, in words
     notes: list[str] = field(default_factory=list)
+    # Per sequence, positions [lo, hi) that are context only (sliding windows); empty: none.
+    context: list[tuple[int, int]] = field(default_factory=list)
+    windows: dict = field(default_factory=dict)   # max_length, stride, windowed documents
 
     @property
     def tokens(self) -> int:
-        return sum(len(s) for s in self.sequences)
+        """Tokens that count (context positions of sliding windows excluded)."""
+        return sum(len(s) for s in self.sequences) - sum(hi - lo for lo, hi in self.context)
 
-    def batches(self, batch_size: int, pad_id: int = 0):
-        """Yield (input_ids (B, T), valid (B, T), seq_index (B,)), padding on the right."""
-        for start in range(0, len(self.sequences), batch_size):
+    def shard_tokens(self, batch_size: int, rank: int = 0, world: int = 1) -> int:
+        """Counted tokens in the batches `batches(batch_size, rank=rank, world=world)` yields."""
+        counted = 0
+        for i, s in enumerate(self.sequences):
+            if (i // batch_size) % world == rank:
+                lo, hi = self.context[i] if self.context else (0, 0)
+                counted += len(s) - (hi - lo)
+        return counted
+
+    def batches(self, batch_size: int, pad_id: int = 0, *, rank: int = 0, world: int = 1):
+        """Yield (input_ids (B, T), valid (B, T), seq_index (B,)), padding on the right.
+
+        valid is False on padding and on sliding-window context. With world > 1, only every
+        world-th batch from rank on: the batches are the ones a single process makes, so each
+        row is computed exactly as it would be there.
+        """
+        for n, start in enumerate(range(0, len(self.sequences), batch_size)):
+            if n % world != rank:
+                continue
             chunk = self.sequences[start:start + batch_size]
             T = max(len(s) for s in chunk)
             ids = torch.full((len(chunk), T), pad_id, dtype=torch.long)
@@ -46,6 +74,9 @@ class Dataset:
             for row, s in enumerate(chunk):
                 ids[row, : len(s)] = s
                 valid[row, : len(s)] = True
+                if self.context:
+                    lo, hi = self.context[start + row]
+                    valid[row, lo:hi] = False
             yield ids, valid, torch.arange(start, start + len(chunk))
 
 
@@ -115,21 +146,53 @@ def tokenizer_adds_bos(tokenizer) -> bool:
     return len(ids) > 0 and ids[0] == bos
 
 
+ON_LONG = ("truncate", "slide", "error")
+
+
+def windows(n: int, body: int, stride: int) -> list[tuple[int, int, int]]:
+    """Sliding windows over n tokens: (begin, end, first new token) with end - begin <= body.
+
+    The windows start every `stride` tokens until one reaches the end; tokens before `first new`
+    were counted by an earlier window.
+    """
+    out, begin, counted = [], 0, 0
+    while True:
+        end = min(begin + body, n)
+        out.append((begin, end, counted))
+        counted = end
+        if end >= n:
+            return out
+        begin += stride
+
+
 def build_dataset(path: str | Path | None, tokenizer, *, seq_len: int = 512, bos: str = "auto",
                   per_document: bool = False, max_sequences: int | None = None,
-                  max_positions: int | None = None, on_long: str = "truncate",
+                  max_positions: int | None = None, on_long: str | None = None,
                   text_field: str = "text", texts: list[str] | None = None,
-                  bos_token_id: int | None = None) -> Dataset:
+                  bos_token_id: int | None = None, max_length: int | None = None,
+                  stride: int | None = None) -> Dataset:
+    """on_long: truncate | slide | error; default slide when max_length or stride is given,
+    else truncate."""
     if bos not in ("auto", "prepend", "none"):
         raise ProbeError(f"unknown --bos {bos!r}; use auto, prepend or none")
+    if on_long is None:
+        on_long = "slide" if max_length or stride else "truncate"
+    if on_long not in ON_LONG:
+        raise ProbeError(f"unknown --on-long {on_long!r}; use {', '.join(ON_LONG)}")
+    if max_length is not None:
+        if max_length < 2:
+            raise ProbeError(f"--max-length must be at least 2 (got {max_length})")
+        seq_len = max_length if per_document else min(seq_len, max_length)
     if seq_len < 2:
         raise ProbeError(f"--seq-len must be at least 2 (got {seq_len})")
+    option = "--max-length" if max_length is not None else "--seq-len"
     notes: list[str] = []
     if max_positions and seq_len > max_positions:
         if on_long == "error":
-            raise ProbeError(f"--seq-len {seq_len} exceeds the model's {max_positions} positions; "
-                             "lower --seq-len or pass --on-long truncate")
-        notes.append(f"seq_len {seq_len} lowered to the model's {max_positions} positions")
+            raise ProbeError(f"{option} {seq_len} exceeds the model's {max_positions} positions; "
+                             f"lower {option} or pass --on-long truncate or slide")
+        notes.append(f"{option.lstrip('-').replace('-', '_')} {seq_len} lowered to the model's "
+                     f"{max_positions} positions")
         warnings.warn(notes[-1])
         seq_len = max_positions
     if texts is not None:
@@ -161,16 +224,45 @@ def build_dataset(path: str | Path | None, tokenizer, *, seq_len: int = 512, bos
         use_bos = False
 
     body = seq_len - 1 if use_bos else seq_len
+    if stride is not None and not 1 <= stride <= body:
+        raise ProbeError(f"--stride must be between 1 and {body} (the tokens of one window"
+                         f"{' after BOS' if use_bos else ''}); got {stride}")
+    step = stride or body
     head = [bos_token_id] if use_bos else []
     sequences: list[list[int]] = []
+    context: list[tuple[int, int]] = []
+    windowed = 0
+
+    def slide(ids):
+        nonlocal windowed
+        windowed += 1
+        for begin, end, counted in windows(len(ids), body, step):
+            sequences.append(head + ids[begin:end])
+            # The BOS of every window counts (a fresh token); re-seen document tokens do not.
+            context.append((len(head), len(head) + counted - begin) if counted > begin else (0, 0))
+
     if per_document:
         for ids in id_lists:
             if len(ids) > body:
                 if on_long == "error":
                     raise ProbeError(f"a document has {len(ids) + len(head)} tokens, more than "
-                                     f"--seq-len {seq_len}; raise --seq-len or pass --on-long truncate")
-                notes.append("documents longer than seq_len were truncated")
+                                     f"{option} {seq_len}; raise {option}, or pass --on-long "
+                                     "truncate or slide")
+                if on_long == "slide":
+                    slide(ids)
+                    continue
+                notes.append(f"documents longer than {seq_len} tokens were truncated")
             sequences.append(head + ids[:body])
+            context.append((0, 0))
+        if windowed:
+            notes.append(f"{windowed} documents longer than {seq_len} tokens were covered by sliding "
+                         f"windows (stride {step}); each token counts once")
+    elif stride is not None and stride < body:
+        eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+        stream = []
+        for n, ids in enumerate(id_lists):
+            stream += ([eos] if n and eos is not None else []) + list(ids)
+        slide(stream)
     else:
         eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
         stream: list[int] = []
@@ -183,11 +275,14 @@ def build_dataset(path: str | Path | None, tokenizer, *, seq_len: int = 512, bos
             if len(piece) >= 2 or not sequences:
                 sequences.append(head + piece)
     if max_sequences:
-        sequences = sequences[:max_sequences]
+        sequences, context = sequences[:max_sequences], context[:max_sequences]
     notes = sorted(set(notes))
     position0 = describe_position0(sequences, tokenizer, use_bos, bos_token_id)
+    context = context if any(hi > lo for lo, hi in context) else []
     return Dataset([torch.tensor(s, dtype=torch.long) for s in sequences], source,
-                   bos, bos_token_id if use_bos else None, position0, notes)
+                   bos, bos_token_id if use_bos else None, position0, notes, context,
+                   {"max_length": seq_len, "stride": step, "on_long": on_long,
+                    "windowed_documents": windowed})
 
 
 def describe_position0(sequences, tokenizer, use_bos: bool, bos_token_id) -> str:

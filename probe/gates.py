@@ -27,8 +27,8 @@ class GateSpec:
     module: path of the module whose output carries the logits, relative to the attention
         module (`q_proj` for the Qwen layouts, a separate projection elsewhere).
     layout:
-        interleaved  q_proj output viewed as (..., H, 2*D): per head [D query | D gate]
-                     (Qwen3-Next, Qwen3.5).
+        interleaved  q_proj output viewed as (..., H, D + Dg): per head [D query | Dg gate]
+                     (Qwen3-Next, Qwen3.5: elementwise, Dg = D).
         grouped      q_proj output viewed as (..., KV, -1): per KV head [G*D queries | G*Dg
                      gates] (the paper's official checkpoints).
         plain        the module output is the gate logits alone, (..., H*Dg).
@@ -65,7 +65,8 @@ class GateSpec:
         lead = out.shape[:-1]
         dg = self.gate_dim(head_dim)
         if self.layout == "interleaved":
-            return out.view(*lead, heads, 2 * head_dim)[..., head_dim:]
+            # per head [D query | Dg gate]: Dg = D (Qwen3-Next) or 1 (headwise variant)
+            return out.view(*lead, heads, head_dim + dg)[..., head_dim:]
         if self.layout == "grouped":
             group = heads // kv_heads
             per_kv = out.view(*lead, kv_heads, group * (head_dim + dg))

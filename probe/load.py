@@ -145,7 +145,8 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
     except Exception as err:
         raise ProbeError(f"transformers cannot read {path}/config.json ({err})") from None
 
-    official = model_type == "qwen3" and official_gate(config) is not None and gate is None
+    # The model class follows config.json; a declared gate only changes how probe reads the gate.
+    official = model_type == "qwen3" and official_gate(config) is not None
     kwargs = dict(dtype=DTYPES[dtype], attn_implementation="sdpa")
     if device_map:
         kwargs["device_map"] = device_map

@@ -20,6 +20,7 @@ class Reducer:
     summed: tuple[str, ...] = ()
     minimum: tuple[str, ...] = ()
     maximum: tuple[str, ...] = ()
+    gathered: tuple[str, ...] = ()      # python state, merged by `merge_gathered` (distributed.py)
 
     def merge(self, other: "Reducer") -> "Reducer":
         for name in self.summed:
@@ -33,9 +34,31 @@ class Reducer:
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return {n: getattr(self, n) for n in (*self.summed, *self.minimum, *self.maximum)}
 
+    def merge_gathered(self, name: str, values: list) -> None:
+        """Combine the values of a `gathered` attribute from every process (this one included)."""
+        raise NotImplementedError(f"{type(self).__name__} does not merge {name!r}")
+
+    def children(self) -> dict[str, "Reducer"]:
+        """Reducers held inside this one (their state merges and moves with it)."""
+        return {n: v for n, v in vars(self).items() if isinstance(v, Reducer)}
+
     def to(self, device) -> "Reducer":
         for name, value in self.state_tensors().items():
             setattr(self, name, value.to(device))
+        for child in self.children().values():
+            child.to(device)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        for value in self.state_tensors().values():
+            return value.device
+        return next((c.device for c in self.children().values()), torch.device("cpu"))
+
+    def follow(self, device) -> "Reducer":
+        """Keep the state where the activations are (a layer's GPU under --device-map auto)."""
+        if self.device != torch.device(device):
+            self.to(device)
         return self
 
 
@@ -50,19 +73,33 @@ class LogHistogram(Reducer):
     """
 
     BINS = 1 << 15
-    summed = ("counts",)
+    NONFINITE = 0x7F80          # bins from here on: exponent all ones, inf and NaN
+    summed = ("counts", "nonfinite")
 
     def __init__(self, device="cpu"):
         self.counts = torch.zeros(self.BINS, dtype=I64, device=device)
+        self.nonfinite = torch.zeros((), dtype=I64, device=device)
 
     def update(self, values: torch.Tensor) -> None:
-        """values: any shape, non-negative, finite."""
+        """Counts |values| (any shape; the sign bit is ignored, so no abs copy is made).
+
+        NaN and inf are left out, counted in `nonfinite`. bfloat16 values are their own top 16
+        bits; float32 ones are read through an int16 view; other dtypes are converted first.
+        """
         if values.numel() == 0:
             return
-        values = values.float().reshape(-1)
-        # Little-endian: the odd int16 words are the high halves (sign, exponent, 7 mantissa bits).
-        high = values.view(torch.int16)[1::2]
-        self.counts += torch.bincount(high, minlength=self.BINS).to(self.counts.device)
+        if values.dtype not in (torch.float32, torch.bfloat16):
+            values = values.float()
+        if values.dim() == 0 or values.stride(-1) != 1:
+            values = values.contiguous()
+        words = values.view(torch.int16)
+        # Little-endian: the odd int16 words of a float32 are its high halves (sign, exponent,
+        # 7 mantissa bits). Masking the sign bit gives the bin of |value|, as a fresh int16 tensor.
+        high = (words if values.dtype == torch.bfloat16 else words[..., 1::2]) & 0x7FFF
+        counts = torch.bincount(high.reshape(-1), minlength=self.BINS)
+        self.nonfinite += counts[self.NONFINITE:].sum().to(self.nonfinite.device)
+        counts[self.NONFINITE:] = 0
+        self.counts += counts.to(self.counts.device)
 
     @property
     def total(self) -> int:
@@ -119,7 +156,8 @@ class GateStats(Reducer):
     HIGH = (0.9, 0.99)
     BINS = 50
     GROUPS = ("first", "rest")
-    summed = ("count", "total", "total_sq", "below", "above", "hist")
+    BLOCK = 1 << 22             # elements per update step: bounds the temporaries at long T
+    summed = ("count", "nonfinite", "total", "total_sq", "below", "above", "hist")
     minimum = ("low",)
     maximum = ("high",)
 
@@ -127,6 +165,7 @@ class GateStats(Reducer):
         g = len(self.GROUPS)
         self.heads = heads
         self.count = torch.zeros(g, heads, dtype=I64, device=device)
+        self.nonfinite = torch.zeros(g, heads, dtype=I64, device=device)
         self.total = torch.zeros(g, heads, dtype=F64, device=device)
         self.total_sq = torch.zeros(g, heads, dtype=F64, device=device)
         self.low = torch.full((g, heads), math.inf, dtype=F64, device=device)
@@ -136,24 +175,47 @@ class GateStats(Reducer):
         self.hist = torch.zeros(heads, self.BINS, dtype=I64, device=device)
 
     def update(self, first: torch.Tensor, rest: torch.Tensor) -> None:
-        """first: (N1, H, Dg) scores at position 0; rest: (N2, H, Dg) at positions >= 1."""
+        """first: (N1, H, Dg) scores at position 0; rest: (N2, H, Dg) at positions >= 1.
+
+        Non-finite scores (a NaN in the model) are left out and counted in `nonfinite`.
+        Long inputs are taken in blocks of rows, so the float32 / int64 temporaries stay a few
+        MB even for elementwise gates at 32K tokens.
+        """
+        rows = max(1, self.BLOCK // max(1, first.shape[1] * first.shape[2]))
         for group, g in enumerate((first, rest)):
-            if g.shape[0] == 0:
-                continue
-            g = g.float()
+            for start in range(0, g.shape[0], rows):
+                self._update(group, g[start:start + rows])
+
+    def _update(self, group: int, g: torch.Tensor) -> None:
+        g = g.float()
+        finite = None
+        if g.numel() and not bool(torch.isfinite(g.amax() + g.amin())):   # NaN and inf reach them
+            finite = torch.isfinite(g)
+            self.nonfinite[group] += (~finite).sum((0, 2))
+            self.count[group] += finite.sum((0, 2))
+            g = g.masked_fill(~finite, 0.0)
+        else:
             self.count[group] += g.shape[0] * g.shape[2]
-            self.total[group] += g.sum((0, 2), dtype=F64)
-            self.total_sq[group] += (g * g).sum((0, 2), dtype=F64)
-            self.low[group] = torch.minimum(self.low[group], g.amin((0, 2)).double())
-            self.high[group] = torch.maximum(self.high[group], g.amax((0, 2)).double())
-            for i, t in enumerate(self.LOW):
-                self.below[group, :, i] += (g < t).sum((0, 2))
-            for i, t in enumerate(self.HIGH):
-                self.above[group, :, i] += (g > t).sum((0, 2))
-            bins = (g * self.BINS).long().clamp_(0, self.BINS - 1)          # (N, H, Dg)
-            flat = bins + torch.arange(self.heads, device=g.device)[None, :, None] * self.BINS
-            self.hist += torch.bincount(flat.reshape(-1), minlength=self.heads * self.BINS
-                                        ).view(self.heads, self.BINS).to(self.hist.device)
+        # Squares in float64: float32 ones round at 6e-8 relative, which the variance
+        # E[g^2] - mean^2 turns into a std error of ~2e-4 for saturated gates (true std 0).
+        g64 = g.double()
+        self.total[group] += g64.sum((0, 2))
+        self.total_sq[group] += (g64 * g64).sum((0, 2))
+        if finite is not None:
+            g = g.masked_fill(~finite, math.nan)                      # left out from here on
+        lo = g.amin((0, 2)) if finite is None else g.masked_fill(~finite, math.inf).amin((0, 2))
+        hi = g.amax((0, 2)) if finite is None else g.masked_fill(~finite, -math.inf).amax((0, 2))
+        self.low[group] = torch.minimum(self.low[group], lo.double())
+        self.high[group] = torch.maximum(self.high[group], hi.double())
+        for i, t in enumerate(self.LOW):
+            self.below[group, :, i] += (g < t).sum((0, 2))           # NaN compares False
+        for i, t in enumerate(self.HIGH):
+            self.above[group, :, i] += (g > t).sum((0, 2))
+        bins = (g.nan_to_num(0.0) * self.BINS).clamp_(0, self.BINS - 1).long()   # (N, H, Dg)
+        flat = bins + torch.arange(self.heads, device=g.device)[None, :, None] * self.BINS
+        flat = flat.reshape(-1) if finite is None else flat[finite]
+        self.hist += torch.bincount(flat, minlength=self.heads * self.BINS
+                                    ).view(self.heads, self.BINS).to(self.hist.device)
 
     def mean(self) -> float:
         n = int(self.count.sum())
@@ -192,7 +254,8 @@ class FirstTokenStats(Reducer):
     """
 
     BUCKETS = (1, 1024, 4096, 16384, 65536)      # [1, 1K), [1K, 4K), [4K, 16K), [16K, 64K), [64K, inf)
-    summed = ("sum_rest", "n_rest", "sum_all", "n_all", "uniform", "bucket_sum", "bucket_n")
+    summed = ("sum_rest", "n_rest", "sum_all", "n_all", "uniform", "bucket_sum", "bucket_n",
+              "bucket_uniform", "nonfinite")
 
     def __init__(self, heads: int, device="cpu"):
         nb = len(self.BUCKETS)
@@ -203,22 +266,35 @@ class FirstTokenStats(Reducer):
         self.uniform = torch.zeros((), dtype=F64, device=device)
         self.bucket_sum = torch.zeros(nb, heads, dtype=F64, device=device)
         self.bucket_n = torch.zeros(nb, dtype=I64, device=device)
+        self.bucket_uniform = torch.zeros(nb, dtype=F64, device=device)
+        self.nonfinite = torch.zeros((), dtype=I64, device=device)
 
     def update(self, p0: torch.Tensor, valid: torch.Tensor | None) -> None:
-        """p0: (B, H, T) probability on key 0 per query; valid: (B, T) bool or None (all)."""
+        """p0: (B, H, T) probability on key 0 per query; valid: (B, T) bool or None (all).
+
+        A query whose probability is not finite in some head (a NaN in the model) is left out
+        in every head and counted in `nonfinite`.
+        """
         B, H, T = p0.shape
         pos = torch.arange(T, device=p0.device)
         w = torch.ones(B, T, dtype=F64, device=p0.device) if valid is None else valid.double()
+        if p0.numel() and not bool(torch.isfinite(p0.amax())):
+            finite = torch.isfinite(p0).all(1)                          # (B, T)
+            self.nonfinite += ((~finite) & (w > 0)).sum()
+            w = w * finite
+            p0 = p0.masked_fill(~finite[:, None, :], 0.0)
         weighted = p0.double() * w[:, None, :]                          # (B, H, T)
         self.sum_all += weighted.sum((0, 2))
         self.n_all += w.sum().long()
         rest = weighted[:, :, 1:]
         self.sum_rest += rest.sum((0, 2))
         self.n_rest += w[:, 1:].sum().long()
-        self.uniform += (w[:, 1:] / (pos[1:] + 1).double()).sum()
+        uniform = w[:, 1:].sum(0) / (pos[1:] + 1).double()                # (T-1,)
+        self.uniform += uniform.sum()
         bucket = torch.bucketize(pos[1:], torch.tensor(self.BUCKETS, device=p0.device), right=True) - 1
         self.bucket_sum.index_add_(0, bucket, rest.sum(0).transpose(0, 1))    # (T-1, H) by bucket
         self.bucket_n.index_add_(0, bucket, w[:, 1:].sum(0).long())
+        self.bucket_uniform.index_add_(0, bucket, uniform)
 
     def f_attn(self) -> torch.Tensor:
         return self.sum_rest / self.n_rest.clamp_min(1) if self.n_rest > 0 else self.sum_rest * math.nan
@@ -230,15 +306,18 @@ class FirstTokenStats(Reducer):
         return float(self.uniform / self.n_rest) if self.n_rest > 0 else math.nan
 
     def bucket_rows(self) -> list[dict]:
+        """F-Attn by query position: one row per non-empty bucket [bucket_lo, bucket_hi) and
+        head, with the queries it pools and what uniform attention would give on them."""
         out = []
         edges = (*self.BUCKETS, math.inf)
         for b in range(len(self.BUCKETS)):
             n = int(self.bucket_n[b])
             if n == 0:
                 continue
+            uniform = float(self.bucket_uniform[b]) / n
             for head, s in enumerate(self.bucket_sum[b].tolist()):
                 out.append({"head": head, "bucket_lo": edges[b], "bucket_hi": edges[b + 1],
-                            "value": s / n, "n_queries": n})
+                            "value": s / n, "n_queries": n, "uniform": uniform})
         return out
 
 
@@ -246,6 +325,7 @@ class MaxAbsStats(Reducer):
     """|h| of one site of one layer: max, top-k with where they sit, median, non-finite count."""
 
     summed = ("count", "nonfinite")
+    gathered = ("top",)
 
     def __init__(self, k: int = 3, device="cpu"):
         self.k = k
@@ -258,26 +338,50 @@ class MaxAbsStats(Reducer):
         """h: (N, C) valid rows; seq, pos, tok: (N,) where each row sits."""
         if h.shape[0] == 0:
             return
-        a = h.float().abs()                                          # (N, C)
-        if not bool(torch.isfinite(a.amax())):                       # NaN and inf propagate to the max
+        # Row maxima of |h| from the row max and min: no (N, C) float32 |h| copy is made unless
+        # the activations hold NaN or inf (which reach these maxima).
+        row_max = torch.maximum(h.amax(1), -h.amin(1)).float()       # (N,)
+        if bool(torch.isfinite(row_max).all()):
+            a = None
+            self.hist.update(h)                                       # sign bit ignored
+            self.count += h.numel()
+        else:
+            a = h.float().abs()                                      # (N, C)
             finite = torch.isfinite(a)
             self.nonfinite += (~finite).sum()
             a = a.masked_fill(~finite, -1.0)                         # never selected, never counted
             self.hist.update(a[finite])
             self.count += finite.sum()
-        else:
-            self.hist.update(a)
-            self.count += a.numel()
+            row_max = a.amax(1)
         # The k largest elements lie in the k rows with the largest row maxima: O(N C) once,
         # then a top-k over k rows instead of over all N C elements.
-        k = min(self.k, a.shape[0])
-        rows = a.amax(1).topk(k).indices                             # (k,)
-        vals, flat = a[rows].reshape(-1).topk(min(self.k, k * a.shape[1]))
-        rows, dims = rows[flat // a.shape[1]], flat % a.shape[1]
+        # One more than k, to see whether the k-th value is tied with the next one.
+        k = min(self.k + 1, h.shape[0])
+        rows = row_max.topk(k).indices                               # (k,)
+        cand = h[rows].float().abs() if a is None else a[rows]       # (k, C)
+        vals, flat = cand.reshape(-1).topk(min(self.k + 1, k * h.shape[1]))
+        rows, dims = rows[flat // h.shape[1]], flat % h.shape[1]
+        if len(vals) > self.k and vals[self.k] == vals[self.k - 1] and vals[self.k - 1] >= 0:
+            a = h.float().abs() if a is None else a
+            rows, dims, vals = self._ties(a, float(vals[self.k - 1]), seq, pos)
+        else:
+            rows, dims, vals = rows[: self.k], dims[: self.k], vals[: self.k]
         signed = h[rows, dims].float()
         new = [(v, s, int(seq[r]), int(pos[r]), int(d), int(tok[r]))
                for v, s, r, d in zip(vals.tolist(), signed.tolist(), rows.tolist(), dims.tolist()) if v >= 0]
         self.top = self._best(self.top + new)
+
+    def _ties(self, a, kth: float, seq, pos):
+        """Top k when the k-th value is tied: the tied elements that come first by where they sit
+        (sequence, position, dim), as `_best` orders them, so batching never changes the answer."""
+        above = (a > kth).nonzero()                                  # fewer than k elements
+        tied = (a == kth).nonzero()                                  # (R, 2) rows, dims
+        order = torch.argsort(tied[:, 1], stable=True)                # lexicographic: dim, then
+        for key in (pos, seq):                                        # position, then sequence
+            order = order[torch.argsort(key.to(a.device)[tied[order, 0]], stable=True)]
+        chosen = torch.cat([above, tied[order[: self.k - len(above)]]])
+        rows, dims = chosen[:, 0], chosen[:, 1]
+        return rows, dims, a[rows, dims]
 
     def _best(self, candidates: list[tuple]) -> list[tuple]:
         # Largest first; ties broken by where they sit so that merge order never matters.
@@ -288,6 +392,9 @@ class MaxAbsStats(Reducer):
         self.hist.merge(other.hist)
         self.top = self._best(self.top + other.top)
         return self
+
+    def merge_gathered(self, name: str, values: list) -> None:
+        self.top = self._best([c for top in values for c in top])
 
     def max_abs(self) -> float:
         return self.top[0][0] if self.top else math.nan
@@ -324,20 +431,34 @@ class SparsityStats(Reducer):
 class LossStats(Reducer):
     """Next-token negative log-likelihood over valid (input, target) pairs."""
 
-    summed = ("nll", "count")
+    BLOCK = 1 << 22             # logits per step: a (T, V) float32 copy is never made
+    summed = ("nll", "count", "nonfinite")
 
     def __init__(self, device="cpu"):
         self.nll = torch.zeros((), dtype=F64, device=device)
         self.count = torch.zeros((), dtype=I64, device=device)
+        self.nonfinite = torch.zeros((), dtype=I64, device=device)
 
     def update(self, logits: torch.Tensor, input_ids: torch.Tensor, valid: torch.Tensor) -> None:
-        """logits (B, T, V); a pair (t, t+1) counts when both positions are valid."""
-        pair = valid[:, :-1] & valid[:, 1:]
-        for b in range(logits.shape[0]):               # one row at a time: (T, V) float32 at most
-            logp = torch.log_softmax(logits[b, :-1].float(), dim=-1)
-            nll = -logp.gather(-1, input_ids[b, 1:, None])[:, 0]
-            self.nll += nll[pair[b]].double().sum()
-        self.count += pair.sum()
+        """logits (B, T, V); the pair (t, t+1) counts when position t + 1 is valid.
+
+        A pair whose loss is not finite (NaN logits) is left out and counted in `nonfinite`.
+        """
+        # A target counts when it is valid: padding sits on the right, so its input is real too,
+        # and a sliding window's context (valid False) still predicts the first counted token.
+        pair = valid[:, 1:].to(logits.device)
+        target = input_ids[:, 1:].to(logits.device)
+        V = logits.shape[-1]
+        rows = max(1, self.BLOCK // V)                 # float32 temporaries of BLOCK elements
+        for b in range(logits.shape[0]):
+            for start in range(0, logits.shape[1] - 1, rows):
+                end = min(start + rows, logits.shape[1] - 1)
+                x = logits[b, start:end].float()
+                nll = torch.logsumexp(x, dim=-1) - x.gather(-1, target[b, start:end, None])[:, 0]
+                keep = pair[b, start:end] & torch.isfinite(nll)
+                self.nll += nll[keep].double().sum().to(self.nll.device)
+                self.count += keep.sum().to(self.count.device)
+                self.nonfinite += (pair[b, start:end] & ~keep).sum().to(self.nonfinite.device)
 
     def loss(self) -> float:
         return float(self.nll / self.count) if self.count > 0 else math.nan

@@ -13,9 +13,10 @@ import pandas as pd
 
 from .atomic import atomic_directory, write_text
 from .errors import ProbeError
+from .plotting import PlotMethods
 
 TABLES = ("gates", "gate_hist", "first_token", "first_token_buckets", "massive", "massive_top",
-          "sparsity", "attention_patterns", "training")
+          "sparsity", "attention_patterns", "training", "gates_by_token_type", "interventions")
 HEADLINE_THRESHOLDS = (1e-2, 1e-3)
 SINK_EPSILON = 0.3
 
@@ -25,7 +26,7 @@ def _empty() -> pd.DataFrame:
 
 
 @dataclass
-class Analysis:
+class Analysis(PlotMethods):
     meta: dict
     summary: dict
     gates: pd.DataFrame = field(default_factory=_empty)
@@ -37,6 +38,8 @@ class Analysis:
     sparsity: pd.DataFrame = field(default_factory=_empty)
     attention_patterns: pd.DataFrame = field(default_factory=_empty)
     training: pd.DataFrame = field(default_factory=_empty)
+    gates_by_token_type: pd.DataFrame = field(default_factory=_empty)
+    interventions: pd.DataFrame = field(default_factory=_empty)
 
     @property
     def name(self) -> str:
@@ -133,7 +136,8 @@ def build_summary(a: Analysis, *, layer_types: list[str], gated: bool, gate_layo
     g_all = a.gates[(a.gates.group == "all")] if len(a.gates) else a.gates
     g_mean = g_all[g_all.metric == "mean"] if len(g_all) else g_all
     g_count = g_all[g_all.metric == "count"] if len(g_all) else g_all
-    mx = a.massive[a.massive.metric == "max_abs"] if len(a.massive) else a.massive
+    mx = a.massive[a.massive.metric == "max_abs"] if len(a.massive) else \
+        pd.DataFrame(columns=["layer", "site", "value"])    # no finite activation anywhere (NaN model)
 
     mean_gate = None
     if gated and len(g_mean):

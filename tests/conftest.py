@@ -14,12 +14,7 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 
 import tiny  # noqa: E402
 
-GATED = ("qwen3_next", "qwen3_5", "official_headwise", "official_elementwise")
-BASELINES = ("qwen3", "qwen2", "llama", "mistral", "gpt2")
-
-TEXT = ("The gate decides how much of each head's output passes to the next layer. "
-        "Attention sinks put most of the probability on the first token; a gate can close "
-        "instead. 0123456789 !?;: (brackets) [and] {braces}. ") * 6
+from samples import BASELINES, GATED, TEXT  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import torch
 
 import probe
 import tiny
-from conftest import TEXT
+from samples import TEXT
 from probe import ProbeError
 from probe.bridge import analyze_bridge, build_bridge, is_bridge
 from probe.load import describe

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import BASELINES, GATED
+from samples import BASELINES, GATED
 from probe import Capture, attention
 from reference import eager_attentions, recorded
 

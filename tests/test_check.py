@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import GATED
+from samples import GATED
 from probe import attention
 from probe.check import run_checks
 from probe.cli import main

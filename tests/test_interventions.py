@@ -16,7 +16,7 @@ import torch
 
 import probe
 import tiny
-from conftest import TEXT
+from samples import TEXT
 from probe import attention, interventions
 from probe.data import build_dataset
 

@@ -80,3 +80,15 @@ def test_notebook_display(analyses):
     html = a._repr_html_()
     assert "<table" in html and "qwen3_next" in html
     assert "f_attn" in repr(a)
+
+
+def test_plot_methods_return_figures_for_notebooks(analyses):
+    from matplotlib.figure import Figure
+
+    a = analyses["official_elementwise"]
+    fig = a.plot_first_token_by_layer()              # an Axes-level plot: its Figure comes back
+    assert isinstance(fig, Figure)
+    assert fig.axes[0].get_legend() is not None
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert a.name in labels
+    assert isinstance(a.plot_first_token_heatmap(), Figure)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import probe
-from conftest import TEXT
+from samples import TEXT
 from probe.token_types import BUILTIN, TokenGroups, TokenGroupGateStats, classify
 from reference import recorded
 

@@ -9,6 +9,7 @@ import csv
 import inspect
 import json
 import math
+import shutil
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -175,6 +176,30 @@ def test_resume_from_an_earlier_checkpoint_replays_the_same_steps(tmp_path, corp
                                                  _weights(second.out).values()))
 
 
+def test_interrupted_arm_all_resumes_to_the_same_three_models(tmp_path, corpus_file, arms, capsys):
+    """--arm all stopped mid-way (the last arm not even begun), then resumed, then resumed again."""
+    out = tmp_path / "run"
+    argv = ["train", "--arm", "all", "--data", str(corpus_file), "--tokens", "1536", "--out", str(out),
+            "--eval-every", "4", "--save-every", "3", *TINY]
+    assert main([*argv, "--stop-after", "7"]) == 0
+    shutil.rmtree(out / "elementwise")                 # interrupted before this arm began
+    assert main([*argv, "--resume"]) == 0
+    for arm in ARMS:
+        fresh, resumed = _weights(arms / arm), _weights(out / arm)
+        assert all(torch.equal(fresh[k], resumed[k]) for k in fresh), arm
+        assert (arms / arm / "training.csv").read_text() == (out / arm / "training.csv").read_text()
+    assert main([*argv, "--resume"]) == 0              # nothing left to do
+    assert "already finished" in capsys.readouterr().out
+
+
+def test_one_arm_alone_equals_the_same_arm_of_arm_all(tmp_path, corpus_file, arms):
+    out = tmp_path / "elementwise"
+    assert main(["train", "--arm", "elementwise", "--data", str(corpus_file), "--tokens", "1536",
+                 "--out", str(out), "--eval-every", "4", *TINY]) == 0
+    alone, together = _weights(out), _weights(arms / "elementwise")
+    assert all(torch.equal(alone[k], together[k]) for k in alone)
+
+
 def test_resume_refuses_changed_settings_and_existing_output(tmp_path, corpus_file):
     cfg = tiny_config(tmp_path / "run", corpus_file, save_every=2)
     train(replace(cfg, stop_after=2))
@@ -294,6 +319,14 @@ def test_gate_forced_shut_removes_only_the_attention_branch(arms, arm):
             for h in handles:
                 h.remove()
     torch.testing.assert_close(forced, reference, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("arm", ["headwise", "elementwise"])
+def test_probe_check_passes_on_trained_arms(arms, arm):
+    """probe's own wiring checks (probe check), where that module is present."""
+    check = pytest.importorskip("probe.check")
+    report = check.run_checks(probe.load(arms / arm), seq_len=16, batch_size=2, seed=0)
+    assert len(report.frame) and report.passed, report.frame
 
 
 # ------------------------------------------------------------------ schedule, spikes, corpus

@@ -1,0 +1,80 @@
+"""Shared pieces of the benchmarks: the tiny model, one child process per measurement, peak RSS.
+
+Every measurement runs in its own process (so ru_maxrss is its own), niced, under a wall-clock
+timeout and an address-space cap (RLIMIT_AS), so that a peer that would need 34 GB for one T x T
+tensor fails alone with "out of memory" instead of taking a shared machine down.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+VOCAB = 1024
+MODEL = dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+             num_attention_heads=8, num_key_value_heads=2, head_dim=32,
+             max_position_embeddings=65536)
+MODEL_TEXT = "tiny Qwen3: hidden 256, 4 layers, 8 query heads, 2 KV heads (GQA), head_dim 32, vocab 1024"
+
+
+def build_model(attn: str = "sdpa", dtype: str = "float32"):
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(**MODEL, attn_implementation=attn)).eval()
+    return model.to(getattr(torch, dtype))
+
+
+def token_ids(T: int, seed: int = 0):
+    import torch
+
+    return torch.randint(0, VOCAB, (1, T), generator=torch.Generator().manual_seed(seed))
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def timed(fn, repeat: int) -> tuple[float, float]:
+    """(best seconds, peak RSS added in MB) over `repeat` calls, from the RSS peak before them."""
+    base = peak_rss_mb()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times), peak_rss_mb() - base
+
+
+def run_child(script: str, args: dict, timeout: float, memory_gb: float) -> dict:
+    """Run `script --child JSON` in a niced process with an address-space cap; its last stdout
+    line is a JSON object. Failures come back as {"error": why}."""
+    cap = int(memory_gb * 2 ** 30)
+
+    def limits():
+        os.nice(10)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    cmd = [sys.executable, script, "--child", json.dumps(args)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, preexec_fn=limits, env=env)
+    except subprocess.TimeoutExpired:
+        return {**args, "error": f"did not finish in {timeout:.0f} s"}
+    if out.returncode != 0:
+        err = out.stderr.strip()
+        if out.returncode in (-9, 137) or "can't allocate memory" in err or "MemoryError" in err \
+                or "std::bad_alloc" in err:
+            return {**args, "error": f"out of memory (cap {memory_gb:g} GB)"}
+        return {**args, "error": (err.splitlines() or [f"exit {out.returncode}"])[-1][:200]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def child_args() -> dict | None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        return json.loads(sys.argv[2])
+    return None
