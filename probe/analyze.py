@@ -30,7 +30,8 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
             display_len: int = DISPLAY_LEN, progress: bool = True, seed: int = 0,
             on_long: str | None = None, text_field: str = "text", command: str | None = None,
             token_groups=None, interventions=None, max_length: int | None = None,
-            stride: int | None = None) -> Analysis:
+            stride: int | None = None, partial: str | Path | None = None, resume: bool = False,
+            checkpoint_seconds: float = 30.0) -> Analysis:
     """Measure gates, first-token attention, massive activations, sparsity and loss.
 
     model: a checkpoint directory, a loaded Hugging Face causal LM, a `LoadedModel`, or a
@@ -45,6 +46,10 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     (distributed.py); every process returns the same Analysis.
     token_groups: extra token groups for gates_by_token_type (JSON file or dict, token_types.py).
     interventions: None, "all", or a list of interventions.INTERVENTIONS to run after the pass.
+    partial, resume, checkpoint_seconds: save the pass's state into the folder `partial` every
+           checkpoint_seconds (0: after every batch) so that an interrupted analysis continues
+           with resume=True and gives the same numbers (resume.py); the folder is removed when
+           the pass is complete.
     """
     from .bridge import analyze_bridge, is_bridge
 
@@ -86,11 +91,23 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
         groups = TokenGroups.build(loaded.tokenizer, getattr(config, "vocab_size", None) or int(present.max()) + 1,
                                    token_groups, ids=present.tolist())
     cap = Capture(model, layout, token_groups=groups)
+    saver = None
+    if partial is not None:
+        from .resume import PassCheckpoint, fingerprint
+
+        saver = PassCheckpoint(partial, fingerprint(loaded, dataset, batch_size=batch_size, world=world,
+                                                    dtype=dtype, gate=layout.gate_layout, seq_len=seq_len),
+                               rank=rank, every_seconds=checkpoint_seconds,
+                               resume_hint=(command or "probe analyze ...") + ("" if "--resume" in (command or "") else " --resume"))
     pad_id = 0
     with torch.inference_mode(), cap:
+        done = saver.start(cap, resume) if saver else 0
         bar = _progress(total=dataset.shard_tokens(batch_size, rank, world),
                         disable=not progress or rank != 0, desc=f"analyse {name}")
-        for ids, valid, seq_index in dataset.batches(batch_size, pad_id, rank=rank, world=world):
+        for n, (ids, valid, seq_index) in enumerate(dataset.batches(batch_size, pad_id, rank=rank, world=world)):
+            if n < done:                           # counted before an interruption (--resume)
+                bar.update(int(valid.sum()))
+                continue
             ids, valid = ids.to(dev), valid.to(dev)
             with cap.batch(ids, valid, seq_index.to(dev)):
                 # No attention_mask: padding sits on the right, so under causal attention no real
@@ -98,6 +115,8 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
                 out = model(input_ids=ids, use_cache=False)
                 cap.observe_logits(out.logits)
             bar.update(int(valid.sum()))
+            if saver:
+                saver.after_batch(cap, n + 1)
         bar.close()
     distributed.merge_reducers(cap.reducers())     # no-op in one process
     cap.to("cpu")
@@ -131,6 +150,8 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
         analysis.interventions = _interventions.run(loaded, dataset, name=name, kinds=interventions,
                                                     batch_size=batch_size, reference=cap, progress=progress)
         analysis.meta["interventions"] = list(_interventions.parse_kinds(interventions))
+    if saver:
+        saver.finish()
     return analysis
 
 

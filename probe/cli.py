@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -58,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--out", help="run directory to write (default runs/<checkpoint name>)")
     a.add_argument("--name", help="the model's name in tables and reports")
     a.add_argument("--report", help="also write a report: html, pdf or html,pdf")
+    a.add_argument("--resume", action="store_true",
+                   help="continue an interrupted analysis from OUT.partial/ (same command otherwise)")
+    a.add_argument("--save-every", type=float, default=30.0, metavar="SECONDS",
+                   help="save the pass's state for --resume at most this often (default 30; 0: every batch)")
     _analysis_options(a)
 
     r = sub.add_parser("report", help="write an HTML/PDF report from saved run directories")
@@ -130,7 +135,7 @@ def _data(args):
     return None, sample_texts()
 
 
-def _run_analysis(checkpoint, args, name, command_line):
+def _run_analysis(checkpoint, args, name, command_line, partial=None):
     from .analyze import analyze
 
     data, texts = _data(args)
@@ -139,9 +144,11 @@ def _run_analysis(checkpoint, args, name, command_line):
                    per_document=args.per_document, max_sequences=args.max_sequences,
                    dtype=args.dtype, device=args.device, device_map=args.device_map, gate=args.gate,
                    progress=not args.quiet, seed=args.seed, on_long=args.on_long,
-                   text_field=args.text_field, command=command_line,
+                   text_field=args.text_field,
                    token_groups=args.token_groups, interventions=args.interventions,
-                   max_length=args.max_length, stride=args.stride)
+                   max_length=args.max_length, stride=args.stride, partial=partial,
+                   resume=getattr(args, "resume", False), command=command_line,
+                   checkpoint_seconds=getattr(args, "save_every", 30.0))
 
 
 def cmd_analyze(args, command_line) -> int:
@@ -152,9 +159,21 @@ def cmd_analyze(args, command_line) -> int:
     formats = _formats(args.report)
     out = Path(args.out or Path("runs") / Path(args.checkpoint).name)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
+    from .resume import partial_dir
+
+    partial = partial_dir(out)
     if main_rank:
         check_output_dir(out, args.force)      # refuse before spending time on the model
-    analysis = _run_analysis(args.checkpoint, args, args.name, command_line)
+        if args.force and not args.resume and partial.exists():
+            shutil.rmtree(partial)
+    try:
+        analysis = _run_analysis(args.checkpoint, args, args.name, command_line, partial=partial)
+    except KeyboardInterrupt:
+        saved = partial / "progress.json"
+        where = (f"the batches done so far are saved in {partial}/; continue with the same command "
+                 "plus --resume") if saved.exists() else "nothing was saved yet"
+        print(f"probe: interrupted; {where}", file=sys.stderr)
+        return 130
     if not main_rank:
         return 0
     analysis.save(out, force=args.force)
