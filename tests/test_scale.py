@@ -191,7 +191,8 @@ def test_max_length_options(loaded, tmp_path):
     with pytest.raises(probe.ProbeError, match="--stride must be between 1 and 32"):
         build_dataset(data, None, per_document=True, max_length=32, stride=33)
     # Longer than the model's positions: windows of the model's length.
-    capped = build_dataset(data, None, per_document=True, max_length=64, max_positions=40)
+    with pytest.warns(UserWarning, match="lowered to the model's 40 positions"):
+        capped = build_dataset(data, None, per_document=True, max_length=64, max_positions=40)
     assert [len(s) for s in capped.sequences] == [40, 40, 20]
     assert any("lowered to the model's 40 positions" in n for n in capped.notes)
 
