@@ -68,6 +68,13 @@ def setup(device: str = "cpu") -> tuple[int, int, str]:
     return rank, size, device
 
 
+def barrier() -> None:
+    """Wait for every process (a no-op in one process)."""
+    dist = _dist()
+    if dist is not None and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
 def finish() -> None:
     """Leave the process group if `setup` joined it."""
     global _initialized_here

@@ -83,10 +83,15 @@ class PassCheckpoint:
 
     def start(self, cap, resume: bool) -> int:
         """Prepare the folder; with resume, load saved state into cap. Returns batches done."""
+        from .distributed import barrier
+
         progress = self.folder / "progress.json"
-        if self.folder.exists() and not resume:
+        # Under torchrun only rank 0 looks, and every rank waits for it: otherwise rank 1 would
+        # find the folder that rank 0 has just made and refuse.
+        if self.rank == 0 and self.folder.exists() and not resume:
             raise ProbeError(f"an interrupted run is waiting in {self.folder}; pass --resume to continue "
                              "it or --force to start again")
+        barrier()
         if resume and progress.exists() and self.state_file.exists():
             saved = json.loads(progress.read_text())
             if saved.get("fingerprint") != json.loads(json.dumps(self.fingerprint, default=str)):
@@ -96,9 +101,10 @@ class PassCheckpoint:
             restore(cap, state["reducers"])
             return int(state["batches_done"])
         self.folder.mkdir(parents=True, exist_ok=True)
-        write_text(self.folder / "README.txt",
-                   "This analysis was interrupted before it finished; nothing here is a result.\n"
-                   f"Continue it with the same command plus --resume:\n  {self.resume_hint}\n")
+        if self.rank == 0:
+            write_text(self.folder / "README.txt",
+                       "This analysis was interrupted before it finished; nothing here is a result.\n"
+                       f"Continue it with the same command plus --resume:\n  {self.resume_hint}\n")
         return 0
 
     def after_batch(self, cap, batches_done: int, *, force: bool = False) -> None:
