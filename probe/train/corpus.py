@@ -11,7 +11,8 @@ stdlib, `FILE:INDEX` for user data) falls in the first `heldout_permille` of 100
 split depends only on the name, so a file that is held out on one Python version is held out on
 every version, and shipped checkpoints never saw the held-out text of a newer Python's stdlib
 under the same name. When the rule leaves one side empty (a single file, a handful of
-documents), the last `heldout_permille` of the token stream is held out instead.
+documents), the last `heldout_permille` of the token stream is held out instead (the tokenizer's
+merges are then learned on all of the text, held-out tail included: a negligible leak, stated).
 
 Packing: the documents of a split are tokenised, joined with the EOS token between them and cut
 into rows. With `bos="prepend"` each row is `[BOS] + (seq_len - 1) tokens`, so position 0 always
@@ -193,13 +194,14 @@ def build_corpus(docs: list[Document], tokenizer, *, seq_len: int, bos: str,
     if len(train) == 0 or len(heldout) == 0:
         raise ProbeError(f"the data is too small for --seq-len {seq_len}: {len(train_stream)} training "
                          f"and {len(held_stream)} held-out tokens")
+    name_split = note.startswith("documents")
     description = {
-        "source": source, "documents": len(docs), "train_documents": len(docs) - len(held_docs)
-        if note.startswith("documents") else len(docs),
-        "heldout_documents": len(held_docs), "split": note, "heldout_permille": heldout_permille,
+        "source": source, "documents": len(docs),
+        "train_documents": len(docs) - len(held_docs) if name_split else len(docs),
+        "heldout_documents": len(held_docs) if name_split else 0,
+        "split": note, "heldout_permille": heldout_permille,
         "train_tokens": len(train_stream), "heldout_tokens": len(held_stream),
         "train_rows": len(train), "heldout_rows": len(heldout),
-        "train_chars": sum(len(d.text) for d in docs) - sum(len(d.text) for d in held_docs),
         "bos": bos, "bos_token_id": bos_id, "eos_token_id": eos_id,
     }
     return Corpus(train, heldout, held_stream, held_docs, description)

@@ -20,7 +20,7 @@ import os
 import shutil
 import statistics
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -241,7 +241,9 @@ def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | Non
         if (out / "training.csv").exists() and (out / "config.json").exists():
             print(f"probe train: {out} has already finished; nothing to resume")
             rows = read_log(out / "training.csv")
-            return TrainResult(out, rows[-1]["step"] if rows else 0, True, None, 0, 0.0, rows)
+            done = json.loads((out / "train_config.json").read_text())
+            return TrainResult(out, rows[-1]["step"] if rows else 0, True, _last_eval(rows),
+                               done.get("parameters", 0), 0.0, rows)
         raise ProbeError(f"{out} holds no checkpoint to resume; start without --resume")
     state = None
     if ckpt is not None:
@@ -387,7 +389,3 @@ def _intermediates(shape: Shape) -> dict:
 
     return {arm: intermediate_size(arm, shape) for arm in ARMS}
 
-
-def config_from_dict(values: dict) -> TrainConfig:
-    known = {f.name for f in fields(TrainConfig)}
-    return TrainConfig(**{k: v for k, v in values.items() if k in known})
