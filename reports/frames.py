@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from reports.runs import Runs
-from reports.schema import ATTENTION, LINEAR_ATTENTION, SATURATION_METRICS
+from reports.schema import (ALL_LAYERS, ATTENTION, LINEAR_ATTENTION, SATURATION_METRICS,
+                            TOKEN_TYPES)
 
 
 def layer_head_matrix(frame: pd.DataFrame, num_layers: int, num_heads: int) -> np.ndarray:
@@ -157,3 +158,91 @@ def pattern_layers(runs: Runs, model: str) -> list[int]:
     rows = runs.rows("attention_patterns", model)
     saved = sorted(int(layer) for layer in rows["layer"].unique())
     return [layer for layer in saved if runs.layer_types(model).get(layer, ATTENTION) == ATTENTION]
+
+
+def gate_mean_by_token_type(runs: Runs, model: str | None = None) -> pd.DataFrame:
+    """Mean gate score per (model, layer, token_type), pooled over heads with their counts.
+
+    Columns: model, layer, token_type, mean, count, tokens. Token types in display order
+    (built-in types first, then user groups in the order they first appear).
+    """
+    rows = runs.gates_by_token_type
+    if model is not None:
+        rows = rows[rows["model"] == model]
+    columns = ["model", "layer", "token_type", "mean", "count", "tokens"]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    wide = rows.pivot_table(index=["model", "layer", "head", "token_type"], columns="metric",
+                            values="value", aggfunc="first").reset_index()
+    for metric in ("mean", "count", "tokens"):
+        if metric not in wide:
+            wide[metric] = 1.0 if metric == "count" else np.nan
+    wide = wide.dropna(subset=["mean"])
+    wide = wide.assign(weight=wide["count"].fillna(1.0).clip(lower=0.0))
+    wide = wide.assign(weighted=wide["mean"] * wide["weight"])
+    grouped = wide.groupby(["model", "layer", "token_type"], sort=False)
+    result = grouped.agg(weighted=("weighted", "sum"), count=("weight", "sum"),
+                         tokens=("tokens", "max")).reset_index()
+    result["mean"] = np.where(result["count"] > 0, result["weighted"] / result["count"].where(
+        result["count"] > 0, 1.0), np.nan)
+    order = token_type_order(rows)
+    result["order"] = result["token_type"].map({name: i for i, name in enumerate(order)})
+    result = result.sort_values(["model", "layer", "order"], kind="stable")
+    return result[columns].reset_index(drop=True)
+
+
+def token_type_order(rows: pd.DataFrame) -> list[str]:
+    """Built-in token types in their fixed order, then user groups as they first appear."""
+    present = list(dict.fromkeys(rows["token_type"]))
+    builtin = [name for name in TOKEN_TYPES if name in present]
+    return builtin + [name for name in present if name not in TOKEN_TYPES]
+
+
+def gate_mean_by_token_type_pooled(runs: Runs) -> pd.DataFrame:
+    """Mean gate score per (model, token_type) over all gated layers, and the token count."""
+    per_layer = gate_mean_by_token_type(runs)
+    if per_layer.empty:
+        return pd.DataFrame(columns=["model", "token_type", "mean", "tokens"])
+    per_layer = per_layer.assign(weighted=per_layer["mean"] * per_layer["count"])
+    grouped = per_layer.groupby(["model", "token_type"], sort=False)
+    pooled = grouped.agg(weighted=("weighted", "sum"), count=("count", "sum"),
+                         tokens=("tokens", "max")).reset_index()
+    pooled["mean"] = pooled["weighted"] / pooled["count"].where(pooled["count"] > 0, np.nan)
+    return pooled[["model", "token_type", "mean", "tokens"]]
+
+
+def interventions_all_layers(runs: Runs) -> pd.DataFrame:
+    """The all-layers rows (layer -1) of interventions.csv plus each model's `none` row."""
+    rows = runs.interventions
+    keep = (rows["layer"] == ALL_LAYERS) | (rows["intervention"] == "none")
+    return rows[keep].drop_duplicates(["model", "intervention"]).reset_index(drop=True)
+
+
+def interventions_by_layer(runs: Runs) -> pd.DataFrame:
+    """Single-layer intervention rows (layer >= 0), `none` left out."""
+    rows = runs.interventions
+    keep = (rows["layer"] >= 0) & (rows["intervention"] != "none")
+    return rows[keep].sort_values(["model", "intervention", "layer"]).reset_index(drop=True)
+
+
+def first_token_by_bucket(runs: Runs) -> pd.DataFrame:
+    """F-Attn per model and query-position bucket: the mean over heads per layer, then over
+    layers (as the summary's F-Attn), with the uniform reference and the queries pooled."""
+    rows = runs.first_token_buckets.dropna(subset=["value"])
+    columns = ["model", "bucket_lo", "bucket_hi", "value", "uniform", "n_queries"]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    per_layer = rows.groupby(["model", "bucket_lo", "bucket_hi", "layer"], sort=True).agg(
+        value=("value", "mean"), uniform=("uniform", "mean"), n_queries=("n_queries", "max"))
+    result = per_layer.groupby(["model", "bucket_lo", "bucket_hi"], sort=True).agg(
+        value=("value", "mean"), uniform=("uniform", "mean"), n_queries=("n_queries", "max"))
+    return result.reset_index()[columns]
+
+
+def bucket_label(lo: float, hi: float) -> str:
+    """[1, 1024) -> "1–1K"; [65536, inf) -> "64K+"."""
+    def short(value: float) -> str:
+        value = int(value)
+        return f"{value // 1024}K" if value >= 1024 and value % 1024 == 0 else str(value)
+
+    return f"{short(lo)}+" if not np.isfinite(hi) else f"{short(lo)}–{short(hi)}"

@@ -56,3 +56,30 @@ def sparsity_notes(runs: Runs) -> list[str]:
     notes += [f"{model} has no sparsity table (sparsity.csv)." for model in runs.models
               if model not in analysed]
     return notes
+
+
+def missing_table_notes(runs: Runs, table: str, what: str, models=None) -> list[str]:
+    """Say which runs (of `models`, default all) lack `table`.csv, or that none has it."""
+    candidates = list(runs.models if models is None else models)
+    present = set(runs.table(table)["model"])
+    missing = [model for model in candidates if model not in present]
+    if not missing:
+        return []
+    if len(missing) == len(runs.models):
+        return [f"No run has {what} ({table}.csv)."]
+    return [f"{model} has no {what} ({table}.csv)." for model in missing]
+
+
+def token_type_notes(runs: Runs) -> list[str]:
+    # Baselines have no gate, so no gate scores by token type: said once by no_gate_notes.
+    return missing_table_notes(runs, "gates_by_token_type", "gate scores by token type",
+                               runs.gated_models)
+
+
+def intervention_notes(runs: Runs) -> list[str]:
+    notes = missing_table_notes(runs, "interventions", "intervention results; made by probe "
+                                "analyze --interventions")
+    with_rows = set(runs.interventions["model"])
+    notes += [f"{model} has no gate: only the massive-activation intervention applies to it."
+              for model in runs.ungated_models if model in with_rows]
+    return notes

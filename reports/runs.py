@@ -36,6 +36,11 @@ class Runs:
     sparsity: pd.DataFrame
     attention_patterns: pd.DataFrame
     training: pd.DataFrame
+    # Tables added to the run directory later: absent from older runs, so they default to empty.
+    gates_by_token_type: pd.DataFrame = field(default_factory=lambda: _empty("gates_by_token_type"))
+    interventions: pd.DataFrame = field(default_factory=lambda: _empty("interventions"))
+    first_token_buckets: pd.DataFrame = field(default_factory=lambda: _empty("first_token_buckets"))
+    inference: pd.DataFrame = field(default_factory=lambda: _empty("inference"))
     _layer_types: dict[str, dict[int, str]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -300,6 +305,7 @@ def _infer_layer_types(runs: Runs, model: str) -> dict[int, str]:
 
 
 def _max_layer(runs: Runs, model: str) -> int:
-    found = [runs.rows(name, model)["layer"].max() for name in TABLES if name != "training"]
+    found = [runs.rows(name, model)["layer"].max() for name, columns in TABLES.items()
+             if "layer" in columns]
     found = [value for value in found if pd.notna(value)]
     return int(max(found)) if found else -1

@@ -26,6 +26,15 @@ TABLES: dict[str, dict[str, str]] = {
     "training": {"model": "str", "step": "int", "tokens": "float", "lr": "float",
                  "train_loss": "float", "eval_loss": "float", "grad_norm": "float",
                  "spike": "bool"},
+    "gates_by_token_type": {"model": "str", "layer": "int", "head": "int", "token_type": "str",
+                            "metric": "str", "value": "float"},
+    "interventions": {"model": "str", "intervention": "str", "layer": "int", "loss": "float",
+                      "delta_loss": "float", "setting": "float", "zeroed": "float"},
+    "first_token_buckets": {"model": "str", "layer": "int", "head": "int", "bucket_lo": "float",
+                            "bucket_hi": "float", "value": "float", "n_queries": "float",
+                            "uniform": "float"},
+    # Written by examples/demo.py for trained checkpoints (probe.train.evaluate.inference_table).
+    "inference": {"model": "str", "metric": "str", "length": "int", "value": "float"},
 }
 
 META_FILE = "meta.json"
@@ -61,4 +70,28 @@ SATURATION_LABELS = {
     "frac_lt_0.5": "< 0.5",
     "frac_gt_0.9": "> 0.9",
     "frac_gt_0.99": "> 0.99",
+}
+
+# Built-in token types of gates_by_token_type.csv, in display order; user groups follow them.
+TOKEN_TYPES = ("first", "special", "whitespace", "digits", "punctuation", "word_start",
+               "word_piece", "other")
+
+# Interventions of interventions.csv, in display order (`none` is the reference loss).
+INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero", "massive_zero")
+INTERVENTION_LABELS = {
+    "mean_gate": "gate → layer mean",
+    "gate_one": "gate = 1 (ungated)",
+    "gate_zero": "gate = 0 (attention off)",
+    "massive_zero": "massive activations → 0",
+}
+ALL_LAYERS = -1  # the `layer` of an intervention applied to every layer at once
+
+# Metrics of inference.csv (examples/demo.py) shown as a table, with their labels.
+INFERENCE_METRICS = {
+    "prefill_ms": "prefill (ms)",
+    "decode_ms_per_token": "decode (ms / token)",
+    "kv_cache_mb": "KV cache (MB)",
+    "param_mb": "parameters (MB)",
+    "peak_mem_mb": "peak memory (MB)",
+    "threads": "CPU threads",
 }

@@ -66,7 +66,9 @@ def build_sections(runs: Runs) -> list[Section]:
         _massive(runs),
         _gates(runs),
         _sparsity(runs),
+        _interventions(runs),
         _training(runs),
+        _inference(runs),
         _provenance(runs),
     ]
 
@@ -117,13 +119,23 @@ def _first_token(runs: Runs) -> Section:
         "model's colour is its uniform reference mean_t 1/(t+1): the first-token weight if "
         "every query attended evenly to all keys it can see. A sink shows as F-Attn far above "
         "it. Linear-attention layers have no point.")
+    by_bucket = FigureItem(
+        "f-attn-by-position", "F-Attn by query position",
+        _axes(partial(plots.plot_first_token_by_bucket, runs)),
+        "F-Attn restricted to query positions t in each bucket (1–1K, 1K–4K, 4K–16K, 16K–64K, "
+        "64K+; only buckets the data reached), head-mean per attention layer, then the mean "
+        "over layers; one solid line per model, log scale. Dashed in the model's colour: the "
+        "uniform reference mean 1/(t+1) over the same queries, which falls with distance. A "
+        "sink keeps F-Attn high however far the query is from the first token.")
     return Section(
         id="first-token", title="Attention on the first token (F-Attn)",
         intro=("Attention sinks: heads that park their attention on the first token. The paper "
                "finds that an output gate removes them because the gate, not the softmax, can "
                "now switch a head off."),
-        items=[heatmap, by_layer],
-        notes=notes.linear_layer_notes(runs, "F-Attn") + notes.depth_notes(runs),
+        items=[heatmap, by_layer, by_bucket],
+        notes=(notes.linear_layer_notes(runs, "F-Attn") + notes.depth_notes(runs)
+               + notes.missing_table_notes(runs, "first_token_buckets",
+                                           "F-Attn by query position")),
     )
 
 
@@ -213,13 +225,33 @@ def _gates(runs: Runs) -> Section:
                   "Mean gate score over all positions, at position 0 (the first token) and at "
                   "positions ≥ 1. A gate that closes on later queries is how a head can skip "
                   "the first token without a sink."),
+        FigureItem("gate-token-types", "Mean gate score by token type",
+                   partial(plots.plot_gate_by_token_type, runs),
+                   "Mean gate score per gated layer (rows) and token type (columns), pooled over "
+                   "heads with their element counts; one panel per gated model with "
+                   "gates_by_token_type.csv, one colour scale over the range of all panels. Types: first (position "
+                   "0), special (BOS/EOS elsewhere), whitespace, digits, punctuation, "
+                   "word_start (letters after a space or word marker), word_piece (letters "
+                   "continuing a word), other; then user token groups (--token-groups), which "
+                   "count every position they match. Types that never occur are left out; grey "
+                   "cells have no gate values."),
     ]
+    token_types = tables.gate_token_type_display(runs)
+    if len(token_types):
+        items.append(TableItem(
+            "gate-token-type-table", "Gate score by token type, all gated layers",
+            token_types,
+            "Mean gate score per token type over all gated layers and heads (weighted by "
+            "element counts), and under it how many positions of that type the data had. A "
+            "gate that closes on one type (e.g. the first token or punctuation) and opens on "
+            "others is input-dependent, which a constant scale cannot be."))
     return Section(
         id="gates", title="Gate scores",
         intro=("The gate multiplies each head's attention output by sigmoid(x W_g) before the "
                "output projection; scores near 0 switch the head off for that token."),
         items=items,
-        notes=notes.no_gate_notes(runs) + notes.linear_layer_notes(runs, "the output gate"),
+        notes=(notes.no_gate_notes(runs) + notes.linear_layer_notes(runs, "the output gate")
+               + notes.token_type_notes(runs)),
     )
 
 
@@ -258,6 +290,71 @@ def _training(runs: Runs) -> Section:
         intro="Runs trained with probe log loss and gradient norm; the gate should damp spikes.",
         items=[figure],
         notes=notes.training_notes(runs),
+    )
+
+
+def _interventions(runs: Runs) -> Section:
+    explained = ("gate → layer mean: every gate score replaced by its layer's mean gate over the "
+                 "same data, the input-independent scaling control run through the model; "
+                 "gate = 1: gates forced open (the model without its gate); gate = 0: gates "
+                 "forced shut (the attention branch removed, residual stream and MLP kept); "
+                 "massive activations → 0: layer-output elements with |h| ≥ max(100, 1000 × "
+                 "the layer's median |h|) set to 0.")
+    items: list[Item] = [FigureItem(
+        "interventions-figure", "Loss change under interventions, all layers",
+        _axes(partial(plots.plot_interventions, runs)),
+        "Held-out next-token loss with the intervention applied to every layer at once, minus "
+        f"the unmodified model's loss, one bar per model. {explained} Baselines have only the "
+        "massive-activation intervention. A small Δ for gate → layer mean would mean the gate "
+        "acts as a constant scale; a large one, that the model relies on where it closes.")]
+    table = tables.interventions_display(runs)
+    if len(table):
+        items.append(TableItem(
+            "interventions-table", "Loss under interventions",
+            table,
+            "Loss of the unmodified model on the analysis data and Δ loss (intervened − "
+            "unmodified) of each intervention applied to all layers at once, and how many "
+            "elements the massive-activation intervention set to 0 (0: the model has none "
+            "above the threshold); n/a: does not apply (no gate) or not measured."))
+    items.append(FigureItem(
+        "interventions-by-layer", "Loss change per intervened layer",
+        partial(plots.plot_interventions_by_layer, runs),
+        "Δ loss when the intervention is applied to one layer only (x), per model; one panel "
+        "per intervention. Shows which layers the loss depends on."))
+    return Section(
+        id="interventions", title="Interventions",
+        intro=("Does the model need its dynamic gate, or would a constant do? Each intervention "
+               "changes the gate or the massive activations and measures the held-out loss."),
+        items=items,
+        notes=notes.intervention_notes(runs),
+    )
+
+
+def _inference(runs: Runs) -> Section:
+    items: list[Item] = [FigureItem(
+        "loss-by-length", "Held-out loss by input length",
+        _axes(partial(plots.plot_loss_by_length, runs)),
+        "Held-out next-token loss of rows of each length (log2 x), per trained model, from "
+        "inference.csv. Dotted: the analysed sequence length (meta.json seq_len), which "
+        "examples/demo.py sets to the training length; beyond the training length RoPE "
+        "extrapolates; "
+        "a model whose loss rises less there generalises better to long inputs.")]
+    table = tables.inference_display(runs)
+    if len(table):
+        items.append(TableItem(
+            "inference-table", "Latency and memory",
+            table,
+            "Batch-1 cost from inference.csv: one forward pass over the prompt (prefill) and "
+            "greedy decoding with the KV cache, per token, each the best of several rounds; the "
+            "KV cache after prefill and decoding; parameter memory; peak accelerator memory "
+            "(CUDA only); the CPU threads used. Times depend on the machine: compare models "
+            "of one report, not across reports."))
+    return Section(
+        id="inference", title="Inference: long inputs, latency, memory",
+        intro=("For trained runs (examples/demo.py): how the loss holds up at and beyond the "
+               "training length, and what the gate costs at inference."),
+        items=items,
+        notes=notes.missing_table_notes(runs, "inference", "inference measurements"),
     )
 
 

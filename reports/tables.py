@@ -15,9 +15,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reports.frames import gate_mean_by_group
+from reports.frames import (gate_mean_by_group, gate_mean_by_token_type_pooled,
+                            interventions_all_layers, token_type_order)
 from reports.runs import load_runs
-from reports.schema import ATTENTION, SITE_LABELS
+from reports.schema import (ATTENTION, INFERENCE_METRICS, INTERVENTION_LABELS, INTERVENTIONS,
+                            SITE_LABELS)
 from reports.text import visible_token
 
 NOT_APPLICABLE = "n/a"
@@ -251,3 +253,100 @@ def _significant(value: Any) -> str:
 
 def _count(value: Any) -> str:
     return f"{int(round(float(value))):,}"
+
+
+def gate_token_type_table(runs: Any) -> pd.DataFrame:
+    """Mean gate score per token type (columns) and gated model (rows), all gated layers pooled
+    with their element counts; NaN where a model has no position of that type."""
+    runs = load_runs(runs)
+    pooled = gate_mean_by_token_type_pooled(runs)
+    if pooled.empty:
+        return pd.DataFrame()
+    wide = pooled.pivot(index="model", columns="token_type", values="mean")
+    order = token_type_order(runs.gates_by_token_type)
+    wide = wide.reindex(index=[m for m in runs.models if m in wide.index], columns=order)
+    wide.columns.name = None
+    return wide
+
+
+def gate_token_type_display(runs: Any) -> pd.DataFrame:
+    runs = load_runs(runs)
+    frame = gate_token_type_table(runs)
+    display = as_display(frame, {column: _fixed(3) for column in frame.columns})
+    tokens = gate_mean_by_token_type_pooled(runs)
+    shares = {}
+    for model, rows in tokens.groupby("model", sort=False):
+        counts = dict(zip(rows["token_type"], rows["tokens"]))
+        shares[model] = counts
+    # A second row per model with how many positions each type had: a mean over few tokens
+    # says little.
+    rows = []
+    for model in display.index:
+        rows.append((model, display.loc[model]))
+        counts = shares.get(model, {})
+        rows.append((f"{model}: positions", pd.Series(
+            {column: (NOT_APPLICABLE if _missing(counts.get(column)) else _count(counts[column]))
+             for column in display.columns})))
+    return pd.DataFrame({label: series for label, series in rows}).T
+
+
+def interventions_table(runs: Any) -> pd.DataFrame:
+    """Per model: the unmodified loss and Δ loss of each intervention applied to all layers."""
+    runs = load_runs(runs)
+    rows = interventions_all_layers(runs)
+    if rows.empty:
+        return pd.DataFrame()
+    present = set(rows["intervention"])
+    names = [name for name in INTERVENTIONS if name in present]
+    names += sorted(present - set(names) - {"none"})
+    frame = pd.DataFrame(index=[m for m in runs.models if m in set(rows["model"])])
+    frame.index.name = None
+    for model in frame.index:
+        mine = rows[rows["model"] == model].set_index("intervention")
+        if "none" in mine.index:
+            frame.loc[model, "none"] = float(mine.loc["none", "loss"])
+        for name in names:
+            if name in mine.index:
+                frame.loc[model, name] = float(mine.loc[name, "delta_loss"])
+        if "massive_zero" in mine.index:
+            frame.loc[model, "zeroed"] = _number(mine.loc["massive_zero", "zeroed"])
+    return frame.reindex(columns=[c for c in ["none", *names, "zeroed"] if c in frame.columns])
+
+
+def interventions_display(runs: Any) -> pd.DataFrame:
+    frame = interventions_table(runs)
+    formats = {column: _signed for column in frame.columns}
+    formats.update({"none": _fixed(3), "zeroed": _count})
+    display = as_display(frame, formats)
+    labels = {"none": "loss, unmodified", "zeroed": "elements zeroed"}
+    labels.update({name: f"Δ {label}" for name, label in INTERVENTION_LABELS.items()})
+    return display.rename(columns=labels)
+
+
+def inference_table(runs: Any) -> pd.DataFrame:
+    """Latency and memory of trained runs (inference.csv): one column per metric."""
+    runs = load_runs(runs)
+    rows = runs.inference[runs.inference["metric"].isin(list(INFERENCE_METRICS))]
+    if rows.empty:
+        return pd.DataFrame()
+    wide = rows.pivot_table(index="model", columns="metric", values="value", aggfunc="first")
+    wide = wide.reindex(index=[m for m in runs.models if m in wide.index],
+                        columns=[m for m in INFERENCE_METRICS if m in wide.columns])
+    lengths = rows.groupby("model")["length"].max()
+    wide.insert(0, "prompt", lengths.reindex(wide.index))
+    wide.columns.name = None
+    return wide
+
+
+def inference_display(runs: Any) -> pd.DataFrame:
+    frame = inference_table(runs)
+    formats: dict[str, Callable[[Any], str]] = {column: _significant for column in frame.columns}
+    formats.update({"prompt": _count, "threads": _count})
+    display = as_display(frame, formats)
+    labels = {"prompt": "prompt (tokens)", **INFERENCE_METRICS}
+    return display.rename(columns=labels)
+
+
+def _signed(value: Any) -> str:
+    value = float(value)
+    return f"{value:+.3g}" if value != 0 and abs(value) < 1e-3 else f"{value:+.3f}"

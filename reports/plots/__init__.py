@@ -1,21 +1,29 @@
 """Plot functions: each takes runs (paths, analyses or `Runs`) and returns Axes or a Figure."""
 
 from reports.plots.attention_patterns import plot_attention_patterns
-from reports.plots.first_token import plot_first_token_by_layer, plot_first_token_heatmap
+from reports.plots.first_token import (plot_first_token_by_bucket, plot_first_token_by_layer,
+                                      plot_first_token_heatmap)
 from reports.plots.gates import (plot_gate_heatmap, plot_gate_histograms, plot_gate_saturation,
                                  plot_gate_stats_by_layer)
 from reports.plots.massive import plot_massive_activations, plot_massive_by_layer
 from reports.plots.sparsity import plot_sparsity_by_layer, plot_sparsity_sweep
-from reports.plots.training import plot_training
+from reports.plots.interventions import plot_interventions, plot_interventions_by_layer
+from reports.plots.token_types import plot_gate_by_token_type
+from reports.plots.training import plot_loss_by_length, plot_training
 
 __all__ = [
     "plot_attention_patterns",
+    "plot_first_token_by_bucket",
     "plot_first_token_by_layer",
     "plot_first_token_heatmap",
+    "plot_gate_by_token_type",
     "plot_gate_heatmap",
     "plot_gate_histograms",
     "plot_gate_saturation",
     "plot_gate_stats_by_layer",
+    "plot_interventions",
+    "plot_interventions_by_layer",
+    "plot_loss_by_length",
     "plot_massive_activations",
     "plot_massive_by_layer",
     "plot_sparsity_by_layer",

@@ -8,7 +8,8 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
-from reports.frames import first_token_by_layer, first_token_matrix
+from reports.frames import (bucket_label, first_token_by_bucket, first_token_by_layer,
+                            first_token_matrix)
 from reports.plots._layout import (axes_or_new, figure_or_new, layer_head_heatmap,
                                    not_applicable, note_hatched_rows, set_layer_ticks,
                                    shared_norm)
@@ -87,3 +88,42 @@ def _draw_uniform_reference(ax: Axes, value: float | None, color: Any, label: bo
         ax.annotate("uniform 1/(t+1)", xy=(1.0, value), xycoords=("axes fraction", "data"),
                     xytext=(-2, 2), textcoords="offset points", ha="right", va="bottom",
                     fontsize=7, color=REFERENCE_COLOR)
+
+
+@styled
+def plot_first_token_by_bucket(runs: Any, *, ax: Axes | None = None, log: bool = True) -> Axes:
+    """F-Attn by query-position bucket, one line per model, its uniform reference dashed.
+
+    Per bucket: head-mean F-Attn per attention layer, then the mean over layers; the dashed line
+    in the model's colour is mean 1/(t+1) over the same queries.
+    """
+    runs = load_runs(runs)
+    ax = axes_or_new(ax, 6.4, 3.6)
+    buckets = first_token_by_bucket(runs)
+    if buckets.empty:
+        return not_applicable(ax, "No run has F-Attn by query position "
+                                  "(first_token_buckets.csv).")
+    edges = sorted(set(zip(buckets["bucket_lo"], buckets["bucket_hi"])))
+    position = {edge: i for i, edge in enumerate(edges)}
+    colors = model_colors(runs.models)
+    for model in runs.models:
+        rows = buckets[buckets["model"] == model]
+        if rows.empty:
+            continue
+        x = [position[edge] for edge in zip(rows["bucket_lo"], rows["bucket_hi"])]
+        ax.plot(x, rows["value"], marker="o", color=colors[model], label=plain(model))
+        # A wide dash as marker: visible even when the data reached one bucket only.
+        ax.plot(x, rows["uniform"], marker="_", markersize=16, linestyle="--", linewidth=1.0,
+                color=colors[model], label="_uniform reference")
+    ax.set_xticks(range(len(edges)), labels=[bucket_label(lo, hi) for lo, hi in edges])
+    ax.set_xlim(-0.5, len(edges) - 0.5)
+    ax.set_xlabel("query position t")
+    ax.set_ylabel("F-Attn (head-mean, mean over layers)")
+    values = np.concatenate([buckets["value"].to_numpy(), buckets["uniform"].to_numpy()])
+    values = values[np.isfinite(values) & (values > 0)]
+    if log and len(values) and values.max() / values.min() > 10:  # log only over decades
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    ax.legend(title="model (dashed: uniform 1/(t+1))")
+    return ax

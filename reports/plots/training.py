@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
-from reports.plots._layout import figure_or_new, legend_entries, legend_outside, not_applicable
+from reports.plots._layout import (axes_or_new, figure_or_new, legend_entries, legend_outside,
+                                   not_applicable)
 from reports.runs import load_runs
-from reports.style import model_colors, styled
+from reports.style import REFERENCE_COLOR, model_colors, styled
 from reports.text import plain
 
 
@@ -48,3 +50,48 @@ def plot_training(runs: Any, *, fig: Figure | SubFigure | None = None) -> Figure
         ax.set_xlabel("step")
     legend_outside(grad_ax, *legend_entries([loss_ax]))
     return fig
+
+
+@styled
+def plot_loss_by_length(runs: Any, *, ax: Axes | None = None) -> Axes:
+    """Held-out loss by input length (inference.csv of trained runs), one line per model.
+
+    The dotted vertical line marks the analysed sequence length (meta.json seq_len), which
+    examples/demo.py sets to the training length.
+    """
+    runs = load_runs(runs)
+    ax = axes_or_new(ax, 6.4, 3.6)
+    rows = runs.inference[runs.inference["metric"] == "eval_loss"].dropna(subset=["value"])
+    if rows.empty:
+        return not_applicable(ax, "No run has held-out loss by input length (inference.csv).")
+    colors = model_colors(runs.models)
+    lengths: set[int] = set()
+    for model in runs.models:
+        mine = rows[rows["model"] == model].sort_values("length")
+        if mine.empty:
+            continue
+        lengths.update(mine["length"].astype(int))
+        ax.plot(mine["length"], mine["value"], marker="o", color=colors[model],
+                label=plain(model))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(lengths), labels=[str(n) for n in sorted(lengths)])
+    ax.minorticks_off()
+    for length in sorted(training_lengths(runs)):
+        ax.axvline(length, color=REFERENCE_COLOR, linestyle=":", linewidth=1.0)
+        ax.annotate("analysed length", xy=(length, 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(3, -3), textcoords="offset points", ha="left", va="top",
+                    fontsize=7, color=REFERENCE_COLOR)
+    ax.set_xlabel("input length (tokens)")
+    ax.set_ylabel("held-out loss")
+    ax.legend(title="model")
+    return ax
+
+
+def training_lengths(runs: Any) -> set[int]:
+    """Analysed sequence lengths (meta.json seq_len) of the runs with an inference table."""
+    found = set()
+    for model in set(runs.inference["model"]):
+        value = runs.meta.get(model, {}).get("seq_len")
+        if isinstance(value, (int, float)) and value > 0:
+            found.add(int(value))
+    return found

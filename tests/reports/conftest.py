@@ -1,10 +1,13 @@
 """Synthetic run directories, written per docs/run-directory.md with seeded numbers.
 
 Three runs cover the cases a report must survive:
-- `baseline`: 4 attention layers, no gate, a sink, a training log.
-- `headwise`: 4 attention layers, headwise gate, no training log, no attention patterns.
+- `baseline`: 4 attention layers, no gate, a sink, a training log; F-Attn by position bucket,
+  interventions (only `none` and `massive_zero`, as for any baseline) and inference.csv.
+- `headwise`: 4 attention layers, headwise gate, no training log, no attention patterns; gate
+  scores by token type (built-in types only) and F-Attn by position bucket; no interventions.
 - `hybrid`: 6 layers of which 0-2 and 4 are linear attention (Qwen3-Next style), elementwise
-  gate, a training log; tokens that need escaping ("$", "<b>", a newline).
+  gate, a training log; tokens that need escaping ("$", "<b>", a newline); gate scores by token
+  type with a user group, all interventions; no position buckets, no inference.csv.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ class RunSpec:
     massive: float  # typical max |h| of the layer output
     training: bool
     patterns: bool
+    token_types: bool = False
+    interventions: bool = False
+    buckets: bool = False
+    inference: bool = False
 
     @property
     def gated(self) -> bool:
@@ -52,11 +59,12 @@ class RunSpec:
 
 
 SPECS = (
-    RunSpec("baseline", 4, 4, (), "none", 0.55, 900.0, training=True, patterns=True),
+    RunSpec("baseline", 4, 4, (), "none", 0.55, 900.0, training=True, patterns=True,
+            interventions=True, buckets=True, inference=True),
     RunSpec("headwise", 4, 4, (), "official_headwise", 0.08, 90.0, training=False,
-            patterns=False),
+            patterns=False, token_types=True, buckets=True),
     RunSpec("hybrid", 6, 4, (0, 1, 2, 4), "qwen3_next", 0.05, 60.0, training=True,
-            patterns=True),
+            patterns=True, token_types=True, interventions=True),
 )
 
 
@@ -79,6 +87,14 @@ def write_run(root: Path, spec: RunSpec, seed: int) -> Path:
         tables["attention_patterns"] = _patterns(spec, rng)
     if spec.training:
         tables["training"] = _training(spec, rng)
+    if spec.token_types:
+        tables["gates_by_token_type"] = _token_types(spec, rng)
+    if spec.interventions:
+        tables["interventions"] = _interventions(spec, rng)
+    if spec.buckets:
+        tables["first_token_buckets"] = _buckets(spec, rng)
+    if spec.inference:
+        tables["inference"] = _inference(spec)
     for name, frame in tables.items():
         frame.insert(0, "model", spec.name)
         frame.to_csv(path / f"{name}.csv", index=False)
@@ -196,6 +212,77 @@ def _training(spec: RunSpec, rng) -> pd.DataFrame:
         "grad_norm": rng.uniform(0.5, 1.5, size=len(steps)) + spike * 5,
         "spike": spike,
     })
+
+
+# Built-in types (one left out: types that never occur have no rows) and, for the hybrid, a
+# user group.
+TOKEN_TYPE_MEANS = {"first": 0.02, "whitespace": 0.15, "digits": 0.3, "punctuation": 0.1,
+                    "word_start": 0.45, "word_piece": 0.35, "other": 0.25}
+USER_GROUP = "dollar $"
+INTERVENTION_DELTAS = {"mean_gate": 0.4, "gate_one": 0.9, "gate_zero": 2.5, "massive_zero": 0.05}
+
+
+def _token_types(spec: RunSpec, rng) -> pd.DataFrame:
+    types = dict(TOKEN_TYPE_MEANS)
+    if spec.linear_layers:
+        types[USER_GROUP] = 0.6
+    rows = []
+    for layer in spec.attention_layers:
+        for head in range(spec.num_heads):
+            for token_type, mean in types.items():
+                tokens = 8 if token_type == "first" else 500
+                values = {"tokens": tokens, "count": tokens * 16,
+                          "mean": float(np.clip(mean + rng.normal(0, 0.02), 0.001, 0.999)),
+                          "std": 0.1, "min": 0.0, "max": 1.0}
+                rows += [{"layer": layer, "head": head, "token_type": token_type, "metric": m,
+                          "value": v} for m, v in values.items()]
+    return pd.DataFrame(rows)
+
+
+def _interventions(spec: RunSpec, rng) -> pd.DataFrame:
+    names = ["mean_gate", "gate_one", "gate_zero", "massive_zero"] if spec.gated \
+        else ["massive_zero"]
+    base = 2.1 if spec.gated else 2.2
+    rows = [{"intervention": "none", "layer": -1, "loss": base, "delta_loss": 0.0,
+             "setting": "", "zeroed": ""}]
+    for name in names:
+        layers = spec.attention_layers if name != "massive_zero" else range(spec.num_layers)
+        for layer in [*layers, -1]:
+            delta = INTERVENTION_DELTAS[name] * (1.0 if layer == -1 else rng.uniform(0.05, 0.3))
+            rows.append({"intervention": name, "layer": layer, "loss": base + delta,
+                         "delta_loss": delta,
+                         "setting": 0.2 if name == "mean_gate" else
+                         (1.0 if name == "gate_one" else (0.0 if name == "gate_zero" else 100.0)),
+                         "zeroed": 12 if name == "massive_zero" else ""})
+    return pd.DataFrame(rows)
+
+
+BUCKETS = ((1, 1024), (1024, 4096), (4096, float("inf")))
+
+
+def _buckets(spec: RunSpec, rng) -> pd.DataFrame:
+    rows = []
+    for layer in spec.attention_layers:
+        for head in range(spec.num_heads):
+            for index, (lo, hi) in enumerate(BUCKETS):
+                rows.append({"layer": layer, "head": head, "bucket_lo": lo, "bucket_hi": hi,
+                             "value": spec.sink * (0.8 ** index) * rng.uniform(0.9, 1.1),
+                             "n_queries": 1000, "uniform": 0.007 / (4 ** index)})
+    frame = pd.DataFrame(rows)
+    frame["bucket_hi"] = frame["bucket_hi"].map(lambda v: "inf" if v == float("inf") else int(v))
+    return frame
+
+
+INFERENCE_LENGTHS = (16, 64, 128, 256, 512)
+
+
+def _inference(spec: RunSpec) -> pd.DataFrame:
+    rows = [{"metric": "eval_loss", "length": n, "value": 3.0 + 0.2 * (n > 128)}
+            for n in INFERENCE_LENGTHS]
+    rows += [{"metric": m, "length": 128, "value": v}
+             for m, v in (("prefill_ms", 1.5), ("decode_ms_per_token", 0.8),
+                          ("kv_cache_mb", 0.25), ("param_mb", 3.1), ("threads", 2.0))]
+    return pd.DataFrame(rows)
 
 
 def _meta(spec: RunSpec) -> dict:

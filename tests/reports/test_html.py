@@ -14,11 +14,14 @@ from reports.html import figure_svg, render_html
 from reports.sections import build_sections
 
 SECTIONS = ("summary", "first-token", "attention-patterns", "massive-activations", "gates",
-            "sparsity", "training", "provenance")
-FIGURES = ("f-attn-heatmap", "f-attn-by-layer", "attention-patterns-figure", "m-act-figure",
-           "gate-histograms", "gate-stats", "gate-heatmap", "gate-saturation",
-           "sparsity-by-layer", "sparsity-sweep", "training-curves")
-TABLES = ("summary-table", "m-act-top", "gate-position", "provenance-table")
+            "sparsity", "interventions", "training", "inference", "provenance")
+FIGURES = ("f-attn-heatmap", "f-attn-by-layer", "f-attn-by-position",
+           "attention-patterns-figure", "m-act-figure",
+           "gate-histograms", "gate-stats", "gate-heatmap", "gate-saturation", "gate-token-types",
+           "sparsity-by-layer", "sparsity-sweep", "interventions-figure",
+           "interventions-by-layer", "training-curves", "loss-by-length")
+TABLES = ("summary-table", "m-act-top", "gate-position", "gate-token-type-table",
+          "interventions-table", "inference-table", "provenance-table")
 TIME = re.compile(r'<time id="generated-at" datetime="[^"]*">[^<]*</time>')
 
 
@@ -135,6 +138,23 @@ def test_tables_are_real_tables(outline, all_runs):
     assert provenance["command line"][0].startswith("probe analyze /checkpoints/baseline")
 
 
+def test_new_tables_show_what_the_runs_saved(outline):
+    token_types = outline.tables["gate-token-type-table"]
+    header = token_types[0]
+    assert header[:3] == ["model", "first", "whitespace"] and header[-1] == "dollar $"
+    labels = [row[0] for row in token_types[1:]]
+    assert labels == ["headwise", "headwise: positions", "hybrid", "hybrid: positions"]
+    assert token_types[1][-1] == "n/a"  # headwise has no user group
+    interventions = {row[0]: row[1:] for row in outline.tables["interventions-table"]}
+    assert interventions["model"][:2] == ["loss, unmodified", "Δ gate → layer mean"]
+    assert set(interventions) == {"model", "baseline", "hybrid"}
+    assert interventions["baseline"][:2] == ["2.200", "n/a"]  # no gate to intervene on
+    assert interventions["hybrid"][1] == "+0.400"
+    inference = {row[0]: row[1:] for row in outline.tables["inference-table"]}
+    assert set(inference) == {"model", "baseline"}
+    assert inference["model"][:2] == ["prompt (tokens)", "prefill (ms)"]
+
+
 def test_reference_values_of_the_paper_are_quoted(html_text):
     for number in ("1053", "0.467", "0.116", "0.048", "0.172", "0.073", "400B"):
         assert number in html_text
@@ -145,7 +165,11 @@ def test_says_where_a_metric_does_not_apply(html_text):
                      "hybrid: layers 0–2, 4 are linear attention",
                      "The models differ in depth (baseline: 4, headwise: 4, hybrid: 6 layers)",
                      "headwise saved no attention patterns",
-                     "headwise has no training log"):
+                     "headwise has no training log",
+                     "baseline has no gate: only the massive-activation intervention",
+                     "headwise has no intervention results",
+                     "hybrid has no F-Attn by query position (first_token_buckets.csv)",
+                     "headwise has no inference measurements (inference.csv)"):
         assert sentence in html_text, sentence
 
 

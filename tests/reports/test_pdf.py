@@ -13,6 +13,7 @@ PAGE_TITLES = [
     "Summary — Model summary (paper Table 4 style)",
     "Attention on the first token (F-Attn) — F-Attn per layer and head",
     "Attention on the first token (F-Attn) — F-Attn per layer",
+    "Attention on the first token (F-Attn) — F-Attn by query position",
     "Attention patterns — Attention patterns of the display prompt",
     "Massive activations (M-Act) — M-Act per layer at four sites",
     "Massive activations (M-Act) — Largest activations",
@@ -21,9 +22,16 @@ PAGE_TITLES = [
     "Gate scores — Mean gate score per layer and head",
     "Gate scores — Gate saturation",
     "Gate scores — Gate score by position",
+    "Gate scores — Mean gate score by token type",
+    "Gate scores — Gate score by token type, all gated layers",
     "Sparsity of the attention output — Sparsity per layer",
     "Sparsity of the attention output — Sparsity over the threshold sweep",
+    "Interventions — Loss change under interventions, all layers",
+    "Interventions — Loss under interventions",
+    "Interventions — Loss change per intervened layer",
     "Training — Training curves",
+    "Inference: long inputs, latency, memory — Held-out loss by input length",
+    "Inference: long inputs, latency, memory — Latency and memory",
     "Provenance",
 ]
 
@@ -63,8 +71,15 @@ def test_pages_carry_captions_notes_and_tables(page_texts):
     assert "Does not apply: baseline has no attention-output gate" in summary
     assert "Figure. Attention probability on the first token" in page_texts[2]
     assert "hatched: linear attention" in page_texts[2]
-    assert "Does not apply: headwise has no training log" in page_texts[14]
-    provenance = page_texts[15]
+    page = {title: text for title, text in zip(PAGE_TITLES, page_texts)}
+    assert "Does not apply: headwise has no training log" in page["Training — Training curves"]
+    interventions = page["Interventions — Loss under interventions"]
+    assert "Δ gate = 0" in interventions and "+2.500" in interventions
+    # A section's notes open its first page.
+    assert ("headwise has no intervention results"
+            in page["Interventions — Loss change under interventions, all layers"])
+    assert "dollar $" in page["Gate scores — Gate score by token type, all gated layers"]
+    provenance = page["Provenance"]
     for field in ("checkpoint", "BOS policy", "position 0 holds", "versions", "command line"):
         assert field in provenance, field
 

@@ -11,7 +11,7 @@ from matplotlib.patches import Rectangle
 
 import reports
 from reports.plots._layout import NOT_APPLICABLE_GID
-from reports.text import visible_token
+from reports.text import plain, visible_token
 
 
 def tick_labels(ax: Axes, axis: str = "x") -> list[str]:
@@ -234,11 +234,92 @@ def test_every_plot_draws(all_runs):
     """Layout and text rendering run without error on mixed depths and hybrid layers."""
     for plot in (reports.plot_first_token_heatmap, reports.plot_gate_histograms,
                  reports.plot_sparsity_by_layer, reports.plot_sparsity_sweep,
-                 reports.plot_training, reports.plot_gate_heatmap):
+                 reports.plot_training, reports.plot_gate_heatmap,
+                 reports.plot_gate_by_token_type, reports.plot_interventions_by_layer):
         plot(all_runs).canvas.draw()
     for plot in (reports.plot_first_token_by_layer, reports.plot_gate_stats_by_layer,
-                 reports.plot_gate_saturation):
+                 reports.plot_gate_saturation, reports.plot_interventions,
+                 reports.plot_first_token_by_bucket, reports.plot_loss_by_length):
         plot(all_runs).figure.canvas.draw()
+
+
+def test_gate_by_token_type_is_layers_by_types_for_models_with_the_table(all_runs, specs):
+    fig = reports.plot_gate_by_token_type(all_runs)
+    axes = panels(fig)
+    assert [ax.get_title() for ax in axes] == ["headwise", "hybrid"]  # baseline: no gate
+    for ax in axes:
+        spec = specs[ax.get_title()]
+        (image,) = images(ax)
+        labels = tick_labels(ax)
+        assert labels[0] == "first" and "word_start" in labels
+        assert "special" not in labels  # a type that never occurs has no column
+        assert image.get_array().shape == (len(spec.attention_layers), len(labels))
+        assert tick_labels(ax, "y") == layer_labels(spec.attention_layers)
+        assert ax.get_xlabel() == "token type" and ax.get_ylabel() == "layer"
+    assert tick_labels(axes[1])[-1] == plain("dollar $")  # "$" escaped from mathtext
+    headwise = images(axes[0])[0].get_array()
+    assert headwise.mask[:, -1].all()  # no user group in that run: empty column
+    assert len({images(ax)[0].norm.vmax for ax in axes}) == 1
+    assert any(ax.get_label() == "<colorbar>" for ax in fig.axes)
+
+
+def test_interventions_bars_per_model_all_layers(all_runs):
+    ax = reports.plot_interventions(all_runs)
+    assert legend_labels(ax) == ["baseline", "hybrid"]  # headwise has no interventions.csv
+    assert [label.replace("\n", " ") for label in tick_labels(ax)] == [
+        "gate → layer mean", "gate = 1 (ungated)", "gate = 0 (attention off)",
+        "massive activations → 0"]
+    assert ax.get_ylabel().startswith("Δ loss")
+    heights = {container.get_label(): [bar.get_height() for bar in container]
+               for container in ax.containers}
+    assert heights["hybrid"] == pytest.approx([0.4, 0.9, 2.5, 0.05])  # the layer -1 rows
+    assert heights["baseline"] == pytest.approx([0.05])  # only massive_zero applies
+
+
+def test_interventions_by_layer_one_panel_per_intervention(all_runs):
+    fig = reports.plot_interventions_by_layer(all_runs)
+    axes = panels(fig)
+    assert [ax.get_title() for ax in axes] == ["gate → layer mean", "gate = 1 (ungated)",
+                                               "gate = 0 (attention off)",
+                                               "massive activations → 0"]
+    assert legend_labels(axes[-1]) == ["baseline", "hybrid"]
+    hybrid = next(line for line in axes[0].get_lines() if line.get_label() == "hybrid")
+    assert list(hybrid.get_xdata()) == [3, 5]  # attention layers; the layer -1 row left out
+    assert axes[0].get_xlabel() == "layer"
+
+
+def test_first_token_by_bucket_lines_with_uniform_reference(all_runs):
+    ax = reports.plot_first_token_by_bucket(all_runs)
+    assert legend_labels(ax) == ["baseline", "headwise"]  # hybrid has no buckets
+    assert tick_labels(ax) == ["1–1K", "1K–4K", "4K+"]
+    assert ax.get_xlabel() == "query position t" and "F-Attn" in ax.get_ylabel()
+    assert ax.get_yscale() == "log"  # sink and uniform differ by decades
+    dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 2
+    assert np.allclose(dashed[0].get_ydata(), [0.007, 0.007 / 4, 0.007 / 16])
+
+
+def test_loss_by_length_and_training_length(all_runs):
+    ax = reports.plot_loss_by_length(all_runs)
+    assert legend_labels(ax) == ["baseline"]
+    assert tick_labels(ax) == ["16", "64", "128", "256", "512"]
+    assert ax.get_xlabel() == "input length (tokens)"
+    # meta.json's seq_len (1024), the analysed length, is drawn dotted
+    assert [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"] \
+        == [1024]
+
+
+def test_new_plots_say_when_no_run_has_the_table(run_dirs):
+    headwise, baseline = run_dirs["headwise"], run_dirs["baseline"]
+    assert any("interventions.csv" in t.get_text()
+               for t in reports.plot_interventions(headwise).texts)
+    assert not_applicable_texts(reports.plot_interventions_by_layer(headwise))
+    assert any("gates_by_token_type.csv" in text
+               for text in not_applicable_texts(reports.plot_gate_by_token_type(baseline)))
+    assert any("first_token_buckets.csv" in t.get_text()
+               for t in reports.plot_first_token_by_bucket(run_dirs["hybrid"]).texts)
+    assert any("inference.csv" in t.get_text()
+               for t in reports.plot_loss_by_length(headwise).texts)
 
 
 def test_deep_models_get_round_layer_ticks():

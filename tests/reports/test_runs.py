@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -54,6 +55,19 @@ def test_optional_tables_and_gateless_baseline(all_runs):
     assert "mean_gate" not in set(all_runs.rows("sparsity", "baseline")["variant"])
     assert all_runs.training["spike"].dtype == bool
     assert all_runs.training["spike"].sum() == 4  # two spikes in each of two logs
+    assert set(all_runs.gates_by_token_type["model"]) == {"headwise", "hybrid"}
+    assert set(all_runs.interventions["model"]) == {"baseline", "hybrid"}
+    assert set(all_runs.first_token_buckets["model"]) == {"baseline", "headwise"}
+    assert set(all_runs.inference["model"]) == {"baseline"}
+
+
+def test_new_tables_are_typed(all_runs):
+    interventions = all_runs.interventions
+    assert interventions["layer"].dtype == "int64"
+    assert -1 in set(interventions["layer"])
+    assert interventions["setting"].isna().any()  # empty cells read as NaN, not as text
+    assert np.isinf(all_runs.first_token_buckets["bucket_hi"]).any()  # "inf" in the CSV
+    assert "dollar $" in set(all_runs.gates_by_token_type["token_type"])
 
 
 def test_columns_are_typed_and_tokens_kept_verbatim(all_runs):
