@@ -31,21 +31,21 @@ def _tables(folder):
 
 def test_interrupted_run_resumes_to_identical_tables(checkpoint, text_file, tmp_path, monkeypatch, capsys):
     ckpt = str(checkpoint("official_headwise"))
-    common = ["--data", str(text_file), "--seq-len", "16", "--batch-size", "2", "--quiet"]
+    common = ["--data", str(text_file), "--seq-len", "32", "--batch-size", "4", "--quiet"]
     assert main(["analyze", ckpt, "--out", str(tmp_path / "whole"), *common]) == 0
 
     out = tmp_path / "resumed"
     with monkeypatch.context() as m:
-        _interrupt_after(m, 3)
+        _interrupt_after(m, 2)
         assert main(["analyze", ckpt, "--out", str(out), *common, "--save-every", "0"]) == 130
     err = capsys.readouterr().err
     assert "--resume" in err and ".partial" in err
     partial = tmp_path / "resumed.partial"
     assert not out.exists() and (partial / "README.txt").exists()
-    assert json.loads((partial / "progress.json").read_text())["batches_done"] == 3
+    assert json.loads((partial / "progress.json").read_text())["batches_done"] == 2
 
     with pytest.raises(ProbeError, match="--resume"):          # a plain rerun does not clobber it
-        probe.analyze(ckpt, text_file, seq_len=16, batch_size=2, progress=False, partial=partial)
+        probe.analyze(ckpt, text_file, seq_len=32, batch_size=4, progress=False, partial=partial)
     assert main(["analyze", ckpt, "--out", str(out), *common, "--resume"]) == 0
     assert not partial.exists()
     whole, resumed = _tables(tmp_path / "whole"), _tables(out)
