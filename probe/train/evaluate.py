@@ -51,7 +51,20 @@ def length_losses(model, stream: torch.Tensor, lengths, bos_id: int | None,
 @torch.no_grad()
 def latency(model, prompt_len: int, new_tokens: int = 32, repeats: int = 5,
             vocab: int | None = None) -> dict[str, float]:
-    """Prefill and per-token decode time (ms, best of `repeats`) and memory, batch 1."""
+    """Prefill and per-token decode time (ms, best of `repeats`) and memory, batch 1.
+
+    Timed on one CPU thread: at this size several threads spend more time synchronising than
+    computing, and on a shared machine their barriers stalled some runs 50x (seen here).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _latency(model, prompt_len, new_tokens, repeats, vocab)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _latency(model, prompt_len, new_tokens, repeats, vocab) -> dict[str, float]:
     from transformers import DynamicCache
 
     model.eval()
@@ -116,6 +129,6 @@ def inference_table(model_dir, heldout_stream: torch.Tensor, *, name: str, train
     for metric, value in latency(model, prompt, new_tokens, repeats).items():
         rows.append({"model": name, "metric": metric, "length": prompt, "value": value})
     rows.append({"model": name, "metric": "threads", "length": prompt,
-                 "value": float(torch.get_num_threads())})
+                 "value": 1.0})                      # latency() times on one thread
     return [r for r in rows if r["value"] is not None and not (isinstance(r["value"], float)
                                                               and math.isnan(r["value"]))]
