@@ -130,6 +130,22 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     analysis.meta["display_tokens"] = display_tokens(dataset, loaded.tokenizer, display_len)
     analysis.meta["windows"] = dataset.windows
     analysis.meta["processes"] = world
+    summarise_capture(analysis, cap, layout, dataset)
+    if interventions:
+        from . import interventions as _interventions
+
+        analysis.interventions = _interventions.run(loaded, dataset, name=name, kinds=interventions,
+                                                    batch_size=batch_size, reference=cap, progress=progress)
+        analysis.meta["interventions"] = list(_interventions.parse_kinds(interventions))
+    if saver:
+        saver.finish()
+    return analysis
+
+
+def summarise_capture(analysis: Analysis, cap: Capture, layout, dataset: Dataset) -> None:
+    """Non-finite counts into meta (with a warning), then summary.json's numbers.
+
+    Shared by the Hugging Face path and the TransformerLens path (bridge.py)."""
     nonfinite = {f"{l}:{s}": int(r.nonfinite) for (l, s), r in cap.massive.items() if int(r.nonfinite)}
     nonfinite.update({f"{l}:gate": int(r.nonfinite.sum()) for l, r in cap.gates.items() if int(r.nonfinite.sum())})
     if int(cap.loss.nonfinite):
@@ -144,15 +160,6 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
         analysis, layer_types=analysis.meta["layer_types"], gated=layout.gated,
         gate_layout=layout.gate_layout, num_heads=layout.num_heads, f_attn_uniform=uniform,
         loss=cap.loss.loss(), tokens=dataset.tokens, sequences=len(dataset.sequences))
-    if interventions:
-        from . import interventions as _interventions
-
-        analysis.interventions = _interventions.run(loaded, dataset, name=name, kinds=interventions,
-                                                    batch_size=batch_size, reference=cap, progress=progress)
-        analysis.meta["interventions"] = list(_interventions.parse_kinds(interventions))
-    if saver:
-        saver.finish()
-    return analysis
 
 
 def as_loaded(model, *, dtype, device, device_map, gate, tokenizer) -> LoadedModel:

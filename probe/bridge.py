@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from .analyze import (DEFAULT_THRESHOLDS, DISPLAY_LEN, _progress, build_meta, check_vocab, display_tokens,
-                      frames_from_capture)
+                      frames_from_capture, summarise_capture)
 from .attention import expand_kv
 from .capture import Capture
 from .data import build_dataset
@@ -34,7 +34,7 @@ from .errors import ProbeError
 from .gates import GateSpec
 from .load import LoadedModel, config_hash, describe, load, text_config
 from .reorder import ORIGINAL_ATTR, is_official, is_reordered, reorder_official_q_proj
-from .results import Analysis, build_summary
+from .results import Analysis
 
 __all__ = ["BridgeCapture", "analyze_bridge", "build_bridge", "check_bridge", "hook_names", "is_bridge",
            "reorder_official_q_proj"]
@@ -307,17 +307,7 @@ def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None, tokeniz
     analysis.meta = build_meta(loaded, dataset, name, "float32", dev, thresholds, seed, seq_len, command)
     analysis.meta.update(bridge_meta(bridge))
     analysis.meta["display_tokens"] = display_tokens(dataset, tokenizer, display_len)
-    nonfinite = {f"{l}:{s}": int(r.nonfinite) for (l, s), r in cap.massive.items() if int(r.nonfinite)}
-    analysis.meta["nonfinite_activations"] = nonfinite
-    if nonfinite:
-        warnings.warn(f"{sum(nonfinite.values())} NaN/Inf activation values were seen "
-                      f"(first at layer:site {next(iter(nonfinite))}); statistics use finite values only")
-    uniform = next((s.uniform_reference() for s in cap.first_token.values()), None)
-    analysis.meta["layer_types"] = [p.layer_type for p in layout.layers]
-    analysis.summary = build_summary(
-        analysis, layer_types=analysis.meta["layer_types"], gated=layout.gated,
-        gate_layout=layout.gate_layout, num_heads=layout.num_heads, f_attn_uniform=uniform,
-        loss=cap.loss.loss(), tokens=dataset.tokens, sequences=len(dataset.sequences))
+    summarise_capture(analysis, cap, layout, dataset)
     return analysis
 
 
