@@ -164,6 +164,10 @@ def test_resume_after_interruption_equals_uninterrupted_run(tmp_path, corpus_fil
     ws, wr = _weights(straight.out), _weights(second.out)
     assert all(torch.equal(ws[k], wr[k]) for k in ws)
     assert (straight.out / "training.csv").read_text() == (second.out / "training.csv").read_text()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        assert (straight.out / name).read_bytes() == (second.out / name).read_bytes(), name
+    sessions = json.loads((second.out / "train_config.json").read_text())["sessions"]
+    assert [(x["from_step"], x["to_step"]) for x in sessions] == [(0, 5), (5, 12)]
 
 
 def test_resume_from_an_earlier_checkpoint_replays_the_same_steps(tmp_path, corpus_file):

@@ -137,6 +137,12 @@ def save_model(model, tokenizer, folder: Path) -> None:
     model.save_pretrained(str(folder), safe_serialization=True)
     tokenizer.save_pretrained(str(folder))
     _fix_architectures(folder)
+    # A tokenizer loaded back from a checkpoint (on --resume) saves where it was loaded from;
+    # drop that, so a resumed run writes the same files as a straight one.
+    path = folder / "tokenizer_config.json"
+    config = json.loads(path.read_text())
+    if [config.pop(key) for key in ("is_local", "local_files_only") if key in config]:
+        write_text(path, json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def _fix_architectures(folder: Path) -> None:
@@ -175,14 +181,16 @@ def read_log(path: Path) -> list[dict]:
     return rows
 
 
-def save_checkpoint(out: Path, model, tokenizer, opt, sched, step: int, rows, cfg: TrainConfig) -> None:
+def save_checkpoint(out: Path, model, tokenizer, opt, sched, step: int, rows, cfg: TrainConfig,
+                    sessions: list[dict] = ()) -> None:
     """Write out/checkpoint/ as one unit: a temporary folder, then renames."""
     tmp, final, old = out / f".{CHECKPOINT}.tmp", out / CHECKPOINT, out / f".{CHECKPOINT}.old"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_model(model, tokenizer, tmp)
     torch.save({"step": step, "recipe": cfg.recipe(), "optimizer": opt.state_dict(),
-                "scheduler": sched.state_dict(), "torch_rng": torch.get_rng_state()},
+                "scheduler": sched.state_dict(), "torch_rng": torch.get_rng_state(),
+                "sessions": list(sessions)},
                tmp / STATE_FILE)
     write_log(rows, tmp / "training.csv")
     if final.exists():
@@ -270,7 +278,7 @@ def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | Non
         raise AssertionError(f"built {n_params} parameters, expected {counts[cfg.arm]}")
     opt, sched = make_optimizer(model, cfg)
 
-    start_step, rows = 0, []
+    start_step, rows, sessions = 0, [], []
     if state is not None:
         from safetensors.torch import load_file
 
@@ -284,6 +292,7 @@ def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | Non
         torch.set_rng_state(state["torch_rng"])
         start_step = state["step"]
         rows = read_log(ckpt / "training.csv")[:start_step]
+        sessions = state.get("sessions", [])
 
     name = cfg.name or out.name
     settings = _settings(cfg, shape, counts, data, n_params, command)
@@ -302,6 +311,12 @@ def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | Non
     bar = tqdm(total=total, initial=start_step, desc=f"train {name}", unit="step",
                disable=not cfg.progress, leave=False, dynamic_ncols=True)
     t0 = time.time()
+
+    def session(to_step: int) -> list[dict]:
+        """Every command that trained this model so far, with the steps it ran (provenance)."""
+        return sessions + [{"command": command, "from_step": start_step, "to_step": to_step,
+                            "seconds": round(time.time() - t0, 1), "threads": torch.get_num_threads()}]
+
     last_eval = rows[-1]["eval_loss"] if rows else math.nan
     try:
         for step in range(start_step, stop):
@@ -325,15 +340,13 @@ def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | Non
             bar.update(1)
             bar.set_postfix(loss=f"{train_loss:.3f}", eval=f"{last_eval:.3f}", refresh=False)
             if done % cfg.save_interval == 0 and done < total:
-                save_checkpoint(out, model, tokenizer, opt, sched, done, rows, cfg)
+                save_checkpoint(out, model, tokenizer, opt, sched, done, rows, cfg, session(done))
     finally:
         bar.close()
     seconds = time.time() - t0
 
     if stop < total:
-        if find_checkpoint(out) is None or torch.load(find_checkpoint(out) / STATE_FILE,
-                                                      weights_only=False)["step"] != stop:
-            save_checkpoint(out, model, tokenizer, opt, sched, stop, rows, cfg)
+        save_checkpoint(out, model, tokenizer, opt, sched, stop, rows, cfg, session(stop))
         write_log(rows, out / "training.csv")
         return TrainResult(out, stop, False, _last_eval(rows), n_params, seconds, rows)
 
@@ -342,7 +355,8 @@ def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | Non
     settings["result"] = {"steps": total, "tokens": total * tokens_per_step,
                           "final_eval_loss": _last_eval(rows), "final_train_loss": rows[-1]["train_loss"],
                           "spikes": sum(r["spike"] for r in rows),
-                          "seconds_last_session": round(seconds, 1)}
+                          "seconds": round(sum(s["seconds"] for s in session(total)), 1)}
+    settings["sessions"] = session(total)
     write_text(out / "train_config.json", json.dumps(settings, indent=2) + "\n")
     if not cfg.keep_checkpoint:
         shutil.rmtree(out / CHECKPOINT, ignore_errors=True)
