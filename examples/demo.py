@@ -33,7 +33,7 @@ SHIPPED = ROOT / "examples" / "checkpoints"
 ARMS = ("none", "headwise", "elementwise")
 # The exact `probe train` arguments of the shipped checkpoints (also in examples/checkpoints/README.md
 # and in each checkpoint's train_config.json). --threads 1 makes the result bit-reproducible.
-RECIPE = ["--tokens", "1M", "--seed", "0", "--lr", "3e-3", "--layers", "4", "--width", "128",
+RECIPE = ["--tokens", "3M", "--seed", "0", "--lr", "3e-3", "--layers", "4", "--width", "128",
           "--seq-len", "128", "--batch-size", "16", "--bos", "prepend", "--threads", "1"]
 ANALYSIS_SEQUENCES = 64          # held-out rows of the training length per model
 CLEAR_SINK = 0.3                 # Gu et al.'s epsilon: a head "sinks" when F-Attn > 0.3
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     checkpoints = shipped_checkpoints(Path(args.checkpoints))
     if args.retrain or checkpoints is None:
         why = "--retrain" if args.retrain else "no shipped checkpoints found"
-        print(f"[demo] {why}: training the three arms ({' '.join(RECIPE)}); about 15 minutes on 2 cores")
+        print(f"[demo] {why}: training the three arms ({' '.join(RECIPE)}); about 20 minutes on 2 cores")
         target = out / "checkpoints"
         if probe(["train", "--arm", "all", "--out", str(target), "--force", *RECIPE]) != 0:
             return 1
