@@ -10,6 +10,8 @@ What it returns is the pre-gate attention output: gated models multiply by the g
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
@@ -40,23 +42,74 @@ def attention_with_lse(query, key, value, mask, scale):
 
     query (B, H, T, D); key, value (B, KV, S, D); mask None (causal) or (B|1, 1, T, S).
     """
-    heads, T, S = query.shape[1], query.shape[2], key.shape[2]
+    T, S = query.shape[2], key.shape[2]
     causal = mask is None
     if causal and T != S:
         raise ValueError("probe attention expects a full causal prefill (no KV cache)")
-    bias = additive_mask(mask, query.dtype)
-    if query.device.type == "cpu" and query.dtype in (torch.float32, torch.bfloat16, torch.float16):
+    kernel = fused_kernel(query)
+    if kernel == "cpu-flash":
         # The CPU flash kernel takes grouped K/V as they are: no (B, H, S, D) copy under GQA.
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            query, key, value, 0.0, causal, attn_mask=bias, scale=scale)
+            query, key, value, 0.0, causal, attn_mask=additive_mask(mask, query.dtype), scale=scale)
         return out, lse.float()
-    if query.device.type == "cuda":
-        if bias is not None:
-            bias = bias.expand(query.shape[0], heads, T, S)
-        out, lse, *_ = torch.ops.aten._scaled_dot_product_efficient_attention(
-            query, expand_kv(key, heads), expand_kv(value, heads), bias, True, 0.0, causal, scale=scale)
-        return out, lse[..., :T].float()
-    return chunked_attention_with_lse(query, key, value, bias, scale)
+    if kernel == "cuda-efficient":
+        try:
+            return efficient_attention_with_lse(query, key, value, mask, scale)
+        except torch.OutOfMemoryError:
+            raise
+        except RuntimeError as error:  # a shape or GPU the kernel does not support: same numbers, slower
+            _warn_fallback(error)
+    return chunked_attention_with_lse(query, key, value, additive_mask(mask, query.dtype), scale)
+
+
+def fused_kernel(query: torch.Tensor) -> str | None:
+    """The fused kernel that returns lse for this device and dtype; None: exact blockwise attention."""
+    if query.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return None
+    return {"cpu": "cpu-flash", "cuda": "cuda-efficient"}.get(query.device.type)
+
+
+def _efficient_kernel(*args, **kwargs):
+    return torch.ops.aten._scaled_dot_product_efficient_attention(*args, **kwargs)
+
+
+def efficient_attention_with_lse(query, key, value, mask, scale):
+    """The CUDA memory-efficient kernel, which returns the log-sum-exp next to the output.
+
+    Its contract (checked by tests/test_attention.py against a stand-in on the CPU):
+    - query, key and value have the same number of heads: grouped K/V are repeated here;
+    - a bias is (B, H, T, S) in the query dtype, its rows 16-element aligned (the kernel
+      refuses a misaligned stride; SDPA pads the same way before calling it);
+    - lse comes back padded to a multiple of 32 queries, (B, H, ceil(T / 32) * 32).
+    """
+    B, heads, T, _ = query.shape
+    S = key.shape[2]
+    bias = None if mask is None else aligned_bias(mask, query.dtype).expand(B, heads, T, S)
+    out, lse, *_ = _efficient_kernel(query, expand_kv(key, heads), expand_kv(value, heads), bias,
+                                     True, 0.0, mask is None, scale=scale)
+    return out, lse[..., :T].float()
+
+
+def aligned_bias(mask: torch.Tensor, dtype: torch.dtype, alignment: int = 16) -> torch.Tensor:
+    """additive_mask(mask) stored with its last dimension padded to `alignment` elements."""
+    S = mask.shape[-1]
+    padded = torch.empty(*mask.shape[:-1], -(-S // alignment) * alignment, dtype=dtype, device=mask.device)
+    view = padded[..., :S]
+    if mask.dtype == torch.bool:  # written in place: no second (T, S) float copy
+        return view.zero_().masked_fill_(~mask, float("-inf"))
+    return view.copy_(mask)
+
+
+_fallback_warned = False
+
+
+def _warn_fallback(error: Exception) -> None:
+    global _fallback_warned
+    if not _fallback_warned:
+        _fallback_warned = True
+        warnings.warn("probe: the CUDA memory-efficient attention kernel refused these inputs "
+                      f"({str(error).splitlines()[0]}); using exact blockwise attention instead (slower)",
+                      stacklevel=3)
 
 
 def chunked_attention_with_lse(query, key, value, bias, scale, chunk: int = 256):
