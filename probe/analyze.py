@@ -137,6 +137,9 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
         analysis.interventions = _interventions.run(loaded, dataset, name=name, kinds=interventions,
                                                     batch_size=batch_size, reference=cap, progress=progress)
         analysis.meta["interventions"] = list(_interventions.parse_kinds(interventions))
+        # Who evaluated what: under torchrun each process's share of the intervention passes.
+        analysis.meta["intervention_passes"] = analysis.interventions.attrs["passes"]
+        analysis.meta["intervention_tokens_per_process"] = analysis.interventions.attrs["tokens_per_process"]
     if saver:
         saver.finish()
     return analysis

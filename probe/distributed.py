@@ -11,6 +11,10 @@ the reducers with `torch.distributed` collectives, so the numbers equal a single
   and gathers the python top-k lists (`gathered`) with `all_gather_object`. Counts, maxima and
   histograms are then exactly those of one process; float64 sums differ only in the order of
   addition.
+- `--interventions` passes are shared out the same way: every rank runs its batches under each
+  intervention, and the per-pass loss sums, token counts and zeroed counts are merged with the
+  same `merge_reducers` (two SUM collectives for all the passes together). The settings they
+  use (mean gates, massive-activation thresholds) come from the merged main pass.
 - Every rank returns the merged `Analysis`; only rank 0 writes the run directory and prints.
 
 The backend is NCCL for CUDA devices (each rank takes cuda:LOCAL_RANK) and gloo on the CPU.
@@ -42,6 +46,18 @@ def world() -> tuple[int, int]:
 
 def is_main() -> bool:
     return world()[0] == 0
+
+
+def group() -> tuple[int, int]:
+    """(rank, world size) of the process group that is up, else (0, 1).
+
+    Work may only be shared out over a group that is up: without one, `merge_reducers` is a
+    no-op and each process would keep only its own share (torchrun's environment alone is not
+    enough, unlike for `world`, which only decides who writes)."""
+    dist = _dist()
+    if dist is not None and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def setup(device: str = "cpu") -> tuple[int, int, str]:

@@ -20,6 +20,11 @@ model's own code applies the activation: a wrongly declared layout changes the w
 which `probe check` detects. Each intervention runs once per layer (`layer` = its index) and
 once in every layer at the same time (`layer` = -1). `delta_loss` is the change in held-out
 next-token loss against the unmodified model on the same tokens, computed by the same code.
+
+Under torchrun (a process group that is up) every process runs its share of the batches under
+each intervention, as in the main pass, and the passes' loss sums and counts are merged
+(distributed.py), so the table equals a one-process run; the frame's `attrs` say how many
+passes ran and how many tokens each process evaluated in them.
 """
 from __future__ import annotations
 
@@ -31,10 +36,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from . import attention
+from . import attention, distributed
 from .errors import ProbeError
 from .gates import GateSpec
-from .reducers import LossStats
+from .reducers import I64, LossStats, Reducer
 
 INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero", "massive_zero")
 GATE_INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero")
@@ -175,6 +180,29 @@ class _PassState:
     valid: torch.Tensor | None = None      # (B, T) bool: real tokens of the current batch
 
 
+class PassStats(Reducer):
+    """What one intervention pass measured on this process's batches; `merge_reducers` adds up
+    every process's, so after the merge it describes the whole dataset.
+
+    loss:   next-token loss sums (LossStats: float64 nll, int64 counts)
+    zeroed: () int64, massive activations set to zero, on real tokens
+    tokens: (world,) int64, real tokens each process ran through the model; a process fills only
+            its own slot, so the SUM merge leaves every process's share in every process
+    """
+    summed = ("zeroed", "tokens")
+
+    def __init__(self, rank: int = 0, world: int = 1):
+        self.rank, self.world = rank, world
+        self.loss = LossStats()
+        self.zeroed = torch.zeros((), dtype=I64)
+        self.tokens = torch.zeros(world, dtype=I64)
+
+    def merge(self, other: "PassStats") -> "PassStats":
+        super().merge(other)
+        self.loss.merge(other.loss)
+        return self
+
+
 def zero_massive(layout, thresholds: dict[int, float], state: _PassState, zeroed: dict[int, int]) -> list:
     """Hooks that zero |h| >= threshold in the given layers' outputs, counting real tokens only."""
     regs = []
@@ -208,18 +236,25 @@ def parse_kinds(kinds) -> tuple[str, ...]:
 
 
 def loss_pass(model: nn.Module, dataset, batch_size: int, state: _PassState | None = None) -> float:
-    """Held-out next-token loss over the dataset, batched exactly as `probe.analyze` does."""
+    """Held-out next-token loss over the whole dataset (this process), batched as `probe.analyze` does."""
+    return shard_pass(model, dataset, batch_size, state or _PassState(), PassStats()).loss.loss()
+
+
+def shard_pass(model: nn.Module, dataset, batch_size: int, state: _PassState, out: PassStats) -> PassStats:
+    """Run this process's batches (every out.world-th from out.rank, as the main pass shards them)
+    through the model with whatever hooks are installed, adding the loss and tokens into `out`."""
     dev = next(model.parameters()).device
-    stats = LossStats()
-    state = state or _PassState()
-    with torch.inference_mode():
-        for ids, valid, _ in dataset.batches(batch_size, 0):
-            state.valid = valid
-            ids = ids.to(dev)
-            logits = model(input_ids=ids, use_cache=False).logits
-            stats.update(logits, ids, valid.to(dev))
-    state.valid = None
-    return stats.loss()
+    try:
+        with torch.inference_mode():
+            for ids, valid, _ in dataset.batches(batch_size, 0, rank=out.rank, world=out.world):
+                state.valid = valid                                     # (B, T), for the hooks
+                ids = ids.to(dev)
+                logits = model(input_ids=ids, use_cache=False).logits   # (B, T, V)
+                out.loss.update(logits, ids, valid.to(dev))
+                out.tokens[out.rank] += int(valid.sum())
+    finally:
+        state.valid = None
+    return out
 
 
 def run(loaded, dataset, *, name: str | None = None, kinds=None, batch_size: int = 4,
@@ -230,11 +265,17 @@ def run(loaded, dataset, *, name: str | None = None, kinds=None, batch_size: int
     loaded:    a `probe.load(...)` result (`LoadedModel`).
     dataset:   a `probe.data.Dataset` (held-out token sequences).
     kinds:     which interventions (default all); gate ones are skipped for ungated models.
-    reference: a `Capture` already run over exactly this dataset (probe.analyze passes its own);
-               without one, a first pass measures the loss, mean gates and activation medians.
+    reference: a `Capture` already run over exactly this dataset, and under torchrun already merged
+               over the processes (probe.analyze passes its own), so that the mean gates and the
+               massive-activation thresholds are those of the whole dataset on every process;
+               without one, a first pass (shared out and merged the same way) measures the loss,
+               mean gates and activation medians.
     Returns a frame with columns model, intervention, layer (-1: every layer at once), loss,
     delta_loss, setting (forced gate score, or the massive-activation threshold) and zeroed
-    (massive activations set to zero, counted on real tokens).
+    (massive activations set to zero, counted on real tokens). Its `attrs` hold "passes" (passes
+    over the data that ran) and "tokens_per_process" (real tokens each process evaluated in
+    them; one entry per process of the group, summing to passes x dataset tokens).
+    Under a process group every process must call this with the same arguments (collectives).
     """
     from .capture import Capture
 
@@ -242,14 +283,18 @@ def run(loaded, dataset, *, name: str | None = None, kinds=None, batch_size: int
     model, layout = loaded.model, loaded.layout
     validate_gate(layout)
     name = name or (str(loaded.path).rstrip("/").rsplit("/", 1)[-1] if loaded.path else type(model).__name__)
+    rank, world = distributed.group()
     if reference is None:
         reference = Capture(model, layout)
         dev = next(model.parameters()).device
         with torch.inference_mode(), reference:
-            for ids, valid, seq_index in dataset.batches(batch_size, 0):
+            for ids, valid, seq_index in dataset.batches(batch_size, 0, rank=rank, world=world):
                 ids, valid = ids.to(dev), valid.to(dev)
                 with reference.batch(ids, valid, seq_index.to(dev)):
                     reference.observe_logits(model(input_ids=ids, use_cache=False).logits)
+        distributed.merge_reducers(reference.reducers())    # global statistics; no-op in one process
+    else:
+        _check_reference(reference, dataset, batch_size)
     base = reference.loss.loss()
     rows = [dict(model=name, intervention="none", layer=ALL_LAYERS, loss=base, delta_loss=0.0,
                  setting=math.nan, zeroed=math.nan)]
@@ -271,27 +316,53 @@ def run(loaded, dataset, *, name: str | None = None, kinds=None, batch_size: int
                 todo.append((kind, label, layers, None, {i: thresholds[i] for i in layers}))
 
     state = _PassState()
-    done: dict[tuple, tuple[float, int]] = {}
-    bar = _bar(len(todo), name) if progress else None
+    # (kind, layers) -> this process's share of the pass; None: skipped, nothing would change.
+    done: dict[tuple, PassStats | None] = {}
+    bar = _bar(len(todo), name) if progress and rank == 0 else None
     with probe_attention(model):
-        for kind, label, layers, scores, thresholds in todo:
+        for kind, _, layers, scores, thresholds in todo:
             key = (kind, tuple(layers))
             if key not in done:               # a model with one gated layer: "all" = that layer
-                done[key] = _one_pass(model, layout, dataset, batch_size, reference, base, state,
-                                      layers, scores, thresholds)
-            loss, zeroed = done[key]
-            if scores is not None:
-                values = set(scores.values())
-                setting = values.pop() if len(values) == 1 else math.nan
-            else:
-                setting = thresholds[layers[0]] if len(layers) == 1 else math.nan
-            rows.append(dict(model=name, intervention=kind, layer=label, loss=loss, delta_loss=loss - base,
-                             setting=setting, zeroed=zeroed))
+                done[key] = _one_pass(model, layout, dataset, batch_size, reference, state, layers,
+                                      scores, thresholds, PassStats(rank, world))
             if bar is not None:
                 bar.update()
     if bar is not None:
         bar.close()
-    return pd.DataFrame(rows, columns=COLUMNS)
+    # Every process ran the same passes in the same order (the skips depend on merged statistics
+    # only), so one merge adds up all of them: two collectives, float64 and int64.
+    ran = [s for s in done.values() if s is not None]
+    distributed.merge_reducers(ran)
+
+    for kind, label, layers, scores, thresholds in todo:
+        stats = done[(kind, tuple(layers))]
+        loss = base if stats is None else stats.loss.loss()
+        if scores is not None:
+            values = set(scores.values())
+            setting = values.pop() if len(values) == 1 else math.nan
+            zeroed = math.nan
+        else:
+            setting = thresholds[layers[0]] if len(layers) == 1 else math.nan
+            zeroed = 0 if stats is None else int(stats.zeroed)
+        rows.append(dict(model=name, intervention=kind, layer=label, loss=loss, delta_loss=loss - base,
+                         setting=setting, zeroed=zeroed))
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame.attrs["passes"] = len(ran)
+    frame.attrs["tokens_per_process"] = sum((s.tokens for s in ran), torch.zeros(world, dtype=I64)).tolist()
+    return frame
+
+
+def _check_reference(reference, dataset, batch_size: int) -> None:
+    """Refuse a reference Capture that did not see this whole dataset, such as one process's
+    share under torchrun that was never merged: its mean gates, thresholds and loss would be
+    that share's, and every intervention would be measured against them."""
+    # LossStats scores the pair (t, t + 1) when position t + 1 is real: count those, no model.
+    expected = sum(int(valid[:, 1:].sum()) for _, valid, _ in dataset.batches(batch_size, 0))
+    seen = int(reference.loss.count) + int(reference.loss.nonfinite)
+    if seen != expected:
+        raise ProbeError(f"the reference Capture scored {seen} next-token pairs, this dataset has "
+                         f"{expected}: run it over exactly this dataset (under torchrun, merge it "
+                         "first with probe.distributed.merge_reducers(capture.reducers()))")
 
 
 def _scopes(layers: list[int], per_layer: bool, all_layers: bool) -> list[tuple[int, list[int]]]:
@@ -302,20 +373,23 @@ def _scopes(layers: list[int], per_layer: bool, all_layers: bool) -> list[tuple[
     return scopes
 
 
-def _one_pass(model, layout, dataset, batch_size, reference, base, state, layers, scores, thresholds):
-    """(loss, zeroed) of one intervention pass; zeroed is NaN for gate interventions."""
+def _one_pass(model, layout, dataset, batch_size, reference, state, layers, scores, thresholds,
+              out: PassStats) -> PassStats | None:
+    """This process's share of one intervention pass, or None when it cannot change anything."""
     if scores is not None:
         regs = set_gate_logits(layout, {i: gate_logit(layout.gate.activation, s) for i, s in scores.items()})
         with installed(regs):
-            return loss_pass(model, dataset, batch_size, state), math.nan
+            return shard_pass(model, dataset, batch_size, state, out)
     if all(reference.massive[(i, "resid_post")].max_abs() < thresholds[i] for i in layers):
         # The layers upstream of the first touched one are unmodified, so every touched layer
         # sees the reference pass's activations: none reaches its threshold, nothing changes.
-        return base, 0
+        # (max_abs is the merged maximum, so every process skips the same passes.)
+        return None
     zeroed: dict[int, int] = {}
     with installed(zero_massive(layout, thresholds, state, zeroed)):
-        loss = loss_pass(model, dataset, batch_size, state)
-    return loss, sum(zeroed.values())
+        shard_pass(model, dataset, batch_size, state, out)
+    out.zeroed += sum(zeroed.values())
+    return out
 
 
 def _bar(total: int, name: str):

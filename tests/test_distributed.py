@@ -1,11 +1,14 @@
-"""The same command under torchrun (2 processes, gloo, CPU) gives the numbers of one process."""
+"""The same command under torchrun (2 processes, gloo, CPU) gives the numbers of one process,
+interventions included, with every process evaluating only its share of the batches."""
 from __future__ import annotations
 
 import json
 import os
+import runpy
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -13,12 +16,15 @@ import torch
 
 import tiny
 from probe.cli import main
+from probe.data import build_dataset
 from probe.reducers import GateStats, MaxAbsStats
 
 TABLES = ("gates", "gate_hist", "first_token", "first_token_buckets", "massive", "massive_top",
           "sparsity", "attention_patterns")
 # Columns that hold float64 sums divided by counts: equal up to the order of addition.
 MEANS = 1e-6
+# Intervention losses and mean-gate settings are float64 sums divided by counts too.
+LOSSES = 1e-9
 
 
 def free_port() -> int:
@@ -27,18 +33,41 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_torchrun_two_processes_equal_one(checkpoint, text_file, tmp_path):
+def torchrun(*args: str) -> subprocess.CompletedProcess:
+    """`torchrun --nproc-per-node 2 ARGS` on the CPU (gloo), one thread per process."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "--master-addr", "127.0.0.1", "--master-port", str(free_port()), *args],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run
+
+
+def shard_tokens(dataset, batch_size: int, world: int) -> list[int]:
+    """Real tokens in each rank's batches, counted from the batches themselves."""
+    return [sum(int(valid.sum()) for _, valid, _ in dataset.batches(batch_size, rank=r, world=world))
+            for r in range(world)]
+
+
+def assert_same_interventions(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    """Equal tables: losses and settings within LOSSES relative (NaN where the other is NaN),
+    names, layers and zeroed counts exactly."""
+    assert list(a.columns) == list(b.columns) and len(a) == len(b)
+    for col in ("loss", "delta_loss", "setting"):
+        close = (a[col] - b[col]).abs() <= LOSSES * a[col].abs()
+        assert (close | (a[col].isna() & b[col].isna())).all(), (col, a[col] - b[col])
+    rest = ["model", "intervention", "layer", "zeroed"]
+    assert a[rest].equals(b[rest]), (a[rest], b[rest])
+
+
+def test_torchrun_two_processes_equal_one(checkpoint, loaded, text_file, tmp_path):
     ckpt = str(checkpoint("official_headwise"))
-    args = ["analyze", ckpt, "--data", str(text_file), "--seq-len", "32", "--batch-size", "2", "--quiet"]
+    args = ["analyze", ckpt, "--data", str(text_file), "--seq-len", "32", "--batch-size", "2", "--quiet",
+            "--interventions", "all"]
     one, two = tmp_path / "one", tmp_path / "two"
     with tiny.single_thread():                           # each torchrun worker has one thread too
         assert main([*args, "--out", str(one)]) == 0
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                          "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
-                          "-m", "probe", *args, "--out", str(two)],
-                         capture_output=True, text=True, timeout=300, env=env)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run = torchrun("-m", "probe", *args, "--out", str(two))
     assert run.stdout.count("wrote ") == 1                 # only rank 0 writes and prints
 
     meta1, meta2 = (json.loads((d / "meta.json").read_text()) for d in (one, two))
@@ -64,6 +93,68 @@ def test_torchrun_two_processes_equal_one(checkpoint, text_file, tmp_path):
     for key in ("mean_gate", "f_attn", "f_attn_paper", "m_act", "loss", "sink_rate"):
         assert s2[key] == pytest.approx(s1[key], abs=MEANS), key
     assert s1["tokens"] == s2["tokens"]
+
+    # Interventions: the same table, from passes shared out over the two processes.
+    a, b = pd.read_csv(one / "interventions.csv"), pd.read_csv(two / "interventions.csv")
+    assert_same_interventions(a, b)
+    assert (a.intervention == "mean_gate").sum() == 5 and (a.delta_loss != 0).sum() >= 15
+    passes = meta1["intervention_passes"]
+    assert passes == meta2["intervention_passes"] == 15    # mean_gate, gate_one, gate_zero x (4 layers + all)
+    dataset = build_dataset(str(text_file), loaded("official_headwise").tokenizer, seq_len=32)
+    assert dataset.tokens == meta1["tokens"]
+    assert meta1["intervention_tokens_per_process"] == [passes * dataset.tokens]
+    # Each rank ran exactly its own batches in every pass, not the whole dataset.
+    shares = shard_tokens(dataset, 2, 2)
+    assert 0 < min(shares) and sum(shares) == dataset.tokens
+    assert meta2["intervention_tokens_per_process"] == [passes * n for n in shares]
+
+
+# interventions.run on its own (no Capture passed in), with thresholds low enough that the tiny
+# model has massive activations to zero. Run by torchrun (2 processes) and in this process (1).
+MASSIVE_SCRIPT = """
+import json, sys
+import torch
+torch.set_num_threads(1)
+import probe
+from probe import distributed, interventions
+from probe.data import build_dataset
+
+ckpt, data, out = sys.argv[1:]
+distributed.setup()
+loaded = probe.load(ckpt)
+dataset = build_dataset(data, loaded.tokenizer, seq_len=32)
+frame = interventions.run(loaded, dataset, kinds="mean_gate,massive_zero", batch_size=2,
+                          massive_min_abs=0.0, massive_ratio=4.0)
+if distributed.is_main():
+    frame.to_csv(out + ".csv", index=False)
+    with open(out + ".json", "w") as f:
+        json.dump(frame.attrs, f)
+distributed.finish()
+"""
+
+
+def test_torchrun_interventions_use_merged_statistics(checkpoint, loaded, text_file, tmp_path, monkeypatch):
+    """The mean gates and massive thresholds are those of the whole dataset (a rank's own would
+    change `setting`, `zeroed` and the losses), and each rank zeroes only in its own batches."""
+    script = tmp_path / "massive.py"
+    script.write_text(MASSIVE_SCRIPT)
+    ckpt = str(checkpoint("official_headwise"))
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    monkeypatch.setattr(sys, "argv", [str(script), ckpt, str(text_file), one])
+    with tiny.single_thread():
+        runpy.run_path(str(script), run_name="__main__")
+    torchrun(str(script), ckpt, str(text_file), two)
+
+    a, b = pd.read_csv(one + ".csv"), pd.read_csv(two + ".csv")
+    assert_same_interventions(a, b)
+    massive = a[a.intervention == "massive_zero"]
+    assert (massive.zeroed > 0).all() and (massive.delta_loss != 0).all()   # something was zeroed
+    attrs1, attrs2 = (json.loads(Path(p + ".json").read_text()) for p in (one, two))
+    dataset = build_dataset(str(text_file), loaded("official_headwise").tokenizer, seq_len=32)
+    passes = attrs1["passes"]
+    assert passes == attrs2["passes"] == 10                  # (4 layers + all) x 2 kinds
+    assert attrs1["tokens_per_process"] == [passes * dataset.tokens]
+    assert attrs2["tokens_per_process"] == [passes * n for n in shard_tokens(dataset, 2, 2)]
 
 
 def test_merge_gathers_top_k_and_reduces_min_max():

@@ -105,6 +105,40 @@ def test_gate_zero_in_one_layer_equals_a_zeroed_output_projection(frame, officia
         assert pick(frame, "gate_zero", layer).loss == pytest.approx(expected, abs=2e-5)
 
 
+def test_attrs_count_passes_and_tokens(frame, dataset):
+    # 3 gate kinds x (4 layers + all); massive_zero is skipped: tiny models have no |h| >= 100.
+    assert frame.attrs["passes"] == 15
+    assert frame.attrs["tokens_per_process"] == [15 * dataset.tokens]
+
+
+def test_shards_merge_to_the_whole_pass(official, dataset):
+    """Each rank's share of a pass (every world-th batch), merged, is the one-process pass: the
+    arithmetic torchrun relies on (the collectives themselves run in test_distributed.py)."""
+    state = interventions._PassState()
+    whole = interventions.shard_pass(official.model, dataset, 1, state, interventions.PassStats())
+    shares = [interventions.shard_pass(official.model, dataset, 1, state, interventions.PassStats(r, 2))
+              for r in range(2)]
+    n = [dataset.shard_tokens(1, r, 2) for r in range(2)]
+    assert min(n) > 0
+    # A rank counts its tokens in its own slot only, so the SUM merge keeps every rank's share.
+    assert shares[0].tokens.tolist() == [n[0], 0] and shares[1].tokens.tolist() == [0, n[1]]
+    merged = shares[0].merge(shares[1])
+    assert merged.tokens.tolist() == n and sum(n) == int(whole.tokens.sum()) == dataset.tokens
+    assert int(merged.loss.count) == int(whole.loss.count)
+    assert merged.loss.loss() == pytest.approx(whole.loss.loss(), rel=1e-12)
+
+
+def test_reference_of_part_of_the_data_is_one_clear_error(official, dataset):
+    """E.g. one process's share under torchrun, never merged: its statistics are not the data's."""
+    cap = probe.Capture(official.model, official.layout)
+    with torch.inference_mode(), cap:
+        for ids, valid, seq in dataset.batches(1, rank=0, world=2):
+            with cap.batch(ids, valid, seq):
+                cap.observe_logits(official.model(input_ids=ids, use_cache=False).logits)
+    with pytest.raises(probe.ProbeError, match=r"scored \d+ next-token pairs, this dataset has \d+: .*merge_reducers"):
+        interventions.run(official, dataset, reference=cap)
+
+
 def test_mean_gate_setting_is_the_layer_mean(frame, official, dataset):
     cap = probe.Capture(official.model, official.layout)
     with torch.inference_mode(), cap:
@@ -170,6 +204,8 @@ def test_analyze_writes_interventions_csv(checkpoint, text_file, tmp_path):
     assert frame.loss.iloc[0] == pytest.approx(summary["loss"], abs=1e-12)
     meta = json.loads((out / "meta.json").read_text())
     assert meta["interventions"] == ["gate_one", "gate_zero"]
+    assert meta["intervention_passes"] == 2                     # "all" reuses layer 3's pass
+    assert meta["intervention_tokens_per_process"] == [2 * meta["tokens"]]
 
 
 def test_hooks_are_removed_when_an_intervention_pass_fails(official, dataset, monkeypatch):
