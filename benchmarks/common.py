@@ -20,12 +20,14 @@ MODEL = dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=768, num_hidde
 MODEL_TEXT = "tiny Qwen3: hidden 256, 4 layers, 8 query heads, 2 KV heads (GQA), head_dim 32, vocab 1024"
 
 
-def build_model(attn: str = "sdpa", dtype: str = "float32"):
+def build_model(attn: str = "sdpa", dtype: str = "float32", **overrides):
+    """The tiny model, seeded; `overrides` change MODEL's entries (overhead.py: no GQA)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    model = Qwen3ForCausalLM(Qwen3Config(**MODEL, attn_implementation=attn)).eval()
+    config = Qwen3Config(**{**MODEL, **overrides}, attn_implementation=attn)
+    model = Qwen3ForCausalLM(config).eval()
     return model.to(getattr(torch, dtype))
 
 

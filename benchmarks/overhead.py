@@ -5,36 +5,24 @@ prints the time and the peak memory added by:
   plain   - a Hugging Face SDPA forward, no hooks
   probe   - probe's full analysis pass (gates, F-Attn, M-Act, sparsity, loss), via Capture
   eager   - Hugging Face eager attention with output_attentions=True (T x T per layer)
-as ratios against `plain`. Each measurement runs in its own process so that peak RSS is
-its own; one thread, best of `--repeat` runs.
+as ratios against `plain`. Each measurement runs in its own niced process (common.run_child)
+so that peak RSS is its own; one thread, best of `--repeat` runs.
 
-    python benchmarks/overhead.py [--lengths 512 2048 8192] [--repeat 3]
+    python benchmarks/overhead.py [--lengths 512 2048 8192] [--repeat 3] [--memory-gb 16]
 """
 from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
 import sys
-import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import build_model, child_args, run_child, timed, token_ids  # noqa: E402
 
 METHODS = ("plain", "probe", "eager")
-
-
-def build_model():
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=1024, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-                         num_attention_heads=8, num_key_value_heads=8, head_dim=32,
-                         max_position_embeddings=65536, attn_implementation="sdpa")
-    return Qwen3ForCausalLM(config).eval()
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# The README's table was measured on the common model with one KV head per query head (no GQA).
+KV_HEADS = 8
 
 
 def measure(method: str, T: int, repeat: int) -> dict:
@@ -44,8 +32,8 @@ def measure(method: str, T: int, repeat: int) -> dict:
     from probe.load import describe
 
     torch.set_num_threads(1)
-    model = build_model()
-    ids = torch.randint(0, 1024, (1, T), generator=torch.Generator().manual_seed(0))
+    model = build_model(num_key_value_heads=KV_HEADS)
+    ids = token_ids(T)
     layout = describe(model)
 
     def plain():
@@ -64,25 +52,8 @@ def measure(method: str, T: int, repeat: int) -> dict:
 
     fn = {"plain": plain, "probe": probed, "eager": eager}[method]
     with torch.inference_mode():
-        base = peak_rss_mb()
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-    return {"method": method, "T": T, "seconds": min(times), "peak_mb": peak_rss_mb() - base}
-
-
-def run_child(method: str, T: int, repeat: int, timeout: float) -> dict:
-    cmd = [sys.executable, __file__, "--child", method, str(T), "--repeat", str(repeat)]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"method": method, "T": T, "error": f"over {timeout:.0f} s"}
-    if out.returncode != 0:
-        reason = "out of memory" if out.returncode in (-9, 137) else out.stderr.strip().splitlines()[-1:]
-        return {"method": method, "T": T, "error": str(reason)}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+        seconds, peak_mb = timed(fn, repeat)
+    return {"method": method, "T": T, "seconds": seconds, "peak_mb": peak_mb}
 
 
 def main() -> None:
@@ -90,14 +61,14 @@ def main() -> None:
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 8192])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=600)
-    parser.add_argument("--child", nargs=2, metavar=("METHOD", "T"), help=argparse.SUPPRESS)
+    # eager at T = 8192 adds ~11 GB of RSS; its address space is somewhat larger.
+    parser.add_argument("--memory-gb", type=float, default=16, help="address-space cap per process")
     args = parser.parse_args()
-    if args.child:
-        print(json.dumps(measure(args.child[0], int(args.child[1]), args.repeat)))
-        return
     print(f"{'T':>6} {'method':>6} {'time s':>8} {'x plain':>8} {'peak MB':>9} {'x plain':>8}")
     for T in args.lengths:
-        rows = {m: run_child(m, T, args.repeat, args.timeout) for m in METHODS}
+        rows = {m: run_child(__file__, {"method": m, "T": T, "repeat": args.repeat}, args.timeout,
+                             args.memory_gb)
+                for m in METHODS}
         plain = rows["plain"]
         for m, r in rows.items():
             if "error" in r:
@@ -109,4 +80,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    spec = child_args()
+    if spec is not None:
+        print(json.dumps(measure(spec["method"], spec["T"], spec["repeat"])))
+    else:
+        main()

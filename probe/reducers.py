@@ -149,29 +149,63 @@ class LogHistogram(Reducer):
         return lo * (hi / lo) ** share
 
 
-class GateStats(Reducer):
-    """Gate scores of one layer, per head, for the first token and for the rest."""
+class GroupedGateStats(Reducer):
+    """Gate-score state kept per (group, head), and the metrics read from it.
+
+    Shared by GateStats (groups: first token / rest) and token_types.TokenGroupGateStats
+    (groups: token types), so both report the same metrics computed the same way.
+    """
 
     LOW = (0.01, 0.1, 0.5)
     HIGH = (0.9, 0.99)
-    BINS = 50
-    GROUPS = ("first", "rest")
-    BLOCK = 1 << 22             # elements per update step: bounds the temporaries at long T
-    summed = ("count", "nonfinite", "total", "total_sq", "below", "above", "hist")
+    summed = ("count", "nonfinite", "total", "total_sq", "below", "above")
     minimum = ("low",)
     maximum = ("high",)
 
-    def __init__(self, heads: int, device="cpu"):
-        g = len(self.GROUPS)
+    def _init_state(self, groups: int, heads: int, device) -> None:
         self.heads = heads
-        self.count = torch.zeros(g, heads, dtype=I64, device=device)
-        self.nonfinite = torch.zeros(g, heads, dtype=I64, device=device)
-        self.total = torch.zeros(g, heads, dtype=F64, device=device)
-        self.total_sq = torch.zeros(g, heads, dtype=F64, device=device)
-        self.low = torch.full((g, heads), math.inf, dtype=F64, device=device)
-        self.high = torch.full((g, heads), -math.inf, dtype=F64, device=device)
-        self.below = torch.zeros(g, heads, len(self.LOW), dtype=I64, device=device)
-        self.above = torch.zeros(g, heads, len(self.HIGH), dtype=I64, device=device)
+        self.count = torch.zeros(groups, heads, dtype=I64, device=device)
+        self.nonfinite = torch.zeros(groups, heads, dtype=I64, device=device)
+        self.total = torch.zeros(groups, heads, dtype=F64, device=device)
+        self.total_sq = torch.zeros(groups, heads, dtype=F64, device=device)
+        self.low = torch.full((groups, heads), math.inf, dtype=F64, device=device)
+        self.high = torch.full((groups, heads), -math.inf, dtype=F64, device=device)
+        self.below = torch.zeros(groups, heads, len(self.LOW), dtype=I64, device=device)
+        self.above = torch.zeros(groups, heads, len(self.HIGH), dtype=I64, device=device)
+
+    def _metrics(self, pool: slice | None = None) -> dict[str, torch.Tensor]:
+        """count, mean, std, min, max and the threshold fractions, in float64.
+
+        Per (group, head) when `pool` is None; per head over the groups `pool` selects otherwise.
+        Where the count is 0 the values are NaN or meaningless: callers blank them.
+        """
+        count, total, total_sq = self.count, self.total, self.total_sq
+        low, high, below, above = self.low, self.high, self.below, self.above
+        if pool is not None:
+            count, total, total_sq = count[pool].sum(0), total[pool].sum(0), total_sq[pool].sum(0)
+            low, high = low[pool].amin(0), high[pool].amax(0)
+            below, above = below[pool].sum(0), above[pool].sum(0)
+        n = count.double()
+        mean = total / n
+        var = (total_sq / n - mean ** 2).clamp_min(0)
+        metrics = {"count": n, "mean": mean, "std": var.sqrt(), "min": low, "max": high}
+        for i, t in enumerate(self.LOW):
+            metrics[f"frac_lt_{t}"] = below[..., i] / n
+        for i, t in enumerate(self.HIGH):
+            metrics[f"frac_gt_{t}"] = above[..., i] / n
+        return metrics
+
+
+class GateStats(GroupedGateStats):
+    """Gate scores of one layer, per head, for the first token and for the rest."""
+
+    BINS = 50
+    GROUPS = ("first", "rest")
+    BLOCK = 1 << 22             # elements per update step: bounds the temporaries at long T
+    summed = (*GroupedGateStats.summed, "hist")
+
+    def __init__(self, heads: int, device="cpu"):
+        self._init_state(len(self.GROUPS), heads, device)
         self.hist = torch.zeros(heads, self.BINS, dtype=I64, device=device)
 
     def update(self, first: torch.Tensor, rest: torch.Tensor) -> None:
@@ -226,17 +260,8 @@ class GateStats(Reducer):
         out = []
         groups = {"all": slice(None), "first": slice(0, 1), "rest": slice(1, 2)}
         for name, sel in groups.items():
-            n = self.count[sel].sum(0).double()                               # (H,)
-            mean = self.total[sel].sum(0) / n
-            var = (self.total_sq[sel].sum(0) / n - mean ** 2).clamp_min(0)
-            metrics = {
-                "count": n, "mean": mean, "std": var.sqrt(),
-                "min": self.low[sel].amin(0), "max": self.high[sel].amax(0),
-            }
-            for i, t in enumerate(self.LOW):
-                metrics[f"frac_lt_{t}"] = self.below[sel, :, i].sum(0) / n
-            for i, t in enumerate(self.HIGH):
-                metrics[f"frac_gt_{t}"] = self.above[sel, :, i].sum(0) / n
+            metrics = self._metrics(sel)                                      # (H,) each
+            n = metrics["count"]
             for metric, values in metrics.items():
                 for head, value in enumerate(values.tolist()):
                     if n[head] == 0 and metric != "count":
@@ -350,7 +375,7 @@ class MaxAbsStats(Reducer):
             finite = torch.isfinite(a)
             self.nonfinite += (~finite).sum()
             a = a.masked_fill(~finite, -1.0)                         # never selected, never counted
-            self.hist.update(a[finite])
+            self.hist.update(h)                      # counts the non-finite apart, as self.nonfinite
             self.count += finite.sum()
             row_max = a.amax(1)
         # The k largest elements lie in the k rows with the largest row maxima: O(N C) once,

@@ -21,13 +21,7 @@ from torch import nn
 
 from .errors import ProbeError
 from .load import LoadedModel, describe
-from .models.official_qwen3 import (
-    ALL_ATTENTION_FUNCTIONS,
-    OfficialGatedQwen3Attention,
-    apply_rotary_pos_emb,
-    eager_attention_forward,
-    official_gate_granularity,
-)
+from .models.official_qwen3 import OfficialGatedQwen3Attention, official_gate_granularity
 
 # Set on the config by reorder_official_q_proj: how q_proj is laid out now, and what the gate was.
 LAYOUT_ATTR = "probe_q_proj_layout"
@@ -59,33 +53,16 @@ def grouped_to_interleaved(t: torch.Tensor, heads: int, kv_heads: int, head_dim:
 
 
 class InterleavedGatedQwen3Attention(OfficialGatedQwen3Attention):
-    """The official gated attention, reading q_proj per head as [D query | D gate] rows."""
+    """The official gated attention, reading q_proj per head as [D query | D gate] rows.
 
-    def forward(self, hidden_states, position_embeddings, attention_mask, cache=None, **kwargs):
-        lead = hidden_states.shape[:-1]                          # (B, T)
+    Only the split differs; the forward (and so the numbers) is the official one.
+    """
+
+    def split_query_gate(self, projected: torch.Tensor):
         # (B, T, H, 2D) -> queries (B, T, H, D) and gate logits (B, T, H, D)
-        query, gate = self.q_proj(hidden_states).view(*lead, self.num_heads, 2 * self.head_dim).split(
-            [self.head_dim, self.head_dim], dim=-1)
-
-        hidden_shape = (*lead, -1, self.head_dim)
-        query_states = self.q_norm(query).transpose(1, 2)        # (B, H, T, D)
-        key_states = self.k_norm(self.k_proj(hidden_states).view(hidden_shape)).transpose(1, 2)
-        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        cos, sin = position_embeddings
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
-        if cache is not None:
-            key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
-
-        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
-                                                          eager_attention_forward)
-        attn_output, attn_weights = attention(
-            self, query_states, key_states, value_states, attention_mask,
-            dropout=0.0 if not self.training else self.attention_dropout,
-            scaling=self.scaling, sliding_window=self.sliding_window, **kwargs,
-        )
-        attn_output = attn_output * torch.sigmoid(gate)         # (B, T, H, D)
-        attn_output = attn_output.reshape(*lead, -1).contiguous()
-        return self.o_proj(attn_output), attn_weights
+        per_head = projected.view(*projected.shape[:-1], self.num_heads, 2 * self.head_dim)
+        query, gate = per_head.split([self.head_dim, self.head_dim], dim=-1)
+        return query, gate
 
 
 def _attention_modules(model: nn.Module) -> list[nn.Module]:

@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 
 from .errors import ProbeError
-from .reducers import F64, I64, Reducer
+from .reducers import F64, I64, GroupedGateStats
 
 BUILTIN = ("first", "special", "whitespace", "digits", "punctuation", "word_start", "word_piece", "other")
 SPACE_MARKERS = ("Ġ", "▁", "Ċ", "ĉ")      # byte-level BPE and sentencepiece word-boundary markers
@@ -174,30 +174,18 @@ def resolve_members(group: str, members: list, tokenizer, vocab_size: int) -> li
     return sorted(set(ids))
 
 
-class TokenGroupGateStats(Reducer):
+class TokenGroupGateStats(GroupedGateStats):
     """Gate scores of one layer per (group, head); a position may count in several groups.
 
     Non-finite scores are left out and counted in `nonfinite`.
     """
 
-    LOW = (0.01, 0.1, 0.5)
-    HIGH = (0.9, 0.99)
-    summed = ("tokens", "count", "nonfinite", "total", "total_sq", "below", "above")
-    minimum = ("low",)
-    maximum = ("high",)
+    summed = ("tokens", *GroupedGateStats.summed)
 
     def __init__(self, heads: int, names, device="cpu"):
-        g = len(names)
-        self.names, self.heads = list(names), heads
-        self.tokens = torch.zeros(g, dtype=I64, device=device)
-        self.count = torch.zeros(g, heads, dtype=I64, device=device)
-        self.nonfinite = torch.zeros(g, heads, dtype=I64, device=device)
-        self.total = torch.zeros(g, heads, dtype=F64, device=device)
-        self.total_sq = torch.zeros(g, heads, dtype=F64, device=device)
-        self.low = torch.full((g, heads), math.inf, dtype=F64, device=device)
-        self.high = torch.full((g, heads), -math.inf, dtype=F64, device=device)
-        self.below = torch.zeros(g, heads, len(self.LOW), dtype=I64, device=device)
-        self.above = torch.zeros(g, heads, len(self.HIGH), dtype=I64, device=device)
+        self.names = list(names)
+        self._init_state(len(self.names), heads, device)
+        self.tokens = torch.zeros(len(self.names), dtype=I64, device=device)
 
     def update(self, scores: torch.Tensor, groups: torch.Tensor) -> None:
         """scores: (N, H, Dg) gate scores; groups: (N, G) bool membership of each position."""
@@ -237,15 +225,8 @@ class TokenGroupGateStats(Reducer):
     def rows(self) -> list[dict]:
         """Tidy rows (token_type, head, metric, value)."""
         out = []
-        n = self.count.double()
-        mean = self.total / n
-        var = (self.total_sq / n - mean ** 2).clamp_min(0)
-        metrics = {"tokens": self.tokens[:, None].expand(-1, self.heads).double(), "count": n,
-                   "mean": mean, "std": var.sqrt(), "min": self.low, "max": self.high}
-        for i, t in enumerate(self.LOW):
-            metrics[f"frac_lt_{t}"] = self.below[:, :, i] / n
-        for i, t in enumerate(self.HIGH):
-            metrics[f"frac_gt_{t}"] = self.above[:, :, i] / n
+        metrics = {"tokens": self.tokens[:, None].expand(-1, self.heads).double(), **self._metrics()}
+        n = metrics["count"]                                                # (G, H)
         for g, name in enumerate(self.names):
             if int(self.tokens[g]) == 0 and name in BUILTIN:
                 continue                       # absent built-in types; user groups always show

@@ -282,7 +282,8 @@ def _config(kind: str, cfg_overrides: dict):
     raise ValueError(f"unknown kind {kind!r}; expected one of {KINDS + EXTRA_KINDS}")
 
 
-_MODEL_CLASS = {
+# The class each Hugging Face kind is built with; AutoModelForCausalLM must load it back as such.
+MODEL_CLASS = {
     "qwen3_next": "Qwen3NextForCausalLM",
     "qwen3_5": "Qwen3_5ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
@@ -415,11 +416,11 @@ def _build_hf(kind, *, seed, overrides, gate_shift=DEFAULT_GATE_SHIFT):
     if kind == "qwen3_5_vl":
         return _wrap_qwen3_5_vl(_build_hf("qwen3_5", seed=seed, overrides=overrides,
                                           gate_shift=gate_shift))
-    if kind not in _MODEL_CLASS:
+    if kind not in MODEL_CLASS:
         raise ValueError(f"unknown kind {kind!r}; expected one of {KINDS + EXTRA_KINDS}")
     config = _config(kind, overrides)
     torch.manual_seed(seed)
-    model = getattr(tf, _MODEL_CLASS[kind])(config).eval()
+    model = getattr(tf, MODEL_CLASS[kind])(config).eval()
     with torch.no_grad():
         if kind in ("qwen3", "qwen3_next", "qwen3_5"):
             _sharpen_qk_norm(model, zero_centred=kind != "qwen3", seed=seed)

@@ -50,14 +50,23 @@ class OfficialGatedQwen3Attention(Qwen3Attention):
         if not getattr(config, "use_qk_norm", True):
             self.q_norm, self.k_norm = nn.Identity(), nn.Identity()
 
+    def split_query_gate(self, projected: torch.Tensor):
+        """q_proj output (B, T, rows) -> queries (B, T, H, D) and gate logits (B, T, H, Dg).
+
+        The one place that knows the row layout: probe.reorder overrides it for the per-head
+        order, so both layouts share the forward below.
+        """
+        lead = projected.shape[:-1]
+        group = self.num_heads // self.num_kv_heads
+        # (B, T, KV, G*D + G*Dg): each KV group holds its G query heads, then their G gates.
+        grouped = projected.view(*lead, self.num_kv_heads, -1)
+        query, gate = grouped.split([group * self.head_dim, group * self.gate_dim], dim=-1)
+        return (query.reshape(*lead, self.num_heads, self.head_dim),
+                gate.reshape(*lead, self.num_heads, self.gate_dim))
+
     def forward(self, hidden_states, position_embeddings, attention_mask, cache=None, **kwargs):
         lead = hidden_states.shape[:-1]                          # (B, T)
-        group = self.num_heads // self.num_kv_heads
-        # (B, T, KV, G*D + G*Dg) -> queries (B, T, H, D) and gate logits (B, T, H, Dg)
-        grouped = self.q_proj(hidden_states).view(*lead, self.num_kv_heads, -1)
-        query, gate = grouped.split([group * self.head_dim, group * self.gate_dim], dim=-1)
-        query = query.reshape(*lead, self.num_heads, self.head_dim)
-        gate = gate.reshape(*lead, self.num_heads, self.gate_dim)
+        query, gate = self.split_query_gate(self.q_proj(hidden_states))
 
         hidden_shape = (*lead, -1, self.head_dim)
         query_states = self.q_norm(query).transpose(1, 2)        # (B, H, T, D)
@@ -75,7 +84,7 @@ class OfficialGatedQwen3Attention(Qwen3Attention):
             dropout=0.0 if not self.training else self.attention_dropout,
             scaling=self.scaling, sliding_window=self.sliding_window, **kwargs,
         )
-        # attn_output (B, T, H, D): the gate scales each head (headwise) or element.
+        # attn_output (B, T, H, D): the gate (Dg = 1 or D) scales each head or each element.
         attn_output = attn_output * torch.sigmoid(gate)
         attn_output = attn_output.reshape(*lead, -1).contiguous()
         return self.o_proj(attn_output), attn_weights

@@ -13,6 +13,7 @@ from matplotlib.figure import Figure, SubFigure
 from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
 
+from reports.schema import LINEAR_ATTENTION
 from reports.style import HATCH_COLOR, MISSING_COLOR
 from reports.text import plain
 
@@ -72,6 +73,26 @@ def layer_head_heatmap(ax: Axes, matrix: np.ndarray, *, norm: Normalize, cmap: s
     ax.set_xlabel("head")
     ax.grid(False)
     return image
+
+
+def model_heatmaps(fig: Figure | SubFigure, runs: Any, models: Sequence[str],
+                   matrices: Sequence[np.ndarray], *, cmap: str | Colormap, vmax: float | None,
+                   label: str, notes: Sequence[str | None]) -> None:
+    """One layer x head heatmap per model, side by side, on one colour scale and colour bar.
+
+    Rows of linear-attention layers are hatched and say so; `notes[i]`, where not None, says
+    under panel i what its hatched rows mean.
+    """
+    norm = shared_norm(matrices, vmax)
+    axes = fig.subplots(1, len(models), squeeze=False)[0]
+    for ax, model, matrix, note in zip(axes, models, matrices, notes):
+        linear = runs.layers_of_type(model, LINEAR_ATTENTION)
+        image = layer_head_heatmap(ax, matrix, norm=norm, cmap=cmap,
+                                   missing_label={layer: "linear attn." for layer in linear})
+        ax.set_title(plain(model))
+        if note is not None:
+            note_hatched_rows(ax, note)
+    fig.colorbar(image, ax=list(axes), label=label, shrink=0.9)
 
 
 def _with_missing_color(cmap: str | Colormap) -> Colormap:
@@ -143,6 +164,15 @@ def spread(items: Sequence[int], count: int) -> list[int]:
     if count == 1:
         return items[:1]
     return sorted({items[round(i * (len(items) - 1) / (count - 1))] for i in range(count)})
+
+
+def side_by_side(count: int) -> list[tuple[float, float]]:
+    """(offset from the x position, width) of `count` bars grouped at one x position.
+
+    The group spans 0.8 of the unit between positions; each bar keeps a small gap to the next.
+    """
+    slot = 0.8 / count
+    return [((index - (count - 1) / 2) * slot, slot * 0.95) for index in range(count)]
 
 
 def grid_shape(count: int, max_columns: int) -> tuple[int, int]:

@@ -10,9 +10,8 @@ from matplotlib.figure import Figure, SubFigure
 
 from reports.frames import (bucket_label, first_token_by_bucket, first_token_by_layer,
                             first_token_matrix)
-from reports.plots._layout import (axes_or_new, figure_or_new, layer_head_heatmap,
-                                   not_applicable, note_hatched_rows, set_layer_ticks,
-                                   shared_norm)
+from reports.plots._layout import (axes_or_new, figure_or_new, model_heatmaps, not_applicable,
+                                   set_layer_ticks)
 from reports.runs import load_runs
 from reports.schema import LINEAR_ATTENTION
 from reports.style import REFERENCE_COLOR, model_colors, styled
@@ -34,16 +33,9 @@ def plot_first_token_heatmap(runs: Any, *, fig: Figure | SubFigure | None = None
     models = list(runs.models)
     fig = figure_or_new(fig, 1.2 + 2.4 * len(models), 3.9)
     matrices = [first_token_matrix(runs, model, metric) for model in models]
-    norm = shared_norm(matrices, vmax)
-    axes = fig.subplots(1, len(models), squeeze=False)[0]
-    for ax, model, matrix in zip(axes, models, matrices):
-        linear = runs.layers_of_type(model, LINEAR_ATTENTION)
-        image = layer_head_heatmap(ax, matrix, norm=norm, cmap=cmap,
-                                   missing_label={layer: "linear attn." for layer in linear})
-        ax.set_title(plain(model))
-        if linear:
-            note_hatched_rows(ax, LINEAR_NOTE)
-    fig.colorbar(image, ax=list(axes), label=METRIC_LABELS.get(metric, metric), shrink=0.9)
+    notes = [LINEAR_NOTE if runs.layers_of_type(model, LINEAR_ATTENTION) else None for model in models]
+    model_heatmaps(fig, runs, models, matrices, cmap=cmap, vmax=vmax,
+                   label=METRIC_LABELS.get(metric, metric), notes=notes)
     return fig
 
 

@@ -10,11 +10,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
 from reports.frames import gate_hist_by_layer, gate_matrix, gate_saturation, gate_stats_by_layer
-from reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, layer_head_heatmap,
-                                   legend_entries, legend_outside, not_applicable,
-                                   note_hatched_rows, set_layer_ticks, shared_norm, spread)
+from reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, legend_entries,
+                                   legend_outside, model_heatmaps, not_applicable,
+                                   set_layer_ticks, side_by_side, spread)
 from reports.runs import Runs, load_runs
-from reports.schema import LINEAR_ATTENTION, SATURATION_LABELS, SATURATION_METRICS
+from reports.schema import SATURATION_LABELS, SATURATION_METRICS
 from reports.style import model_colors, styled
 from reports.text import plain
 
@@ -113,16 +113,9 @@ def plot_gate_heatmap(runs: Any, *, fig: Figure | SubFigure | None = None,
         not_applicable(fig.add_subplot(), no_gate_message(runs))
         return fig
     matrices = [gate_matrix(runs, model, metric, group) for model in models]
-    norm = shared_norm(matrices, vmax)
-    axes = fig.subplots(1, len(models), squeeze=False)[0]
-    for ax, model, matrix in zip(axes, models, matrices):
-        linear = runs.layers_of_type(model, LINEAR_ATTENTION)
-        image = layer_head_heatmap(ax, matrix, norm=norm, cmap=cmap,
-                                   missing_label={layer: "linear attn." for layer in linear})
-        ax.set_title(plain(model))
-        if np.isnan(matrix).any():
-            note_hatched_rows(ax, NO_GATE_NOTE)
-    fig.colorbar(image, ax=list(axes), label=f"gate score ({metric})", shrink=0.9)
+    notes = [NO_GATE_NOTE if np.isnan(matrix).any() else None for matrix in matrices]
+    model_heatmaps(fig, runs, models, matrices, cmap=cmap, vmax=vmax,
+                   label=f"gate score ({metric})", notes=notes)
     return fig
 
 
@@ -136,14 +129,11 @@ def plot_gate_saturation(runs: Any, *, ax: Axes | None = None, group: str = "all
         return not_applicable(ax, no_gate_message(runs))
     models = [model for model in runs.models if model in set(shares["model"])]
     colors = model_colors(runs.models)
-    width = 0.8 / len(models)
     positions = np.arange(len(SATURATION_METRICS))
-    for index, model in enumerate(models):
+    for model, (offset, width) in zip(models, side_by_side(len(models))):
         rows = shares[shares["model"] == model].set_index("metric")["value"]
         values = [rows.get(metric, np.nan) for metric in SATURATION_METRICS]
-        offset = (index - (len(models) - 1) / 2) * width
-        bars = ax.bar(positions + offset, values, width * 0.95, color=colors[model],
-                      label=plain(model))
+        bars = ax.bar(positions + offset, values, width, color=colors[model], label=plain(model))
         ax.bar_label(bars, fmt="%.3f", fontsize=6, padding=1)
     ax.set_xticks(positions, labels=[SATURATION_LABELS[m] for m in SATURATION_METRICS])
     ax.grid(axis="x", visible=False)

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure, SubFigure
 
 from reports.frames import sparsity_at, sparsity_sweep
 from reports.plots._layout import (figure_or_new, legend_entries, legend_outside,
-                                   not_applicable, set_layer_ticks)
+                                   not_applicable, set_layer_ticks, side_by_side)
 from reports.runs import load_runs
 from reports.schema import HEADLINE_THRESHOLDS, VARIANT_LABELS, VARIANTS
 from reports.style import model_colors, styled
@@ -55,13 +55,11 @@ def _variant_bars(ax, rows, gated: bool) -> None:
     # Without a gate, `gated` repeats `ungated`: one bar says it without implying a gate.
     variants = [v for v in VARIANTS if v in set(rows["variant"]) and (gated or v == "ungated")]
     layers = sorted(int(layer) for layer in rows["layer"].unique())
-    width = 0.8 / len(variants)
     positions = np.arange(len(layers))
-    for index, variant in enumerate(variants):
+    for variant, (offset, width) in zip(variants, side_by_side(len(variants))):
         values = rows[rows["variant"] == variant].set_index("layer")["value"]
         heights = [values.get(layer, np.nan) for layer in layers]
-        offset = (index - (len(variants) - 1) / 2) * width
-        ax.bar(positions + offset, heights, width * 0.95, color=VARIANT_COLORS[variant],
+        ax.bar(positions + offset, heights, width, color=VARIANT_COLORS[variant],
                label=VARIANT_LABELS[variant], linewidth=0)
     # Bars sit at 0..n-1 so that hybrid models have no gaps for their linear layers.
     set_layer_ticks(ax, layers, positions=positions, max_ticks=12)
