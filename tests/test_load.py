@@ -10,6 +10,7 @@ import torch
 import probe
 import tiny
 from probe import ProbeError
+from probe.load import describe
 
 
 @pytest.mark.parametrize("kind,layout,layer_types", [
@@ -91,3 +92,57 @@ def test_checkpoint_without_tokenizer_files_is_detected(checkpoint, tmp_path):
     a = probe.analyze(bare, texts=["hello world " * 10], tokenizer=checkpoint("qwen3"), seq_len=16,
                       progress=False)
     assert a.summary["tokens"] > 0
+
+
+# -- real-scale configs, built on the meta device (shapes only, no memory) ---------------------
+
+QWEN3_NEXT_80B = dict(  # Qwen3-Next-80B-A3B's published config, the fields that shape the model
+    vocab_size=151936, hidden_size=2048, intermediate_size=5120, num_hidden_layers=48,
+    num_attention_heads=16, num_key_value_heads=2, head_dim=256, linear_num_value_heads=32,
+    linear_num_key_heads=16, linear_key_head_dim=128, linear_value_head_dim=128, num_experts=512,
+    num_experts_per_tok=10, moe_intermediate_size=512, shared_expert_intermediate_size=512,
+    full_attention_interval=4, partial_rotary_factor=0.25)
+OFFICIAL_1B = dict(  # the paper's 1B release as described in DESIGN.md section 2
+    vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+    num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)
+
+
+def meta_model(config, cls=None):
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return cls(config) if cls else AutoModelForCausalLM.from_config(config)
+
+
+def test_qwen3_next_80b_layout_at_real_scale():
+    from transformers import Qwen3NextConfig
+
+    model = meta_model(Qwen3NextConfig(**QWEN3_NEXT_80B))
+    assert 79e9 < sum(p.numel() for p in model.parameters()) < 81e9
+    layout = describe(model)
+    assert (layout.num_heads, layout.num_kv_heads, layout.head_dim) == (16, 2, 256)
+    assert layout.gate_layout == "interleaved_elementwise"
+    assert layout.attention_layers == list(range(3, 48, 4))          # every 4th layer is softmax
+    assert len(layout.layers) == 48
+    # The gate read from q_proj has the shape the model multiplies its attention output by.
+    q_out = torch.empty(1, 5, layout.layers[3].gate_module.out_features, device="meta")
+    assert layout.gate.logits(q_out, 16, 2, 256).shape == (1, 5, 16, 256)
+
+
+@pytest.mark.parametrize("flag,layout_name,gate_dim", [
+    ("headwise_attn_output_gate", "grouped_headwise", 1),
+    ("elementwise_attn_output_gate", "grouped_elementwise", 128),
+])
+def test_official_1b_layout_at_real_scale(flag, layout_name, gate_dim):
+    from transformers import Qwen3Config
+
+    from probe.models.official_qwen3 import OfficialGatedQwen3ForCausalLM, adapt_official_config
+
+    config = adapt_official_config(Qwen3Config(**OFFICIAL_1B, **{flag: True}))
+    model = meta_model(config, OfficialGatedQwen3ForCausalLM)
+    layout = describe(model)
+    assert layout.gate_layout == layout_name and len(layout.attention_layers) == 28
+    q_proj = layout.layers[0].gate_module
+    assert q_proj.out_features == 16 * 128 + 16 * gate_dim
+    q_out = torch.empty(2, 3, q_proj.out_features, device="meta")
+    assert layout.gate.logits(q_out, 16, 8, 128).shape == (2, 3, 16, gate_dim)
