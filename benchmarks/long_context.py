@@ -11,7 +11,12 @@ Each of plain / probe / reference runs in its own process (ru_maxrss deltas, one
 same tokens; a warm-up at T = 64 first so that one-off allocations are not counted).
 Exit status 1 when a check fails.
 
-    python benchmarks/long_context.py [--lengths 32768] [--repeat 1] [--dtype float32]
+--sliding-window W makes every layer of the model a sliding-window layer (Qwen3's
+use_sliding_window, window W): the plain SDPA pass then gets transformers' (1, 1, T, T) mask,
+probe attends band by band with no T x S tensor, and the reference softmax covers each query's
+W keys only.
+
+    python benchmarks/long_context.py [--lengths 32768] [--repeat 1] [--dtype float32] [--sliding-window W]
 """
 from __future__ import annotations
 
@@ -30,8 +35,9 @@ F_ATTN_TOL = 1e-5
 BUCKETS = (1, 1024, 4096, 16384, 65536)
 
 
-def reference_p0(q, k, scale, qblock: int = 2048, kblock: int = 4096):
-    """P[h, t, 0] from q (H, T, D) and k (H, T, D) by an exact blockwise softmax (float32)."""
+def reference_p0(q, k, scale, window=None, qblock: int = 2048, kblock: int = 4096):
+    """P[h, t, 0] from q (H, T, D) and k (H, T, D) by an exact blockwise softmax (float32).
+    window: key j visible from query i iff 0 <= i - j < window (None: plain causal)."""
     import torch
 
     H, T, _ = q.shape
@@ -43,15 +49,22 @@ def reference_p0(q, k, scale, qblock: int = 2048, kblock: int = 4096):
         m = torch.full((H, qe - qs), -math.inf)
         total = torch.zeros(H, qe - qs)
         rows = torch.arange(qs, qe)[:, None]
-        for ks in range(0, qe, kblock):
+        first = 0 if window is None else max(0, qs - window + 1) // kblock * kblock
+        for ks in range(first, qe, kblock):
             ke = min(ks + kblock, qe)
             s = (qb @ k[:, ks:ke].transpose(1, 2)) * scale                   # (H, b, kb)
-            s = s.masked_fill(torch.arange(ks, ke)[None, :] > rows, -math.inf)
+            cols = torch.arange(ks, ke)[None, :]
+            hidden = cols > rows if window is None else (cols > rows) | (cols <= rows - window)
+            s = s.masked_fill(hidden, -math.inf)
             m_new = torch.maximum(m, s.amax(-1))
-            total = total * torch.exp(m - m_new) + torch.exp(s - m_new[..., None]).sum(-1)
+            # A row may see no key of this block (outside its window): keep exp() finite.
+            shift = m_new.masked_fill(m_new == -math.inf, 0.0)
+            total = total * torch.exp(m - shift) + torch.exp(s - shift[..., None]).sum(-1)
             m = m_new
         lse = m + torch.log(total)
         p0[:, qs:qe] = torch.exp(s0[:, qs:qe] - lse).double()
+    if window is not None:
+        p0[:, window:] = 0.0                                                # key 0 left the window
     return p0
 
 
@@ -70,7 +83,9 @@ def child(args: dict) -> dict:
 
     torch.set_num_threads(1)
     method, T, repeat = args["method"], args["T"], args["repeat"]
-    model = build_model(dtype=args["dtype"])
+    window = args.get("window")
+    overrides = {} if window is None else dict(use_sliding_window=True, sliding_window=window, max_window_layers=0)
+    model = build_model(dtype=args["dtype"], **overrides)
     ids = torch.load(args["ids"])
     small = ids[:, :64]
     result = {"method": method, "T": T}
@@ -122,7 +137,7 @@ def child(args: dict) -> dict:
         result["layers"], result["buckets"] = {}, {}
         for layer, (q, k, scale) in sorted(kept.items()):
             k = k.repeat_interleave(q.shape[0] // k.shape[0], dim=0)
-            s = summarise_p0(reference_p0(q, k, scale))
+            s = summarise_p0(reference_p0(q, k, scale, window))
             result["layers"][str(layer)] = s["f_attn"]
             for lo, values in s["buckets"].items():
                 result["buckets"][f"{layer}:{lo}"] = values
@@ -136,10 +151,14 @@ def main() -> int:
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--memory-gb", type=float, default=12, help="address-space cap per process")
+    parser.add_argument("--sliding-window", type=int, default=None, metavar="W",
+                        help="make every layer a sliding-window layer with window W")
     args = parser.parse_args()
     import torch
 
-    print(f"{MODEL_TEXT}; {args.dtype}; one thread; peak RSS added, best of {args.repeat}")
+    model_text = MODEL_TEXT if args.sliding_window is None else \
+        f"{MODEL_TEXT}, every layer sliding-window attention (window {args.sliding_window})"
+    print(f"{model_text}; {args.dtype}; one thread; peak RSS added, best of {args.repeat}")
     print(f"{'T':>6} {'plain s':>8} {'probe s':>8} {'x':>5} {'plain MB':>9} {'probe MB':>9} {'x':>5} "
           f"{'F-Attn err':>10} {'rel err':>8} {'bucket err':>10}")
     ok = True
@@ -148,7 +167,8 @@ def main() -> int:
             ids_file = str(Path(tmp) / f"ids{T}.pt")
             torch.save(token_ids(T), ids_file)
             rows = {m: run_child(__file__, {"method": m, "T": T, "repeat": args.repeat, "ids": ids_file,
-                                            "dtype": args.dtype}, args.timeout, args.memory_gb)
+                                            "dtype": args.dtype, "window": args.sliding_window},
+                                 args.timeout, args.memory_gb)
                     for m in ("plain", "probe", "reference")}
             failed = {m: r["error"] for m, r in rows.items() if "error" in r}
             if failed:

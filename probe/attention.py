@@ -7,14 +7,23 @@ log-sum-exp, the attention probability on key 0 without ever forming the T x T m
     P[t, 0] = exp(scale * q_t . k_0 + mask[t, 0] - lse_t)
 
 What it returns is the pre-gate attention output: gated models multiply by the gate after it.
+
+Sliding-window layers (Mistral, Qwen2/3 with use_sliding_window, Gemma local layers, ...):
+transformers hands them a full (B, 1, T, S) boolean mask, which would cost a T x S float copy
+per layer. Without padding, `probe_mask` returns None for such a mask instead, and the layer's
+`sliding_window` (the attention kwarg, as transformers' flash-attention path reads it) turns
+into a `SlidingWindow`: banded attention over blocks of queries, O(T (W + block)) memory.
 """
 from __future__ import annotations
 
+import inspect
+import numbers
 import warnings
+from dataclasses import dataclass
 
 import torch
 from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface, prepare_padding_mask, sdpa_mask
 
 NAME = "probe"
 _observer = None  # the active Capture, if any (see capture.py)
@@ -23,6 +32,14 @@ _observer = None  # the active Capture, if any (see capture.py)
 def set_observer(observer) -> None:
     global _observer
     _observer = observer
+
+
+@dataclass(frozen=True)
+class SlidingWindow:
+    """Stands in for a causal sliding-window mask without materialising it: key j is visible
+    from query i iff 0 <= i - j < size, as transformers' `sliding_window_causal_mask_function`
+    (`kv_idx > q_idx - sliding_window` and `kv_idx <= q_idx`). Only for a full prefill (T == S)."""
+    size: int
 
 
 def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -37,16 +54,23 @@ def expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x if x.shape[1] == heads else x.repeat_interleave(heads // x.shape[1], dim=1)
 
 
-def attention_with_lse(query, key, value, mask, scale):
+def attention_with_lse(query, key, value, mask, scale, softcap: float | None = None):
     """Softmax attention returning (out (B, H, T, D), lse (B, H, T) float32).
 
-    query (B, H, T, D); key, value (B, KV, S, D); mask None (causal) or (B|1, 1, T, S).
+    query (B, H, T, D); key, value (B, KV, S, D); mask None (causal), a SlidingWindow (causal
+    and banded) or (B|1, 1, T, S). softcap: Gemma 2's logit soft-capping, softcap * tanh(s /
+    softcap) of the scaled scores before the mask; no fused kernel does it, so the exact
+    blockwise path runs.
     """
     T, S = query.shape[2], key.shape[2]
-    causal = mask is None
+    causal = mask is None or isinstance(mask, SlidingWindow)
     if causal and T != S:
         raise ValueError("probe attention expects a full causal prefill (no KV cache)")
-    kernel = fused_kernel(query)
+    if isinstance(mask, SlidingWindow):
+        if T <= mask.size:          # the window reaches key 0 from every query: plain causal
+            return attention_with_lse(query, key, value, None, scale, softcap)
+        return banded_attention_with_lse(query, key, value, mask.size, scale, softcap=softcap)
+    kernel = fused_kernel(query) if softcap is None else None
     if kernel == "cpu-flash":
         # The CPU flash kernel takes grouped K/V as they are: no (B, H, S, D) copy under GQA.
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
@@ -59,7 +83,22 @@ def attention_with_lse(query, key, value, mask, scale):
             raise
         except RuntimeError as error:  # a shape or GPU the kernel does not support: same numbers, slower
             _warn_fallback(error)
-    return chunked_attention_with_lse(query, key, value, additive_mask(mask, query.dtype), scale)
+    return chunked_attention_with_lse(query, key, value, additive_mask(mask, query.dtype), scale,
+                                      softcap=softcap)
+
+
+def cap_logits(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """Gemma 2's attention-logit soft-capping; identity without a cap."""
+    return scores if softcap is None else torch.tanh(scores / softcap) * softcap
+
+
+def add_sink(out, lse, sinks):
+    """gpt-oss's per-head attention sinks: a learned logit s_h that joins every softmax
+    normaliser but has no value. From the kernel's lse this is exact and cheap:
+    lse' = logaddexp(lse, s_h) and out' = out * exp(lse - lse'). out (B, H, T, D), lse (B, H, T)."""
+    new = torch.logaddexp(lse, sinks.float()[None, :, None].to(lse.device))
+    # In place: keeps the kernel's (B, T, H, D) memory order that the observer relies on.
+    return out.mul_(torch.exp(lse - new)[..., None].to(out.dtype)), new
 
 
 def fused_kernel(query: torch.Tensor) -> str | None:
@@ -112,7 +151,7 @@ def _warn_fallback(error: Exception) -> None:
                       stacklevel=3)
 
 
-def chunked_attention_with_lse(query, key, value, bias, scale, chunk: int = 256):
+def chunked_attention_with_lse(query, key, value, bias, scale, chunk: int = 256, softcap: float | None = None):
     """Exact softmax attention over query blocks in float32: O(chunk x S) memory, any device."""
     heads, T, S = query.shape[1], query.shape[2], key.shape[2]
     k = expand_kv(key, heads).float()
@@ -120,7 +159,7 @@ def chunked_attention_with_lse(query, key, value, bias, scale, chunk: int = 256)
     outs, lses = [], []
     for start in range(0, T, chunk):
         q = query[:, :, start:start + chunk].float()
-        scores = torch.einsum("bhtd,bhsd->bhts", q, k) * scale          # (B, H, c, S)
+        scores = cap_logits(torch.einsum("bhtd,bhsd->bhts", q, k) * scale, softcap)   # (B, H, c, S)
         if bias is None:
             pos = torch.arange(start, start + q.shape[2], device=q.device)[:, None]
             scores = scores.masked_fill(torch.arange(S, device=q.device)[None, :] > pos, float("-inf"))
@@ -132,8 +171,54 @@ def chunked_attention_with_lse(query, key, value, bias, scale, chunk: int = 256)
     return torch.cat(outs, dim=2).to(query.dtype), torch.cat(lses, dim=2)
 
 
-def first_key_probability(query, key, lse, mask, scale, chunk: int = 8192) -> torch.Tensor:
+def band_block(window: int) -> int:
+    """Queries per block of banded attention. Each block computes block x (block + window - 1)
+    scores of which about block x window are inside the band, so the block is kept at most
+    ~window (little wasted work) and at least 64 (few kernel calls for tiny windows); 512 caps
+    the per-block bias (512 x 4607 floats = 9 MB at window 4096)."""
+    return min(512, max(64, window))
+
+
+def band_mask(q_start: int, q_end: int, k_start: int, window: int, device) -> torch.Tensor:
+    """(1, 1, q_end - q_start, q_end - k_start) bool, True = attend, for queries [q_start, q_end)
+    and keys [k_start, q_end): key j visible from query i iff 0 <= i - j < window."""
+    i = torch.arange(q_start, q_end, device=device)[:, None]              # (c, 1)
+    j = torch.arange(k_start, q_end, device=device)[None, :]              # (1, n)
+    return ((j <= i) & (j > i - window))[None, None]
+
+
+def banded_attention_with_lse(query, key, value, window: int, scale, block: int | None = None,
+                              softcap: float | None = None):
+    """Causal sliding-window attention, (out (B, H, T, D), lse (B, H, T) float32), exact.
+
+    Query block [s, e) can only see keys [max(0, s - window + 1), e), so each block is one
+    call of attention_with_lse (the same fused kernel, hence the same out and lse as a full
+    masked call) with a bias for that block alone: memory O(block x (block + window)), never
+    T x S. query (B, H, T, D); key, value (B, KV, T, D), grouped K/V passed through as they are.
+    """
+    B, heads, T, _ = query.shape
+    block = block or band_block(window)
+    # (B, T, H, D) underneath, the kernels' own output order, so that out.transpose(1, 2) stays
+    # a contiguous view for the observer and for probe_attention's return.
+    out = query.new_empty(B, T, heads, value.shape[-1]).transpose(1, 2)   # (B, H, T, Dv)
+    lse = torch.empty(B, heads, T, dtype=torch.float32, device=query.device)
+    for start in range(0, T, block):
+        end = min(start + block, T)
+        k_start = max(0, start - window + 1)
+        mask = band_mask(start, end, k_start, window, query.device)       # (1, 1, c, n)
+        o, l = attention_with_lse(query[:, :, start:end], key[:, :, k_start:end],
+                                  value[:, :, k_start:end], mask, scale, softcap)
+        out[:, :, start:end] = o
+        lse[:, :, start:end] = l
+    return out, lse
+
+
+def first_key_probability(query, key, lse, mask, scale, chunk: int = 8192,
+                          softcap: float | None = None) -> torch.Tensor:
     """P[b, h, t, 0] for every query t, (B, H, T) float32, from the log-sum-exp. O(T D).
+
+    mask: None (causal), a SlidingWindow (key 0 is outside the window of queries t >= size,
+    where P is exactly 0, as in eager softmax) or the (B|1, 1, T, S) mask attention used.
 
     The logits q_t . k_0 are formed in float32 whatever the model dtype (a bfloat16 logit of
     size 10 would be off by 0.04), over blocks of queries so that no float32 copy of the whole
@@ -145,22 +230,99 @@ def first_key_probability(query, key, lse, mask, scale, chunk: int = 8192) -> to
     for start in range(0, T, chunk):
         q = query[:, :, start:start + chunk].float()
         logit[..., start:start + q.shape[2]] = torch.matmul(q, k0)[..., 0]
-    logit.mul_(scale)
-    if mask is not None:
+    logit = cap_logits(logit.mul_(scale), softcap)
+    if isinstance(mask, SlidingWindow):
+        logit[..., mask.size:] = float("-inf")                          # exp(-inf - lse) = 0
+    elif mask is not None:
         logit = logit + additive_mask(mask[..., 0], torch.float32)      # (B|1, 1, T)
     return torch.exp(logit - lse)
+
+
+def layer_window(module, kwargs: dict) -> int | None:
+    """The layer's sliding window, as transformers' flash-attention path finds it: the
+    `sliding_window` kwarg the attention module passes (None on full-attention layers); a
+    module that passes none (Qwen2-MoE) keeps it as its `sliding_window` attribute."""
+    window = kwargs["sliding_window"] if "sliding_window" in kwargs else getattr(module, "sliding_window", None)
+    if window is None:
+        return None
+    if not isinstance(window, numbers.Integral) or isinstance(window, bool) or window < 1:
+        raise ValueError(f"probe attention: unsupported sliding_window {window!r} (expected a positive int)")
+    return int(window)
 
 
 def probe_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers attention interface: returns ((B, T, H, D), None)."""
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     mask = attention_mask[:, :, :, : key.shape[2]] if attention_mask is not None else None
-    out, lse = attention_with_lse(query, key, value, mask, scale)
+    if mask is None:
+        # No mask on a sliding-window layer: probe_mask left out a mask that only causality and
+        # the window shaped (a materialised one, with padding, already holds the window).
+        window = layer_window(module, kwargs)
+        if window is not None and query.shape[2] > window:
+            mask = SlidingWindow(window)
+    if mask is None and kwargs.get("is_causal") is False:
+        raise ValueError("probe attention computes causal attention; this layer asked for "
+                         "bidirectional attention without a mask")
+    softcap = kwargs.get("softcap")                     # Gemma 2
+    out, lse = attention_with_lse(query, key, value, mask, scale, softcap)
+    sinks = kwargs.get("s_aux")                         # gpt-oss
+    if sinks is not None:
+        out, lse = add_sink(out, lse, sinks)
     if _observer is not None:
-        _observer.on_attention(module, query, key, out, lse, mask, scale)
+        _observer.on_attention(module, query, key, out, lse, mask, scale, softcap=softcap)
     return out.transpose(1, 2).contiguous(), None
 
 
+_SDPA_MASK_ARGS = inspect.signature(sdpa_mask)
+
+
+def probe_mask(*args, **kwargs):
+    """The mask interface of this back-end: `sdpa_mask` (None for pure causal whenever that is
+    exact), and also None for a sliding-window causal mask that nothing but causality and the
+    window shape: a full prefill (no cache offset, T == S), no padding, no extra mask function.
+    probe_attention then rebuilds the band from the layer's `sliding_window`, block by block,
+    instead of reading a (B, 1, T, S) mask. Anything else gets sdpa_mask's mask, unchanged."""
+    if _plain_sliding_window(_SDPA_MASK_ARGS.bind(*args, **kwargs)):
+        return None
+    return sdpa_mask(*args, **kwargs)
+
+
+def _plain_sliding_window(bound: inspect.BoundArguments) -> bool:
+    bound.apply_defaults()
+    a = bound.arguments
+    window, T, S = a["local_size"], a["q_length"], a["kv_length"]
+    # create_sliding_window_causal_mask passes local_size and clears allow_is_causal_skip (and
+    # sets use_vmap) whenever packed sequences, block overlays or or/and mask functions join in.
+    if window is None or not a["allow_is_causal_skip"] or a["use_vmap"] or torch.compiler.is_compiling():
+        return False
+    if not (isinstance(a["q_offset"], int) and isinstance(a["kv_offset"], int)) or a["q_offset"] or a["kv_offset"]:
+        return False                    # a cache offset: not a fresh prefill (tensor offsets: static caches)
+    if T != S:
+        return False
+    padding = prepare_padding_mask(a["attention_mask"], S, 0)              # (B, S) bool or None
+    if padding is not None and not bool(padding[:, :S].all()):
+        return False
+    # local_size is also the chunk size of chunked attention (Llama 4): check the pattern itself.
+    return _is_sliding_pattern(a["mask_function"], int(window), T, a["device"])
+
+
+def _is_sliding_pattern(mask_function, window: int, length: int, device) -> bool:
+    """Does mask_function keep exactly 0 <= q - kv < window? Tested on pairs (q, q - d) around
+    the edges where the sliding pattern differs from causal (d = window), bidirectional (d < 0)
+    and chunked (q = window, d = 1) ones; a mask function that is not index-based fails and so
+    keeps the materialised mask."""
+    queries = {0, 1, window - 2, window - 1, window, window + 1, 2 * window - 1, 2 * window, length - 1}
+    offsets = (-2, -1, 0, 1, 2, window - 2, window - 1, window, window + 1)
+    pairs = sorted({(q, q - d) for q in queries for d in offsets if 0 <= q < length and 0 <= q - d < length})
+    q = torch.tensor([p[0] for p in pairs], device=device)                # (n,)
+    kv = torch.tensor([p[1] for p in pairs], device=device)               # (n,)
+    zero = torch.zeros_like(q)
+    try:
+        got = torch.as_tensor(mask_function(zero, zero, q, kv), device=device).bool().expand(q.shape)
+    except Exception:
+        return False
+    return bool(torch.equal(got, (q - kv >= 0) & (q - kv < window)))
+
+
 AttentionInterface.register(NAME, probe_attention)
-# Build SDPA-style masks for this back-end: None (pure causal) whenever that is exact.
-AttentionMaskInterface.register(NAME, sdpa_mask)
+AttentionMaskInterface.register(NAME, probe_mask)

@@ -181,13 +181,13 @@ class Capture:
                 self.sparsity[layer].follow(x.device).gated.update(x)     # |x| from the bits
         return hook
 
-    def on_attention(self, module, query, key, out, lse, mask, scale) -> None:
+    def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None) -> None:
         """Called by the `probe` attention back-end. out (B, H, T, D), lse (B, H, T)."""
         b = self._batch
         layer = self._mixer_layer.get(id(module), getattr(module, "layer_idx", None))
         if b is None or layer not in self.first_token:
             return
-        p0 = attention.first_key_probability(query, key, lse, mask, scale)       # (B, H, T)
+        p0 = attention.first_key_probability(query, key, lse, mask, scale, softcap=softcap)  # (B, H, T)
         self.first_token[layer].follow(p0.device).update(p0, None if b.all_valid else b.valid.to(p0.device))
         # The histogram ignores layout, so without padding no (B, T) row selection is needed;
         # (B, T, H, D) is the kernels' memory order, so this view is contiguous: no copy.

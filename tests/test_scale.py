@@ -13,6 +13,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 import probe
 import tiny
+from probe import attention
 from samples import TEXT
 from probe.reducers import FirstTokenStats, GateStats, LogHistogram, LossStats, MaxAbsStats
 
@@ -335,3 +336,70 @@ def test_reducers_follow_the_activations_device():
     stats.follow("meta")                                    # a device with no data: shapes only
     assert stats.device.type == "meta"
     assert stats.hist.counts.device.type == "meta" and stats.count.device.type == "meta"
+
+
+# -- sliding-window attention at long context -------------------------------------------------
+
+SW_LONG_T, SW_WINDOW = 2048, 256
+
+
+def exact_windowed_p0(q, k, scale, window, qblock=256):
+    """P[b, h, t, 0] under causal sliding-window attention (key j visible from query i iff
+    0 <= i - j < window), float64, straight from its definition: per block of queries, the
+    softmax over exactly the keys of its band; 0 for t >= window (key 0 is out of the band)."""
+    B, H, T, D = q.shape
+    k = k.repeat_interleave(H // k.shape[1], dim=1)
+    p0 = torch.zeros(B, H, T, dtype=torch.float64)
+    for qs in range(0, min(T, window), qblock):          # only queries t < window can see key 0
+        qe = min(qs + qblock, window, T)
+        s = torch.einsum("bhtd,bhsd->bhts", q[:, :, qs:qe], k[:, :, :qe]) * scale
+        d = torch.arange(qs, qe)[:, None] - torch.arange(qe)[None, :]
+        s = s.masked_fill((d < 0) | (d >= window), -math.inf)
+        p0[..., qs:qe] = torch.softmax(s, dim=-1)[..., 0]
+    return p0
+
+
+def test_sliding_window_attention_exact_at_long_context(tmp_path, monkeypatch):
+    """A windowed Mistral (window 256, 8 windows) at T = 2048 through probe.analyze: F-Attn per
+    head and per position bucket against the definition on recorded q and k; key 0 leaves the
+    window at t = 256, so the 1024+ bucket is exactly 0."""
+    ckpt = tiny.make_checkpoint("mistral", tmp_path / "ckpt", tokenizer=False, sliding_window=SW_WINDOW)
+    ids = torch.randint(3, 256, (1, SW_LONG_T), generator=torch.Generator().manual_seed(8))
+    torch.save(ids, tmp_path / "ids.pt")
+    lm = probe.load(ckpt)
+    banded = []
+    original = attention.banded_attention_with_lse
+    monkeypatch.setattr(attention, "banded_attention_with_lse",
+                        lambda *args, **kw: banded.append(args[3]) or original(*args, **kw))
+    with tiny.single_thread():
+        a = probe.analyze(lm, str(tmp_path / "ids.pt"), seq_len=SW_LONG_T, batch_size=1, progress=False)
+        _kept.clear()
+        logits = {}
+        previous = lm.model.config._attn_implementation
+        try:
+            for impl in ("scale_test_record", "eager", attention.NAME):     # SDPA + recording first
+                lm.model.set_attn_implementation(impl)
+                with torch.no_grad():
+                    logits[impl] = lm.model(input_ids=ids, use_cache=False).logits
+        finally:
+            lm.model.set_attn_implementation(previous)
+    L = lm.model.config.num_hidden_layers
+    assert banded == [SW_WINDOW] * (2 * L)                       # analyze + the forward: no (T, S) mask
+    # F-Attn below only sees queries t < window (P[t, 0] = 0 beyond); the logits see the band
+    # of every query: as close to SDPA as eager is (float32 rounding), or within 1e-5.
+    sdpa = logits["scale_test_record"]
+    bound = max(1e-5, float((logits["eager"] - sdpa).abs().max()))
+    assert float((logits[attention.NAME] - sdpa).abs().max()) <= bound
+    ft = a.first_token.set_index(["layer", "head", "metric"]).value
+    buckets = a.first_token_buckets
+    assert len(_kept) == lm.model.config.num_hidden_layers
+    for layer, (q, k, scale) in _kept.items():
+        p0 = exact_windowed_p0(q, k, scale, SW_WINDOW)[0]                       # (H, T)
+        for h in range(p0.shape[0]):
+            assert ft[(layer, h, "f_attn")] == pytest.approx(float(p0[h, 1:].mean()), abs=F_ATTN_TOL)
+        rows = buckets[buckets.layer == layer]
+        for lo, hi in ((1, 1024), (1024, 2048)):
+            got = rows[rows.bucket_lo == lo].sort_values("head")
+            torch.testing.assert_close(torch.tensor(got.value.tolist(), dtype=torch.float64),
+                                       p0[:, lo:hi].mean(1), atol=F_ATTN_TOL, rtol=0)
+        assert rows[rows.bucket_lo == 1024].value.abs().max() == 0
