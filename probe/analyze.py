@@ -15,7 +15,7 @@ from torch import nn
 from .capture import SITES, Capture
 from .data import Dataset, build_dataset
 from .errors import ProbeError
-from .load import LoadedModel, describe, load, text_config
+from .load import DTYPES, LoadedModel, describe, load, text_config
 from .results import Analysis, build_summary
 
 # Grid-aligned sweep (on the log histograms' edges, so these shares are exact): 1e-6 .. 1.
@@ -25,7 +25,7 @@ DISPLAY_LEN = 24
 
 def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None, name: str | None = None,
             seq_len: int = 512, batch_size: int = 4, bos: str = "auto", per_document: bool = False,
-            max_sequences: int | None = None, dtype: str = "float32", device: str = "cpu",
+            max_sequences: int | None = None, dtype: str | None = None, device: str | None = None,
             device_map: str | None = None, gate=None, thresholds=DEFAULT_THRESHOLDS,
             display_len: int = DISPLAY_LEN, progress: bool = True, seed: int = 0,
             on_long: str | None = None, text_field: str = "text", command: str | None = None,
@@ -40,8 +40,10 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     max_length, stride, on_long: per-document sequences up to max_length tokens; longer
            documents are covered by sliding windows (on_long "slide", the default when
            max_length or stride is given), truncated ("truncate") or refused ("error"); data.py.
-    dtype: the model's dtype when loading (float32, bfloat16, float16); statistics accumulate
-           in float64 / int64 whatever it is. device / device_map: "cuda", or "auto" (accelerate).
+    dtype: the model's dtype when loading (float32, the default, bfloat16, float16); statistics
+           accumulate in float64 / int64 whatever it is. device / device_map: "cuda", or "auto"
+           (accelerate); default cpu. A model object (HF model, LoadedModel, bridge) is measured
+           as it is: a dtype or device given for it must match it (check_model_as_is).
     Under torchrun the batches are shared out over the processes and the statistics merged
     (distributed.py); every process returns the same Analysis.
     token_groups: extra token groups for gates_by_token_type (JSON file or dict, token_types.py).
@@ -54,14 +56,23 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     from .bridge import analyze_bridge, is_bridge
 
     if is_bridge(model):
+        # Every option, by name: analyze_bridge honours or refuses each one (tests/test_bridge.py).
         return analyze_bridge(model, data, texts=texts, tokenizer=tokenizer, name=name, seq_len=seq_len,
                               batch_size=batch_size, bos=bos, per_document=per_document,
-                              max_sequences=max_sequences, gate=gate, thresholds=thresholds,
+                              max_sequences=max_sequences, dtype=dtype, device=device,
+                              device_map=device_map, gate=gate, thresholds=thresholds,
                               display_len=display_len, progress=progress, seed=seed, on_long=on_long,
-                              text_field=text_field, command=command)
+                              text_field=text_field, command=command, token_groups=token_groups,
+                              interventions=interventions, max_length=max_length, stride=stride,
+                              partial=partial, resume=resume, checkpoint_seconds=checkpoint_seconds)
     torch.manual_seed(seed)
     from . import distributed
 
+    if not isinstance(model, (str, Path)):
+        held = model.model if isinstance(model, LoadedModel) else model
+        check_model_as_is(held, dtype=dtype, device=device, device_map=device_map)
+        device = device or str(next(held.parameters()).device)
+    dtype, device = dtype or "float32", device or "cpu"
     rank, world, device = distributed.setup(device)
     if world > 1 and device_map:
         raise ProbeError("--device-map shards one model over this process's GPUs; under torchrun "
@@ -83,13 +94,7 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     name = name or (Path(loaded.path).name if loaded.path else type(model).__name__)
     dev = next(model.parameters()).device
 
-    groups = None
-    if layout.gated:
-        from .token_types import TokenGroups
-
-        present = torch.cat(dataset.sequences).unique()
-        groups = TokenGroups.build(loaded.tokenizer, getattr(config, "vocab_size", None) or int(present.max()) + 1,
-                                   token_groups, ids=present.tolist())
+    groups = token_group_table(layout, loaded.tokenizer, config, dataset, token_groups)
     cap = Capture(model, layout, token_groups=groups)
     saver = None
     if partial is not None:
@@ -180,6 +185,49 @@ def as_loaded(model, *, dtype, device, device_map, gate, tokenizer) -> LoadedMod
                            tokenizer, getattr(model.config, "_name_or_path", None) or None, None)
     raise ProbeError(f"cannot analyse a {type(model).__name__}; pass a checkpoint directory or a "
                      "Hugging Face causal LM")
+
+
+def token_group_table(layout, tokenizer, config, dataset, token_groups):
+    """Token groups for gates_by_token_type (both paths), or None for an ungated model.
+
+    Only the ids present in the data are classified; the vocabulary size falls back to
+    the largest id seen when the config has none.
+    """
+    if not layout.gated:
+        return None
+    from .token_types import TokenGroups
+
+    present = torch.cat(dataset.sequences).unique()                                  # (U,)
+    vocab = getattr(config, "vocab_size", None) or int(present.max()) + 1
+    return TokenGroups.build(tokenizer, vocab, token_groups, ids=present.tolist())
+
+
+MEASURED_AS_IS = "a model object is measured as it is: convert or move it yourself, or pass its checkpoint path"
+
+
+def check_model_as_is(model: nn.Module, *, dtype: str | None, device: str | None, device_map) -> None:
+    """One line when a dtype / device / device_map is asked of a model that is already built:
+    probe does not convert or move a user's model behind their back, and must not record a
+    dtype it did not measure in."""
+    params = next(model.parameters())
+    if device_map is not None:
+        raise ProbeError(f"device_map={device_map!r} places a model while loading it; {MEASURED_AS_IS}")
+    if dtype is not None:
+        if dtype not in DTYPES:
+            raise ProbeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+        if DTYPES[dtype] != params.dtype:
+            held = str(params.dtype).replace("torch.", "")
+            raise ProbeError(f"dtype={dtype!r} but the model holds {held} weights; {MEASURED_AS_IS} "
+                             f"(or pass dtype={held!r})")
+    if device is not None:
+        try:
+            asked = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise ProbeError(f"unknown device {device!r} ({err})") from None
+        where = params.device
+        if asked.type != where.type or (asked.index is not None and asked.index != (where.index or 0)):
+            raise ProbeError(f"device={device!r} but the model sits on {where}; {MEASURED_AS_IS} "
+                             f"(or pass device={str(where)!r})")
 
 
 def check_vocab(dataset: Dataset, config) -> None:

@@ -17,6 +17,17 @@ inside the hooks (`run_with_hooks`); no activation cache is kept. Hook points us
 The paper's official checkpoints pack q_proj per KV head; TransformerLens reads it per query
 head and computes wrong logits there unless the rows are reordered first
 (`reorder_official_q_proj`, done by `build_bridge`). A bridge over the raw layout is refused.
+
+Options of `probe.analyze` on this path (analyze_bridge takes every one of them by name, so
+none can be dropped without a word):
+  honoured   data, texts, tokenizer, name, seq_len, batch_size, bos, per_document,
+             max_sequences, max_length, stride, on_long (sliding windows, data.py), text_field,
+             thresholds, display_len, progress, seed, command, token_groups
+             (gates_by_token_type, fed from hook_q_gate)
+  checked    dtype, device: when given, must name what the bridge already holds (it is not
+             converted or moved here; analyze.check_model_as_is); anything else is refused
+  refused    gate, device_map, interventions, partial / resume / checkpoint_seconds: they need
+             the Hugging Face path (pass the checkpoint path or the HF model instead)
 """
 from __future__ import annotations
 
@@ -25,8 +36,8 @@ from pathlib import Path
 
 import torch
 
-from .analyze import (DEFAULT_THRESHOLDS, DISPLAY_LEN, _progress, build_meta, check_vocab, display_tokens,
-                      frames_from_capture, summarise_capture)
+from .analyze import (DEFAULT_THRESHOLDS, DISPLAY_LEN, _progress, build_meta, check_model_as_is, check_vocab,
+                      display_tokens, frames_from_capture, summarise_capture, token_group_table)
 from .attention import expand_kv
 from .capture import Capture
 from .data import build_dataset
@@ -47,6 +58,8 @@ SITE_HOOKS = {
 }
 # Hybrid models: the token mixer of a linear-attention block has no hook_attn_out alias.
 LINEAR_ATTN_OUT = "blocks.{i}.linear_attn.hook_out"
+# probe.analyze's default; any other value asks for checkpointing, which this path refuses.
+CHECKPOINT_SECONDS = 30.0
 
 
 def is_bridge(obj) -> bool:
@@ -139,8 +152,8 @@ class BridgeCapture(Capture):
     which removes them when the call returns (also on an exception).
     """
 
-    def __init__(self, bridge, layout, *, gate_dim: int | None = None, top_k: int = 3):
-        super().__init__(bridge.original_model, layout, top_k=top_k)
+    def __init__(self, bridge, layout, *, gate_dim: int | None = None, top_k: int = 3, token_groups=None):
+        super().__init__(bridge.original_model, layout, top_k=top_k, token_groups=token_groups)
         self.bridge = bridge
         self.gate_dim = layout.head_dim if gate_dim is None else gate_dim
         self._values: dict[int, torch.Tensor] = {}      # one layer's V, until its pattern fires
@@ -208,6 +221,12 @@ class BridgeCapture(Capture):
             scores = torch.sigmoid(logits.float().contiguous())                   # (B, T, H, Dg)
             first = scores[:, 0] if b.all_valid else scores[:, 0][b.valid[:, 0]]
             self.gates[layer].update(first, b.rest_rows(scores))
+            if self.gates_by_token:
+                # The same scores, by token type: (N, H, Dg) valid rows with their (N, G) groups,
+                # exactly as capture.Capture feeds them from q_proj on the HF path.
+                _, pos, tok = b.where(scores.device)
+                self.gates_by_token[layer].follow(scores.device).update(
+                    b.rows(scores), self.token_groups.membership(tok, pos))
         return hook
 
     def _value_hook(self, layer: int):
@@ -257,38 +276,51 @@ class BridgeCapture(Capture):
 
 def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None, tokenizer=None,
                    name: str | None = None, seq_len: int = 512, batch_size: int = 4, bos: str = "auto",
-                   per_document: bool = False, max_sequences: int | None = None, thresholds=None,
-                   display_len: int | None = None, progress: bool = True, seed: int = 0,
-                   on_long: str = "truncate", text_field: str = "text", command: str | None = None,
-                   gate=None, **ignored) -> Analysis:
+                   per_document: bool = False, max_sequences: int | None = None, dtype: str | None = None,
+                   device: str | None = None, device_map: str | None = None, gate=None,
+                   thresholds=DEFAULT_THRESHOLDS, display_len: int = DISPLAY_LEN, progress: bool = True,
+                   seed: int = 0, on_long: str | None = None, text_field: str = "text",
+                   command: str | None = None, token_groups=None, interventions=None,
+                   max_length: int | None = None, stride: int | None = None,
+                   partial: str | Path | None = None, resume: bool = False,
+                   checkpoint_seconds: float = CHECKPOINT_SECONDS) -> Analysis:
     """`probe.analyze` for a TransformerLens TransformerBridge: same tables, same definitions.
+
+    Takes every option of probe.analyze by name (no **kwargs, so a new option cannot slip
+    through unseen): most are honoured as there; dtype and device must describe the bridge as it
+    is; the rest are refused with one line (module docstring).
 
     bos="auto" follows the bridge's tokenizer, i.e. TransformerLens's convention (it may add a
     BOS token where the Hugging Face tokenizer does not, e.g. GPT-2); pass bos="none" or
     "prepend" to fix what sits at position 0.
     """
-    if gate is not None:
-        raise ProbeError("gate= does not apply to a TransformerBridge: TransformerLens decides where the gate is")
+    check_bridge(bridge)
+    hf = bridge.original_model
+    refuse_hf_only_options(hf, dtype=dtype, device=device, device_map=device_map, gate=gate,
+                           interventions=interventions, partial=partial, resume=resume,
+                           checkpoint_seconds=checkpoint_seconds)
     thresholds = DEFAULT_THRESHOLDS if thresholds is None else thresholds
     display_len = DISPLAY_LEN if display_len is None else display_len
-    check_bridge(bridge)
     torch.manual_seed(seed)
     layout, gate_dim = bridge_layout(bridge)
-    hf = bridge.original_model
     config = text_config(hf.config)
     tokenizer = tokenizer if tokenizer is not None else getattr(bridge, "tokenizer", None)
     if isinstance(data, (list, tuple)) and data and isinstance(data[0], str):
         texts, data = list(data), None
+    # build_dataset is model-agnostic, so sliding windows (max_length / stride) come out as on
+    # the HF path: window context is marked not-valid and the hooks below skip it via Batch.
     dataset = build_dataset(data, tokenizer, seq_len=seq_len, bos=bos, per_document=per_document,
                             max_sequences=max_sequences, on_long=on_long, text_field=text_field,
                             max_positions=getattr(config, "max_position_embeddings", None)
-                            or getattr(config, "n_positions", None), texts=texts)
+                            or getattr(config, "n_positions", None), texts=texts,
+                            max_length=max_length, stride=stride)
     check_vocab(dataset, config)
     path = getattr(config, "_name_or_path", None) or getattr(bridge.cfg, "model_name", None)
     name = name or (Path(path).name if path and path != "external" else type(hf).__name__)
     dev = next(hf.parameters()).device
+    groups = token_group_table(layout, tokenizer, config, dataset, token_groups)
 
-    cap = BridgeCapture(bridge, layout, gate_dim=gate_dim)
+    cap = BridgeCapture(bridge, layout, gate_dim=gate_dim, token_groups=groups)
     with torch.inference_mode(), cap:
         bar = _progress(total=dataset.tokens, disable=not progress, desc=f"analyse {name} (TransformerLens)")
         for ids, valid, seq_index in dataset.batches(batch_size, 0):
@@ -301,14 +333,48 @@ def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None, tokeniz
     cap.check_fired()
 
     analysis = frames_from_capture(cap, name, tokenizer, thresholds)
+    from .token_types import gate_frame
+
+    analysis.gates_by_token_type = gate_frame(cap, name)
     analysis.attention_patterns = display_patterns(bridge, layout, dataset, name, display_len, dev)
     ckpt = path if path and (Path(str(path)) / "config.json").exists() else None
     loaded = LoadedModel(hf, layout, tokenizer, ckpt, config_hash(Path(ckpt)) if ckpt else None)
-    analysis.meta = build_meta(loaded, dataset, name, "float32", dev, thresholds, seed, seq_len, command)
+    analysis.meta = build_meta(loaded, dataset, name, bridge_dtype(hf), dev, thresholds, seed, seq_len, command)
     analysis.meta.update(bridge_meta(bridge))
     analysis.meta["display_tokens"] = display_tokens(dataset, tokenizer, display_len)
+    analysis.meta["windows"] = dataset.windows
+    analysis.meta["processes"] = 1         # the bridge path does not share batches under torchrun
     summarise_capture(analysis, cap, layout, dataset)
     return analysis
+
+
+HF_PATH = "pass the checkpoint path or the Hugging Face model to probe.analyze instead of the bridge"
+
+
+def bridge_dtype(hf) -> str:
+    return str(next(hf.parameters()).dtype).replace("torch.", "")
+
+
+def refuse_hf_only_options(hf, *, dtype, device, device_map, gate, interventions, partial, resume,
+                           checkpoint_seconds) -> None:
+    """One ProbeError line for an option this path cannot honour, before any work is done."""
+    if gate is not None:
+        raise ProbeError("gate= does not apply to a TransformerBridge: TransformerLens decides where the gate is")
+    if interventions:
+        raise ProbeError(f"interventions need the Hugging Face path: {HF_PATH}")
+    from . import distributed
+
+    if distributed.world()[1] > 1:  # every process would repeat the whole pass
+        raise ProbeError(f"sharing the data over torchrun processes needs the Hugging Face path: {HF_PATH}")
+    if device_map is not None:
+        raise ProbeError(f"device_map={device_map!r} needs the Hugging Face path (probe does not shard a "
+                         f"bridge): {HF_PATH}, or place the bridge's model yourself before building it")
+    if partial is not None or resume or checkpoint_seconds != CHECKPOINT_SECONDS:
+        what = "partial" if partial is not None else "resume" if resume else "checkpoint_seconds"
+        raise ProbeError(f"{what}= (saving and resuming an interrupted pass) needs the Hugging Face path: {HF_PATH}")
+    # A bridge is already built: converting or moving it here would change the user's model
+    # behind their back, so a dtype or device asked for must be what it holds.
+    check_model_as_is(hf, dtype=dtype, device=device, device_map=None)
 
 
 def bridge_meta(bridge) -> dict:

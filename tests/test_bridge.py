@@ -6,6 +6,7 @@ definitions on the same tokens.
 """
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
@@ -15,7 +16,7 @@ import probe
 import tiny
 from samples import TEXT
 from probe import ProbeError
-from probe.bridge import analyze_bridge, build_bridge, is_bridge
+from probe.bridge import BridgeCapture, analyze_bridge, build_bridge, is_bridge
 from probe.load import describe
 from probe.reorder import reorder_official_q_proj
 
@@ -36,9 +37,9 @@ def ids_for(B=2, T=40, seed=1):
     return torch.randint(3, tiny.TINY["vocab_size"], (B, T), generator=torch.Generator().manual_seed(seed))
 
 
-def analyses(path):
+def analyses(path, **options):
     """(HF path, bridge path) on the same text: 244 tokens, 6 rows of <= 48, the last padded."""
-    kwargs = dict(texts=[TEXT[:400]], seq_len=48, batch_size=4, progress=False, display_len=12)
+    kwargs = {**dict(texts=[TEXT[:400]], seq_len=48, batch_size=4, progress=False, display_len=12), **options}
     return probe.analyze(path, **kwargs), probe.analyze(build_bridge(path), **kwargs)
 
 
@@ -52,8 +53,14 @@ def joined(a, b, keys):
 def test_bridge_path_gives_the_hf_numbers(kind, checkpoint):
     hf, tl = analyses(checkpoint(kind))
     assert tl.meta["backend"] == "transformer_lens"
+    assert_same_numbers(hf, tl, gated=kind != "qwen3")
+
+
+def assert_same_numbers(hf, tl, *, gated: bool) -> None:
+    """Every table of the two paths agrees (tolerances at the top of the file)."""
     assert (tl.meta["tokens"], tl.meta["sequences"], tl.meta["position0"]) == \
         (hf.meta["tokens"], hf.meta["sequences"], hf.meta["position0"])
+    assert tl.meta["windows"] == hf.meta["windows"]
     assert tl.summary["gate_layout"] == hf.summary["gate_layout"]
 
     ft = joined(hf.first_token, tl.first_token, ["layer", "head", "metric"])
@@ -65,8 +72,9 @@ def test_bridge_path_gives_the_hf_numbers(kind, checkpoint):
     for key in ("f_attn", "f_attn_paper", "f_attn_uniform", "sink_rate"):
         assert tl.summary[key] == pytest.approx(hf.summary[key], abs=F_ATTN_TOL)
 
-    if kind == "qwen3":
+    if not gated:
         assert tl.gates.empty and hf.gates.empty
+        assert tl.gates_by_token_type.empty and hf.gates_by_token_type.empty
     else:
         g = joined(hf.gates, tl.gates, ["layer", "head", "group", "metric"])
         counts = g.metric == "count"
@@ -75,6 +83,7 @@ def test_bridge_path_gives_the_hf_numbers(kind, checkpoint):
         h = joined(hf.gate_hist, tl.gate_hist, ["layer", "head", "bin_lo"])
         assert (h.count_hf - h.count_tl).abs().sum() <= 2                 # a score on a bin edge may move
         assert tl.summary["mean_gate"] == pytest.approx(hf.summary["mean_gate"], abs=GATE_TOL)
+        assert_same_token_types(hf, tl)
 
     m = joined(hf.massive, tl.massive, ["layer", "site", "metric"])
     assert len(m[m.metric == "max_abs"]) == 4 * 4                        # 4 layers x 4 sites
@@ -93,6 +102,158 @@ def test_bridge_path_gives_the_hf_numbers(kind, checkpoint):
     assert tl.summary["loss"] == pytest.approx(hf.summary["loss"], abs=1e-5)
     pat = joined(hf.attention_patterns, tl.attention_patterns, ["layer", "query", "key"])
     assert (pat.value_hf - pat.value_tl).abs().max() <= 1e-5
+
+
+def assert_same_token_types(hf, tl) -> float:
+    """gates_by_token_type: the same rows, equal counts, statistics within GATE_TOL; returns the
+    largest difference seen."""
+    assert len(hf.gates_by_token_type) and list(tl.gates_by_token_type.columns) == list(hf.gates_by_token_type.columns)
+    t = joined(hf.gates_by_token_type, tl.gates_by_token_type, ["layer", "head", "token_type", "metric"])
+    exact = t.metric.isin(["tokens", "count"])
+    assert (t[exact].value_hf == t[exact].value_tl).all()
+    rest = t[~exact]
+    assert (rest.value_hf.isna() == rest.value_tl.isna()).all()          # empty user groups: NaN on both
+    diff = float((rest.value_hf - rest.value_tl).abs().max())
+    assert diff <= GATE_TOL
+    return diff
+
+
+USER_GROUPS = {"period": ["."], "the": [" the", "The"], "ids": [5, 6], "never_seen": [250]}
+
+
+@pytest.mark.parametrize("kind", ("qwen3_next", "official_headwise"))
+def test_token_groups_match_the_hf_path(kind, checkpoint):
+    """gates_by_token_type with a user --token-groups dict: bridge == HF path."""
+    hf, tl = analyses(checkpoint(kind), token_groups=USER_GROUPS)
+    assert_same_token_types(hf, tl)
+    frame = tl.gates_by_token_type
+    tokens = frame[(frame.metric == "tokens") & (frame["head"] == 0) & (frame.layer == frame.layer.min())]
+    tokens = dict(zip(tokens.token_type, tokens.value))
+    assert set(USER_GROUPS) <= set(tokens) and tokens["never_seen"] == 0
+    assert tokens["period"] > 0 and tokens["the"] > 0
+    assert tokens["first"] == tl.meta["sequences"]
+    assert sum(tokens.get(t, 0) for t in probe.token_types.BUILTIN) == tl.meta["tokens"]
+
+
+@pytest.mark.parametrize("kind,per_document", [("qwen3_next", True), ("official_elementwise", False)])
+def test_sliding_windows_match_the_hf_path(kind, per_document, checkpoint):
+    """max_length / stride: windows whose context counts nowhere, the same on both paths."""
+    options = dict(max_length=32, stride=16, token_groups=USER_GROUPS)
+    if per_document:
+        options.update(per_document=True, texts=[TEXT[:400], TEXT[400:500]])
+    hf, tl = analyses(checkpoint(kind), **options)
+    assert tl.meta["windows"]["stride"] == 16 and tl.meta["windows"]["max_length"] == 32
+    assert tl.meta["sequences"] > 6                                      # overlapping windows
+    assert tl.meta["tokens"] < tl.meta["sequences"] * 32                 # context left out
+    assert_same_numbers(hf, tl, gated=True)
+
+
+# -- every option of probe.analyze is honoured or refused ----------------------------------------
+
+# Options the bridge path cannot carry out: each must stop with one line naming it.
+REFUSED = {"gate": "q_proj:interleaved:elementwise", "device_map": "auto", "interventions": "all",
+           "partial": "PARTIAL", "resume": True, "checkpoint_seconds": 0.0,
+           "dtype": "bfloat16", "device": "cuda"}     # the bridge holds float32 weights on the CPU
+
+
+class RecordingTokenizer:
+    """A tokenizer that counts its uses: shows that the tokenizer option reached the data."""
+
+    def __init__(self, tokenizer):
+        self.__dict__.update(_tok=tokenizer, uses=0)
+
+    def __getattr__(self, key):
+        self.__dict__["uses"] += 1
+        return getattr(self._tok, key)
+
+    def __call__(self, *args, **kwargs):
+        self.__dict__["uses"] += 1
+        return self._tok(*args, **kwargs)
+
+    def __len__(self):
+        return len(self._tok)
+
+
+def honoured_cases(tmp_path, tokenizer) -> dict[str, tuple[object, dict]]:
+    """option -> (a value, arguments both runs share): the value must change what comes back."""
+    text = tmp_path / "doc.txt"
+    text.write_text(TEXT[:150])
+    jsonl = tmp_path / "docs.jsonl"
+    jsonl.write_text(json.dumps({"body": TEXT[:150]}) + "\n")
+    return {
+        "data": (str(text), {"texts": None}),
+        "texts": ([TEXT[:100]], {}),
+        "tokenizer": (RecordingTokenizer(tokenizer), {}),
+        "name": ("renamed", {}),
+        "seq_len": (24, {}),
+        "batch_size": (1, {}),                                            # more forward passes
+        "bos": ("prepend", {}),                                           # Qwen has no BOS: refused by data.py
+        "per_document": (True, {}),
+        "max_sequences": (2, {}),
+        "thresholds": ((0.5,), {}),
+        "display_len": (5, {}),
+        "progress": (True, {}),
+        "seed": (7, {}),
+        "on_long": ("error", {"per_document": True}),                     # the document is longer than seq_len
+        "text_field": ("body", {"data": str(jsonl), "texts": None}),
+        "command": ("probe analyze x", {}),
+        "token_groups": ({"period": ["."]}, {}),
+        "max_length": (16, {}),
+        "stride": (16, {}),
+    }
+
+
+def test_every_analyze_option_is_honoured_or_refused(checkpoint, tmp_path, monkeypatch, capsys):
+    """Introspects probe.analyze: an option added there and forgotten here fails this test."""
+    params = inspect.signature(probe.analyze).parameters
+    options = [n for n in params if n != "model"]
+    bridge = build_bridge(checkpoint("official_headwise"))       # gated, and quicker than a hybrid
+    honoured = honoured_cases(tmp_path, bridge.tokenizer)
+    unknown = sorted(set(options) - set(honoured) - set(REFUSED))
+    assert not unknown, f"probe.analyze options that the bridge path neither honours nor refuses: {unknown}"
+
+    # analyze_bridge names every option, with the same default, and swallows nothing.
+    own = inspect.signature(analyze_bridge).parameters
+    assert not any(p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in own.values())
+    assert list(own)[1:] == options
+    for n in options:
+        assert own[n].default == params[n].default, n
+
+    for option, value in REFUSED.items():
+        with pytest.raises(ProbeError, match=option) as err:
+            probe.analyze(bridge, texts=[TEXT[:200]], seq_len=32, progress=False,
+                          **{option: str(tmp_path / value) if value == "PARTIAL" else value})
+        assert "\n" not in str(err.value), option
+
+    passes = []
+    real_forward = BridgeCapture.forward
+    monkeypatch.setattr(BridgeCapture, "forward", lambda self, ids: passes.append(1) or real_forward(self, ids))
+    base = dict(texts=[TEXT[:200]], seq_len=32, progress=False, display_len=12)   # 122 tokens, 4 rows
+
+    def observed(**kwargs):
+        """What a run shows of its options (or the ProbeError it stops with)."""
+        passes.clear()
+        try:
+            a = probe.analyze(bridge, **kwargs)
+        except ProbeError as err:
+            return ("refused", str(err))
+        finally:
+            stderr = capsys.readouterr().err
+        m = a.meta
+        return (m["name"], m["data"], m["seq_len"], m["seed"], m["command"], m["tokens"], m["sequences"],
+                m["bos_policy"], m["windows"], len(m["display_tokens"]), sorted(set(a.sparsity.threshold)),
+                sorted(set(a.gates_by_token_type.token_type)), len(passes), bool(stderr.strip()),
+                a.summary["loss"])
+
+    baselines = {}                                  # one run per distinct set of shared arguments
+    for option, (value, shared) in honoured.items():
+        key = repr(sorted(shared.items()))
+        if key not in baselines:
+            baselines[key] = observed(**{**base, **shared})
+        before = baselines[key]
+        uses = getattr(value, "uses", 0)
+        after = observed(**{**base, **shared, option: value})
+        assert after != before or getattr(value, "uses", 0) > uses, f"{option}={value!r} changed nothing"
 
 
 def test_gate_scores_equal_sigmoid_of_hook_q_gate(checkpoint):

@@ -13,7 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+import probe
 import tiny
+from samples import TEXT
 from probe.cli import main
 
 
@@ -230,3 +232,19 @@ def test_check_command_errors_are_one_line(checkpoint, tmp_path, capsys):
     line = one_error_line(capsys, ["analyze", str(checkpoint("official_headwise")), "--out", str(tmp_path / "o"),
                                    "--gate", "q_proj:grouped:elementwise", "--quiet", "--seq-len", "16"])
     assert "does not fit q_proj" in line and "probe check" in line
+
+
+def test_a_model_object_is_measured_as_it_is(loaded):
+    """dtype / device / device_map asked of a model that is already built: one line each, never
+    a silent conversion or a meta.json that records a dtype the numbers were not measured in."""
+    lm = loaded("qwen3")
+    for option, value, says in (("dtype", "bfloat16", "holds float32 weights"),
+                                ("device", "cuda", "sits on cpu"),
+                                ("device_map", "auto", "places a model while loading"),
+                                ("dtype", "float64", "unknown dtype")):
+        with pytest.raises(probe.ProbeError, match=says):
+            probe.analyze(lm.model, texts=[TEXT], tokenizer=lm.tokenizer, seq_len=32, progress=False,
+                          **{option: value})
+    a = probe.analyze(lm.model, texts=[TEXT], tokenizer=lm.tokenizer, seq_len=32, progress=False,
+                      dtype="float32", device="cpu")
+    assert a.meta["dtype"] == "float32"
