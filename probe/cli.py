@@ -225,6 +225,7 @@ def cmd_compare(args, command_line) -> int:
             (tmp / name).mkdir()
             analysis.write_into(tmp / name)
     print_summary(analyses)
+    print_claims(analyses)
     if formats:
         from reports import build_report
 
@@ -279,3 +280,11 @@ def print_summary(analyses) -> None:
     frame = pd.concat([a.summary_frame() for a in analyses])
     with pd.option_context("display.float_format", lambda v: f"{v:.4g}", "display.width", 120):
         print(frame.to_string(na_rep="-"))
+
+
+def print_claims(analyses) -> None:
+    """The paper's claims checked on these models (reports/claims.py has the rules)."""
+    from reports.claims import claims_table, claims_text
+
+    print()
+    print(claims_text(claims_table(analyses)))

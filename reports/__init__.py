@@ -7,10 +7,12 @@ anything that loads a model.
     reports.plot_first_token_heatmap("runs/baseline")          # -> Figure
     reports.plot_first_token_by_layer(["runs/base", "runs/gated"])  # -> Axes
     reports.build_report(["runs/base", "runs/gated"], "out")   # -> {"html": ..., "pdf": ...}
+    reports.claims_table("runs/base", "runs/gated")             # the paper's claims, checked
 """
 
 from reports import plots
 from reports.build import build_report
+from reports.claims import claims_table
 # Every plot function is public here too; reports.plots.__all__ is the one list of them.
 from reports.plots import *  # noqa: F401,F403
 from reports.runs import Runs, load_runs
@@ -18,7 +20,7 @@ from reports.tables import (gate_position_table, gate_token_type_table, inferenc
                             interventions_table, massive_top_table, provenance_table,
                             summary_table)
 
-_TABLES = ["gate_position_table", "gate_token_type_table", "inference_table", "interventions_table",
-           "massive_top_table", "provenance_table", "summary_table"]
+_TABLES = ["claims_table", "gate_position_table", "gate_token_type_table", "inference_table",
+           "interventions_table", "massive_top_table", "provenance_table", "summary_table"]
 
 __all__ = sorted(["Runs", "build_report", "load_runs", *_TABLES, *plots.__all__])

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from reports import notes, plots, tables
+from reports import claims, notes, plots, tables
 from reports.plots.attention_patterns import choose_pattern_layers
 from reports.plots.gates import histogram_layers
 from reports.reference import figure5_caption, table4_caption
@@ -60,6 +60,7 @@ PROVENANCE = "provenance"  # the section that also carries the report's own time
 
 def build_sections(runs: Runs) -> list[Section]:
     return [
+        _claims(runs),
         _summary(runs),
         _first_token(runs),
         _attention_patterns(runs),
@@ -76,6 +77,19 @@ def build_sections(runs: Runs) -> list[Section]:
 def _axes(plot: Callable[[], Axes]) -> Draw:
     """An axes-level plot as a figure maker."""
     return lambda: plot().figure
+
+
+def _claims(runs: Runs) -> Section:
+    # First, so a reader sees the verdicts before the figures; the rules sit in the caption.
+    return Section(
+        id="claims", title="Claims of the paper",
+        intro=("Does each headline claim of the paper hold in these runs, in the direction the "
+               "paper reports? One row per claim and gated model, with the numbers and the rule "
+               "behind each verdict. Small or briefly trained models are not expected to reach "
+               "the paper's values, only to move the same way."),
+        items=[TableItem("claims-table", "Claims of the paper", claims.claims_display(runs),
+                         claims.claims_caption(), index_label="claim")],
+    )
 
 
 def _summary(runs: Runs) -> Section:

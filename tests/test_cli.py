@@ -60,3 +60,20 @@ def test_console_script_runs_as_a_module(checkpoint, text_file, tmp_path):
                          capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [out.stderr.strip()]
+
+
+def test_compare_prints_the_claims_table(checkpoint, text_file, tmp_path, capsys):
+    import reports
+
+    out = tmp_path / "cmp"
+    assert main(["compare", str(checkpoint("qwen3")), str(checkpoint("official_headwise")),
+                 "--data", str(text_file), "--seq-len", "32", "--out", str(out),
+                 "--format", "", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "Claims of the paper" in printed
+    assert printed.index("f_attn") < printed.index("Claims of the paper")  # after the summary
+    saved = reports.claims_table(out)  # the same verdicts from the saved run directories
+    for row in saved.to_dict("records"):
+        assert f"[{row['claim']}] {row['statement']} ({row['models']}): {row['verdict']}" \
+            in printed
+        assert f"rule:       {row['rule']}" in printed

@@ -13,15 +13,15 @@ import reports
 from reports.html import figure_svg, render_html
 from reports.sections import build_sections
 
-SECTIONS = ("summary", "first-token", "attention-patterns", "massive-activations", "gates",
-            "sparsity", "interventions", "training", "inference", "provenance")
+SECTIONS = ("claims", "summary", "first-token", "attention-patterns", "massive-activations",
+            "gates", "sparsity", "interventions", "training", "inference", "provenance")
 FIGURES = ("f-attn-heatmap", "f-attn-by-layer", "f-attn-by-position",
            "attention-patterns-figure", "m-act-figure",
            "gate-histograms", "gate-stats", "gate-heatmap", "gate-saturation", "gate-token-types",
            "sparsity-by-layer", "sparsity-sweep", "interventions-figure",
            "interventions-by-layer", "training-curves", "loss-by-length")
-TABLES = ("summary-table", "m-act-top", "gate-position", "gate-token-type-table",
-          "interventions-table", "inference-table", "provenance-table")
+TABLES = ("claims-table", "summary-table", "m-act-top", "gate-position",
+          "gate-token-type-table", "interventions-table", "inference-table", "provenance-table")
 TIME = re.compile(r'<time id="generated-at" datetime="[^"]*">[^<]*</time>')
 
 

@@ -10,6 +10,8 @@ from reports.pdf import _row_chunks, _wrapped_cells
 
 PAGE_TITLES = [
     "Gated attention report: baseline vs headwise vs hybrid",
+    "Claims of the paper",
+    "Claims of the paper (continued)",  # eight rows: one per claim and gated model
     "Summary — Model summary (paper Table 4 style)",
     "Attention on the first token (F-Attn) — F-Attn per layer and head",
     "Attention on the first token (F-Attn) — F-Attn per layer",
@@ -66,12 +68,13 @@ def test_metadata_is_fixed_and_dateless(pdf):
 
 def test_pages_carry_captions_notes_and_tables(page_texts):
     assert "2026-11-02T08:30:00Z" in page_texts[0]
-    summary = page_texts[1]
+    page = {title: text for title, text in zip(PAGE_TITLES, page_texts)}
+    summary = page["Summary — Model summary (paper Table 4 style)"]
     assert "no gate" in summary and "1053" in summary and "0.467" in summary
     assert "Does not apply: baseline has no attention-output gate" in summary
-    assert "Figure. Attention probability on the first token" in page_texts[2]
-    assert "hatched: linear attention" in page_texts[2]
-    page = {title: text for title, text in zip(PAGE_TITLES, page_texts)}
+    heatmap = page["Attention on the first token (F-Attn) — F-Attn per layer and head"]
+    assert "Figure. Attention probability on the first token" in heatmap
+    assert "hatched: linear attention" in heatmap
     assert "Does not apply: headwise has no training log" in page["Training — Training curves"]
     interventions = page["Interventions — Loss under interventions"]
     assert "Δ gate = 0" in interventions and "+2.500" in interventions

@@ -1,0 +1,366 @@
+"""reports.claims: verdicts on the paper's four claims, recomputed here from the CSV files.
+
+The numbers below are read with plain pandas from the run directories, not through reports,
+and the rules are applied here again; every verdict is then pushed across its rule by editing
+the CSV numbers, so each test would fail if a verdict ignored the numbers it claims to use.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import reports
+from reports import claims
+from reports.claims import CONSISTENT, NOT_CONSISTENT, NOT_TESTABLE
+
+# --- The numbers, independently of reports ------------------------------------------------
+
+
+def csv_numbers(run: Path) -> dict[str, float]:
+    """What the claims rest on, straight from one run directory's CSV files."""
+    numbers: dict[str, float] = {}
+    gates = pd.read_csv(run / "gates.csv")  # a baseline's has a header and no rows
+    if len(gates):
+        wide = gates[gates["group"] == "all"].pivot_table(
+            index=["layer", "head"], columns="metric", values="value")
+        numbers["mean_gate"] = np.average(wide["mean"], weights=wide["count"])
+        numbers["low_share"] = np.average(wide["frac_lt_0.1"], weights=wide["count"])
+    sparsity = pd.read_csv(run / "sparsity.csv")
+    at = sparsity[np.isclose(sparsity["threshold"], 1e-2)]
+    for variant, rows in at.groupby("variant"):
+        numbers[f"sparsity_{variant}"] = rows.groupby("layer")["value"].mean().mean()
+    first = pd.read_csv(run / "first_token.csv")
+    first = first[(first["metric"] == "f_attn") & (first["layer_type"] == "attention")]
+    numbers["f_attn"] = first.groupby("layer")["value"].mean().mean()
+    numbers["uniform"] = json.loads((run / "summary.json").read_text())["f_attn_uniform"]
+    massive = pd.read_csv(run / "massive.csv")
+    numbers["m_act"] = massive[(massive["site"] == "resid_post")
+                               & (massive["metric"] == "max_abs")]["value"].mean()
+    return numbers
+
+
+def expected(claim: int, gated: dict, base: dict | None = None) -> str:
+    """The verdict the rules give for these numbers (thresholds from reports.claims)."""
+    if claim == 1:
+        holds = (gated["mean_gate"] <= claims.MEAN_GATE_MAX
+                 and gated["low_share"] >= claims.LOW_GATE_SHARE_MIN)
+    elif claim == 2:
+        ungated, control, dynamic = (gated[f"sparsity_{v}"]
+                                     for v in ("ungated", "mean_gate", "gated"))
+        holds = (control - ungated >= claims.SPARSITY_MIN_STEP
+                 and dynamic - control >= claims.SPARSITY_MIN_STEP)
+    elif claim == 3:
+        base_ratio = base["f_attn"] / base["uniform"]
+        if base_ratio < claims.SINK_MIN_RATIO:
+            return NOT_TESTABLE
+        holds = gated["f_attn"] / gated["uniform"] <= base_ratio / claims.F_ATTN_MIN_REDUCTION
+    else:
+        holds = gated["m_act"] <= base["m_act"] / claims.M_ACT_MIN_REDUCTION
+    return CONSISTENT if holds else NOT_CONSISTENT
+
+
+def verdict(table: pd.DataFrame, claim: int, models: str) -> str:
+    rows = table[(table["claim"] == claim) & (table["models"] == models)]
+    assert len(rows) == 1, (claim, models, table[["claim", "models"]])
+    return rows["verdict"].iloc[0]
+
+
+def kind(text: str) -> str:
+    """The verdict without its reason: consistent, not consistent, or not testable."""
+    return NOT_TESTABLE if text.startswith(NOT_TESTABLE + ":") else text
+
+
+# --- Editing the CSV numbers across a rule ------------------------------------------------
+
+
+@pytest.fixture
+def copy_runs(run_dirs, tmp_path):
+    """copy_runs(*names) -> {name: path} of fresh copies to edit."""
+    def make(*names: str) -> dict[str, Path]:
+        return {name: Path(shutil.copytree(run_dirs[name], tmp_path / name)) for name in names}
+    return make
+
+
+def edit(run: Path, table: str, change) -> None:
+    frame = pd.read_csv(run / f"{table}.csv", keep_default_na=False, na_values=[""])
+    change(frame)
+    frame.to_csv(run / f"{table}.csv", index=False)
+
+
+def set_gates(run: Path, metric: str, value: float) -> None:
+    def change(frame):
+        frame.loc[(frame["group"] == "all") & (frame["metric"] == metric), "value"] = value
+    edit(run, "gates", change)
+
+
+def set_sparsity(run: Path, ungated: float, control: float, dynamic: float) -> None:
+    def change(frame):
+        at = np.isclose(frame["threshold"], 1e-2)
+        for variant, value in (("ungated", ungated), ("mean_gate", control), ("gated", dynamic)):
+            frame.loc[at & (frame["variant"] == variant), "value"] = value
+    edit(run, "sparsity", change)
+
+
+def set_f_attn(run: Path, value: float) -> None:
+    def change(frame):
+        rows = (frame["metric"] == "f_attn") & (frame["layer_type"] == "attention")
+        frame.loc[rows, "value"] = value
+    edit(run, "first_token", change)
+
+
+def scale_m_act(run: Path, factor: float) -> None:
+    def change(frame):
+        rows = (frame["site"] == "resid_post") & (frame["metric"] == "max_abs")
+        frame.loc[rows, "value"] = frame.loc[rows, "value"] * factor
+    edit(run, "massive", change)
+
+
+def table_of(runs: dict[str, Path]) -> pd.DataFrame:
+    return reports.claims_table(*runs.values())
+
+
+# --- Verdicts on the fixture runs ---------------------------------------------------------
+
+
+def test_verdicts_follow_the_csv_numbers(run_dirs):
+    table = reports.claims_table(list(run_dirs.values()))
+    numbers = {name: csv_numbers(path) for name, path in run_dirs.items()}
+    assert list(table.columns) == claims.COLUMNS
+    assert table["claim"].tolist() == [1, 1, 2, 2, 3, 3, 4, 4]
+    for gated in ("headwise", "hybrid"):
+        for claim in (1, 2):
+            assert verdict(table, claim, gated) == expected(claim, numbers[gated])
+        for claim in (3, 4):
+            got = verdict(table, claim, f"baseline vs {gated}")
+            assert kind(got) == expected(claim, numbers[gated], numbers["baseline"])
+    # The fixture runs were made to follow the paper: every verdict is "consistent" here, so
+    # the flips below each start from a consistent verdict.
+    assert set(table["verdict"]) == {CONSISTENT}
+
+
+def test_numbers_column_holds_what_the_verdict_used(run_dirs):
+    table = reports.claims_table(run_dirs["baseline"], run_dirs["headwise"])
+    csv = {name: csv_numbers(run_dirs[name]) for name in ("baseline", "headwise")}
+    by_claim = dict(zip(table["claim"], table["numbers"]))
+    assert by_claim[1]["mean_gate"] == pytest.approx(csv["headwise"]["mean_gate"])
+    assert by_claim[1]["share_below_0.1"] == pytest.approx(csv["headwise"]["low_share"])
+    assert by_claim[2]["mean_gate"] == pytest.approx(csv["headwise"]["sparsity_mean_gate"])
+    assert by_claim[3]["baseline_f_attn"] == pytest.approx(csv["baseline"]["f_attn"])
+    assert by_claim[3]["gated_uniform"] == pytest.approx(csv["headwise"]["uniform"])
+    assert by_claim[4]["gated_m_act"] == pytest.approx(csv["headwise"]["m_act"])
+    # ... and the text shows them.
+    row = table[table["claim"] == 4].iloc[0]
+    assert f"{csv['baseline']['m_act']:.3g}" in row["these runs"]
+
+
+@pytest.mark.parametrize("metric, inside, outside", [
+    ("mean", claims.MEAN_GATE_MAX - 0.005, claims.MEAN_GATE_MAX + 0.005),
+    ("frac_lt_0.1", claims.LOW_GATE_SHARE_MIN + 0.005, claims.LOW_GATE_SHARE_MIN - 0.005),
+])
+def test_claim1_flips_across_its_rule(copy_runs, metric, inside, outside):
+    runs = copy_runs("headwise")
+    set_gates(runs["headwise"], metric, inside)
+    assert verdict(table_of(runs), 1, "headwise") == CONSISTENT
+    set_gates(runs["headwise"], metric, outside)
+    assert verdict(table_of(runs), 1, "headwise") == NOT_CONSISTENT
+    assert expected(1, csv_numbers(runs["headwise"])) == NOT_CONSISTENT
+
+
+@pytest.mark.parametrize("shares", [
+    (0.10, 0.10 + claims.SPARSITY_MIN_STEP * 0.8, 0.40),  # control barely above ungated
+    (0.10, 0.30, 0.30 + claims.SPARSITY_MIN_STEP * 0.8),  # dynamic gate barely above control
+    (0.10, 0.40, 0.30),                                    # control sparser than the gate
+    (0.35, 0.30, 0.40),                                    # ungated sparser than the control
+])
+def test_claim2_flips_across_its_rule(copy_runs, shares):
+    runs = copy_runs("headwise")
+    set_sparsity(runs["headwise"], 0.10, 0.30, 0.40)
+    assert verdict(table_of(runs), 2, "headwise") == CONSISTENT
+    set_sparsity(runs["headwise"], *shares)
+    assert verdict(table_of(runs), 2, "headwise") == NOT_CONSISTENT
+    assert expected(2, csv_numbers(runs["headwise"])) == NOT_CONSISTENT
+
+
+def test_claim3_needs_a_sink_in_the_baseline(copy_runs):
+    runs = copy_runs("baseline", "headwise")
+    uniform = csv_numbers(runs["baseline"])["uniform"]
+    set_f_attn(runs["headwise"], uniform)  # no sink at all in the gated model
+    set_f_attn(runs["baseline"], uniform * claims.SINK_MIN_RATIO * 1.02)
+    assert verdict(table_of(runs), 3, "baseline vs headwise") == CONSISTENT
+    set_f_attn(runs["baseline"], uniform * claims.SINK_MIN_RATIO * 0.98)
+    got = verdict(table_of(runs), 3, "baseline vs headwise")
+    assert got.startswith("not testable: the baseline has no sink")
+    assert f"{claims.SINK_MIN_RATIO * 0.98:.3g}×" in got  # says how far it is from one
+    assert expected(3, csv_numbers(runs["headwise"]), csv_numbers(runs["baseline"])) \
+        == NOT_TESTABLE
+
+
+def test_claim3_flips_across_its_rule(copy_runs):
+    runs = copy_runs("baseline", "headwise")
+    base = csv_numbers(runs["baseline"])
+    limit = base["f_attn"] / claims.F_ATTN_MIN_REDUCTION  # same uniform reference in both
+    set_f_attn(runs["headwise"], limit * 0.98)
+    assert verdict(table_of(runs), 3, "baseline vs headwise") == CONSISTENT
+    set_f_attn(runs["headwise"], limit * 1.02)
+    assert verdict(table_of(runs), 3, "baseline vs headwise") == NOT_CONSISTENT
+    assert expected(3, csv_numbers(runs["headwise"]), base) == NOT_CONSISTENT
+
+
+def test_claim4_flips_across_its_rule(copy_runs):
+    runs = copy_runs("baseline", "headwise")
+    base, gated = (csv_numbers(runs[name])["m_act"] for name in ("baseline", "headwise"))
+    to_limit = base / claims.M_ACT_MIN_REDUCTION / gated
+    scale_m_act(runs["headwise"], to_limit * 0.98)
+    assert verdict(table_of(runs), 4, "baseline vs headwise") == CONSISTENT
+    scale_m_act(runs["headwise"], 1.02 / 0.98)
+    assert verdict(table_of(runs), 4, "baseline vs headwise") == NOT_CONSISTENT
+    assert expected(4, csv_numbers(runs["headwise"]), csv_numbers(runs["baseline"])) \
+        == NOT_CONSISTENT
+
+
+def test_thresholds_live_in_the_named_constants(run_dirs, monkeypatch):
+    """Moving a constant moves the verdict, the rule and the caption together."""
+    headwise = csv_numbers(run_dirs["headwise"])["mean_gate"]
+    monkeypatch.setattr(claims, "MEAN_GATE_MAX", round(headwise - 0.01, 3))
+    table = reports.claims_table(run_dirs["headwise"])
+    assert verdict(table, 1, "headwise") == NOT_CONSISTENT
+    assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in table["rule"].iloc[0]
+    assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in claims.claims_caption()
+
+
+def test_caption_quotes_every_threshold():
+    caption = claims.claims_caption()
+    for name in ("MEAN_GATE_MAX", "LOW_GATE_SHARE_MIN", "SPARSITY_MIN_STEP", "SINK_MIN_RATIO",
+                 "F_ATTN_MIN_REDUCTION", "M_ACT_MIN_REDUCTION"):
+        assert name in caption, name
+    for value in (claims.MEAN_GATE_MAX, claims.LOW_GATE_SHARE_MIN, claims.SPARSITY_THRESHOLD,
+                  claims.SPARSITY_MIN_STEP, claims.SINK_MIN_RATIO):
+        assert f"{value:g}" in caption
+
+
+# --- Not testable -------------------------------------------------------------------------
+
+
+def test_one_gated_run_tests_claims_1_and_2_only(run_dirs):
+    table = reports.claims_table(run_dirs["headwise"])
+    numbers = csv_numbers(run_dirs["headwise"])
+    assert verdict(table, 1, "headwise") == expected(1, numbers)
+    assert verdict(table, 2, "headwise") == expected(2, numbers)  # within the one run
+    for claim in (3, 4):
+        assert verdict(table, claim, "headwise") == "not testable: no baseline in this report"
+
+
+def test_gated_runs_without_a_baseline(run_dirs):
+    table = reports.claims_table(run_dirs["headwise"], run_dirs["hybrid"])
+    untestable = table[table["claim"].isin([3, 4])]
+    assert len(untestable) == 4
+    assert set(untestable["verdict"]) == {"not testable: no baseline in this report"}
+    assert "M-Act" in untestable[untestable["claim"] == 4]["these runs"].iloc[0]
+
+
+def test_ungated_only_runs_test_nothing(run_dirs):
+    table = reports.claims_table(run_dirs["baseline"])
+    assert table["claim"].tolist() == [1, 2, 3, 4]
+    assert set(table["verdict"]) == {"not testable: no gated model in this report"}
+    sink = table[table["claim"] == 3]["these runs"].iloc[0]
+    assert "baseline: F-Attn" in sink and "× uniform" in sink  # the numbers are still shown
+
+
+def test_missing_control_makes_claim2_untestable(copy_runs):
+    runs = copy_runs("headwise")
+    edit(runs["headwise"], "sparsity",
+         lambda frame: frame.drop(frame.index[frame["variant"] == "mean_gate"], inplace=True))
+    got = verdict(table_of(runs), 2, "headwise")
+    assert got.startswith("not testable: headwise has no share below 0.01")
+    assert "uniform control" in got
+
+
+def test_several_baselines_pair_with_every_gated_model(copy_runs):
+    runs = copy_runs("baseline", "headwise")
+    second = runs["baseline"].parent / "baseline2"
+    shutil.copytree(runs["baseline"], second)
+    for name in ("meta.json", "summary.json"):
+        path = second / name
+        path.write_text(path.read_text().replace('"baseline"', '"baseline2"'))
+    table = reports.claims_table(runs["baseline"], second, runs["headwise"])
+    assert set(table[table["claim"] == 4]["models"]) == {"baseline vs headwise",
+                                                       "baseline2 vs headwise"}
+
+
+# --- Where the table appears --------------------------------------------------------------
+
+
+def test_analysis_objects_work_directly(run_dirs):
+    import probe
+
+    base, gated = (probe.Analysis.load(run_dirs[name]) for name in ("baseline", "headwise"))
+    from_objects = reports.claims_table(base, gated)
+    from_dirs = reports.claims_table([run_dirs["baseline"], run_dirs["headwise"]])
+    pd.testing.assert_frame_equal(from_objects.drop(columns="numbers"),
+                                  from_dirs.drop(columns="numbers"))
+
+
+def _claims_section(html: str) -> str:
+    start = html.index('<section id="claims">')
+    return html[start:html.index("</section>", start)]
+
+
+def test_table_opens_the_html_report(built_report, all_runs):
+    html = built_report["html"].read_text(encoding="utf-8")
+    assert html.index('<section id="claims">') < html.index('<section id="summary">')
+    section = _claims_section(html)
+    table = reports.claims_table(all_runs)
+    rows = re.findall(r"<tr><th scope=\"row\">(.*?)</th>(.*?)</tr>", section)
+    assert len(rows) == len(table)
+    for (label, cells), expected_row in zip(rows, table.to_dict("records")):
+        assert label == f"{expected_row['claim']}. {expected_row['statement']}"
+        assert f"<td>{expected_row['verdict']}</td>" in cells
+    assert "MEAN_GATE_MAX" in section and "SINK_MIN_RATIO" in section  # caption: the rules
+    assert "direction consistent with the paper" in section
+    assert "reproduc" not in section.lower()
+
+
+def test_table_is_in_the_pdf(built_report):
+    from pypdf import PdfReader
+
+    pages = [page.extract_text() for page in PdfReader(built_report["pdf"]).pages]
+    claim_pages = [text for text in pages if text.startswith("Claims of the paper")]
+    assert claim_pages and pages.index(claim_pages[0]) == 1  # right after the cover
+    text = " ".join(" ".join(claim_pages).split())
+    for needle in ("1. Gate scores are sparse", "massive activations", "baseline vs hybrid",
+                   "SINK_MIN_RATIO", "M_ACT_MIN_REDUCTION"):
+        assert needle in text, needle
+    assert "direction consistent" in text
+
+
+
+def test_summary_numbers_stand_in_for_a_missing_table(run_dirs):
+    """Older or partial runs: M-Act from summary.json; without either, not testable."""
+    from types import SimpleNamespace
+
+    def analysis(name: str, **tables) -> SimpleNamespace:
+        run = run_dirs[name]
+        frames = {table: pd.read_csv(run / f"{table}.csv")
+                  for table in ("first_token", "massive", "gates", "sparsity")}
+        return SimpleNamespace(meta=json.loads((run / "meta.json").read_text()),
+                               summary=json.loads((run / "summary.json").read_text()),
+                               **{**frames, **tables})
+
+    base, gated = analysis("baseline"), analysis("headwise", massive=pd.DataFrame())
+    base_m_act = csv_numbers(run_dirs["baseline"])["m_act"]  # its massive.csv is there
+    gated.summary["m_act"] = base_m_act / (claims.M_ACT_MIN_REDUCTION * 1.05)
+    assert verdict(reports.claims_table(base, gated), 4, "baseline vs headwise") == CONSISTENT
+    gated.summary["m_act"] = base_m_act / (claims.M_ACT_MIN_REDUCTION * 0.95)
+    assert verdict(reports.claims_table(base, gated), 4, "baseline vs headwise") \
+        == NOT_CONSISTENT
+    del gated.summary["m_act"]
+    got = verdict(reports.claims_table(base, gated), 4, "baseline vs headwise")
+    assert got == ("not testable: no M-Act of the layer output for headwise "
+                   "(massive.csv, summary.json m_act)")
