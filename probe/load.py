@@ -125,6 +125,16 @@ def describe(model: nn.Module, gate: GateSpec | str | None = None, *, user_decla
                            num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, gate=spec)
 
 
+def _supports_sdpa(config) -> bool:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        cls = AutoModelForCausalLM._model_mapping[type(config)]
+    except KeyError:
+        return True
+    return bool(getattr(cls, "_supports_sdpa", True))
+
+
 def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
          device_map: str | None = None, gate: GateSpec | str | None = None,
          tokenizer: str | Path | None = None) -> LoadedModel:
@@ -147,7 +157,10 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
 
     # The model class follows config.json; a declared gate only changes how probe reads the gate.
     official = model_type == "qwen3" and official_gate(config) is not None
-    kwargs = dict(dtype=DTYPES[dtype], attn_implementation="sdpa")
+    # The model's own attention outside probe's passes: SDPA, or eager for the families that
+    # transformers has no SDPA path for (Gemma 2: logit soft-capping). probe's passes switch to
+    # its own back-end either way.
+    kwargs = dict(dtype=DTYPES[dtype], attn_implementation="sdpa" if _supports_sdpa(config) else "eager")
     if device_map:
         kwargs["device_map"] = device_map
     # transformers warns about every unused key in the official config; those are expected.

@@ -1,6 +1,8 @@
 """The capture's numbers against independent computations on the same tensors."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -178,3 +180,31 @@ def test_loss_equals_model_loss(loaded):
     with torch.no_grad():
         expected = lm.model(input_ids=ids, labels=ids, use_cache=False).loss
     assert cap.loss.loss() == pytest.approx(float(expected), abs=1e-5)
+
+
+def test_residual_after_attention_with_sandwich_norms():
+    """Gemma 2 normalises the attention output before adding it (post_attention_layernorm is
+    not its pre-MLP norm): resid_mid must be input + norm(attention output), computed here
+    from the layer's input and the attention module's output."""
+    from test_attention import _gemma2
+
+    from probe.load import describe
+
+    model = _gemma2()
+    layout = describe(model)
+    ids = torch.randint(0, 256, (2, 24), generator=torch.Generator().manual_seed(7))
+    seen, handles = {}, []
+    for i, layer in enumerate(model.model.layers):
+        handles.append(layer.register_forward_pre_hook(
+            lambda m, args, kwargs, i=i: seen.__setitem__(("in", i), (args[0] if args else kwargs["hidden_states"]).clone()),
+            with_kwargs=True))
+        handles.append(layer.self_attn.register_forward_hook(
+            lambda m, args, out, i=i: seen.__setitem__(("attn", i), out[0].clone())))
+    try:
+        cap, _ = run_capture(SimpleNamespace(model=model, layout=layout), ids)
+    finally:
+        for h in handles:
+            h.remove()
+    for i, layer in enumerate(model.model.layers):
+        resid_mid = seen[("in", i)] + layer.post_attention_layernorm(seen[("attn", i)])
+        assert cap.massive[(i, "resid_mid")].max_abs() == pytest.approx(float(resid_mid.abs().max()), rel=1e-6)

@@ -146,3 +146,14 @@ def test_official_1b_layout_at_real_scale(flag, layout_name, gate_dim):
     assert q_proj.out_features == 16 * 128 + 16 * gate_dim
     q_out = torch.empty(2, 3, q_proj.out_features, device="meta")
     assert layout.gate.logits(q_out, 16, 8, 128).shape == (2, 3, 16, gate_dim)
+
+
+def test_family_without_sdpa_loads_with_eager(tmp_path):
+    """Gemma 2 has no SDPA path in transformers (logit soft-capping); probe.load used to fail on it."""
+    from test_attention import _gemma2
+
+    _gemma2().save_pretrained(tmp_path)
+    lm = probe.load(tmp_path)
+    assert type(lm.model).__name__ == "Gemma2ForCausalLM"
+    assert lm.model.config._attn_implementation == "eager"
+    assert lm.layout.layers[0].post_attn_norm is lm.model.model.layers[0].pre_feedforward_layernorm

@@ -72,7 +72,10 @@ LAYER_LIST_PATHS = (
 ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
 LINEAR_ATTENTION_NAMES = ("linear_attn",)
 O_PROJ_NAMES = ("o_proj", "c_proj", "out_proj", "dense", "wo")
-POST_ATTN_NORM_NAMES = ("post_attention_layernorm", "ln_2", "post_attention_norm", "ffn_norm")
+# Gemma 2 / 3 put a norm on the attention output too (sandwich norms); their pre-MLP norm, whose
+# input is the residual after attention, is pre_feedforward_layernorm, so it is looked for first.
+POST_ATTN_NORM_NAMES = ("pre_feedforward_layernorm", "post_attention_layernorm", "ln_2", "post_attention_norm",
+                        "ffn_norm")
 MLP_NAMES = ("mlp", "feed_forward", "block_sparse_moe")
 
 
