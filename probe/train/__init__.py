@@ -4,6 +4,9 @@
     probe compare runs/demo/none runs/demo/headwise runs/demo/elementwise \\
         --data runs/demo/none/heldout.txt --seq-len 128 --out runs/demo/compare
 
+`--data synthetic:noise-copy-marked` (or `synthetic:noise-copy`) trains on noise rows and copy
+rows instead of text (synthetic.py); the held-out rows are written as token ids (heldout.npy).
+
 Each arm is a Qwen3-layout decoder saved like the paper's official checkpoints (model_type
 qwen3 plus the gate flag), so `probe analyze` reads it like any released checkpoint.
 See docs/training.md.

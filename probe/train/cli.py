@@ -7,7 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import ProbeError
-from .config import ARMS, TrainConfig
+from .config import (ARMS, BPE_VOCAB, DEFAULT_COPY_LEN, DEFAULT_NOISE_FRAC, SYNTHETIC_VOCAB,
+                     TrainConfig)
 
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 
@@ -26,10 +27,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="no gate, headwise or elementwise output gate, or all three (into OUT/ARM)")
     p.add_argument("--out", required=True, help="output directory (a checkpoint probe analyze loads)")
     p.add_argument("--data", nargs="+", metavar="FILE",
-                   help="text files, folders or JSONL; default: this Python's standard library sources")
+                   help="text files, folders or JSONL; or synthetic:noise-copy / "
+                        "synthetic:noise-copy-marked (noise rows and copy rows; -marked: the first "
+                        "token says which); default: this Python's standard library sources")
     p.add_argument("--tokens", type=token_count, default=d.tokens,
                    help=f"training tokens, e.g. 2M (default {d.tokens:,}); steps = tokens / (batch * seq-len)")
-    p.add_argument("--seed", type=int, default=d.seed, help="initialisation and data order")
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help="initialisation and data order (synthetic data: the rows too)")
     p.add_argument("--lr", type=float, default=d.lr, help=f"peak learning rate (default {d.lr:g})")
     p.add_argument("--warmup", type=float, default=d.warmup,
                    help="warmup: a fraction of the steps (< 1) or a number of steps (default 0.05)")
@@ -45,7 +49,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--bos", choices=("prepend", "none"), default=d.bos,
                    help="prepend: every row starts with the BOS token (default); none: rows start mid-text")
-    p.add_argument("--vocab-size", type=int, default=d.vocab_size, help="BPE vocabulary (default 1024)")
+    p.add_argument("--vocab-size", type=int,
+                   help=f"BPE vocabulary (default {BPE_VOCAB}); synthetic data: distinct content "
+                        f"tokens (default {SYNTHETIC_VOCAB})")
+    p.add_argument("--copy-len", type=int, metavar="L",
+                   help=f"synthetic data: tokens in the segment a copy row repeats (default {DEFAULT_COPY_LEN})")
+    p.add_argument("--noise-frac", type=float, metavar="F",
+                   help=f"synthetic data: share of noise rows (default {DEFAULT_NOISE_FRAC:g})")
     p.add_argument("--eval-every", type=int, help="held-out evaluation interval in steps (default steps/20)")
     p.add_argument("--eval-rows", type=int, default=d.eval_rows, help="held-out rows per evaluation")
     p.add_argument("--save-every", type=int, help="checkpoint interval in steps (default steps/10)")
@@ -68,7 +78,8 @@ def config_from_args(args) -> TrainConfig:
         warmup=args.warmup, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
         layers=args.layers, width=args.width, heads=args.heads, kv_heads=args.kv_heads,
         mlp_ratio=args.mlp_ratio, seq_len=args.seq_len, batch_size=args.batch_size, bos=args.bos,
-        vocab_size=args.vocab_size, eval_every=args.eval_every, eval_rows=args.eval_rows,
+        vocab_size=args.vocab_size, copy_len=args.copy_len, noise_frac=args.noise_frac,
+        eval_every=args.eval_every, eval_rows=args.eval_rows,
         save_every=args.save_every, threads=args.threads, name=args.name, resume=args.resume,
         force=args.force, stop_after=args.stop_after, keep_checkpoint=args.keep_checkpoint,
         progress=not args.quiet)
@@ -106,7 +117,11 @@ def run(args, command_line: str | None = None) -> int:
               f"{result.seconds:.0f} s -> {result.out}/")
     if all(r.finished for r in results) and len(results) > 1:
         dirs = " ".join(str(r.out) for r in results)
-        print(f"compare them: probe compare {dirs} --data {results[0].out}/heldout.txt "
+        # Synthetic held-out rows are token ids that already hold their first token: one row
+        # per sequence, nothing prepended.
+        data = (f"{results[0].out}/heldout.npy --per-document --bos none"
+                if configs[0].synthetic_task else f"{results[0].out}/heldout.txt")
+        print(f"compare them: probe compare {dirs} --data {data} "
               f"--seq-len {configs[0].seq_len} --out {Path(configs[0].out).parent}/compare")
     return 0
 

@@ -8,6 +8,13 @@ from ..errors import ProbeError
 
 ARMS = ("none", "headwise", "elementwise")
 DEFAULT_HELDOUT_PERMILLE = 50
+# Synthetic data (`--data synthetic:TASK`, see synthetic.py): the tasks and their defaults.
+SYNTHETIC_PREFIX = "synthetic:"
+SYNTHETIC_TASKS = ("noise-copy", "noise-copy-marked")
+SYNTHETIC_VOCAB = 256                   # distinct content tokens (the BPE default is 1024)
+BPE_VOCAB = 1024
+DEFAULT_COPY_LEN = 16
+DEFAULT_NOISE_FRAC = 0.5
 # Loss spike: train loss above the mean of the previous SPIKE_WINDOW steps by SPIKE_K std
 # (needs SPIKE_MIN_HISTORY steps of history). See loop.py.
 SPIKE_WINDOW = 50
@@ -39,7 +46,9 @@ class TrainConfig:
     seq_len: int = 128
     batch_size: int = 16
     bos: str = "prepend"
-    vocab_size: int = 1024
+    vocab_size: int | None = None       # BPE vocabulary (1024) or synthetic content tokens (256)
+    copy_len: int | None = None         # synthetic data only: tokens in a copy row's segment
+    noise_frac: float | None = None     # synthetic data only: share of noise rows
     heldout_permille: int = DEFAULT_HELDOUT_PERMILLE
     eval_every: int | None = None       # default: 20 evaluations per run
     eval_rows: int = 64
@@ -51,6 +60,24 @@ class TrainConfig:
     stop_after: int | None = None       # stop after this many steps in total, as if interrupted
     keep_checkpoint: bool = False
     progress: bool = True
+
+    def __post_init__(self):
+        # The defaults depend on the data route; they are filled in here so that the recipe
+        # always records concrete values. Text runs keep copy_len/noise_frac None, so the
+        # recipes of checkpoints trained before the synthetic route existed still match.
+        if self.vocab_size is None:
+            self.vocab_size = SYNTHETIC_VOCAB if self.synthetic_task else BPE_VOCAB
+        if self.synthetic_task:
+            if self.copy_len is None:
+                self.copy_len = DEFAULT_COPY_LEN
+            if self.noise_frac is None:
+                self.noise_frac = DEFAULT_NOISE_FRAC
+
+    @property
+    def synthetic_task(self) -> str | None:
+        """`noise-copy` for --data synthetic:noise-copy, ...; None for text data."""
+        named = [d for d in self.data if str(d).startswith(SYNTHETIC_PREFIX)]
+        return str(named[0])[len(SYNTHETIC_PREFIX):] if named else None
 
     # -- derived --------------------------------------------------------------------------
     @property
@@ -99,3 +126,28 @@ class TrainConfig:
             raise ProbeError("--seq-len must be at least 4")
         if not self.lr > 0:
             raise ProbeError("--lr must be positive")
+        self._check_synthetic()
+
+    def _check_synthetic(self) -> None:
+        task = self.synthetic_task
+        if task is None:
+            if self.copy_len is not None or self.noise_frac is not None:
+                raise ProbeError("--copy-len and --noise-frac apply to --data synthetic:TASK only")
+            return
+        if len(self.data) != 1:
+            raise ProbeError(f"--data {SYNTHETIC_PREFIX}{task} cannot be mixed with other data")
+        if task not in SYNTHETIC_TASKS:
+            raise ProbeError(f"unknown synthetic task {task!r}; use "
+                             + " or ".join(SYNTHETIC_PREFIX + t for t in SYNTHETIC_TASKS))
+        if self.vocab_size < 2:
+            raise ProbeError("--vocab-size (content tokens of synthetic data) must be at least 2")
+        body = self.seq_len - 1 if self.bos == "prepend" else self.seq_len
+        if not 1 <= self.copy_len < body:
+            # A segment as long as the row never repeats: every copy row would be a noise row.
+            raise ProbeError(f"--copy-len {self.copy_len} leaves nothing to copy in rows of {body} "
+                             f"tokens; use 1 to {body - 1}")
+        if not 0.0 <= self.noise_frac <= 1.0:
+            raise ProbeError("--noise-frac must be between 0 and 1")
+        if task.endswith("-marked") and self.bos != "prepend":
+            raise ProbeError(f"{SYNTHETIC_PREFIX}{task} puts the row-type marker at position 0; "
+                             "it needs --bos prepend (the default)")

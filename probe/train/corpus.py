@@ -170,6 +170,13 @@ class Corpus:
     heldout_docs: list[Document]
     description: dict
 
+    def write_heldout(self, out: Path) -> None:
+        """OUT/heldout.txt: the held-out documents, for `probe analyze --data` (the synthetic
+        route writes token-id files instead; see synthetic.py)."""
+        from ..atomic import write_text
+
+        write_text(Path(out) / "heldout.txt", "\n\n".join(d.text for d in self.heldout_docs))
+
 
 def build_corpus(docs: list[Document], tokenizer, *, seq_len: int, bos: str,
                  heldout_permille: int = DEFAULT_HELDOUT_PERMILLE, source: str = "") -> Corpus:

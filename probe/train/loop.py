@@ -45,6 +45,10 @@ class Prepared:
 
 def prepare_data(cfg: TrainConfig, tokenizer=None) -> Prepared:
     """Read the documents, train (or reuse) the tokenizer, split and pack."""
+    if cfg.synthetic_task:
+        from .synthetic import build
+
+        return Prepared(*build(cfg, tokenizer))
     docs = corpus_mod.file_documents(cfg.data) if cfg.data else corpus_mod.stdlib_documents()
     source = ", ".join(cfg.data) if cfg.data else f"python {_python()} stdlib sources"
     if tokenizer is None:
@@ -298,8 +302,7 @@ def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | Non
     settings = _settings(cfg, shape, counts, data, n_params, command)
     write_text(out / "train_config.json", json.dumps(settings, indent=2) + "\n")
     if start_step == 0:
-        heldout_text = "\n\n".join(d.text for d in data.heldout_docs)
-        write_text(out / "heldout.txt", heldout_text)
+        data.write_heldout(out)
 
     total = cfg.steps
     stop = min(total, cfg.stop_after) if cfg.stop_after else total
