@@ -63,7 +63,22 @@ def check_checkpoint_dir(path: Path) -> dict:
         raise ProbeError(f"{path} holds no weights (*.safetensors or pytorch_model.bin)")
     for file in path.glob("*.safetensors"):
         check_safetensors(file)
+    check_shard_index(path)
     return config
+
+
+def check_shard_index(path: Path) -> None:
+    """A sharded checkpoint names its shards in an index: all of them must be there."""
+    for index in path.glob("*.index.json"):
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, AttributeError) as err:
+            raise ProbeError(f"{index} is not a valid shard index ({err}); re-download it") from None
+        missing = sorted(name for name in shards if not (path / name).exists())
+        if missing:
+            more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+            raise ProbeError(f"{path} is missing {missing[0]}{more}, listed in {index.name}; "
+                             "the download is incomplete: re-download the checkpoint")
 
 
 def check_safetensors(file: Path) -> None:

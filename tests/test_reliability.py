@@ -60,6 +60,27 @@ def test_unsupported_architecture_lists_what_is_known_and_how_to_declare(checkpo
     assert "--gate" in one_error_line(capsys, ["check", str(odd)])
 
 
+def test_sharded_checkpoint_loads_and_a_missing_shard_is_named(checkpoint, tmp_path, capsys):
+    """Released checkpoints are sharded with an index: they load like one file, and a shard that
+    did not download is named in one line instead of surfacing from inside transformers."""
+    from transformers import AutoModelForCausalLM
+
+    src = checkpoint("qwen3")
+    sharded = tmp_path / "sharded"
+    AutoModelForCausalLM.from_pretrained(src).save_pretrained(sharded, max_shard_size="100KB")
+    for f in src.iterdir():
+        if "token" in f.name or f.name == "vocab.json" or f.name == "merges.txt":
+            shutil.copy(f, sharded / f.name)
+    shards = sorted(sharded.glob("model-*.safetensors"))
+    assert len(shards) > 2
+    texts = [TEXT]
+    a, b = (probe.analyze(str(p), texts=texts, seq_len=32, progress=False) for p in (sharded, src))
+    assert a.summary["loss"] == b.summary["loss"] and a.summary["m_act"] == b.summary["m_act"]
+    shards[1].unlink()
+    line = one_error_line(capsys, analyze_args(sharded, tmp_path / "o"))
+    assert f"missing {shards[1].name}" in line and "model.safetensors.index.json" in line
+
+
 @pytest.mark.parametrize("damage", ["truncated", "corrupt_header", "garbage"])
 def test_broken_safetensors(damage, checkpoint, tmp_path, capsys):
     ckpt = copy(checkpoint("qwen3"), tmp_path / damage)
