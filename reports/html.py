@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import pandas as pd
 from matplotlib.figure import Figure, SubFigure
 
+from reports import claims
 from reports.sections import PROVENANCE, FigureItem, Section, TableItem
 from reports.style import freeze_layout, report_style
 from reports.tables import numeric_columns
@@ -52,7 +53,14 @@ thead th { border-bottom: 2px solid var(--ink); }
 table.text td { overflow-wrap: anywhere; max-width: 420px;
                 font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 12.5px; }
 .generated { color: var(--muted); font-size: 13px; }
+td.verdict { font-weight: 600; }
+td.consistent { color: #1a7f37; }
+td.inconsistent { color: #b42318; }
+td.untestable { color: var(--muted); font-weight: 400; }
 """
+# Claims-table verdicts are coloured so the page can be scanned; the words carry the meaning.
+_VERDICT_CLASSES = ((claims.CONSISTENT, "consistent"), (claims.NOT_CONSISTENT, "inconsistent"),
+                    (claims.NOT_TESTABLE, "untestable"))
 
 
 def render_html(sections: Sequence[Section], *, title: str, subtitle: str,
@@ -121,12 +129,17 @@ def table_html(frame: pd.DataFrame, index_label: str, table_id: str, caption_htm
                      for column, align in zip([index_label, *frame.columns], aligned))
     rows = []
     for label, values in zip(frame.index, frame.itertuples(index=False)):
-        cells = "".join(f"<td{align}>{_text(value)}</td>"
+        cells = "".join(f"<td{align or _verdict_class(value)}>{_text(value)}</td>"
                         for value, align in zip(values, aligned[1:]))
         rows.append(f'<tr><th scope="row">{_text(label)}</th>{cells}</tr>')
     caption = f"<caption>{caption_html}</caption>" if caption_html else ""
     return (f'<table id="{table_id}" class="{kind}">{caption}<thead><tr>{header}</tr></thead>'
             f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def _verdict_class(value: object) -> str:
+    text = str(value)
+    return next((f' class="verdict {cls}"' for prefix, cls in _VERDICT_CLASSES if text.startswith(prefix)), "")
 
 
 def figure_svg(figure: Figure | SubFigure, prefix: str) -> str:

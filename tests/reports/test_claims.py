@@ -321,7 +321,11 @@ def test_table_opens_the_html_report(built_report, all_runs):
     assert len(rows) == len(table)
     for (label, cells), expected_row in zip(rows, table.to_dict("records")):
         assert label == f"{expected_row['claim']}. {expected_row['statement']}"
-        assert f"<td>{expected_row['verdict']}</td>" in cells
+        # Coloured by verdict class; the words stay the same.
+        kind = {"direction consistent": "consistent", "not consistent": "inconsistent",
+                "not testable": "untestable"}[next(k for k in ("direction consistent", "not consistent",
+                                                               "not testable") if expected_row["verdict"].startswith(k))]
+        assert f'<td class="verdict {kind}">{expected_row["verdict"]}</td>' in cells
     assert "MEAN_GATE_MAX" in section and "SINK_MIN_RATIO" in section  # caption: the rules
     assert "direction consistent with the paper" in section
     assert "reproduc" not in section.lower()
