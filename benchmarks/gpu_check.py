@@ -6,7 +6,7 @@
 Checks, on the tiny checkpoints the tests build (tests/tiny.py), each against the CPU float32 run
 of the same weights and tokens:
   kernel     tests/test_attention.py's real-kernel tests (float32 and bfloat16, GQA, padding mask)
-  float32    probe.analyze on the device: F-Attn, mean gate and sparsity within 1e-5, M-Act and
+  float32    probe.analyze on the device (a windowed Mistral included: banded attention): F-Attn, mean gate and sparsity within 1e-5, M-Act and
              loss within 1e-4 relative (the memory-efficient kernel sums in another order)
   bfloat16   within tests/test_scale.py's stated bfloat16 tolerances of float32
   device_map probe.load(device_map="auto") (accelerate) gives the --device numbers
@@ -31,7 +31,8 @@ from samples import TEXT  # noqa: E402
 
 import probe  # noqa: E402
 
-KINDS = ("official_elementwise", "qwen3_next", "qwen3")
+# kind -> config overrides; the windowed Mistral runs the banded sliding-window path (T > W).
+KINDS = {"official_elementwise": {}, "qwen3_next": {}, "qwen3": {}, "mistral": {"sliding_window": 16}}
 BF16_TOL = {"f_attn": 5e-3, "mean_gate": 2e-3, "m_act": 5e-2, "loss": 1e-2}   # as tests/test_scale.py
 results: list[tuple[str, bool, str]] = []
 
@@ -87,8 +88,8 @@ def check_kernel(device: str) -> None:
 
 def check_models(device: str, root: Path) -> None:
     fp32_tol = {"f_attn": 1e-5, "mean_gate": 1e-5, "sparsity": 1e-5, "m_act": 1e-4, "loss": 1e-4}
-    for kind in KINDS:
-        path = tiny.make_checkpoint(kind, root / kind)
+    for kind, overrides in KINDS.items():
+        path = tiny.make_checkpoint(kind, root / kind, **overrides)
         cpu = run(path)
         compare(f"{kind} float32 {device}", run(path, device=device), cpu, fp32_tol)
         compare(f"{kind} bfloat16 {device}", run(path, device=device, dtype="bfloat16"), cpu, BF16_TOL)
