@@ -104,18 +104,21 @@ class Capture:
         self.model.set_attn_implementation(attention.NAME)
         attention.set_observer(self)
         hook = self._handles.append
+        # Hooks only read: under no_grad, so that a forward with autograd on (a notebook user
+        # who forgot inference_mode) does not chain every batch's graph into the reducers.
+        reading = torch.no_grad()
         for p in self.layout.layers:
             i = p.index
-            hook(p.mixer.register_forward_hook(self._site_output_hook(i, "attn_out")))
+            hook(p.mixer.register_forward_hook(reading(self._site_output_hook(i, "attn_out"))))
             if p.post_attn_norm is not None:
-                hook(p.post_attn_norm.register_forward_pre_hook(self._site_input_hook(i, "resid_mid")))
+                hook(p.post_attn_norm.register_forward_pre_hook(reading(self._site_input_hook(i, "resid_mid"))))
             if p.mlp is not None:
-                hook(p.mlp.register_forward_hook(self._site_output_hook(i, "mlp_out")))
-            hook(p.layer.register_forward_hook(self._site_output_hook(i, "resid_post")))
+                hook(p.mlp.register_forward_hook(reading(self._site_output_hook(i, "mlp_out"))))
+            hook(p.layer.register_forward_hook(reading(self._site_output_hook(i, "resid_post"))))
             if p.o_proj is not None:
-                hook(p.o_proj.register_forward_pre_hook(self._gated_output_hook(i)))
+                hook(p.o_proj.register_forward_pre_hook(reading(self._gated_output_hook(i))))
             if p.gate_module is not None:
-                hook(p.gate_module.register_forward_hook(self._gate_hook(i)))
+                hook(p.gate_module.register_forward_hook(reading(self._gate_hook(i))))
 
     def _uninstall(self) -> None:
         for handle in self._handles:
@@ -181,6 +184,7 @@ class Capture:
                 self.sparsity[layer].follow(x.device).gated.update(x)     # |x| from the bits
         return hook
 
+    @torch.no_grad()
     def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None) -> None:
         """Called by the `probe` attention back-end. out (B, H, T, D), lse (B, H, T)."""
         b = self._batch
@@ -195,6 +199,7 @@ class Capture:
         x = x if b.all_valid else b.rows(x)
         self.sparsity[layer].follow(x.device).ungated.update(x)        # |x| from the bits
 
+    @torch.no_grad()
     def observe_logits(self, logits: torch.Tensor) -> None:
         b = self._batch
         self.loss.follow(logits.device).update(logits, b.input_ids, b.valid)

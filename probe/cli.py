@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="analyse several checkpoints on the same tokens, one report")
     c.add_argument("checkpoints", nargs="+", help="baseline first, then gated variants")
     c.add_argument("--out", required=True, help="folder for one run directory per model and the report")
-    c.add_argument("--format", default="html,pdf")
+    c.add_argument("--format", default="html,pdf", help="report formats: html, pdf or html,pdf; \"\" for none")
     c.add_argument("--title")
     _analysis_options(c)
 
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("check", help="check that probe reads the gate the model applies (pass/fail table)")
     k.add_argument("checkpoint", help="local Hugging Face checkpoint directory")
-    k.add_argument("--gate", help="declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION]")
+    k.add_argument("--gate", help="declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none")
     k.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     k.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     k.add_argument("--seq-len", type=int, default=16, help="tokens per random test sequence (default 16)")

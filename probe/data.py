@@ -218,7 +218,7 @@ def build_dataset(path: str | Path | None, tokenizer, *, seq_len: int = 512, bos
     elif bos == "prepend":
         if bos_token_id is None:
             raise ProbeError("--bos prepend needs a BOS token, but the tokenizer has none; "
-                             "use --bos none or --bos-token-id ID")
+                             "use --bos none, or give token ids that already start with the token you want")
         use_bos = True
     else:
         use_bos = False

@@ -6,9 +6,14 @@ Axes would not be shown); with `ax=`, it draws there and returns that Axes.
 """
 from __future__ import annotations
 
-PLOTS = ("first_token_heatmap", "first_token_by_layer", "attention_patterns", "massive_activations",
-         "massive_by_layer", "gate_histograms", "gate_stats_by_layer", "gate_heatmap",
-         "gate_saturation", "sparsity_by_layer", "sparsity_sweep", "training")
+# Listed here rather than read from reports.plots so that probe imports without the report
+# layer; tests/test_results.py checks the list against reports.plots.__all__.
+PLOTS = ("first_token_heatmap", "first_token_by_layer", "first_token_by_bucket", "attention_patterns",
+         "massive_activations", "massive_by_layer", "gate_histograms", "gate_stats_by_layer",
+         "gate_heatmap", "gate_saturation", "gate_by_token_type", "sparsity_by_layer", "sparsity_sweep",
+         "interventions", "interventions_by_layer", "training")
+# The one report figure that is not about an analysis: the demo's inference.csv (examples/demo.py).
+NOT_METHODS = ("loss_by_length",)
 
 
 def _plot_method(name: str):

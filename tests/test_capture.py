@@ -208,3 +208,17 @@ def test_residual_after_attention_with_sandwich_norms():
     for i, layer in enumerate(model.model.layers):
         resid_mid = seen[("in", i)] + layer.post_attention_layernorm(seen[("attn", i)])
         assert cap.massive[(i, "resid_mid")].max_abs() == pytest.approx(float(resid_mid.abs().max()), rel=1e-6)
+
+
+def test_reducers_hold_no_autograd_graph_when_grad_is_on(loaded):
+    """A notebook user who runs the model without inference_mode: the logits carry a graph,
+    the statistics must not (they would chain every batch's graph and keep it alive)."""
+    lm = loaded("official_headwise")
+    ids = ids_for(lm.model, T=20)
+    with Capture(lm.model, lm.layout) as cap:
+        with cap.batch(ids, None):
+            logits = lm.model(input_ids=ids, use_cache=False).logits
+            cap.observe_logits(logits)
+    assert logits.requires_grad
+    tensors = [t for r in cap.reducers() + [cap.loss] for t in r.state_tensors().values()]
+    assert tensors and not any(t.requires_grad for t in tensors)

@@ -82,6 +82,16 @@ def test_notebook_display(analyses):
     assert "f_attn" in repr(a)
 
 
+def test_every_report_figure_is_an_analysis_method():
+    import reports.plots
+
+    from probe.plotting import NOT_METHODS, PLOTS
+
+    assert sorted(f"plot_{n}" for n in PLOTS + NOT_METHODS) == sorted(reports.plots.__all__)
+    for name in PLOTS:
+        assert callable(getattr(probe.Analysis, f"plot_{name}"))
+
+
 def test_plot_methods_return_figures_for_notebooks(analyses):
     from matplotlib.figure import Figure
 
