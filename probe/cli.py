@@ -24,7 +24,8 @@ def _analysis_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-document", action="store_true", help="one sequence per document, padded")
     p.add_argument("--max-length", type=int, metavar="N",
                    help="with --per-document: the longest sequence (default --seq-len); longer "
-                        "documents are covered by sliding windows of N tokens (see --stride)")
+                        "documents are covered by sliding windows of N tokens (see --stride). "
+                        "Without --per-document: the sequence length is min(--seq-len, N)")
     p.add_argument("--stride", type=int, metavar="S",
                    help="sliding windows start every S tokens (default: back to back); tokens an "
                         "earlier window counted are context only, so each token counts once")
