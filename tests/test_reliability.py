@@ -10,7 +10,6 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 from safetensors.torch import load_file, save_file
 
 import probe

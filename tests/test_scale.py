@@ -176,8 +176,7 @@ def test_sliding_windows_count_every_token_once(loaded, tmp_path):
         assert m[i] == pytest.approx(value, rel=1e-6)
 
 
-def test_max_length_options(loaded, tmp_path):
-    lm = loaded("qwen3")
+def test_max_length_options(tmp_path):
     data = tmp_path / "docs.jsonl"
     data.write_text(json.dumps({"input_ids": list(range(3, 103))}) + "\n")
     from probe.data import build_dataset

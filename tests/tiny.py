@@ -343,11 +343,6 @@ def _reserve_bias_dim(model, k: int) -> None:
             raise AssertionError(f"unclassified projection {name}")
 
 
-def _calibration_ids(seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(30_000 + seed)
-    return torch.randint(0, TINY["vocab_size"], (4, 64), generator=g)
-
-
 def _gate_bias_weights(normed: torch.Tensor, gate_logits: torch.Tensor, k: int, shift: float,
                        generator: torch.Generator) -> torch.Tensor:
     """Per query head, the gate rows' weight on the bias dimension k: (H,).
