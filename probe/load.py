@@ -171,7 +171,10 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
         raise ProbeError(f"transformers cannot read {path}/config.json ({err})") from None
 
     # The model class follows config.json; a declared gate only changes how probe reads the gate.
-    official = model_type == "qwen3" and official_gate(config) is not None
+    # So is a qwen3 config with use_qk_norm false: stock Qwen3 would ignore the flag and
+    # normalise q and k with freshly initialised weights.
+    official = model_type == "qwen3" and (official_gate(config) is not None
+                                          or not getattr(config, "use_qk_norm", True))
     # The model's own attention outside probe's passes: SDPA, or eager for the families that
     # transformers has no SDPA path for (Gemma 2: logit soft-capping). probe's passes switch to
     # its own back-end either way.

@@ -111,6 +111,8 @@ def test_loss_falls(arms):
     Shape(vocab_size=1024, width=128, layers=4, heads=4, kv_heads=2, head_dim=32, intermediate=512),
     Shape(vocab_size=4096, width=256, layers=6, heads=8, kv_heads=4, head_dim=32, intermediate=1024),
     Shape(vocab_size=512, width=96, layers=3, heads=3, kv_heads=1, head_dim=32, intermediate=288),
+    Shape(vocab_size=1024, width=128, layers=4, heads=4, kv_heads=2, head_dim=32, intermediate=512,
+          qk_norm=False),
 ])
 def test_parameter_counts_match_within_one_percent(shape):
     counts = check_matched(shape)
@@ -370,3 +372,140 @@ def test_packing_puts_bos_first_and_keeps_order():
     rows = corpus_mod.pack(stream, 5, bos_id=0)
     assert rows[:, 0].eq(0).all() and rows[:, 1:].reshape(-1).tolist() == list(range(10, 30))
     assert corpus_mod.pack(stream, 5, bos_id=None).reshape(-1).tolist() == list(range(10, 30))
+
+
+# ------------------------------------------------------------------ --no-qk-norm
+
+@pytest.fixture(scope="module")
+def no_qk_arms(tmp_path_factory, corpus_file):
+    """The three arms trained with --no-qk-norm (12 steps), and each arm's model as it stood
+    when training saved it (captured from the loop, to compare with what probe.load reads)."""
+    import probe.train.loop as loop
+
+    out = tmp_path_factory.mktemp("no-qk") / "run"
+    trained = {}
+    save = loop.save_model
+
+    def capture(model, tokenizer, folder):
+        save(model, tokenizer, folder)
+        trained[Path(folder).name] = model            # the last save of each arm is its final one
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loop, "save_model", capture)
+        assert main(["train", "--arm", "all", "--data", str(corpus_file), "--tokens", "1536",
+                     "--out", str(out), "--eval-every", "4", "--no-qk-norm", *TINY]) == 0
+    return out, trained
+
+
+def _ids(vocab=300, seed=0):
+    ids = torch.randint(3, vocab, (2, 24), generator=torch.Generator().manual_seed(seed))
+    ids[:, 0] = 0
+    return ids
+
+
+def test_qk_norm_flag_parses_and_defaults_on():
+    from probe.train.cli import add_arguments, config_from_args
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    base = ["--arm", "none", "--out", "x"]
+    assert config_from_args(p.parse_args(base)).qk_norm is True
+    assert config_from_args(p.parse_args(base + ["--qk-norm"])).qk_norm is True
+    assert config_from_args(p.parse_args(base + ["--no-qk-norm"])).qk_norm is False
+
+
+def test_default_arms_keep_qk_norm_and_the_stock_baseline(arms):
+    from transformers import Qwen3ForCausalLM
+
+    for arm in ARMS:
+        settings = json.loads((arms / arm / "train_config.json").read_text())
+        assert settings["qk_norm"] is True and settings["recipe"]["qk_norm"] is True
+        assert json.loads((arms / arm / "config.json").read_text())["use_qk_norm"] is True
+        assert any(k.endswith("q_norm.weight") for k in _weights(arms / arm))
+    assert type(probe.load(arms / "none").model) is Qwen3ForCausalLM
+
+
+def test_no_qk_norm_arms_have_no_q_norm_or_k_norm(no_qk_arms):
+    out, _ = no_qk_arms
+    for arm in ARMS:
+        assert json.loads((out / arm / "config.json").read_text())["use_qk_norm"] is False
+        assert not any("q_norm" in k or "k_norm" in k for k in _weights(out / arm)), arm
+        model = probe.load(out / arm).model
+        for layer in model.model.layers:
+            assert isinstance(layer.self_attn.q_norm, torch.nn.Identity), arm
+            assert isinstance(layer.self_attn.k_norm, torch.nn.Identity), arm
+
+
+@pytest.mark.parametrize("qk_norm", [True, False])
+def test_scaling_the_keys_changes_the_logits_only_without_qk_norm(arms, no_qk_arms, qk_norm):
+    # k_norm divides each key by its RMS, so scaling k_proj is invisible with QK-norm and
+    # sharpens every attention distribution without it (k_proj holds keys only, in every arm).
+    folder = arms if qk_norm else no_qk_arms[0]
+    for arm in ARMS:
+        model = probe.load(folder / arm).model
+        with torch.no_grad():
+            before = model(input_ids=_ids()).logits
+            for layer in model.model.layers:
+                layer.self_attn.k_proj.weight.mul_(4.0)
+            after = model(input_ids=_ids()).logits
+        change = (after - before).abs().max().item()
+        if qk_norm:
+            assert change < 1e-4, (arm, change)
+        else:
+            assert change > 1e-2, (arm, change)
+
+
+def test_no_qk_norm_arms_reload_with_the_trained_logits(no_qk_arms):
+    from transformers import Qwen3ForCausalLM
+
+    out, trained = no_qk_arms
+    for arm in ARMS:
+        model = trained[arm].eval()
+        loaded = probe.load(out / arm).model
+        with torch.no_grad():
+            want = model(input_ids=_ids()).logits
+            got = loaded(input_ids=_ids()).logits
+        assert (got - want).abs().max().item() <= 1e-5, arm
+    # What a stock Qwen3 would make of the baseline's weights (fresh q_norm/k_norm, which
+    # still normalise): different logits, so the check above can fail.
+    config = json.loads((out / "none" / "config.json").read_text())
+    from transformers import Qwen3Config
+
+    stock = Qwen3ForCausalLM(Qwen3Config(**{k: v for k, v in config.items()
+                                            if k not in ("architectures", "transformers_version",
+                                                         "dtype")})).eval()
+    stock.load_state_dict(_weights(out / "none"), strict=False)
+    with torch.no_grad():
+        wrong = stock(input_ids=_ids()).logits
+        want = trained["none"](input_ids=_ids()).logits
+    assert (wrong - want).abs().max().item() > 1e-3
+
+
+def test_no_qk_norm_is_recorded_and_counts_stay_matched(no_qk_arms, arms):
+    out, trained = no_qk_arms
+    counts = {}
+    for arm in ARMS:
+        settings = json.loads((out / arm / "train_config.json").read_text())
+        assert settings["qk_norm"] is False and settings["recipe"]["qk_norm"] is False
+        assert settings["shape"]["qk_norm"] is False
+        assert settings["parameters"] == count_parameters(trained[arm])
+        counts[arm] = settings["parameters"]
+        with_norm = json.loads((arms / arm / "train_config.json").read_text())
+        shape = settings["shape"]
+        # exactly the two D-wide norm weights per layer fewer than the same arm with QK-norm
+        assert with_norm["parameters"] - counts[arm] == 2 * shape["head_dim"] * shape["layers"]
+        assert settings["parameters_by_arm"] == json.loads(
+            (out / "none" / "train_config.json").read_text())["parameters_by_arm"]
+    assert all(abs(n - counts["none"]) <= 0.01 * counts["none"] for n in counts.values())
+    assert counts == json.loads((out / "none" / "train_config.json").read_text())["parameters_by_arm"]
+
+
+def test_resume_treats_old_recipes_as_qk_norm_on():
+    from probe.train.loop import _check_same_recipe
+
+    now = TrainConfig().recipe()
+    old = {k: v for k, v in now.items() if k != "qk_norm"}      # saved before the flag existed
+    _check_same_recipe(old, now)
+    with pytest.raises(ProbeError, match="qk_norm"):
+        _check_same_recipe(old, replace(TrainConfig(), qk_norm=False).recipe())

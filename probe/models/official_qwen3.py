@@ -91,11 +91,19 @@ class OfficialGatedQwen3Attention(Qwen3Attention):
 
 
 class OfficialGatedQwen3ForCausalLM(Qwen3ForCausalLM):
-    """Qwen3 with the official output gate; loads the released checkpoints as they are."""
+    """Qwen3 with the official output gate; loads the released checkpoints as they are.
+
+    Without a gate flag the attention stays transformers' own; `use_qk_norm: false` (the
+    official config's flag, which stock Qwen3 ignores) then only removes q_norm/k_norm.
+    """
 
     def __init__(self, config: Qwen3Config):
         adapt_official_config(config)
         super().__init__(config)
+        gated = official_gate_granularity(config) is not None
         for idx, layer in enumerate(self.model.layers):
-            layer.self_attn = OfficialGatedQwen3Attention(config, idx)
+            if gated:
+                layer.self_attn = OfficialGatedQwen3Attention(config, idx)
+            elif not getattr(config, "use_qk_norm", True):
+                layer.self_attn.q_norm, layer.self_attn.k_norm = nn.Identity(), nn.Identity()
         self.post_init()

@@ -49,6 +49,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--bos", choices=("prepend", "none"), default=d.bos,
                    help="prepend: every row starts with the BOS token (default); none: rows start mid-text")
+    p.add_argument("--qk-norm", action=argparse.BooleanOptionalAction, default=d.qk_norm,
+                   help="RMSNorm on each head's query and key before RoPE, as in Qwen3 (default on); "
+                        "--no-qk-norm leaves the attention logits unbounded, in every arm")
     p.add_argument("--vocab-size", type=int,
                    help=f"BPE vocabulary (default {BPE_VOCAB}); synthetic data: distinct content "
                         f"tokens (default {SYNTHETIC_VOCAB})")
@@ -78,6 +81,7 @@ def config_from_args(args) -> TrainConfig:
         warmup=args.warmup, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
         layers=args.layers, width=args.width, heads=args.heads, kv_heads=args.kv_heads,
         mlp_ratio=args.mlp_ratio, seq_len=args.seq_len, batch_size=args.batch_size, bos=args.bos,
+        qk_norm=args.qk_norm,
         vocab_size=args.vocab_size, copy_len=args.copy_len, noise_frac=args.noise_frac,
         eval_every=args.eval_every, eval_rows=args.eval_rows,
         save_every=args.save_every, threads=args.threads, name=args.name, resume=args.resume,

@@ -46,6 +46,7 @@ class TrainConfig:
     seq_len: int = 128
     batch_size: int = 16
     bos: str = "prepend"
+    qk_norm: bool = True                # RMSNorm on each head's query and key (Qwen3's QK-norm)
     vocab_size: int | None = None       # BPE vocabulary (1024) or synthetic content tokens (256)
     copy_len: int | None = None         # synthetic data only: tokens in a copy row's segment
     noise_frac: float | None = None     # synthetic data only: share of noise rows
@@ -106,7 +107,7 @@ class TrainConfig:
         return Shape(vocab_size=vocab_size, width=self.width, layers=self.layers, heads=heads,
                      kv_heads=kv, head_dim=self.width // heads,
                      intermediate=int(round(self.mlp_ratio * self.width)),
-                     max_positions=max(2048, 8 * self.seq_len))
+                     max_positions=max(2048, 8 * self.seq_len), qk_norm=self.qk_norm)
 
     def recipe(self) -> dict:
         """The settings that determine the result (compared on --resume)."""

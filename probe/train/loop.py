@@ -373,6 +373,7 @@ def _last_eval(rows) -> float | None:
 
 
 def _check_same_recipe(saved: dict, now: dict) -> None:
+    saved = {"qk_norm": True, **saved}      # checkpoints from before --no-qk-norm had QK-norm
     diff = {k: (saved.get(k), now.get(k)) for k in set(saved) | set(now) if saved.get(k) != now.get(k)}
     if diff:
         shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in sorted(diff.items()))
@@ -392,6 +393,7 @@ def _settings(cfg: TrainConfig, shape: Shape, counts, data, n_params, command) -
         "spike_rule": f"train_loss > mean + {SPIKE_K:g} * std of the previous {SPIKE_WINDOW} steps "
                       f"(at least {SPIKE_MIN_HISTORY}); non-finite loss is always a spike",
         "shape": asdict(shape),
+        "qk_norm": cfg.qk_norm,
         "intermediate_size": {arm: counts_arm for arm, counts_arm in _intermediates(shape).items()},
         "parameters": n_params, "parameters_by_arm": counts,
         "corpus": data.description,

@@ -5,6 +5,9 @@ embeddings) saved with `model_type` "qwen3" and the official flags `headwise_att
 `elementwise_attn_output_gate`, so `probe.load` reads it exactly as it reads the released
 checkpoints. The gated arms use `OfficialGatedQwen3ForCausalLM` (q_proj also emits the gate
 logits, grouped per KV head); the baseline is a stock `Qwen3ForCausalLM`.
+With `--no-qk-norm` (config `use_qk_norm` false, the official flag) every arm, the baseline
+included, is built by `OfficialGatedQwen3ForCausalLM`, whose q_norm/k_norm are then Identity
+(stock Qwen3 cannot switch QK-norm off); `probe.load` takes the same class for such a config.
 
 Matched parameter budget (as in the paper): the gate adds `hidden * H` (headwise) or
 `hidden * H * D` (elementwise) weights per layer; the SwiGLU MLP has `3 * hidden * I`, so each
@@ -37,6 +40,7 @@ class Shape:
     max_positions: int = 2048
     rope_theta: float = 10_000.0
     init_std: float = 0.02
+    qk_norm: bool = True             # False: no q_norm/k_norm (config use_qk_norm false)
 
 
 def gate_params_per_layer(arm: str, shape: Shape) -> int:
@@ -73,7 +77,7 @@ def model_config(arm: str, shape: Shape, *, bos_token_id: int, eos_token_id: int
         # The official checkpoints' own flags: probe.load reads the gate layout from them.
         headwise_attn_output_gate=arm == "headwise",
         elementwise_attn_output_gate=arm == "elementwise",
-        use_qk_norm=True, qkv_bias=False,
+        use_qk_norm=shape.qk_norm, qkv_bias=False,
     )
     config.architectures = ["Qwen3ForCausalLM"]     # as in the released config.json files
     return config
@@ -83,7 +87,10 @@ def build_model(config: Qwen3Config, seed: int) -> torch.nn.Module:
     """A freshly initialised model; the same seed and config give the same weights."""
     torch.manual_seed(seed)
     gated = config.headwise_attn_output_gate or config.elementwise_attn_output_gate
-    cls = OfficialGatedQwen3ForCausalLM if gated else Qwen3ForCausalLM
+    # Stock Qwen3 always has QK-norm: without it the baseline takes the official class too,
+    # which (like probe.load) honours use_qk_norm and adds no gate when no gate flag is set.
+    official = gated or not getattr(config, "use_qk_norm", True)
+    cls = OfficialGatedQwen3ForCausalLM if official else Qwen3ForCausalLM
     model = cls(config)
     model.config.architectures = ["Qwen3ForCausalLM"]
     return model
@@ -97,7 +104,8 @@ def count_parameters(model: torch.nn.Module) -> int:
 def expected_parameters(arm: str, shape: Shape) -> int:
     """The parameter count of an arm, from the shape alone (no model is built)."""
     w, h, kv, d = shape.width, shape.heads, shape.kv_heads, shape.head_dim
-    attn = w * h * d + 2 * w * kv * d + h * d * w + 2 * d      # q, k, v, o, q_norm, k_norm
+    attn = w * h * d + 2 * w * kv * d + h * d * w             # q, k, v, o
+    attn += 2 * d if shape.qk_norm else 0                       # q_norm, k_norm
     mlp = 3 * w * intermediate_size(arm, shape)
     per_layer = attn + gate_params_per_layer(arm, shape) + mlp + 2 * w   # + two RMSNorms
     return shape.vocab_size * w + shape.layers * per_layer + w           # tied embedding, final norm
