@@ -366,6 +366,8 @@ def build_meta(loaded: LoadedModel, dataset: Dataset, name, dtype, dev, threshol
         "tokens": dataset.tokens,
         "sequences": len(dataset.sequences),
         "seq_len": seq_len,
+        # What was used: --max-length or the model's positions may lower --seq-len.
+        "longest_sequence": max((len(x) for x in dataset.sequences), default=0),
         "bos_policy": dataset.bos_policy,
         "bos_token_id": dataset.bos_token_id,
         "position0": dataset.position0,

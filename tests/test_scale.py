@@ -209,6 +209,7 @@ def test_cli_max_length_and_bucket_table(checkpoint, tmp_path):
     meta = json.loads((out / "meta.json").read_text())
     assert meta["windows"]["max_length"] == 64 and meta["windows"]["stride"] == 48
     assert meta["tokens"] == 200
+    assert meta["seq_len"] == 512 and meta["longest_sequence"] == 64      # as given / as run
     import pandas as pd
 
     buckets = pd.read_csv(out / "first_token_buckets.csv")
