@@ -206,7 +206,8 @@ def test_residual_after_attention_with_sandwich_norms():
         for h in handles:
             h.remove()
     for i, layer in enumerate(model.model.layers):
-        resid_mid = seen[("in", i)] + layer.post_attention_layernorm(seen[("attn", i)])
+        with torch.no_grad():
+            resid_mid = seen[("in", i)] + layer.post_attention_layernorm(seen[("attn", i)])
         assert cap.massive[(i, "resid_mid")].max_abs() == pytest.approx(float(resid_mid.abs().max()), rel=1e-6)
 
 
