@@ -202,6 +202,7 @@ def cmd_report(args, command_line) -> int:
                              "create it with probe analyze")
     for path in build_report([Path(r) for r in args.runs], out, formats=formats, title=args.title).values():
         print(f"wrote {path}")
+    print_claims([Path(r) for r in args.runs])
     return 0
 
 
@@ -284,7 +285,8 @@ def print_summary(analyses) -> None:
 
 
 def print_claims(analyses) -> None:
-    """The paper's claims checked on these models (reports/claims.py has the rules)."""
+    """The paper's claims checked on these models (Analysis objects or run directories;
+    reports/claims.py has the rules)."""
     from reports.claims import claims_table, claims_text
 
     print()

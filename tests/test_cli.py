@@ -75,3 +75,18 @@ def test_compare_prints_the_claims_table(checkpoint, text_file, tmp_path, capsys
         assert f"[{row['claim']}] {row['statement']} ({row['models']}): {row['verdict']}" \
             in printed
         assert f"rule:       {row['rule']}" in printed
+
+
+def test_report_prints_the_claims_table_of_its_runs(checkpoint, text_file, tmp_path, capsys):
+    import reports
+
+    runs = []
+    for kind in ("qwen3", "official_elementwise"):
+        runs.append(tmp_path / kind)
+        assert main(["analyze", str(checkpoint(kind)), "--data", str(text_file), "--seq-len", "32",
+                     "--out", str(runs[-1]), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["report", *map(str, runs), "--out", str(tmp_path / "rep"), "--format", "html"]) == 0
+    printed = capsys.readouterr().out
+    for row in reports.claims_table(runs).to_dict("records"):
+        assert f"[{row['claim']}] {row['statement']} ({row['models']}): {row['verdict']}" in printed
