@@ -71,7 +71,11 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     if not isinstance(model, (str, Path)):
         held = model.model if isinstance(model, LoadedModel) else model
         check_model_as_is(held, dtype=dtype, device=device, device_map=device_map)
-        device = device or str(next(held.parameters()).device)
+        # What it holds, for the resume fingerprint too (a float32 partial run must not be
+        # continued with the bfloat16 copy of the same model).
+        params = next(held.parameters())
+        device = device or str(params.device)
+        dtype = dtype or str(params.dtype).replace("torch.", "")
     dtype, device = dtype or "float32", device or "cpu"
     rank, world, device = distributed.setup(device)
     if world > 1 and device_map:

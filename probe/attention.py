@@ -98,7 +98,8 @@ def add_sink(out, lse, sinks):
     normaliser but has no value. From the kernel's lse this is exact and cheap:
     lse' = logaddexp(lse, s_h) and out' = out * exp(lse - lse'). out (B, H, T, D), lse (B, H, T)."""
     new = torch.logaddexp(lse, sinks.float()[None, :, None].to(lse.device))
-    # In place: keeps the kernel's (B, T, H, D) memory order that the observer relies on.
+    # In place: keeps the memory order the kernel gave ((B, T, H, D) for the fused kernels, so the
+    # observer's transpose stays a view; the soft-capped blockwise path gives (B, H, T, D)).
     return out.mul_(torch.exp(lse - new)[..., None].to(out.dtype)), new
 
 

@@ -31,7 +31,7 @@ import torch
 
 from .errors import ProbeError
 from .gates import ACTIVATIONS, GateSpec
-from .interventions import (first_output, gate_channels, gate_logit, installed, probe_attention,
+from .interventions import (first_output, gate_channels, gate_logit, installed, using_probe_attention,
                             set_gate_logits)
 
 COLUMNS = ["check", "layer", "value", "tolerance", "passed", "detail"]
@@ -122,7 +122,7 @@ def _forward(loaded, ids, *, logit: float | None = None, ungated: bool = False) 
     if ungated:
         regs += _ungate_hooks(layout, recorder)
     regs += _record_hooks(layout, rec)          # after the changes: record what the model used
-    with probe_attention(model, recorder), installed(regs), torch.inference_mode():
+    with using_probe_attention(model, recorder), installed(regs), torch.inference_mode():
         model(input_ids=ids, use_cache=False)
     rec["sdpa"] = recorder.sdpa
     return rec, recorder

@@ -75,7 +75,7 @@ def installed(registrations):
 
 
 @contextmanager
-def probe_attention(model: nn.Module, observer=None):
+def using_probe_attention(model: nn.Module, observer=None):
     """Run the model on probe's attention back-end (optionally with an observer), then restore."""
     if attention._observer is not None:
         raise RuntimeError("another probe Capture or check is already active")
@@ -319,7 +319,7 @@ def run(loaded, dataset, *, name: str | None = None, kinds=None, batch_size: int
     # (kind, layers) -> this process's share of the pass; None: skipped, nothing would change.
     done: dict[tuple, PassStats | None] = {}
     bar = _bar(len(todo), name) if progress and rank == 0 else None
-    with probe_attention(model):
+    with using_probe_attention(model):
         for kind, _, layers, scores, thresholds in todo:
             key = (kind, tuple(layers))
             if key not in done:               # a model with one gated layer: "all" = that layer
@@ -359,10 +359,18 @@ def _check_reference(reference, dataset, batch_size: int) -> None:
     # LossStats scores the pair (t, t + 1) when position t + 1 is real: count those, no model.
     expected = sum(int(valid[:, 1:].sum()) for _, valid, _ in dataset.batches(batch_size, 0))
     seen = int(reference.loss.count) + int(reference.loss.nonfinite)
-    if seen != expected:
-        raise ProbeError(f"the reference Capture scored {seen} next-token pairs, this dataset has "
-                         f"{expected}: run it over exactly this dataset (under torchrun, merge it "
-                         "first with probe.distributed.merge_reducers(capture.reducers()))")
+    # Every process decides together: one that refused alone would leave the others waiting in
+    # the merge collectives for ever (a share can equal the whole dataset on rank 0).
+    wrong = torch.tensor([int(seen != expected)], dtype=I64)
+    if distributed.group()[1] > 1:
+        import torch.distributed as dist
+
+        dist.all_reduce(wrong, op=dist.ReduceOp.MAX)
+    if int(wrong):
+        where = (f"scored {seen} next-token pairs, this dataset has {expected}" if seen != expected
+                 else "did not see this whole dataset in another process")
+        raise ProbeError(f"the reference Capture {where}: run it over exactly this dataset (under "
+                         "torchrun, merge it first with probe.distributed.merge_reducers(capture.reducers()))")
 
 
 def _scopes(layers: list[int], per_layer: bool, all_layers: bool) -> list[tuple[int, list[int]]]:

@@ -181,3 +181,45 @@ def test_merge_gathers_top_k_and_reduces_min_max():
     combined = MaxAbsStats(3)
     combined.merge_gathered("top", [t.top for t in tops])
     assert [c[0] for c in combined.top] == sorted((c[0] for t in tops for c in t.top), reverse=True)[:3]
+
+
+# A reference Capture that was never merged, with one batch for two processes: rank 0's share is
+# the whole dataset, rank 1's is empty. Both must refuse (one alone would leave the other waiting
+# in the merge for ever).
+UNMERGED_SCRIPT = """
+import sys
+import torch
+torch.set_num_threads(1)
+import probe
+from probe import Capture, distributed, interventions
+from probe.data import build_dataset
+from probe.errors import ProbeError
+
+ckpt, data, out = sys.argv[1:]
+rank, world, _ = distributed.setup()
+loaded = probe.load(ckpt)
+dataset = build_dataset(data, loaded.tokenizer, seq_len=32, max_sequences=2)
+cap = Capture(loaded.model, loaded.layout)
+with torch.inference_mode(), cap:
+    for ids, valid, seq in dataset.batches(4, 0, rank=rank, world=world):
+        with cap.batch(ids, valid, seq):
+            cap.observe_logits(loaded.model(input_ids=ids, use_cache=False).logits)
+try:
+    interventions.run(loaded, dataset, kinds="gate_one", batch_size=4, reference=cap, progress=False)
+    said = "ran"
+except ProbeError as err:
+    said = str(err)
+with open(f"{out}.{rank}", "w") as f:
+    f.write(said)
+distributed.finish()
+"""
+
+
+def test_unmerged_reference_is_refused_by_every_process(checkpoint, text_file, tmp_path):
+    script = tmp_path / "unmerged.py"
+    script.write_text(UNMERGED_SCRIPT)
+    out = tmp_path / "said"
+    torchrun(str(script), str(checkpoint("official_headwise")), str(text_file), str(out))
+    said = [Path(f"{out}.{rank}").read_text() for rank in (0, 1)]
+    assert "did not see this whole dataset in another process" in said[0]
+    assert "scored 0 next-token pairs" in said[1]

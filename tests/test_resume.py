@@ -5,6 +5,7 @@ import json
 
 import pandas as pd
 import pytest
+import torch
 
 import probe
 from probe import ProbeError
@@ -65,3 +66,21 @@ def test_resume_refuses_state_from_other_data(checkpoint, text_file, tmp_path, m
     with pytest.raises(ProbeError, match="another model, data or options"):
         probe.analyze(ckpt, text_file, seq_len=24, batch_size=2, progress=False, partial=partial,
                       resume=True)
+
+
+def test_resume_refuses_a_model_object_in_another_dtype(loaded, text_file, tmp_path, monkeypatch):
+    """A partial run of a float32 model object is not continued with its bfloat16 copy: the
+    fingerprint holds the dtype the object has, not the loading default."""
+    import copy
+
+    lm = loaded("qwen3")
+    partial = tmp_path / "run.partial"
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 1)
+        with pytest.raises(KeyboardInterrupt):
+            probe.analyze(lm.model, text_file, tokenizer=lm.tokenizer, seq_len=16, batch_size=2,
+                          progress=False, partial=partial, checkpoint_seconds=0)
+    half = copy.deepcopy(lm.model).to(torch.bfloat16)
+    with pytest.raises(ProbeError, match="another model, data or options"):
+        probe.analyze(half, text_file, tokenizer=lm.tokenizer, seq_len=16, batch_size=2, progress=False,
+                      partial=partial, resume=True)
