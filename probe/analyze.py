@@ -166,7 +166,9 @@ def summarise_capture(analysis: Analysis, cap: Capture, layout, dataset: Dataset
     if nonfinite:
         warnings.warn(f"{sum(nonfinite.values())} NaN/Inf activation values were seen "
                       f"(first at layer:site {next(iter(nonfinite))}); statistics use finite values only")
-    uniform = next((s.uniform_reference() for s in cap.first_token.values()), None)
+    # The mean over attention layers, as the summary's F-Attn: windowed layers have their own.
+    references = [s.uniform_reference() for s in cap.first_token.values()]
+    uniform = sum(references) / len(references) if references else None
     analysis.meta["layer_types"] = [p.layer_type for p in layout.layers]
     analysis.summary = build_summary(
         analysis, layer_types=analysis.meta["layer_types"], gated=layout.gated,

@@ -240,6 +240,18 @@ def first_key_probability(query, key, lse, mask, scale, chunk: int = 8192,
     return torch.exp(logit - lse)
 
 
+def uniform_first_key(mask, T: int, device) -> torch.Tensor | None:
+    """What uniform attention over each query's visible keys puts on key 0, (B|1, T) float64:
+    the reference F-Attn is read against. None for plain causal attention (1 / (t + 1))."""
+    if mask is None:
+        return None
+    pos = torch.arange(T, device=device, dtype=torch.float64)
+    if isinstance(mask, SlidingWindow):       # key 0 leaves the window at t = size
+        return torch.where(pos < mask.size, 1.0 / (pos + 1), torch.zeros_like(pos))[None]
+    visible = mask[:, 0] if mask.dtype == torch.bool else mask[:, 0] > float("-inf")   # (B|1, T, S)
+    return visible[..., 0].double() / visible.sum(-1).clamp_min(1).double()
+
+
 def layer_window(module, kwargs: dict) -> int | None:
     """The layer's sliding window, as transformers' flash-attention path finds it: the
     `sliding_window` kwarg the attention module passes (None on full-attention layers); a

@@ -294,8 +294,10 @@ class FirstTokenStats(Reducer):
         self.bucket_uniform = torch.zeros(nb, dtype=F64, device=device)
         self.nonfinite = torch.zeros((), dtype=I64, device=device)
 
-    def update(self, p0: torch.Tensor, valid: torch.Tensor | None) -> None:
-        """p0: (B, H, T) probability on key 0 per query; valid: (B, T) bool or None (all).
+    def update(self, p0: torch.Tensor, valid: torch.Tensor | None, uniform: torch.Tensor | None = None) -> None:
+        """p0: (B, H, T) probability on key 0 per query; valid: (B, T) bool or None (all);
+        uniform: (B|1, T) what uniform attention over each query's visible keys puts on key 0,
+        None for plain causal attention (1 / (t + 1)); a sliding window gives 0 past the window.
 
         A query whose probability is not finite in some head (a NaN in the model) is left out
         in every head and counted in `nonfinite`.
@@ -314,7 +316,10 @@ class FirstTokenStats(Reducer):
         rest = weighted[:, :, 1:]
         self.sum_rest += rest.sum((0, 2))
         self.n_rest += w[:, 1:].sum().long()
-        uniform = w[:, 1:].sum(0) / (pos[1:] + 1).double()                # (T-1,)
+        if uniform is None:
+            uniform = w[:, 1:].sum(0) / (pos[1:] + 1).double()            # (T-1,)
+        else:
+            uniform = (w[:, 1:] * uniform[:, 1:].double()).sum(0)         # (T-1,)
         self.uniform += uniform.sum()
         bucket = torch.bucketize(pos[1:], torch.tensor(self.BUCKETS, device=p0.device), right=True) - 1
         self.bucket_sum.index_add_(0, bucket, rest.sum(0).transpose(0, 1))    # (T-1, H) by bucket

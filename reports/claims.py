@@ -108,7 +108,7 @@ def claims_caption() -> str:
         "sparsity.csv, ungated < mean-gate control < dynamic gate, each step at least "
         f"{SPARSITY_MIN_STEP:g} (SPARSITY_MIN_STEP), within each gated model; (3) F-Attn "
         "(t ≥ 1; heads averaged per layer, then attention layers) as a multiple of the run's "
-        f"uniform reference mean_t 1/(t+1): the baseline has a sink when it is ≥ "
+        f"uniform reference mean_t 1/(t+1) (0 once key 0 leaves a sliding window): the baseline has a sink when it is ≥ "
         f"{SINK_MIN_RATIO:g}× (SINK_MIN_RATIO), and the gated model's multiple must be at least "
         f"{F_ATTN_MIN_REDUCTION:g}× smaller (F_ATTN_MIN_REDUCTION); (4) M-Act (mean over layers "
         "of the largest |layer output|) of the gated model at least "

@@ -560,3 +560,38 @@ def test_bidirectional_request_without_mask_is_refused():
     q, k, v = tensors()
     with pytest.raises(ValueError, match="bidirectional"):
         attention.probe_attention(torch.nn.Module(), q, k, v, None, scaling=0.25, is_causal=False)
+
+
+def test_uniform_reference_counts_only_visible_keys():
+    """Uniform attention over the keys a query sees: 1/(t+1) causally; under a window W key 0
+    is out of sight for t >= W, so it gets 0 there; a padding mask divides by what is left."""
+    T = 10
+    assert attention.uniform_first_key(None, T, "cpu") is None
+    got = attention.uniform_first_key(attention.SlidingWindow(4), T, "cpu")[0]
+    want = torch.tensor([1 / (t + 1) if t < 4 else 0.0 for t in range(T)], dtype=torch.float64)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-15)
+    mask, _ = padding_mask(T=T)                                   # row 1: keys 0-4 hidden
+    for m in (mask, attention.additive_mask(mask, torch.float32)):
+        u = attention.uniform_first_key(m, T, "cpu")
+        torch.testing.assert_close(u[0], 1 / torch.arange(1, T + 1, dtype=torch.float64))
+        assert float(u[1].abs().max()) == 0.0
+
+
+def test_windowed_capture_reports_the_windowed_uniform_reference(tmp_path):
+    """Capture's uniform reference on a windowed Mistral: the mean over t >= 1 of 1/(t+1) for
+    t < W and 0 after, not the causal mean (which would understate a windowed baseline's sink)."""
+    from test_capture import run_capture
+    from types import SimpleNamespace
+
+    from probe.load import describe
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    model = MistralForCausalLM(MistralConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, sliding_window=8)).eval()
+    ids = torch.randint(0, 128, (2, 30), generator=torch.Generator().manual_seed(1))
+    cap, _ = run_capture(SimpleNamespace(model=model, layout=describe(model)), ids)
+    want = sum(1 / (t + 1) for t in range(1, 8)) / 29
+    for stats in cap.first_token.values():
+        assert stats.uniform_reference() == pytest.approx(want, rel=1e-12)
