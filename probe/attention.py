@@ -154,23 +154,25 @@ def _warn_fallback(error: Exception) -> None:
 
 
 def chunked_attention_with_lse(query, key, value, bias, scale, chunk: int = 256, softcap: float | None = None):
-    """Exact softmax attention over query blocks in float32: O(chunk x S) memory, any device."""
+    """Exact softmax attention over query blocks, in float32 (float64 for float64 inputs):
+    O(chunk x S) memory, any device. Returns out in the query dtype and lse (B, H, T) float32."""
     heads, T, S = query.shape[1], query.shape[2], key.shape[2]
-    k = expand_kv(key, heads).float()
-    v = expand_kv(value, heads).float()
+    work = torch.float64 if query.dtype == torch.float64 else torch.float32
+    k = expand_kv(key, heads).to(work)
+    v = expand_kv(value, heads).to(work)
     outs, lses = [], []
     for start in range(0, T, chunk):
-        q = query[:, :, start:start + chunk].float()
+        q = query[:, :, start:start + chunk].to(work)
         scores = cap_logits(torch.einsum("bhtd,bhsd->bhts", q, k) * scale, softcap)   # (B, H, c, S)
         if bias is None:
             pos = torch.arange(start, start + q.shape[2], device=q.device)[:, None]
             scores = scores.masked_fill(torch.arange(S, device=q.device)[None, :] > pos, float("-inf"))
         else:
-            scores = scores + bias[:, :, start:start + chunk].float()
+            scores = scores + bias[:, :, start:start + chunk].to(work)
         lse = torch.logsumexp(scores, dim=-1)                            # (B, H, c)
         outs.append(torch.einsum("bhts,bhsd->bhtd", torch.exp(scores - lse[..., None]), v))
         lses.append(lse)
-    return torch.cat(outs, dim=2).to(query.dtype), torch.cat(lses, dim=2)
+    return torch.cat(outs, dim=2).to(query.dtype), torch.cat(lses, dim=2).float()
 
 
 def band_block(window: int) -> int:

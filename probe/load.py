@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +141,22 @@ def describe(model: nn.Module, gate: GateSpec | str | None = None, *, user_decla
                            num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, gate=spec)
 
 
+def check_loading_info(path: Path, info: dict) -> None:
+    """Weights the model needs but the checkpoint lacks would be freshly initialised, and every
+    number measured on them meaningless: refuse. Weights the model does not use are dropped by
+    transformers: say so, since they may be a gate or a norm that config.json does not declare."""
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise ProbeError(f"{path} lacks weights the model needs ({missing[0]}{more}): config.json and the "
+                         "weights do not match; re-download the checkpoint or fix config.json")
+    unexpected = sorted(info.get("unexpected_keys") or ())
+    if unexpected:
+        more = f" and {len(unexpected) - 1} more" if len(unexpected) > 1 else ""
+        warnings.warn(f"{path} holds weights this architecture does not use ({unexpected[0]}{more}); "
+                      "they are ignored: check that config.json describes the checkpoint")
+
+
 def _supports_sdpa(config) -> bool:
     from transformers import AutoModelForCausalLM
 
@@ -190,14 +207,17 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
         if official:
             from .models.official_qwen3 import OfficialGatedQwen3ForCausalLM
 
-            model = OfficialGatedQwen3ForCausalLM.from_pretrained(str(path), config=config, **kwargs)
+            model, info = OfficialGatedQwen3ForCausalLM.from_pretrained(
+                str(path), config=config, output_loading_info=True, **kwargs)
         else:
-            model = AutoModelForCausalLM.from_pretrained(str(path), config=config, **kwargs)
+            model, info = AutoModelForCausalLM.from_pretrained(
+                str(path), config=config, output_loading_info=True, **kwargs)
     except ProbeError:
         raise
     except Exception as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ProbeError(f"cannot load the weights in {path}: {first}") from None
+    check_loading_info(path, info)
     if not device_map:
         try:
             model.to(device)

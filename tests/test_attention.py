@@ -157,6 +157,8 @@ def test_float64_uses_the_exact_blockwise_path():
     assert attention.fused_kernel(q) is None
     out, lse = attention.attention_with_lse(q, k, v, None, 0.25)
     check(out, lse, q, k, v, None, 0.25)
+    want_out, _, _ = reference(q, k, v, None, 0.25)
+    assert out.dtype == torch.float64 and float((out - want_out).abs().max()) < 1e-12   # not via float32
 
 
 def test_analysis_through_the_cuda_branch_equals_the_cpu_path(loaded, emulated_cuda, monkeypatch):

@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from safetensors.torch import load_file, save_file
 
 import probe
@@ -268,3 +269,23 @@ def test_a_model_object_is_measured_as_it_is(loaded):
     a = probe.analyze(lm.model, texts=[TEXT], tokenizer=lm.tokenizer, seq_len=32, progress=False,
                       dtype="float32", device="cpu")
     assert a.meta["dtype"] == "float32"
+
+
+def test_weights_missing_from_the_checkpoint_are_refused_and_extra_ones_named(checkpoint, tmp_path, capsys):
+    """A tensor the model needs but the file lacks would be freshly initialised (random numbers
+    measured as if they were the model's): one line. One it does not use: a warning."""
+    ckpt = copy(checkpoint("qwen3"), tmp_path / "missing")
+    weights = ckpt / "model.safetensors"
+    state = load_file(weights)
+    dropped = sorted(k for k in state if "k_norm" in k)[0]
+    del state[dropped]
+    save_file(state, weights, metadata={"format": "pt"})
+    line = one_error_line(capsys, analyze_args(ckpt, tmp_path / "o"))
+    assert "lacks weights the model needs" in line and dropped in line
+
+    extra = copy(checkpoint("qwen3"), tmp_path / "extra")
+    state = load_file(extra / "model.safetensors")
+    state["model.layers.0.self_attn.gate_proj.weight"] = torch.zeros(4, 4)
+    save_file(state, extra / "model.safetensors", metadata={"format": "pt"})
+    with pytest.warns(UserWarning, match="does not use .*gate_proj"):
+        probe.load(extra)
