@@ -46,6 +46,17 @@ for name, a in analyses.items():
 display(reports.summary_table(list(analyses.values())))
 
 # %% [markdown]
+# ## Do the paper's claims hold here?
+# One row per claim and gated model: the paper's values, these runs' values, a verdict in
+# direction only ("direction consistent with the paper", "not consistent", or "not testable:
+# why") and the rule, whose thresholds are constants in `reports/claims.py`. With random arms
+# expect "not testable" for the sink (a random baseline has none) and verdicts that mean nothing.
+
+# %%
+claims = reports.claims_table(*analyses.values())
+display(claims[["claim", "models", "these runs", "verdict"]])
+
+# %% [markdown]
 # ## Layer by layer
 
 # %%
