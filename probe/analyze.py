@@ -370,6 +370,7 @@ def build_meta(loaded: LoadedModel, dataset: Dataset, name, dtype, dev, threshol
         "device": str(dev),
         "data": dataset.source,
         "tokens": dataset.tokens,
+        "tokens_sha256": dataset.digest(),     # runs with equal digests saw the same token ids
         "sequences": len(dataset.sequences),
         "seq_len": seq_len,
         # What was used: --max-length or the model's positions may lower --seq-len.

@@ -227,6 +227,10 @@ def cmd_compare(args, command_line) -> int:
             (tmp / name).mkdir()
             analysis.write_into(tmp / name)
     print_summary(analyses)
+    if len({a.meta.get("tokens_sha256") for a in analyses}) > 1:
+        print("probe: warning: the models did not see the same token ids (their tokenizers or BOS "
+              "policies differ), so per-token comparisons do not apply; pass token ids (.npy / .pt) "
+              "to compare on identical input", file=sys.stderr)
     print_claims(analyses)
     if formats:
         from reports import build_report

@@ -43,6 +43,16 @@ class Dataset:
     context: list[tuple[int, int]] = field(default_factory=list)
     windows: dict = field(default_factory=dict)   # max_length, stride, windowed documents
 
+    def digest(self) -> str:
+        """SHA-256 of the token ids of every sequence: equal digests, equal token streams."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for s in self.sequences:
+            h.update(s.numpy().tobytes())
+            h.update(b"|")
+        return h.hexdigest()
+
     @property
     def tokens(self) -> int:
         """Tokens that count (context positions of sliding windows excluded)."""

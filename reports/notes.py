@@ -24,6 +24,15 @@ def linear_layer_notes(runs: Runs, metric: str) -> list[str]:
     return notes
 
 
+def token_stream_notes(runs: Runs) -> list[str]:
+    """Runs compared side by side should have read the same token ids (meta.tokens_sha256)."""
+    digests = {model: runs.meta[model].get("tokens_sha256") for model in runs.models}
+    if None in digests.values() or len(set(digests.values())) <= 1:
+        return []
+    return ["These runs did not see the same token ids (different tokenizers, BOS policies or "
+            "data): their numbers describe each model on its own tokenization of the text."]
+
+
 def depth_notes(runs: Runs) -> list[str]:
     depths = {model: runs.num_layers(model) for model in runs.models}
     if len(set(depths.values())) <= 1:

@@ -90,3 +90,24 @@ def test_report_prints_the_claims_table_of_its_runs(checkpoint, text_file, tmp_p
     printed = capsys.readouterr().out
     for row in reports.claims_table(runs).to_dict("records"):
         assert f"[{row['claim']}] {row['statement']} ({row['models']}): {row['verdict']}" in printed
+
+
+def test_compare_says_when_the_models_saw_different_tokens(checkpoint, text_file, tmp_path, capsys):
+    """Different tokenizers turn the same text into different token ids: compare says so (and
+    the report's summary carries a note); the same tokenizer family says nothing."""
+    import reports
+    from reports import notes
+
+    out = tmp_path / "cmp"
+    assert main(["compare", str(checkpoint("qwen3")), str(checkpoint("gpt2")), "--data", str(text_file),
+                 "--seq-len", "32", "--out", str(out), "--format", "", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "did not see the same token ids" in err
+    runs = reports.load_runs(out)
+    assert notes.token_stream_notes(runs) and "did not see the same token ids" in notes.token_stream_notes(runs)[0]
+
+    same = tmp_path / "same"
+    assert main(["compare", str(checkpoint("qwen3")), str(checkpoint("official_headwise")), "--data",
+                 str(text_file), "--seq-len", "32", "--out", str(same), "--format", "", "--quiet"]) == 0
+    assert "token ids" not in capsys.readouterr().err
+    assert notes.token_stream_notes(reports.load_runs(same)) == []
