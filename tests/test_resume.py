@@ -63,7 +63,7 @@ def test_resume_refuses_state_from_other_data(checkpoint, text_file, tmp_path, m
         with pytest.raises(KeyboardInterrupt):
             probe.analyze(ckpt, text_file, seq_len=16, batch_size=2, progress=False, partial=partial,
                           checkpoint_seconds=0)
-    with pytest.raises(ProbeError, match="another model, data or options"):
+    with pytest.raises(ProbeError, match="another model, weights, data or options"):
         probe.analyze(ckpt, text_file, seq_len=24, batch_size=2, progress=False, partial=partial,
                       resume=True)
 
@@ -81,6 +81,6 @@ def test_resume_refuses_a_model_object_in_another_dtype(loaded, text_file, tmp_p
             probe.analyze(lm.model, text_file, tokenizer=lm.tokenizer, seq_len=16, batch_size=2,
                           progress=False, partial=partial, checkpoint_seconds=0)
     half = copy.deepcopy(lm.model).to(torch.bfloat16)
-    with pytest.raises(ProbeError, match="another model, data or options"):
+    with pytest.raises(ProbeError, match="another model, weights, data or options"):
         probe.analyze(half, text_file, tokenizer=lm.tokenizer, seq_len=16, batch_size=2, progress=False,
                       partial=partial, resume=True)
