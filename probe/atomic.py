@@ -48,16 +48,33 @@ def write_with(path: Path, write) -> None:
         raise
 
 
+def serialized(obj) -> memoryview:
+    """torch.save into memory: written to disk by write_with, a full disk is then an OSError
+    (ENOSPC) rather than a RuntimeError from inside torch's zip writer."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getbuffer()
+
+
+def write_torch(path: Path, obj) -> None:
+    """torch.save(obj, path), atomically."""
+    data = serialized(obj)
+    write_with(path, lambda f: f.write(data))
+
+
 def describe_os_error(err: OSError) -> str:
     """'No space left on device; is the disk full?' and the like: what the OS said, and a hint."""
     reason = err.strerror or str(err)
     hint = {errno.ENOSPC: "; is the disk full?", errno.EDQUOT: "; is the disk quota used up?",
-            errno.EROFS: "; the file system is read-only", errno.EACCES: "; check its permissions",
-            errno.EPERM: "; check its permissions"}.get(err.errno, "")
+            errno.EACCES: "; check its permissions", errno.EPERM: "; check its permissions"}.get(err.errno, "")
     return reason + hint
 
 
-def check_writable(path: Path, what: str = "output") -> None:
+def check_writable(path: Path, what: str = "--out") -> None:
     """Refuse, before any work, an output whose nearest existing ancestor is a file or a folder
     this user cannot write to (`--out afile/sub`, a read-only file system)."""
     path = Path(path)
@@ -65,7 +82,7 @@ def check_writable(path: Path, what: str = "output") -> None:
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if path.exists() and not path.is_dir():
-        raise ProbeError(f"{what} {path} is a file, not a folder; choose another --out")
+        raise ProbeError(f"{what} {path} is a file, not a folder; choose another one")
     if not ancestor.is_dir():
         raise ProbeError(f"cannot create {what} {path}: {ancestor} is a file, not a folder; "
                          "choose another --out")
@@ -120,9 +137,22 @@ def atomic_directory(path: Path, force: bool = False):
             remove(old)
         else:
             os.replace(tmp, path)
-    except OSError as err:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ProbeError(f"could not write {path} ({describe_os_error(err)}); nothing was written") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        cause = os_error_in(err)
+        if cause is None:
+            raise
+        raise ProbeError(f"could not write {path} ({describe_os_error(cause)}); nothing was written") from None
+
+
+def os_error_in(err: BaseException) -> OSError | None:
+    """The OSError behind `err`, if any: a writer that fails on a full disk sometimes raises
+    something else while cleaning up (matplotlib's PDF backend: zlib.error), with the OSError
+    as its context."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None

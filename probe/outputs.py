@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .atomic import atomic_directory, describe_os_error
+from .atomic import atomic_directory, describe_os_error, os_error_in
 from .errors import ProbeError
 
 
@@ -53,7 +53,7 @@ def write_report(run_dirs: list[Path], out: Path, *, formats, title: str | None,
 
     if not formats:
         raise ProbeError("--format is empty; use html, pdf or html,pdf")
-    check_writable(out, "report folder")
+    check_writable(out)
     targets = [out / f"report.{fmt}" for fmt in formats]
     for target in targets:
         if target.exists() and not force:
@@ -64,7 +64,10 @@ def write_report(run_dirs: list[Path], out: Path, *, formats, title: str | None,
         return build_report(run_dirs, out, formats=formats, title=title)
     except RunDirectoryError as err:
         raise ProbeError(str(err)) from None
-    except OSError as err:
+    except Exception as err:
+        cause = os_error_in(err)
+        if cause is None:
+            raise
         for target in new:
             target.unlink(missing_ok=True)
         if made_folder:
@@ -72,7 +75,7 @@ def write_report(run_dirs: list[Path], out: Path, *, formats, title: str | None,
                 out.rmdir()
             except OSError:
                 pass
-        raise ProbeError(f"could not write the report into {out} ({describe_os_error(err)}); "
+        raise ProbeError(f"could not write the report into {out} ({describe_os_error(cause)}); "
                          "nothing was written") from None
 
 

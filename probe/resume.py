@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from .atomic import describe_os_error, shared_mode, write_text, write_with
+from .atomic import describe_os_error, shared_mode, write_text, write_torch
 from .errors import ProbeError
 
 LOCK = "lock"
@@ -345,7 +345,7 @@ class PassCheckpoint:
         if not force and time.monotonic() - self._last < self.every_seconds:
             return
         state = {"batches_done": batches_done, "fingerprint": self.fingerprint, "reducers": snapshot(cap)}
-        self._write(self.state_file, lambda: write_with(self.state_file, lambda f: torch.save(state, f)))
+        self._write(self.state_file, lambda: write_torch(self.state_file, state))
         if self.rank == 0:
             progress = json.dumps({"batches_done": batches_done, "fingerprint": self.fingerprint},
                                   indent=2) + "\n"
