@@ -20,6 +20,7 @@ import json
 import os
 import shutil
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -324,7 +325,9 @@ class PassCheckpoint:
             raise ProbeError(f"{self.folder} was made with another model, weights, data or options; "
                              f"rerun the same command with --resume, or {START_AGAIN}")
         try:
-            state = torch.load(self.state_file, weights_only=True)
+            with warnings.catch_warnings():      # torch's remarks on a foreign pickle: not a second line
+                warnings.simplefilter("ignore")
+                state = torch.load(self.state_file, weights_only=True)
         except Exception as err:        # truncated, garbage, or not a state file at all
             raise ProbeError(f"{self.state_file} is damaged ({_short(err)}); {START_AGAIN}") from None
         if not isinstance(state, dict) or state.get("fingerprint") != self.fingerprint:
