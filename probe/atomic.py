@@ -76,20 +76,20 @@ def describe_os_error(err: OSError) -> str:
 
 def check_writable(path: Path, what: str = "--out") -> None:
     """Refuse, before any work, an output whose nearest existing ancestor is a file or a folder
-    this user cannot write to (`--out afile/sub`, a read-only file system)."""
+    this user cannot write to (`--out afile/sub`, a read-only file system). `what` names the
+    option or argument that gave the path ("" for none)."""
     path = Path(path)
+    named, other = (f"{what} {path}", f"another {what}") if what else (str(path), "another place")
     ancestor = path.parent
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if path.exists() and not path.is_dir():
-        raise ProbeError(f"{what} {path} is a file, not a folder; choose another one")
+        raise ProbeError(f"{named} is a file, not a folder; choose {other}")
     if not ancestor.is_dir():
-        raise ProbeError(f"cannot create {what} {path}: {ancestor} is a file, not a folder; "
-                         "choose another --out")
+        raise ProbeError(f"cannot create {named}: {ancestor} is a file, not a folder; choose {other}")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         reason = "the file system is read-only" if _read_only(ancestor) else "permission denied"
-        raise ProbeError(f"cannot write {what} {path}: {ancestor} is not writable ({reason}); "
-                         "choose another --out")
+        raise ProbeError(f"cannot write {named}: {ancestor} is not writable ({reason}); choose {other}")
 
 
 def _read_only(path: Path) -> bool:
@@ -122,6 +122,7 @@ def atomic_directory(path: Path, force: bool = False):
     """Yield a temporary sibling directory; on success it replaces `path` in one rename."""
     path = Path(path)
     check_output_dir(path, force)
+    check_writable(path, "")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.partial-"))

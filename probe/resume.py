@@ -321,15 +321,15 @@ class PassCheckpoint:
 
     def _load(self, cap) -> int:
         progress = _read_progress(self.folder / PROGRESS)
-        if progress.get("fingerprint") != self.fingerprint:
-            raise ProbeError(f"{self.folder} was made with another model, weights, data or options; "
-                             f"rerun the same command with --resume, or {START_AGAIN}")
         try:
             with warnings.catch_warnings():      # torch's remarks on a foreign pickle: not a second line
                 warnings.simplefilter("ignore")
                 state = torch.load(self.state_file, weights_only=True)
         except Exception as err:        # truncated, garbage, or not a state file at all
             raise ProbeError(f"{self.state_file} is damaged ({_short(err)}); {START_AGAIN}") from None
+        if progress.get("fingerprint") != self.fingerprint:
+            raise ProbeError(f"{self.folder} was made with another model, weights, data or options; "
+                             f"rerun the same command with --resume, or {START_AGAIN}")
         if not isinstance(state, dict) or state.get("fingerprint") != self.fingerprint:
             raise ProbeError(f"{self.state_file} was not saved by this run (another model, weights, "
                              f"data or options); {START_AGAIN}")

@@ -7,6 +7,8 @@ files and DataFrames only: it must never import anything that loads a model.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import warnings
@@ -242,13 +244,24 @@ def _read_table(path: Path, name: str) -> pd.DataFrame:
         raise RunDirectoryError(f"{path} is cut short (its last line is unfinished); the run "
                                 "directory is incomplete: write it again with probe analyze")
     try:
+        _check_fields(raw.decode("utf-8"), path)
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, index_col=False)
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as err:
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, csv.Error) as err:
         raise RunDirectoryError(f"{path} is not a valid CSV table ({_first_line(err)})") from None
-    return _coerce(frame, name, str(path), strict=True)
+    return _coerce(frame, name, str(path))
 
 
-def _coerce(frame: pd.DataFrame | None, name: str, where: str = "", *, strict: bool = False) -> pd.DataFrame:
+def _check_fields(text: str, path: Path) -> None:
+    """Every row has as many fields as the header (pandas would pad a short row with "")."""
+    reader = csv.reader(io.StringIO(text))
+    header = next(reader)
+    for row in reader:
+        if len(row) != len(header):
+            raise RunDirectoryError(f"{path}: line {reader.line_num} has {len(row)} fields, the header "
+                                    f"{len(header)}; the file is cut short or damaged")
+
+
+def _coerce(frame: pd.DataFrame | None, name: str, where: str = "") -> pd.DataFrame:
     """Type the schema's columns of `frame`; a column it lacks, a row it cut short or a cell
     that is not of its column's kind is a RunDirectoryError naming `where`."""
     if frame is None or len(frame.columns) == 0:
@@ -258,10 +271,6 @@ def _coerce(frame: pd.DataFrame | None, name: str, where: str = "", *, strict: b
         raise RunDirectoryError(f"{where} lacks the column{'s' if len(missing) > 1 else ''} "
                                 f"{', '.join(missing)} (expected {', '.join(TABLES[name])})")
     frame = frame.copy()
-    if strict and frame.isna().any().any():    # read as text, so NaN means a field is missing
-        line = int(frame.isna().any(axis=1).to_numpy().argmax()) + 2
-        raise RunDirectoryError(f"{where}: line {line} has fewer fields than the header; the file "
-                                "is cut short or damaged")
     for column, kind in TABLES[name].items():
         if kind in ("int", "float"):
             frame[column] = _to_number(frame[column], kind, where, column)
@@ -310,7 +319,7 @@ def _missing_column(kind: str, length: int) -> pd.Series:
 
 def _to_number(column: pd.Series, kind: str, where: str = "", name: str = "") -> pd.Series:
     numbers = pd.to_numeric(column, errors="coerce")
-    if column.dtype == object:
+    if not pd.api.types.is_numeric_dtype(column):
         # A cell that is neither empty nor a number would silently become NaN.
         text = column.astype(str).str.strip()
         bad = numbers.isna() & ~text.str.lower().isin(("", "nan", "none", "null"))
