@@ -199,8 +199,7 @@ def cmd_report(args, command_line) -> int:
             raise ProbeError(f"{run} is not a probe run directory (no summary.json); "
                              "create it with probe analyze")
     runs = load_run_dirs([Path(r) for r in args.runs])      # a run that does not fit: one line, now
-    for path in write_report([Path(r) for r in args.runs], out, formats=formats, title=args.title,
-                             force=args.force).values():
+    for path in write_report(runs, out, formats=formats, title=args.title, force=args.force).values():
         print(f"wrote {path}")
     print_claims(runs)
     return 0

@@ -44,8 +44,9 @@ def _report(folders: dict[Path, Path], into: Path, formats, title) -> None:
     build_report(runs, into, formats=formats, title=title)
 
 
-def write_report(run_dirs: list[Path], out: Path, *, formats, title: str | None, force: bool) -> dict:
-    """`probe report`: report.<fmt> of saved runs into the folder `out`."""
+def write_report(runs, out: Path, *, formats, title: str | None, force: bool) -> dict:
+    """`probe report`: report.<fmt> of saved runs (run directories or the `Runs` read from
+    them) into the folder `out`."""
     from reports import build_report
     from reports.runs import RunDirectoryError
 
@@ -61,7 +62,7 @@ def write_report(run_dirs: list[Path], out: Path, *, formats, title: str | None,
     new = [t for t in targets if not t.exists()]
     made_folder = not out.exists()
     try:
-        return build_report(run_dirs, out, formats=formats, title=title)
+        return build_report(runs, out, formats=formats, title=title)
     except RunDirectoryError as err:
         raise ProbeError(str(err)) from None
     except Exception as err:
