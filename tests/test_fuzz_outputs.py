@@ -85,11 +85,17 @@ def disk_full_in_checkpoint(monkeypatch, ctx):
 
 
 def unwritable(monkeypatch, ctx):
-    """A folder this user cannot write to (chmod; root ignores it, so such runs skip)."""
-    if os.geteuid() == 0:
-        pytest.skip("root writes into read-only folders")
+    """A folder this user cannot write to: chmod 0500. Root may write there all the same, so for
+    root os.access answers as it would for anyone else, and making anything inside fails."""
     ctx.locked.mkdir()
     ctx.locked.chmod(0o500)
+    if os.geteuid() == 0:
+        real = os.access
+
+        def inside(path) -> bool:
+            return str(path) == str(ctx.locked) or str(path).startswith(str(ctx.locked) + os.sep)
+        monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if inside(path) else real(path, mode, *a, **k))
+        _fail_when(monkeypatch, os, "mkdir", errno.EACCES, lambda path, *a, **k: inside(path))
 
 
 # -- the commands -----------------------------------------------------------------------------------
