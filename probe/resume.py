@@ -259,6 +259,21 @@ def restore(cap, state: list[dict], where: Path | str = "the saved partial state
             setattr(r, name, value.to(device) if isinstance(value, torch.Tensor) else list(value))
 
 
+def state_digest(batches_done, reducers) -> str | None:
+    """SHA-256 of the batch count and every saved value: a state file whose count or numbers were
+    changed after saving (so that a resumed run would count some batches twice, or none) fails it."""
+    h = hashlib.sha256(f"{batches_done!r}|".encode())
+    try:
+        for saved in reducers:
+            for name in sorted(saved):
+                value = saved[name]
+                h.update(f"{name}|".encode())
+                h.update(value.numpy().tobytes() if isinstance(value, torch.Tensor) else repr(value).encode())
+    except (TypeError, AttributeError, RuntimeError):
+        return None                     # not the shape of a saved state: restore() says so
+    return h.hexdigest()
+
+
 def batches_for(rank: int, world: int, sequences: int, batch_size: int) -> int:
     """How many batches process `rank` of `world` runs (data.Dataset.batches)."""
     total = -(-sequences // batch_size) if batch_size > 0 else 0
@@ -341,13 +356,18 @@ class PassCheckpoint:
         if self.rank == 0 and (type(listed) is not int or not 0 <= listed <= done):
             raise ProbeError(f"{self.folder / PROGRESS} says {listed!r} batches are done but the "
                              f"saved state holds {done}; the folder was edited: {START_AGAIN}")
+        if state.get("digest") != state_digest(done, state.get("reducers")):
+            raise ProbeError(f"{self.state_file} does not match its own checksum: it was edited or is "
+                             f"damaged; {START_AGAIN}")
         restore(cap, state.get("reducers"), self.state_file)
         return done
 
     def after_batch(self, cap, batches_done: int, *, force: bool = False) -> None:
         if not force and time.monotonic() - self._last < self.every_seconds:
             return
-        state = {"batches_done": batches_done, "fingerprint": self.fingerprint, "reducers": snapshot(cap)}
+        reducers = snapshot(cap)
+        state = {"batches_done": batches_done, "fingerprint": self.fingerprint, "reducers": reducers,
+                 "digest": state_digest(batches_done, reducers)}
         self._write(self.state_file, lambda: write_torch(self.state_file, state))
         if self.rank == 0:
             progress = json.dumps({"batches_done": batches_done, "fingerprint": self.fingerprint},

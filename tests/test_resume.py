@@ -327,3 +327,17 @@ def test_a_second_run_on_the_same_out_is_refused_while_the_first_runs(checkpoint
     assert main(["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--out", str(tmp_path / "run"),
                  *COMMON, "--force"]) == 0
     assert not partial.exists()
+
+
+def test_a_batch_count_edited_within_range_is_refused(checkpoint, text_file, tmp_path, monkeypatch, capsys):
+    """batches_done lowered from 2 to 1 (the reducers hold 2 batches): resuming would count batch 2
+    twice and report more tokens than it measured; the state's checksum refuses it."""
+    ckpt = checkpoint("qwen3")
+    out = tmp_path / "run"
+    partial = _interrupted(ckpt, text_file, out, monkeypatch)
+    _tamper_state(partial, batches_done=1)
+    progress = json.loads((partial / "progress.json").read_text())
+    (partial / "progress.json").write_text(json.dumps({**progress, "batches_done": 1}))
+    line = _one_line(capsys, ["analyze", str(ckpt), "--data", str(text_file), "--out", str(out), *COMMON,
+                              "--resume"])
+    assert "checksum" in line and "--force" in line
