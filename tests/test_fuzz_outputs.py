@@ -300,3 +300,4 @@ def test_saved_run_lists_its_tables(saved_run):
     meta = json.loads((saved_run / "meta.json").read_text())
     csvs = {p.stem: len(_lines(p)) - 1 for p in saved_run.glob("*.csv")}
     assert meta["tables"] == csvs
+

@@ -141,13 +141,16 @@ def test_run_directories_follow_the_umask(mask, analyses, tmp_path):
     import os
     import stat
 
+    import reports
+
     old = os.umask(mask)
     try:
         run = analyses["llama"].save(tmp_path / "run")
+        reports.build_report([run], run, formats=["html"])
     finally:
         os.umask(old)
     assert stat.S_IMODE(run.stat().st_mode) == 0o777 & ~mask
-    assert {stat.S_IMODE(p.stat().st_mode) for p in run.iterdir()} == {0o666 & ~mask}
+    assert {stat.S_IMODE(p.stat().st_mode) for p in run.iterdir()} == {0o666 & ~mask}   # report.html too
 
 
 def test_save_over_a_file_is_refused_and_leaves_nothing(analyses, tmp_path):
