@@ -156,7 +156,7 @@ def cmd_analyze(args, command_line) -> int:
 
     from .distributed import is_main
     from .outputs import write_runs
-    from .resume import claim, partial_dir, release
+    from .resume import claim, partial_dir, refuse_waiting_run, release
 
     formats = _formats(args.report)
     out = Path(args.out or Path("runs") / Path(args.checkpoint).name)
@@ -168,6 +168,8 @@ def cmd_analyze(args, command_line) -> int:
         # Held until the run is written: a second run on this --out is refused meanwhile.
         claim(partial, clear=args.force and not args.resume)
     try:
+        if main_rank:
+            refuse_waiting_run(partial, args.resume)        # before spending time on the model
         try:
             analysis = _run_analysis(args.checkpoint, args, args.name, command_line, partial=partial)
         except KeyboardInterrupt:

@@ -135,6 +135,13 @@ def release(folder: Path, *, discard: bool = False) -> None:
     os.close(fd)
 
 
+def refuse_waiting_run(folder: Path, resume: bool) -> None:
+    """A run that is not --resume must not start over state an interrupted one saved."""
+    if not resume and holds_state(folder):
+        raise ProbeError(f"an interrupted run is waiting in {folder}; pass --resume to continue it "
+                         "or --force to start again")
+
+
 def _clear(folder: Path) -> None:
     """Everything in a folder we hold the lock of, but the lock."""
     for entry in folder.iterdir():
@@ -321,9 +328,7 @@ class PassCheckpoint:
         if self.rank == 0:
             claim(self.folder)
             self._claimed = True
-            if holds_state(self.folder) and not resume:
-                raise ProbeError(f"an interrupted run is waiting in {self.folder}; pass --resume to "
-                                 "continue it or --force to start again")
+            refuse_waiting_run(self.folder, resume)
         barrier()
         if resume and (self.folder / PROGRESS).exists() and self.state_file.exists():
             return self._load(cap)

@@ -341,3 +341,13 @@ def test_a_batch_count_edited_within_range_is_refused(checkpoint, text_file, tmp
     line = _one_line(capsys, ["analyze", str(ckpt), "--data", str(text_file), "--out", str(out), *COMMON,
                               "--resume"])
     assert "checksum" in line and "--force" in line
+
+
+def test_a_waiting_run_is_named_before_the_model_loads(tmp_path, capsys):
+    partial = tmp_path / "run.partial"
+    partial.mkdir()
+    (partial / "progress.json").write_text("{}")
+    line = _one_line(capsys, ["analyze", str(tmp_path / "no-checkpoint-here"), "--out", str(tmp_path / "run"),
+                              "--quiet"])
+    assert "an interrupted run is waiting" in line and "--resume" in line
+    assert sorted(p.name for p in partial.iterdir()) == ["lock", "progress.json"]
