@@ -1,6 +1,7 @@
 """`probe.analyze`: one streaming pass over the data, returning an `Analysis`."""
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import math
 import platform
@@ -109,7 +110,7 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
                                rank=rank, every_seconds=checkpoint_seconds,
                                resume_hint=(command or "probe analyze ...") + ("" if "--resume" in (command or "") else " --resume"))
     pad_id = 0
-    with torch.inference_mode(), cap:
+    with torch.inference_mode(), cap, saver or contextlib.nullcontext():
         done = saver.start(cap, resume) if saver else 0
         bar = _progress(total=dataset.shard_tokens(batch_size, rank, world),
                         disable=not progress or rank != 0, desc=f"analyse {name}")

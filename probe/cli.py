@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -153,90 +152,87 @@ def _run_analysis(checkpoint, args, name, command_line, partial=None):
 
 
 def cmd_analyze(args, command_line) -> int:
-    from .atomic import check_output_dir
+    from .atomic import check_output_dir, check_writable
 
     from .distributed import is_main
+    from .outputs import write_runs
+    from .resume import claim, partial_dir, refuse_waiting_run, release
 
     formats = _formats(args.report)
     out = Path(args.out or Path("runs") / Path(args.checkpoint).name)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
-    from .resume import partial_dir
-
     partial = partial_dir(out)
     if main_rank:
         check_output_dir(out, args.force)      # refuse before spending time on the model
-        if args.force and not args.resume and partial.exists():
-            shutil.rmtree(partial)
+        check_writable(out)
+        # Held until the run is written: a second run on this --out is refused meanwhile.
+        claim(partial, clear=args.force and not args.resume)
     try:
-        analysis = _run_analysis(args.checkpoint, args, args.name, command_line, partial=partial)
-    except KeyboardInterrupt:
-        saved = partial / "progress.json"
-        where = (f"the batches done so far are saved in {partial}/; continue with the same command "
-                 "plus --resume") if saved.exists() else "nothing was saved yet"
-        print(f"probe: interrupted; {where}", file=sys.stderr)
-        return 130
-    if not main_rank:
-        return 0
-    analysis.save(out, force=args.force)
+        if main_rank:
+            refuse_waiting_run(partial, args.resume)        # before spending time on the model
+        try:
+            analysis = _run_analysis(args.checkpoint, args, args.name, command_line, partial=partial)
+        except KeyboardInterrupt:
+            saved = partial / "progress.json"
+            where = (f"the batches done so far are saved in {partial}/; continue with the same command "
+                     "plus --resume") if saved.exists() else "nothing was saved yet"
+            print(f"probe: interrupted; {where}", file=sys.stderr)
+            return 130
+        if not main_rank:
+            return 0
+        reports = write_runs(analysis, out, force=args.force, formats=formats)
+    finally:
+        if main_rank:
+            release(partial)
     print_summary([analysis])
     print(f"wrote {out}/")
-    if formats:
-        from reports import build_report
-
-        for path in build_report([out], out, formats=formats).values():
-            print(f"wrote {path}")
+    for path in reports.values():
+        print(f"wrote {path}")
     return 0
 
 
 def cmd_report(args, command_line) -> int:
-    from reports import build_report
+    from .outputs import load_run_dirs, write_report
 
     formats = _formats(args.format)
     out = Path(args.out)
-    for fmt in formats:
-        if (out / f"report.{fmt}").exists() and not args.force:
-            raise ProbeError(f"{out / f'report.{fmt}'} already exists; pass --force to replace it")
     for run in args.runs:
         if not (Path(run) / "summary.json").exists():
             raise ProbeError(f"{run} is not a probe run directory (no summary.json); "
                              "create it with probe analyze")
-    for path in build_report([Path(r) for r in args.runs], out, formats=formats, title=args.title).values():
+    runs = load_run_dirs([Path(r) for r in args.runs])      # a run that does not fit: one line, now
+    for path in write_report(runs, out, formats=formats, title=args.title, force=args.force).values():
         print(f"wrote {path}")
-    print_claims([Path(r) for r in args.runs])
+    print_claims(runs)
     return 0
 
 
 def cmd_compare(args, command_line) -> int:
-    from .atomic import check_output_dir
+    from .atomic import check_output_dir, check_writable
 
     from .distributed import is_main
+    from .outputs import write_runs
 
     formats = _formats(args.format)
     out = Path(args.out)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     if main_rank:
         check_output_dir(out, args.force)
+        check_writable(out)
     names = unique_names(args.checkpoints)
     analyses = [_run_analysis(ckpt, args, name, command_line) for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
         return 0
-    from .atomic import atomic_directory
-
-    with atomic_directory(out, args.force) as tmp:
-        for analysis, name in zip(analyses, names):
-            (tmp / name).mkdir()
-            analysis.write_into(tmp / name)
+    reports = write_runs(dict(zip(names, analyses)), out, force=args.force, formats=formats,
+                         title=args.title)
     print_summary(analyses)
     if len({a.meta.get("tokens_sha256") for a in analyses}) > 1:
         print("probe: warning: the models did not see the same token ids (their tokenizers or BOS "
               "policies differ), so per-token comparisons do not apply; pass token ids (.npy / .pt) "
               "to compare on identical input", file=sys.stderr)
     print_claims(analyses)
-    if formats:
-        from reports import build_report
-
-        for path in build_report([out / n for n in names], out, formats=formats, title=args.title).values():
-            print(f"wrote {path}")
+    for path in reports.values():
+        print(f"wrote {path}")
     print(f"wrote {out}/")
     return 0
 

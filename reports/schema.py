@@ -38,6 +38,8 @@ TABLES: dict[str, dict[str, str]] = {
 }
 
 META_FILE = "meta.json"
+# meta.json's list of the tables written, {name: rows}: a deleted or cut-short CSV is found.
+MANIFEST_KEY = "tables"
 SUMMARY_FILE = "summary.json"
 
 ATTENTION = "attention"
