@@ -56,10 +56,12 @@ table.text td { overflow-wrap: anywhere; max-width: 420px;
 td.verdict { font-weight: 600; }
 td.consistent { color: #1a7f37; }
 td.inconsistent { color: #b42318; }
+td.below { color: #9a6700; }
 td.untestable { color: var(--muted); font-weight: 400; }
 """
 # Claims-table verdicts are coloured so the page can be scanned; the words carry the meaning.
 _VERDICT_CLASSES = ((claims.CONSISTENT, "consistent"), (claims.NOT_CONSISTENT, "inconsistent"),
+                    (claims.BELOW_THRESHOLD, "below"),
                     (claims.NOT_TESTABLE, "untestable"))
 
 

@@ -108,7 +108,8 @@ def _summary(runs: Runs) -> Section:
                "first token (F-Attn) and the largest activations (M-Act), and at what loss?"),
         items=[TableItem("summary-table", "Model summary (paper Table 4 style)",
                          tables.summary_display(runs), caption)],
-        notes=notes.no_gate_notes(runs) + notes.token_stream_notes(runs) + notes.depth_notes(runs),
+        notes=(notes.nonfinite_notes(runs) + notes.no_gate_notes(runs)
+               + notes.token_stream_notes(runs) + notes.depth_notes(runs)),
     )
 
 
