@@ -14,7 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from reports import claims, notes, plots, tables
-from reports.frames import interventions_by_layer, pattern_layers
+from reports.frames import bucket_label, interventions_by_layer, pattern_layers
 from reports.plots.attention_patterns import choose_pattern_layers
 from reports.plots.gates import histogram_layers
 from reports.reference import figure5_caption, table4_caption
@@ -171,18 +171,15 @@ def _first_token(runs: Runs) -> Section:
     by_layer = FigureItem(
         "f-attn-by-layer", "F-Attn per layer",
         _axes(partial(plots.plot_first_token_by_layer, runs)),
-        "Head-mean F-Attn per attention layer, one line per model. The dashed line in each "
-        "model's colour is its uniform reference mean_t 1/(t+1): the first-token weight if "
-        "every query attended evenly to all keys it can see. A sink shows as F-Attn far above "
-        "it. Linear-attention layers have no point.")
+        "Head-mean F-Attn per attention layer (attention probability on the first token, "
+        "averaged over query positions t ≥ 1 and heads), one line per model. Dashed: the "
+        "uniform reference mean_t 1/(t+1), the first-token weight if every query attended "
+        "evenly to all keys it can see; one grey line where all models read the same "
+        "queries, else one per model in its colour. A sink shows as F-Attn far above it. "
+        "Linear-attention layers have no point.")
     by_bucket = FigureItem(
         "f-attn-by-position", "F-Attn by query position",
-        _axes(partial(plots.plot_first_token_by_bucket, runs)),
-        "F-Attn restricted to query positions t in each bucket (1–1K, 1K–4K, 4K–16K, 16K–64K, "
-        "64K+; only buckets the data reached), head-mean per attention layer, then the mean "
-        "over layers; one solid line per model, log scale. Dashed in the model's colour: the "
-        "uniform reference mean 1/(t+1) over the same queries, which falls with distance. A "
-        "sink keeps F-Attn high however far the query is from the first token.")
+        _axes(partial(plots.plot_first_token_by_bucket, runs)), _bucket_caption(runs))
     return Section(
         id="first-token", title="Attention on the first token (F-Attn)",
         intro=("Attention sinks: heads that park their attention on the first token. The paper "
@@ -193,6 +190,28 @@ def _first_token(runs: Runs) -> Section:
                + notes.missing_table_notes(runs, "first_token_buckets",
                                            "F-Attn by query position")),
     )
+
+
+def _bucket_caption(runs: Runs) -> str:
+    """What the F-Attn-by-position figure pools, from the buckets the runs saved."""
+    edges = sorted(set(zip(runs.first_token_buckets["bucket_lo"],
+                           runs.first_token_buckets["bucket_hi"])))
+    powers = all(hi == 2 * lo or (hi == float("inf") and lo >= 1 << 20) for lo, hi in edges)
+    if powers and edges:
+        pooled = (f"each point pools the query positions t with 2^k ≤ t < 2^(k+1) ({len(edges)} "
+                  f"buckets, from t = 1 up to the longest sequence analysed, "
+                  f"{int(edges[-1][1]) - 1 if edges[-1][1] != float('inf') else 'and beyond'}), "
+                  "drawn at its first position on a log2 axis")
+    else:
+        pooled = ("each point pools the query positions of one bucket ("
+                  + ", ".join(bucket_label(lo, hi) for lo, hi in edges)
+                  + "), drawn at its first position on a log2 axis")
+    return ("F-Attn by query position: " + pooled + "; per bucket the attention probability "
+            "on the first token, averaged over the bucket's queries and over heads per "
+            "attention layer, then over layers; one solid line per model. Dashed: the "
+            "uniform reference, mean 1/(t+1) over the same queries (grey where all models "
+            "share it), which falls with distance. A sink keeps F-Attn high however far the "
+            "query is from the first token.")
 
 
 def _attention_patterns(runs: Runs) -> Section:
