@@ -278,7 +278,10 @@ class FirstTokenStats(Reducer):
     give), and buckets split `rest` by query position.
     """
 
-    BUCKETS = (1, 1024, 4096, 16384, 65536)      # [1, 1K), [1K, 4K), [4K, 16K), [16K, 64K), [64K, inf)
+    # Query positions in powers of two, [1, 2), [2, 4), ..., [2^19, 2^20), [2^20, inf): log-spaced
+    # at any sequence length, so 128 tokens get 7 buckets and 1M tokens 20; only buckets that
+    # hold queries are written.
+    BUCKETS = tuple(2 ** k for k in range(21))
     summed = ("sum_rest", "n_rest", "sum_all", "n_all", "uniform", "bucket_sum", "bucket_n",
               "bucket_uniform", "nonfinite")
 

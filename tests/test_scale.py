@@ -96,8 +96,9 @@ def test_f_attn_and_buckets_exact_at_long_context(long_checkpoint, tmp_path):
             assert ft[(layer, h, "f_attn")] == pytest.approx(float(p0[h, 1:].mean()), abs=F_ATTN_TOL)
             assert ft[(layer, h, "f_attn_paper")] == pytest.approx(float(p0[h].mean()), abs=F_ATTN_TOL)
         rows = buckets[buckets.layer == layer]
-        assert sorted(set(zip(rows.bucket_lo, rows.bucket_hi))) == [(1, 1024), (1024, 4096)]
-        for lo, hi in ((1, 1024), (1024, 4096)):
+        powers = [(2 ** k, 2 ** (k + 1)) for k in range(12)]                # [1, 2) ... [2048, 4096)
+        assert sorted(set(zip(rows.bucket_lo, rows.bucket_hi))) == powers
+        for lo, hi in powers:
             got = rows[rows.bucket_lo == lo].sort_values("head")
             assert got.n_queries.tolist() == [hi - lo] * p0.shape[0]
             torch.testing.assert_close(torch.tensor(got.value.tolist(), dtype=torch.float64),
@@ -115,14 +116,14 @@ def test_buckets_split_queries_by_position():
     valid = torch.ones(2, T, dtype=torch.bool)
     valid[1, 4500:] = False
     stats.update(p0, valid)
-    edges = (1, 1024, 4096, 16384)
+    edges = [2 ** k for k in range(14)]                                     # 1 ... 8192 > T
     for b, (lo, hi) in enumerate(zip(edges, edges[1:])):
         w = valid[:, lo:hi].double()
         expect = (p0[:, :, lo:hi].double() * w[:, None]).sum((0, 2)) / w.sum()
         torch.testing.assert_close(stats.bucket_sum[b] / stats.bucket_n[b], expect)
         assert int(stats.bucket_n[b]) == int(w.sum())
     rows = stats.bucket_rows()
-    assert {(r["bucket_lo"], r["bucket_hi"]) for r in rows} == {(1, 1024), (1024, 4096), (4096, 16384)}
+    assert {(r["bucket_lo"], r["bucket_hi"]) for r in rows} == set(zip(edges, edges[1:]))
     assert sum(r["n_queries"] for r in rows) == 3 * int(stats.n_rest)       # 3 heads per bucket
 
 
@@ -215,7 +216,8 @@ def test_cli_max_length_and_bucket_table(checkpoint, tmp_path):
     buckets = pd.read_csv(out / "first_token_buckets.csv")
     assert list(buckets.columns) == ["model", "layer", "head", "bucket_lo", "bucket_hi", "value",
                                      "n_queries", "uniform"]
-    assert set(buckets.n_queries) == {199}
+    # Every query t >= 1 of every window in exactly one bucket: 200 tokens, one position 0.
+    assert set(buckets.groupby(["layer", "head"]).n_queries.sum()) == {199}
 
 
 # -- low precision ---------------------------------------------------------------------------
@@ -398,8 +400,10 @@ def test_sliding_window_attention_exact_at_long_context(tmp_path, monkeypatch):
         for h in range(p0.shape[0]):
             assert ft[(layer, h, "f_attn")] == pytest.approx(float(p0[h, 1:].mean()), abs=F_ATTN_TOL)
         rows = buckets[buckets.layer == layer]
-        for lo, hi in ((1, 1024), (1024, 2048)):
+        powers = [(2 ** k, 2 ** (k + 1)) for k in range(11)]                # [1, 2) ... [1024, 2048)
+        assert sorted(set(zip(rows.bucket_lo, rows.bucket_hi))) == powers
+        for lo, hi in powers:
             got = rows[rows.bucket_lo == lo].sort_values("head")
             torch.testing.assert_close(torch.tensor(got.value.tolist(), dtype=torch.float64),
                                        p0[:, lo:hi].mean(1), atol=F_ATTN_TOL, rtol=0)
-        assert rows[rows.bucket_lo == 1024].value.abs().max() == 0
+        assert rows[rows.bucket_lo >= SW_WINDOW].value.abs().max() == 0   # key 0 out of the window
