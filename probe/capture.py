@@ -23,7 +23,7 @@ from torch import nn
 
 from . import attention
 from .adapters import ModelLayout
-from .reducers import FirstTokenStats, GateStats, LossStats, MaxAbsStats, SparsityStats
+from .reducers import THRESHOLDS, FirstTokenStats, GateStats, LossStats, MaxAbsStats, SparsityStats
 
 SITES = ("attn_out", "resid_mid", "mlp_out", "resid_post")
 
@@ -67,12 +67,14 @@ def _first(output):
 
 
 class Capture:
-    def __init__(self, model: nn.Module, layout: ModelLayout, *, top_k: int = 3, token_groups=None):
+    def __init__(self, model: nn.Module, layout: ModelLayout, *, top_k: int = 3, token_groups=None,
+                 thresholds=THRESHOLDS):
+        """thresholds: the sparsity thresholds, counted exactly as the pass goes (reducers.py)."""
         self.model, self.layout = model, layout
         H = layout.num_heads
         attn_layers = layout.attention_layers
         self.first_token = {i: FirstTokenStats(H) for i in attn_layers}
-        self.sparsity = {i: SparsityStats() for i in attn_layers}
+        self.sparsity = {i: SparsityStats(thresholds=thresholds) for i in attn_layers}
         self.gates = {i: GateStats(H) for i in attn_layers} if layout.gated else {}
         # Gate scores by token type (token_types.TokenGroups), fed from the same gate hook.
         self.token_groups = token_groups

@@ -49,6 +49,9 @@ def _analysis_options(p: argparse.ArgumentParser) -> None:
                    help="also measure the loss under gate / massive-activation interventions "
                         "(all, or a comma list of mean_gate,gate_one,gate_zero,massive_zero): "
                         "interventions.csv")
+    p.add_argument("--exact-control", action="store_true",
+                   help="count the mean-gate sparsity control exactly in a second pass over the data "
+                        "(one pass counts it exactly only for bfloat16 outputs)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,7 +152,8 @@ def _run_analysis(checkpoint, args, name, command_line, partial=None):
                    token_groups=args.token_groups, interventions=args.interventions,
                    max_length=args.max_length, stride=args.stride, partial=partial,
                    resume=getattr(args, "resume", False), command=command_line,
-                   checkpoint_seconds=getattr(args, "save_every", 30.0))
+                   checkpoint_seconds=getattr(args, "save_every", 30.0),
+                   exact_control=args.exact_control)
 
 
 def cmd_analyze(args, command_line) -> int:
