@@ -179,6 +179,13 @@ def summarise_capture(analysis: Analysis, cap: Capture, layout, dataset: Dataset
     if nonfinite:
         warnings.warn(f"{sum(nonfinite.values())} NaN/Inf activation values were seen "
                       f"(first at layer:site {next(iter(nonfinite))}); statistics use finite values only")
+    # Queries left out of F-Attn because their attention output row (or P[t, 0]) was not finite.
+    dropped = {str(l): int(r.nonfinite) for l, r in cap.first_token.items() if int(r.nonfinite)}
+    analysis.meta["f_attn_dropped_queries"] = dropped
+    if dropped:
+        warnings.warn(f"F-Attn left out {sum(dropped.values())} queries whose attention output was not "
+                      f"finite (by layer: {', '.join(f'{l}: {n}' for l, n in dropped.items())}); "
+                      "meta.json f_attn_dropped_queries")
     # The mean over attention layers, as the summary's F-Attn: windowed layers have their own.
     references = [s.uniform_reference() for s in cap.first_token.values()]
     uniform = sum(references) / len(references) if references else None

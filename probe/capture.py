@@ -194,8 +194,12 @@ class Capture:
         if b is None or layer not in self.first_token:
             return
         p0 = attention.first_key_probability(query, key, lse, mask, scale, softcap=softcap)  # (B, H, T)
+        # A query counts only where its output row is finite: after an inf activation the CPU
+        # kernel returns NaN rows for every query, some of them beside a finite lse.
+        finite = None if bool(torch.isfinite(out).all()) else torch.isfinite(out).all(-1).all(1)  # (B, T)
         self.first_token[layer].follow(p0.device).update(p0, None if b.all_valid else b.valid.to(p0.device),
-                                                         attention.uniform_first_key(mask, p0.shape[-1], p0.device))
+                                                         attention.uniform_first_key(mask, p0.shape[-1], p0.device),
+                                                         finite=finite)
         # The histogram ignores layout, so without padding no (B, T) row selection is needed;
         # (B, T, H, D) is the kernels' memory order, so this view is contiguous: no copy.
         x = out.transpose(1, 2)

@@ -376,19 +376,22 @@ class FirstTokenStats(Reducer):
         self.bucket_uniform = torch.zeros(nb, dtype=F64, device=device)
         self.nonfinite = torch.zeros((), dtype=I64, device=device)
 
-    def update(self, p0: torch.Tensor, valid: torch.Tensor | None, uniform: torch.Tensor | None = None) -> None:
+    def update(self, p0: torch.Tensor, valid: torch.Tensor | None, uniform: torch.Tensor | None = None,
+               finite: torch.Tensor | None = None) -> None:
         """p0: (B, H, T) probability on key 0 per query; valid: (B, T) bool or None (all);
         uniform: (B|1, T) what uniform attention over each query's visible keys puts on key 0,
-        None for plain causal attention (1 / (t + 1)); a sliding window gives 0 past the window.
+        None for plain causal attention (1 / (t + 1)); a sliding window gives 0 past the window;
+        finite: (B, T) bool or None (all), queries whose attention output row is finite.
 
-        A query whose probability is not finite in some head (a NaN in the model) is left out
-        in every head and counted in `nonfinite`.
+        A query whose probability is not finite in some head (a NaN in the model), or whose
+        output row is not (`finite`: the CPU kernel can return NaN rows next to a finite lse
+        once an activation is inf), is left out in every head and counted in `nonfinite`.
         """
         B, H, T = p0.shape
         pos = torch.arange(T, device=p0.device)
         w = torch.ones(B, T, dtype=F64, device=p0.device) if valid is None else valid.double()
-        if p0.numel() and not bool(torch.isfinite(p0.amax())):
-            finite = torch.isfinite(p0).all(1)                          # (B, T)
+        if finite is not None or (p0.numel() and not bool(torch.isfinite(p0.amax()))):
+            finite = torch.isfinite(p0).all(1) & (True if finite is None else finite.to(p0.device))  # (B, T)
             self.nonfinite += ((~finite) & (w > 0)).sum()
             w = w * finite
             p0 = p0.masked_fill(~finite[:, None, :], 0.0)

@@ -258,3 +258,39 @@ def test_reducers_hold_no_autograd_graph_when_grad_is_on(loaded):
     assert logits.requires_grad
     tensors = [t for r in cap.reducers() + [cap.loss] for t in r.state_tensors().values()]
     assert tensors and not any(t.requires_grad for t in tensors)
+
+
+def test_f_attn_counts_only_queries_whose_output_row_is_finite(loaded):
+    """An inf activation at position 7 of sequence 0: the CPU kernel returns NaN output rows for
+    that sequence, some beside a finite lse (so a finite P[t, 0]). Those queries are left out
+    and counted; F-Attn is that of sequence 1 alone, as eager softmax gives it."""
+    lm = loaded("qwen3")
+    ids = ids_for(lm.model, B=2, T=20, seed=6)
+    where = (torch.tensor([0]), torch.tensor([7]), torch.tensor([3]))
+    inf = torch.tensor(float("inf"))
+    hook = lm.model.get_input_embeddings().register_forward_hook(lambda m, a, out: out.index_put(where, inf))
+    outs = {}
+    try:
+        with torch.no_grad(), Capture(lm.model, lm.layout) as cap:
+            observe = cap.on_attention
+
+            def keep(module, query, key, out, lse, *args, **kwargs):
+                outs[cap._mixer_layer[id(module)]] = (out.clone(), lse.clone())
+                observe(module, query, key, out, lse, *args, **kwargs)
+            cap.on_attention = keep
+            with cap.batch(ids):
+                lm.model(input_ids=ids, use_cache=False)
+    finally:
+        hook.remove()
+    eager = eager_attentions(lm.model, ids[1:]).attentions
+    some_finite_lse = False
+    for layer, att in zip(lm.layout.attention_layers, [a for a in eager if a is not None]):
+        out, lse = outs[layer]
+        finite = torch.isfinite(out).all(-1).all(1)                          # (B, T)
+        assert not finite[0].any() and finite[1].all()                       # the case this is about
+        some_finite_lse |= bool(torch.isfinite(lse[0]).all(0).any())
+        stats = cap.first_token[layer]
+        assert int(stats.nonfinite) == int((~finite).sum()) and int(stats.n_all) == int(finite.sum())
+        expect = att[0, :, 1:, 0].double().mean(1)                           # (H,) sequence 1 only
+        torch.testing.assert_close(stats.f_attn(), expect, atol=F_ATTN_TOL, rtol=0)
+    assert some_finite_lse, "no layer had a NaN output row beside a finite lse"
