@@ -15,7 +15,7 @@ from torch import nn
 from .capture import SITES, Capture
 from .data import Dataset, build_dataset
 from .errors import ProbeError
-from .load import DTYPES, LoadedModel, describe, load, text_config
+from .load import DTYPES, LoadedModel, describe, load, text_config, warn_if_gate_declared_away
 from .reducers import THRESHOLDS as DEFAULT_THRESHOLDS
 from .results import Analysis, build_summary
 
@@ -91,6 +91,7 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     from .interventions import validate_gate
 
     validate_gate(layout)                      # a declared layout that cannot fit: one line, now
+    warn_if_gate_declared_away(model, layout, gate)
     config = text_config(model.config)
     if isinstance(data, (list, tuple)) and data and isinstance(data[0], str):
         texts, data = list(data), None
@@ -141,7 +142,7 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     cap.to("cpu")
 
     analysis = frames_from_capture(cap, name, loaded.tokenizer, thresholds, control=control)
-    from .token_types import gate_frame
+    from .token_types import describe_groups, gate_frame
 
     analysis.gates_by_token_type = gate_frame(cap, name)
     analysis.attention_patterns = display_patterns(model, layout, dataset, name, display_len, dev)
@@ -149,6 +150,7 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     analysis.meta["display_tokens"] = display_tokens(dataset, loaded.tokenizer, display_len)
     analysis.meta["windows"] = dataset.windows
     analysis.meta["processes"] = world
+    analysis.meta["token_groups"] = describe_groups(token_groups)
     summarise_capture(analysis, cap, layout, dataset, control=control)
     if interventions:
         from . import interventions as _interventions

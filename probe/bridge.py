@@ -335,7 +335,7 @@ def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None, tokeniz
     cap.check_fired()
 
     analysis = frames_from_capture(cap, name, tokenizer, thresholds)
-    from .token_types import gate_frame
+    from .token_types import describe_groups, gate_frame
 
     analysis.gates_by_token_type = gate_frame(cap, name)
     analysis.attention_patterns = display_patterns(bridge, layout, dataset, name, display_len, dev)
@@ -346,6 +346,7 @@ def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None, tokeniz
     analysis.meta["display_tokens"] = display_tokens(dataset, tokenizer, display_len)
     analysis.meta["windows"] = dataset.windows
     analysis.meta["processes"] = 1         # the bridge path does not share batches under torchrun
+    analysis.meta["token_groups"] = describe_groups(token_groups)
     summarise_capture(analysis, cap, layout, dataset)
     return analysis
 

@@ -248,9 +248,10 @@ def cmd_compare(args, command_line) -> int:
 def cmd_check(args, command_line) -> int:
     """Exit 0 when every check passes (or there is no gate to check), 1 when one fails."""
     from .check import run_checks, summary_line
-    from .load import load
+    from .load import load, warn_if_gate_declared_away
 
     loaded = load(args.checkpoint, dtype=args.dtype, device=args.device, gate=args.gate)
+    warn_if_gate_declared_away(loaded.model, loaded.layout, args.gate)
     report = run_checks(loaded, seq_len=args.seq_len, batch_size=args.batch_size, seed=args.seed)
     if len(report.frame):
         print(report.to_string())

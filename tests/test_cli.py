@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from probe.cli import main
 
 
@@ -111,3 +113,23 @@ def test_compare_says_when_the_models_saw_different_tokens(checkpoint, text_file
                  str(text_file), "--seq-len", "32", "--out", str(same), "--format", "", "--quiet"]) == 0
     assert "token ids" not in capsys.readouterr().err
     assert notes.token_stream_notes(reports.load_runs(same)) == []
+
+
+@pytest.mark.parametrize("kind,shows", [("official_headwise", "headwise gate in q_proj"),
+                                        ("qwen3_next", "elementwise gate in q_proj"), ("qwen3", None)])
+def test_gate_none_on_a_gated_checkpoint_warns(kind, shows, checkpoint, text_file, tmp_path):
+    """--gate none where the layout shows a gate: a warning (its gate goes unmeasured); none on
+    a baseline. Both through analyze and check."""
+    import warnings
+
+    path = checkpoint(kind)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert main(["analyze", str(path), "--data", str(text_file), "--seq-len", "16", "--max-sequences", "1",
+                     "--out", str(tmp_path / "run"), "--quiet", "--gate", "none"]) == 0
+        assert main(["check", str(path), "--gate", "none"]) == 0
+    said = [str(w.message) for w in seen if "--gate none" in str(w.message)]
+    if shows is None:
+        assert not said
+    else:
+        assert len(said) == 2 and all("but this checkpoint shows a gate" in m and shows in m for m in said)

@@ -140,7 +140,8 @@ def test_sliding_windows_count_every_token_once(loaded, tmp_path):
         a = probe.analyze(lm, str(data), per_document=True, max_length=32, stride=16, batch_size=3,
                           bos="none", progress=False)
     assert a.summary["tokens"] == 120
-    assert a.meta["windows"] == {"max_length": 32, "stride": 16, "on_long": "slide", "windowed_documents": 1}
+    assert a.meta["windows"] == {"max_length": 32, "stride": 16, "on_long": "slide", "windowed_documents": 1,
+                                 "length": 32, "step": 16}
 
     # The windows by hand: [0,32) counts all, then [16,48) counts 32.., [32,64) counts 48.., ...
     pieces = [(docs[0][b:b + 32], max(0, c - b)) for b, c in
@@ -216,6 +217,23 @@ def test_cli_max_length_and_bucket_table(checkpoint, tmp_path):
     assert list(buckets.columns) == ["model", "layer", "head", "bucket_lo", "bucket_hi", "value",
                                      "n_queries", "uniform"]
     assert set(buckets.n_queries) == {199}
+
+
+def test_meta_records_seq_len_and_stride_as_asked_and_as_run(checkpoint, tmp_path):
+    """No stride given: meta.json says so (null) instead of inventing one; where windows ran,
+    `step` is what ran. --max-length 40 without --stride: back-to-back windows of 40."""
+    data = tmp_path / "docs.jsonl"
+    data.write_text(json.dumps({"input_ids": list(range(3, 103))}) + "\n")
+    path = checkpoint("llama")
+    with tiny.single_thread():
+        plain = probe.analyze(path, str(data), seq_len=24, bos="none", progress=False)
+        windowed = probe.analyze(path, str(data), per_document=True, max_length=40, bos="none", progress=False)
+    assert plain.meta["seq_len"] == 24
+    assert plain.meta["windows"] == {"max_length": None, "stride": None, "on_long": "truncate",
+                                     "windowed_documents": 0, "length": 24, "step": None}
+    assert windowed.meta["windows"] == {"max_length": 40, "stride": None, "on_long": "slide",
+                                        "windowed_documents": 1, "length": 40, "step": 40}
+    assert windowed.meta["sequences"] == 3 and windowed.meta["longest_sequence"] == 40
 
 
 # -- low precision ---------------------------------------------------------------------------
