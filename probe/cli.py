@@ -55,14 +55,18 @@ def _analysis_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="probe", description="Mechanistic analysis of gated attention.")
+    parser.add_argument("--version", action="version", version=f"probe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("analyze", help="measure one checkpoint and write a run directory")
     a.add_argument("checkpoint", help="local Hugging Face checkpoint directory")
     a.add_argument("--out", help="run directory to write (default runs/<checkpoint name>)")
     a.add_argument("--name", help="the model's name in tables and reports")
-    a.add_argument("--report", help="also write a report: html, pdf or html,pdf")
+    a.add_argument("--report", "--format", dest="report", metavar="FORMATS",
+                   help="also write a report: html, pdf or html,pdf (--format, as for compare and report)")
     a.add_argument("--resume", action="store_true",
                    help="continue an interrupted analysis from OUT.partial/ (same command otherwise)")
     a.add_argument("--save-every", type=float, default=30.0, metavar="SECONDS",
@@ -81,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", required=True, help="folder for one run directory per model and the report")
     c.add_argument("--format", default="html,pdf", help="report formats: html, pdf or html,pdf; \"\" for none")
     c.add_argument("--title")
+    c.add_argument("--name", nargs="+", metavar="NAME",
+                   help="the models' names in tables, reports and run folders, one per checkpoint "
+                        "(default: the folder names)")
     _analysis_options(c)
 
     t = sub.add_parser("train", help="train a small no-gate / headwise / elementwise model to analyse")
@@ -167,6 +174,10 @@ def cmd_analyze(args, command_line) -> int:
     from .resume import partial_dir
 
     partial = partial_dir(out)
+    if args.resume and (out / "summary.json").exists() and not partial.exists():
+        print(f"probe: {out} is a finished run; there is nothing to resume (pass --force instead of "
+              "--resume to run it again)", file=sys.stderr)
+        return 0
     if main_rank:
         check_output_dir(out, args.force)      # refuse before spending time on the model
         if args.force and not args.resume and partial.exists():
@@ -220,7 +231,7 @@ def cmd_compare(args, command_line) -> int:
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     if main_rank:
         check_output_dir(out, args.force)
-    names = unique_names(args.checkpoints)
+    names = compare_names(args.checkpoints, args.name)
     analyses = [_run_analysis(ckpt, args, name, command_line) for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
         return 0
@@ -272,6 +283,20 @@ def cmd_train(args, command_line) -> int:
         print(f"probe: interrupted; continue from the last checkpoint with the same command "
               f"plus --resume (it is in {args.out})", file=sys.stderr)
         return 130
+
+
+def compare_names(checkpoints, given) -> list[str]:
+    """--name NAME ... (one per checkpoint), else the folder names made unique."""
+    if not given:
+        return unique_names(checkpoints)
+    if len(given) != len(checkpoints):
+        raise ProbeError(f"--name gives {len(given)} names for {len(checkpoints)} checkpoints; "
+                         "give one per checkpoint, in the same order")
+    bad = [n for n in given if not n or n in (".", "..") or "/" in n or "\\" in n]
+    if bad or len(set(given)) != len(given):
+        raise ProbeError(f"--name {' '.join(given)}: the names must be distinct and usable as folder "
+                         "names (no '/')")
+    return list(given)
 
 
 def unique_names(checkpoints) -> list[str]:
