@@ -18,13 +18,14 @@ from torch import nn
 from .adapters import ModelLayout, discover_layout, family_for, official_gate
 from .errors import ProbeError
 from .gates import GateSpec
+from .reprs import LoadedModelRepr
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-@dataclass
-class LoadedModel:
+@dataclass(repr=False)
+class LoadedModel(LoadedModelRepr):                 # a one-screen repr (reprs.py)
     model: nn.Module
     layout: ModelLayout
     tokenizer: object | None
