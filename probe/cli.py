@@ -48,17 +48,24 @@ def _analysis_options(p: argparse.ArgumentParser) -> None:
                    help="also measure the loss under gate / massive-activation interventions "
                         "(all, or a comma list of mean_gate,gate_one,gate_zero,massive_zero): "
                         "interventions.csv")
+    p.add_argument("--exact-control", action="store_true",
+                   help="count the mean-gate sparsity control exactly in a second pass over the data "
+                        "(one pass counts it exactly only for bfloat16 outputs)")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="probe", description="Mechanistic analysis of gated attention.")
+    parser.add_argument("--version", action="version", version=f"probe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("analyze", help="measure one checkpoint and write a run directory")
     a.add_argument("checkpoint", help="local Hugging Face checkpoint directory")
     a.add_argument("--out", help="run directory to write (default runs/<checkpoint name>)")
     a.add_argument("--name", help="the model's name in tables and reports")
-    a.add_argument("--report", help="also write a report: html, pdf or html,pdf")
+    a.add_argument("--report", "--format", dest="report", metavar="FORMATS",
+                   help="also write a report: html, pdf or html,pdf (--format, as for compare and report)")
     a.add_argument("--resume", action="store_true",
                    help="continue an interrupted analysis from OUT.partial/ (same command otherwise)")
     a.add_argument("--save-every", type=float, default=30.0, metavar="SECONDS",
@@ -77,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", required=True, help="folder for one run directory per model and the report")
     c.add_argument("--format", default="html,pdf", help="report formats: html, pdf or html,pdf; \"\" for none")
     c.add_argument("--title")
+    c.add_argument("--name", nargs="+", metavar="NAME",
+                   help="the models' names in tables, reports and run folders, one per checkpoint "
+                        "(default: the folder names)")
     _analysis_options(c)
 
     t = sub.add_parser("train", help="train a small no-gate / headwise / elementwise model to analyse")
@@ -148,7 +158,8 @@ def _run_analysis(checkpoint, args, name, command_line, partial=None):
                    token_groups=args.token_groups, interventions=args.interventions,
                    max_length=args.max_length, stride=args.stride, partial=partial,
                    resume=getattr(args, "resume", False), command=command_line,
-                   checkpoint_seconds=getattr(args, "save_every", 30.0))
+                   checkpoint_seconds=getattr(args, "save_every", 30.0),
+                   exact_control=args.exact_control)
 
 
 def cmd_analyze(args, command_line) -> int:
@@ -162,6 +173,10 @@ def cmd_analyze(args, command_line) -> int:
     out = Path(args.out or Path("runs") / Path(args.checkpoint).name)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     partial = partial_dir(out)
+    if args.resume and (out / "summary.json").exists() and not partial.exists():
+        print(f"probe: {out} is a finished run; there is nothing to resume (pass --force instead of "
+              "--resume to run it again)", file=sys.stderr)
+        return 0
     if main_rank:
         check_output_dir(out, args.force)      # refuse before spending time on the model
         check_writable(out)
@@ -219,7 +234,7 @@ def cmd_compare(args, command_line) -> int:
     if main_rank:
         check_output_dir(out, args.force)
         check_writable(out)
-    names = unique_names(args.checkpoints)
+    names = compare_names(args.checkpoints, args.name)
     analyses = [_run_analysis(ckpt, args, name, command_line) for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
         return 0
@@ -240,9 +255,10 @@ def cmd_compare(args, command_line) -> int:
 def cmd_check(args, command_line) -> int:
     """Exit 0 when every check passes (or there is no gate to check), 1 when one fails."""
     from .check import run_checks, summary_line
-    from .load import load
+    from .load import load, warn_if_gate_declared_away
 
     loaded = load(args.checkpoint, dtype=args.dtype, device=args.device, gate=args.gate)
+    warn_if_gate_declared_away(loaded.model, loaded.layout, args.gate)
     report = run_checks(loaded, seq_len=args.seq_len, batch_size=args.batch_size, seed=args.seed)
     if len(report.frame):
         print(report.to_string())
@@ -263,6 +279,20 @@ def cmd_train(args, command_line) -> int:
         print(f"probe: interrupted; continue from the last checkpoint with the same command "
               f"plus --resume (it is in {args.out})", file=sys.stderr)
         return 130
+
+
+def compare_names(checkpoints, given) -> list[str]:
+    """--name NAME ... (one per checkpoint), else the folder names made unique."""
+    if not given:
+        return unique_names(checkpoints)
+    if len(given) != len(checkpoints):
+        raise ProbeError(f"--name gives {len(given)} names for {len(checkpoints)} checkpoints; "
+                         "give one per checkpoint, in the same order")
+    bad = [n for n in given if not n or n in (".", "..") or "/" in n or "\\" in n]
+    if bad or len(set(given)) != len(given):
+        raise ProbeError(f"--name {' '.join(given)}: the names must be distinct and usable as folder "
+                         "names (no '/')")
+    return list(given)
 
 
 def unique_names(checkpoints) -> list[str]:

@@ -18,13 +18,14 @@ from torch import nn
 from .adapters import ModelLayout, discover_layout, family_for, official_gate
 from .errors import ProbeError
 from .gates import GateSpec
+from .reprs import LoadedModelRepr
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-@dataclass
-class LoadedModel:
+@dataclass(repr=False)
+class LoadedModel(LoadedModelRepr):                 # a one-screen repr (reprs.py)
     model: nn.Module
     layout: ModelLayout
     tokenizer: object | None
@@ -227,3 +228,29 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
     layout = describe(model, gate, user_declared=gate is not None)
     tok = load_tokenizer(Path(tokenizer) if tokenizer else path)
     return LoadedModel(model, layout, tok, str(path), config_hash(path))
+
+
+def warn_if_gate_declared_away(model: nn.Module, layout: ModelLayout, gate) -> None:
+    """--gate none (gate="none") on a checkpoint whose layout shows a gate: warn, since its gate
+    scores, the mean-gate control and the gate interventions then go unmeasured. A gate shows
+    through the registry (the architecture has one) or a q_proj wider than its heads (the
+    gated layouts put the gate logits there: 2 x heads x head_dim, or heads more)."""
+    if not (isinstance(gate, str) and gate.strip() == "none"):
+        return
+    from .adapters.families import BY_MODEL_TYPE
+
+    family = BY_MODEL_TYPE.get(layout.model_type)
+    spec = family.gate(text_config(model.config)) if family is not None else None
+    if spec is not None:
+        why = f"its architecture ({layout.model_type}) has a {spec.granularity} gate in {spec.module}"
+    else:
+        q = layout.num_heads * layout.head_dim
+        widths = sorted({getattr(getattr(p.mixer, "q_proj", None), "out_features", q) for p in layout.layers
+                         if p.layer_type == "attention"} & {2 * q, q + layout.num_heads})
+        if not widths:
+            return
+        why = (f"q_proj gives {widths[0]} outputs for {layout.num_heads} heads of {layout.head_dim} "
+               "(a gate in q_proj adds the extra ones)")
+    warnings.warn(f"--gate none (gate='none') but this checkpoint shows a gate: {why}; gate scores, "
+                  "the mean-gate control and gate interventions are not measured. Leave the option "
+                  "out to measure the gate, or declare it with --gate MODULE:LAYOUT:GRANULARITY")

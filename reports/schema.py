@@ -29,7 +29,7 @@ TABLES: dict[str, dict[str, str]] = {
     "gates_by_token_type": {"model": "str", "layer": "int", "head": "int", "token_type": "str",
                             "metric": "str", "value": "float"},
     "interventions": {"model": "str", "intervention": "str", "layer": "int", "loss": "float",
-                      "delta_loss": "float", "setting": "float", "zeroed": "float"},
+                      "delta_loss": "float", "setting": "float", "zeroed": "float", "note": "str"},
     "first_token_buckets": {"model": "str", "layer": "int", "head": "int", "bucket_lo": "float",
                             "bucket_hi": "float", "value": "float", "n_queries": "float",
                             "uniform": "float"},

@@ -157,3 +157,26 @@ def test_family_without_sdpa_loads_with_eager(tmp_path):
     assert type(lm.model).__name__ == "Gemma2ForCausalLM"
     assert lm.model.config._attn_implementation == "eager"
     assert lm.layout.layers[0].post_attn_norm is lm.model.model.layers[0].pre_feedforward_layernorm
+
+
+@pytest.mark.parametrize("kind", ["qwen3_next", "official_headwise", "gpt2"])
+def test_reprs_fit_on_one_screen(kind, loaded):
+    """LoadedModel, its layout and a layer's parts name their modules by class; the dataclass
+    reprs printed the whole model once per layer."""
+    lm = loaded(kind)
+    text = repr(lm)
+    assert len(text) < 600 and text.count("\n") <= 2, text
+    assert "in_features" not in text and type(lm.model).__name__ in text
+    assert lm.layout.gate_layout in text and f"{len(lm.layout.layers)} layers" in text
+    part = repr(lm.layout.layers[-1])
+    assert len(part) < 300 and "in_features" not in part and type(lm.layout.layers[-1].mixer).__name__ in part
+
+
+def test_readme_selects_the_head_column_by_key():
+    """`head` is a column of the tidy frames and a DataFrame method: the README shows ft["head"]."""
+    from pathlib import Path
+    import re
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert '["head"]' in readme
+    assert not re.search(r"\b(?:ft|frame|df|first_token|gates)\.head\b(?!\()", readme)

@@ -194,10 +194,13 @@ def test_inf_in_one_sequence_is_counted_and_the_other_kept(checkpoint, text_file
     ckpt = _with_weight(checkpoint("qwen3"), tmp_path / "inf", "model.embed_tokens.weight",
                         float("inf"), first)
     out = tmp_path / "run"
-    with pytest.warns(UserWarning, match="NaN/Inf activation values were seen"):
+    with pytest.warns(UserWarning, match="NaN/Inf activation values were seen"), \
+            pytest.warns(UserWarning, match="F-Attn left out 64 queries whose attention output was not finite"):
         assert main(analyze_args(ckpt, out, "--data", str(text_file), "--interventions")) == 0
-    bad = json.loads((out / "meta.json").read_text())["nonfinite_activations"]
+    meta = json.loads((out / "meta.json").read_text())
+    bad = meta["nonfinite_activations"]
     assert all(bad[f"{l}:{s}"] == 16 * 64 for l in range(4) for s in ("attn_out", "resid_mid", "mlp_out", "resid_post"))
+    assert meta["f_attn_dropped_queries"] == {str(l): 16 for l in range(4)}     # sequence 0's queries
     assert bad["loss_pairs"] == 15
     summary = json.loads((out / "summary.json").read_text())
     assert summary["tokens"] == 32 and np.isfinite(summary["loss"]) and np.isfinite(summary["m_act"])

@@ -5,6 +5,7 @@ import json
 import math
 
 import pytest
+import torch
 
 import probe
 from probe import ProbeError
@@ -162,3 +163,37 @@ def test_save_over_a_file_is_refused_and_leaves_nothing(analyses, tmp_path):
     assert target.read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["afile"]
     with pytest.raises(ProbeError, match="afile is a file, not a folder"):
         analyses["llama"].save(target / "sub")
+
+
+def test_exact_control_counts_the_control_of_the_run(analyses, checkpoint, text_file, monkeypatch):
+    """exact_control=True: sparsity.csv's mean-gate rows equal direct counts of |O| * m < t on the
+    outputs of the second pass, with m the run's own mean gate; meta.json says every share is
+    exact. Without it, a float32 run says its control is not (one pass cannot know m)."""
+    from probe.control import ControlCounter
+
+    outputs = {}
+    observe = ControlCounter.on_attention
+
+    def keep(self, module, query, key, out, *args, **kwargs):
+        layer = self._mixer_layer[id(module)]
+        valid = self.state.valid
+        x = out.transpose(1, 2)
+        outputs.setdefault(layer, []).append(x if valid is None else x[valid.to(x.device)].clone())
+        observe(self, module, query, key, out, *args, **kwargs)
+    monkeypatch.setattr(ControlCounter, "on_attention", keep)
+    path = checkpoint("official_elementwise")
+    exact = probe.analyze(path, text_file, seq_len=48, progress=False, exact_control=True)
+    plain = analyses["official_elementwise"]
+    assert exact.meta["sparsity_exact"] == {"ungated": True, "gated": True, "mean_gate": True}
+    assert plain.meta["sparsity_exact"] == {"ungated": True, "gated": True, "mean_gate": False}
+    assert exact.meta["sparsity_control"] == "second pass" and plain.meta["sparsity_control"] == "one pass"
+    gates = exact.gates[(exact.gates.group == "all")]
+    for layer, pieces in outputs.items():
+        O = torch.cat([p.reshape(-1) for p in pieces]).double().abs()
+        rows = gates[gates.layer == layer]
+        m = float((rows[rows.metric == "mean"].value.to_numpy() * rows[rows.metric == "count"].value.to_numpy()).sum()
+                  / rows[rows.metric == "count"].value.sum())
+        sp = exact.sparsity[(exact.sparsity.layer == layer) & (exact.sparsity.variant == "mean_gate")]
+        for t, value in zip(sp.threshold, sp.value):
+            assert value == pytest.approx(int((O * m < t).sum()) / O.numel(), abs=1e-12), (layer, t)
+        assert (plain.sparsity.value.to_numpy() - exact.sparsity.value.to_numpy()).__abs__().max() < 1e-3

@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 import torch.nn as nn
 
 from ..errors import ProbeError
+from ..reprs import LayerPartsRepr, ModelLayoutRepr
 from ..gates import GateSpec
 
 
-@dataclass
-class LayerParts:
+@dataclass(repr=False)
+class LayerParts(LayerPartsRepr):                  # a one-screen repr (reprs.py)
     index: int
     layer_type: str                 # "attention" or "linear_attention"
     layer: nn.Module                # the decoder layer: its output is the residual after the MLP
@@ -27,8 +28,8 @@ class LayerParts:
     gate_module: nn.Module | None   # its output carries the gate logits (gated attention layers)
 
 
-@dataclass
-class ModelLayout:
+@dataclass(repr=False)
+class ModelLayout(ModelLayoutRepr):                  # a one-screen repr (reprs.py)
     family: str
     model_type: str
     num_heads: int
