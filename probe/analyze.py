@@ -13,9 +13,10 @@ import torch
 from torch import nn
 
 from .capture import SITES, Capture
-from .data import Dataset, build_dataset
-from .errors import ProbeError
+from .data import Dataset, build_dataset, read_data
+from .errors import ProbeError, flag
 from .load import DTYPES, LoadedModel, describe, load, text_config
+from .options import check_analysis_options
 from .results import Analysis, build_summary
 
 # Grid-aligned sweep (on the log histograms' edges, so these shares are exact): 1e-6 .. 1.
@@ -36,7 +37,9 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
 
     model: a checkpoint directory, a loaded Hugging Face causal LM, a `LoadedModel`, or a
            TransformerLens `TransformerBridge` (measured through its own hooks, see bridge.py).
-    data:  a path (text, folder, JSONL, .npy/.pt token ids), or pass `texts=[...]`.
+    data:  a path (text, folder, JSONL, .npy/.pt token ids); token ids in memory (a torch tensor
+           or numpy array: 1-D a stream cut into seq_len, 2-D (N, T) N sequences as given; a
+           list of lists of ints: one sequence each); a list of strings; or pass `texts=[...]`.
     max_length, stride, on_long: per-document sequences up to max_length tokens; longer
            documents are covered by sliding windows (on_long "slide", the default when
            max_length or stride is given), truncated ("truncate") or refused ("error"); data.py.
@@ -55,6 +58,16 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     """
     from .bridge import analyze_bridge, is_bridge
 
+    # Every option and the data are checked before the model is loaded or anything written.
+    thresholds = DEFAULT_THRESHOLDS if thresholds is None else thresholds
+    display_len = DISPLAY_LEN if display_len is None else display_len
+    thresholds = check_analysis_options(
+        seq_len=seq_len, batch_size=batch_size, bos=bos, per_document=per_document,
+        max_sequences=max_sequences, on_long=on_long, max_length=max_length, stride=stride,
+        thresholds=thresholds, display_len=display_len, checkpoint_seconds=checkpoint_seconds,
+        interventions=interventions, token_groups=token_groups, gate=gate, dtype=dtype,
+        text_field=text_field, resume=resume, partial=partial, seed=seed)
+    data, texts = read_data(data, texts=texts, text_field=text_field), None
     if is_bridge(model):
         # Every option, by name: analyze_bridge honours or refuses each one (tests/test_bridge.py).
         return analyze_bridge(model, data, texts=texts, tokenizer=tokenizer, name=name, seq_len=seq_len,
@@ -79,16 +92,14 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     dtype, device = dtype or "float32", device or "cpu"
     rank, world, device = distributed.setup(device)
     if world > 1 and device_map:
-        raise ProbeError("--device-map shards one model over this process's GPUs; under torchrun "
-                         "each process holds a whole model: pass --device cuda instead")
+        raise ProbeError(f"{flag('device_map')} shards one model over this process's GPUs; under "
+                         f"torchrun each process holds a whole model: pass {flag('device', 'cuda')} instead")
     loaded = as_loaded(model, dtype=dtype, device=device, device_map=device_map, gate=gate, tokenizer=tokenizer)
     model, layout = loaded.model, loaded.layout
     from .interventions import validate_gate
 
     validate_gate(layout)                      # a declared layout that cannot fit: one line, now
     config = text_config(model.config)
-    if isinstance(data, (list, tuple)) and data and isinstance(data[0], str):
-        texts, data = list(data), None
     dataset = build_dataset(data, loaded.tokenizer, seq_len=seq_len, bos=bos, per_document=per_document,
                             max_sequences=max_sequences, on_long=on_long, text_field=text_field,
                             max_positions=getattr(config, "max_position_embeddings", None)

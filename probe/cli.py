@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import shutil
 import sys
 import warnings
 from pathlib import Path
 
+from . import errors
 from .errors import ProbeError
 
 EXIT_USAGE = 2
@@ -51,8 +53,15 @@ def _analysis_options(p: argparse.ArgumentParser) -> None:
                         "interventions.csv")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's mistakes as one `probe: error:` line (main prints it), not a usage block."""
+
+    def error(self, message):
+        raise ProbeError(f"{message} (see {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="probe", description="Mechanistic analysis of gated attention.")
+    parser = OneLineParser(prog="probe", description="Mechanistic analysis of gated attention.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("analyze", help="measure one checkpoint and write a run directory")
@@ -98,14 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    args = parser.parse_args(argv)
     command_line = "probe " + " ".join(shlex.quote(a) for a in argv)
+    # transformers' own warnings and log lines would add lines to probe's one-line messages;
+    # probe says what matters itself. (Read when transformers is first imported.)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     warnings.simplefilter("ignore", FutureWarning)
+    warnings.filterwarnings("ignore", module=r"(transformers|huggingface_hub|tokenizers)(\.|$)")
     warnings.formatwarning = lambda msg, *a, **k: f"probe: warning: {msg}\n"
+    # Everything, imports included, runs inside the try: a Ctrl-C while torch loads is one line.
     try:
-        return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
-                "train": cmd_train, "check": cmd_check}[args.command](args, command_line)
+        with errors.command_line():
+            args = build_parser().parse_args(argv)
+            return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
+                    "train": cmd_train, "check": cmd_check}[args.command](args, command_line)
     except ProbeError as err:
         print(f"probe: error: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -113,9 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         print("probe: interrupted; nothing was written", file=sys.stderr)
         return 130
     finally:
-        from .distributed import finish
-
-        finish()
+        if "probe.distributed" in sys.modules:      # only a command that ran can have set it up
+            sys.modules["probe.distributed"].finish()
 
 
 def _formats(text: str | None) -> tuple[str, ...]:
@@ -136,20 +149,34 @@ def _data(args):
     return None, sample_texts()
 
 
-def _run_analysis(checkpoint, args, name, command_line, partial=None):
+def _checked_options(args) -> dict:
+    """probe.analyze's options from the command line, every one checked and the data read, so
+    that a mistake is reported before any output directory or partial state is touched."""
+    from .data import read_data
+    from .options import check_analysis_options
+
+    options = dict(seq_len=args.seq_len, batch_size=args.batch_size, bos=args.bos,
+                   per_document=args.per_document, max_sequences=args.max_sequences,
+                   on_long=args.on_long, max_length=args.max_length, stride=args.stride,
+                   token_groups=args.token_groups, interventions=args.interventions,
+                   gate=args.gate, dtype=args.dtype, text_field=args.text_field, seed=args.seed,
+                   resume=getattr(args, "resume", False),
+                   checkpoint_seconds=getattr(args, "save_every", 30.0))
+    from .analyze import DEFAULT_THRESHOLDS, DISPLAY_LEN
+
+    check_analysis_options(**options, thresholds=DEFAULT_THRESHOLDS, display_len=DISPLAY_LEN,
+                           partial=None if not options["resume"] else "OUT.partial")
+    data, texts = _data(args)
+    options["data"] = read_data(data, texts=texts, text_field=args.text_field)
+    return options
+
+
+def _run_analysis(checkpoint, args, options, name, command_line, partial=None):
     from .analyze import analyze
 
-    data, texts = _data(args)
-    return analyze(checkpoint, data, texts=texts, tokenizer=args.tokenizer, name=name,
-                   seq_len=args.seq_len, batch_size=args.batch_size, bos=args.bos,
-                   per_document=args.per_document, max_sequences=args.max_sequences,
-                   dtype=args.dtype, device=args.device, device_map=args.device_map, gate=args.gate,
-                   progress=not args.quiet, seed=args.seed, on_long=args.on_long,
-                   text_field=args.text_field,
-                   token_groups=args.token_groups, interventions=args.interventions,
-                   max_length=args.max_length, stride=args.stride, partial=partial,
-                   resume=getattr(args, "resume", False), command=command_line,
-                   checkpoint_seconds=getattr(args, "save_every", 30.0))
+    return analyze(checkpoint, **options, tokenizer=args.tokenizer, name=name,
+                   device=args.device, device_map=args.device_map, progress=not args.quiet,
+                   partial=partial, command=command_line)
 
 
 def cmd_analyze(args, command_line) -> int:
@@ -158,6 +185,7 @@ def cmd_analyze(args, command_line) -> int:
     from .distributed import is_main
 
     formats = _formats(args.report)
+    options = _checked_options(args)
     out = Path(args.out or Path("runs") / Path(args.checkpoint).name)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     from .resume import partial_dir
@@ -168,7 +196,7 @@ def cmd_analyze(args, command_line) -> int:
         if args.force and not args.resume and partial.exists():
             shutil.rmtree(partial)
     try:
-        analysis = _run_analysis(args.checkpoint, args, args.name, command_line, partial=partial)
+        analysis = _run_analysis(args.checkpoint, args, options, args.name, command_line, partial=partial)
     except KeyboardInterrupt:
         saved = partial / "progress.json"
         where = (f"the batches done so far are saved in {partial}/; continue with the same command "
@@ -212,12 +240,14 @@ def cmd_compare(args, command_line) -> int:
     from .distributed import is_main
 
     formats = _formats(args.format)
+    options = _checked_options(args)
     out = Path(args.out)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     if main_rank:
         check_output_dir(out, args.force)
     names = unique_names(args.checkpoints)
-    analyses = [_run_analysis(ckpt, args, name, command_line) for ckpt, name in zip(args.checkpoints, names)]
+    analyses = [_run_analysis(ckpt, args, options, name, command_line)
+                for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
         return 0
     from .atomic import atomic_directory
@@ -245,6 +275,10 @@ def cmd_check(args, command_line) -> int:
     """Exit 0 when every check passes (or there is no gate to check), 1 when one fails."""
     from .check import run_checks, summary_line
     from .load import load
+    from .options import check_int
+
+    check_int("seq_len", args.seq_len, 2)
+    check_int("batch_size", args.batch_size, 1)
 
     loaded = load(args.checkpoint, dtype=args.dtype, device=args.device, gate=args.gate)
     report = run_checks(loaded, seq_len=args.seq_len, batch_size=args.batch_size, seed=args.seed)

@@ -76,7 +76,7 @@ def test_bad_data_says_what_to_do(tokenizers, tmp_path):
         build_dataset(None, None, texts=["some text"])
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"body": "x"}\n')
-    with pytest.raises(ProbeError, match="--text-field"):
+    with pytest.raises(ProbeError, match="text_field="):       # the Python argument, not the flag
         build_dataset(bad, tokenizers["qwen3"])
 
 
@@ -86,6 +86,6 @@ def test_too_long_sequences_truncate_or_refuse(tokenizers, text_file):
     assert max(len(s) for s in ds.sequences) == 64
     with pytest.raises(ProbeError, match="exceeds the model's 64 positions"):
         build_dataset(text_file, tokenizers["qwen3"], seq_len=4096, max_positions=64, on_long="error")
-    with pytest.raises(ProbeError, match="--on-long truncate"):
+    with pytest.raises(ProbeError, match="on_long='truncate'"):
         build_dataset(None, tokenizers["qwen3"], texts=["word " * 200], seq_len=32,
                       per_document=True, on_long="error")
