@@ -115,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", module=r"(transformers|huggingface_hub|tokenizers)(\.|$)")
     warnings.formatwarning = lambda msg, *a, **k: f"probe: warning: {msg}\n"
     # Everything, imports included, runs inside the try: a Ctrl-C while torch loads is one line.
+    interrupt = _InterruptWatch()
     try:
-        with errors.command_line():
+        with errors.command_line(), interrupt:
             args = build_parser().parse_args(argv)
             return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
                     "train": cmd_train, "check": cmd_check}[args.command](args, command_line)
@@ -126,9 +127,47 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("probe: interrupted; nothing was written", file=sys.stderr)
         return 130
+    except Exception:
+        if not interrupt.seen:
+            raise
+        # A library turned the Ctrl-C into another error (transformers' lazy imports re-raise
+        # an interrupted import as ModuleNotFoundError): it is still the user's Ctrl-C.
+        print("probe: interrupted; nothing was written", file=sys.stderr)
+        return 130
     finally:
         if "probe.distributed" in sys.modules:      # only a command that ran can have set it up
             sys.modules["probe.distributed"].finish()
+
+
+class _InterruptWatch:
+    """Notes that SIGINT arrived (then raises KeyboardInterrupt as Python does), so that main
+    knows an error that follows it comes from the interrupt. Only in the main thread, and only
+    over Python's own handler."""
+
+    def __init__(self):
+        self.seen = False
+        self._previous = None
+
+    def _handler(self, signum, frame):
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def __enter__(self):
+        import signal
+
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            try:
+                self._previous = signal.signal(signal.SIGINT, self._handler)
+            except ValueError:                   # not the main thread
+                self._previous = None
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        return False
 
 
 def _formats(text: str | None) -> tuple[str, ...]:
