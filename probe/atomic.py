@@ -7,7 +7,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import ProbeError
+from .errors import ProbeError, flag, on_command_line
 
 
 def write_text(path: Path, text: str) -> None:
@@ -26,8 +26,9 @@ def write_text(path: Path, text: str) -> None:
 
 def check_output_dir(path: Path, force: bool) -> None:
     if path.exists() and not force:
-        raise ProbeError(f"output directory {path} already exists; pass --force to replace it "
-                         "or choose another --out")
+        other = "--out" if on_command_line() else "path"
+        raise ProbeError(f"output directory {path} already exists; pass {flag('force', True)} to replace "
+                         f"it or choose another {other}")
 
 
 @contextmanager
