@@ -15,7 +15,7 @@ from torch import nn
 from .capture import SITES, Capture
 from .data import Dataset, build_dataset, read_data
 from .errors import ProbeError, flag
-from .load import DTYPES, LoadedModel, describe, load, text_config
+from .load import DTYPES, LoadedModel, check_tokenizer_dir, describe, load, load_tokenizer, text_config
 from .options import check_analysis_options
 from .results import Analysis, build_summary
 
@@ -188,14 +188,20 @@ def summarise_capture(analysis: Analysis, cap: Capture, layout, dataset: Dataset
 
 
 def as_loaded(model, *, dtype, device, device_map, gate, tokenizer) -> LoadedModel:
-    if isinstance(model, LoadedModel):
-        return model
+    """tokenizer: None (the checkpoint's own), a folder, or a tokenizer object; a folder is
+    loaded for a model object too (never stored as if it were a tokenizer)."""
     if isinstance(model, (str, Path)):
         loaded = load(model, dtype=dtype, device=device, device_map=device_map, gate=gate,
                       tokenizer=tokenizer if isinstance(tokenizer, (str, Path)) else None)
         if tokenizer is not None and not isinstance(tokenizer, (str, Path)):
             loaded.tokenizer = tokenizer
         return loaded
+    if isinstance(tokenizer, (str, Path)):
+        tokenizer = load_tokenizer(check_tokenizer_dir(tokenizer))
+    if isinstance(model, LoadedModel):
+        if tokenizer is None:
+            return model
+        return LoadedModel(model.model, model.layout, tokenizer, model.path, model.config_hash)
     if isinstance(model, nn.Module) and hasattr(model, "config"):
         model.eval()
         return LoadedModel(model, describe(model, gate, user_declared=gate is not None),

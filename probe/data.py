@@ -1,10 +1,15 @@
 """Turn a user's data into equal-length token sequences with a known token at position 0.
 
-Inputs: a text file, a folder of text files, JSONL with a text field (or `input_ids`), or
-token ids (.npy, .pt, JSON/JSONL lists). Text is joined into one stream (documents separated
-by the EOS token) and cut into sequences of `seq_len` tokens, or kept one sequence per
-document (up to `max_length` tokens, default `seq_len`). A document longer than that (or than
-the model's positions) is truncated, refused, or covered by sliding windows (`on_long`):
+Inputs: a text file, a folder of text files, JSONL with a text field (or `input_ids`), token
+ids (.npy, .pt, JSON/JSONL lists), or, from Python, texts and token ids in memory (read_data).
+Text is joined into one stream (documents separated by the EOS token) and cut into sequences of
+`seq_len` tokens, or kept one sequence per document (up to `max_length` tokens, default
+`seq_len`). Token ids given as rows (a 2-D array, a list of lists, JSONL `input_ids` records)
+are sequences as given, one per row, like documents under per_document: never joined or re-cut,
+so the same ids make the same sequences whatever the tokenizer's EOS; a 1-D stream is cut like
+text. Every input is checked (integer ids >= 0, strings where text is expected), and refused
+in one line otherwise. A document or row longer than the sequence length (or than the model's
+positions) is truncated (with a warning), refused, or covered by sliding windows (`on_long`):
 
   windows of `max_length` tokens starting every `stride` tokens (default: back to back); in a
   window after the first, the tokens an earlier window already counted are context only (they
@@ -27,7 +32,7 @@ from pathlib import Path
 import torch
 
 from .errors import ProbeError, flag, on_command_line
-from .options import ON_LONG, check_data_options
+from .options import check_data_options
 
 TEXT_SUFFIXES = {".txt", ".md", ".rst", ".text", ""}
 ID_SUFFIXES = {".npy", ".pt"}

@@ -87,8 +87,9 @@ def check_shard_index(path: Path) -> None:
                              "the download is incomplete: re-download the checkpoint")
 
 
-# Weights probe measures; an integer or bool tensor named *.weight / *.bias would be cast to
-# float by transformers and measured as if it were the model (M-Act of 1e11 from int32 codes).
+# Weights probe measures; an integer or bool tensor named *.weight would be cast to float by
+# transformers and measured as if it were the model (M-Act of 1e11 from int32 codes). Buffers
+# such as GPT-2's bool `attn.bias` mask are not weights and may be integer.
 FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
 
 
@@ -126,7 +127,7 @@ def check_safetensors(file: Path) -> None:
     except Exception as err:  # any failure here means the file cannot be used
         raise ProbeError(f"{file} is truncated or corrupt ({err}); re-download or re-save it") from None
     for name, info in tensors.items():
-        if name.endswith((".weight", ".bias")) and info.get("dtype") not in FLOAT_DTYPES:
+        if name.endswith(".weight") and info.get("dtype") not in FLOAT_DTYPES:
             raise ProbeError(f"{file.name} stores {name} as {info.get('dtype')}, not floating point; probe "
                              "measures float weights (float32, bfloat16, float16): the checkpoint is "
                              "quantized or was saved wrongly")

@@ -194,3 +194,18 @@ def test_text_records_must_be_strings(tmp_path):
     path.write_text('{"text": "fine"}\n{"text": null}\n')
     with pytest.raises(ProbeError, match="'text' of line 2 .* is None, not a string"):
         build_dataset(path, None)
+
+
+def test_a_tokenizer_folder_works_with_a_model_object_too(checkpoint, loaded):
+    """tokenizer=DIR with a model object was kept as the string itself (a traceback on the first
+    text); with a LoadedModel it was ignored."""
+    import probe
+
+    lm = loaded("qwen3")
+    run = dict(texts=["some words to read " * 4], seq_len=16, progress=False)
+    own = probe.analyze(lm, **run)
+    for model in (lm.model, lm):
+        a = probe.analyze(model, tokenizer=str(checkpoint("qwen3")), **run)
+        assert a.meta["tokens_sha256"] == own.meta["tokens_sha256"]
+    with pytest.raises(ProbeError, match="tokenizer='nope' does not exist"):
+        probe.analyze(lm, tokenizer="nope", **run)
