@@ -296,8 +296,8 @@ def read_json(path: Path, text_field: str) -> Documents:
             top = json.loads(raw)
         except json.JSONDecodeError as err:
             raise ProbeError(f"data {path} is not valid JSON ({err})") from None
-        if isinstance(top, list) and top and all(isinstance(x, numbers.Integral) and not isinstance(x, bool)
-                                                 for x in top):
+        if isinstance(top, list) and top and all(isinstance(x, numbers.Number) for x in top):
+            # A flat list of numbers is one stream of ids (checked: no floats or bools).
             return Documents(str(path), ids=[id_row(top, f"data {path}")])
         if isinstance(top, dict):
             top = [top]
@@ -317,6 +317,9 @@ def read_json(path: Path, text_field: str) -> Documents:
                 raise ProbeError(f"{text_field!r} of {where} is {_short(value) if value is None else 'a ' + type(value).__name__}, "
                                  "not a string")
             texts.append(value)
+        elif not isinstance(rec, dict):
+            raise ProbeError(f"{where} is a JSON {type(rec).__name__}, not a record "
+                             f'({{"{text_field}": "..."}}, {{"input_ids": [...]}} or a list of token ids)')
         else:
             raise ProbeError(f"{where} has no {text_field!r} or 'input_ids' field; "
                              f"choose the field with {flag('text_field')}")

@@ -91,6 +91,8 @@ DATA = {  # case: (file name, writer, words the message must hold)
     "jsonl_float_ids": ("d.jsonl", _text('{"input_ids": [1.7, 2]}\n'), "1.7 at position 0"),
     "jsonl_huge_id": ("d.jsonl", _text('[1, 100000000000000000000000]\n'), "token ids are 0 or more"),
     "json_scalar": ("d.json", _text("5"), "JSON int"),
+    "jsonl_scalar_record": ("d.jsonl", _text('{"text": "a"}\n7\n'), "line 2 of"),
+    "json_bool_in_ids": ("d.json", _text("[1, true]"), "True at position 1; token ids are integers"),
     "jsonl_not_utf8": ("d.jsonl", _bytes(b'{"text": "caf\xe9"}\n'), ("not UTF-8", "byte 13")),
     "jsonl_text_null": ("d.jsonl", _text('{"text": "fine"}\n{"text": null}\n'), ("'text' of line 2", "None")),
     "jsonl_text_list": ("d.jsonl", _text('{"text": ["a", "b"]}\n'), "a list, not a string"),
