@@ -62,7 +62,7 @@ def test_broken_checkpoints_fail_in_one_line(checkpoint, tmp_path):
     cfg = json.loads((unknown / "config.json").read_text())
     cfg["model_type"] = "mystery_net"
     (unknown / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ProbeError, match="unsupported architecture 'mystery_net'.*qwen3_next.*--gate"):
+    with pytest.raises(ProbeError, match="unsupported architecture 'mystery_net'.*qwen3_next.*gate='none'"):
         probe.load(unknown)
 
     truncated = _copy(checkpoint("qwen3"), tmp_path / "truncated")
