@@ -14,9 +14,11 @@ import torch
 from torch import nn
 
 from .capture import SITES, Capture
-from .data import Dataset, build_dataset
-from .errors import ProbeError
-from .load import DTYPES, LoadedModel, describe, load, text_config, warn_if_gate_declared_away
+from .data import Dataset, build_dataset, read_data
+from .errors import ProbeError, flag
+from .load import (DTYPES, LoadedModel, check_tokenizer_dir, describe, load, load_tokenizer, text_config,
+                   warn_if_gate_declared_away)
+from .options import check_analysis_options
 from .reducers import THRESHOLDS as DEFAULT_THRESHOLDS
 from .results import Analysis, build_summary
 
@@ -36,7 +38,9 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
 
     model: a checkpoint directory, a loaded Hugging Face causal LM, a `LoadedModel`, or a
            TransformerLens `TransformerBridge` (measured through its own hooks, see bridge.py).
-    data:  a path (text, folder, JSONL, .npy/.pt token ids), or pass `texts=[...]`.
+    data:  a path (text, folder, JSONL, .npy/.pt token ids); token ids in memory (a torch tensor
+           or numpy array: 1-D a stream cut into seq_len, 2-D (N, T) N sequences as given; a
+           list of lists of ints: one sequence each); a list of strings; or pass `texts=[...]`.
     max_length, stride, on_long: per-document sequences up to max_length tokens; longer
            documents are covered by sliding windows (on_long "slide", the default when
            max_length or stride is given), truncated ("truncate") or refused ("error"); data.py.
@@ -59,6 +63,16 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     """
     from .bridge import analyze_bridge, is_bridge
 
+    # Every option and the data are checked before the model is loaded or anything written.
+    thresholds = DEFAULT_THRESHOLDS if thresholds is None else thresholds
+    display_len = DISPLAY_LEN if display_len is None else display_len
+    thresholds = check_analysis_options(
+        seq_len=seq_len, batch_size=batch_size, bos=bos, per_document=per_document,
+        max_sequences=max_sequences, on_long=on_long, max_length=max_length, stride=stride,
+        thresholds=thresholds, display_len=display_len, checkpoint_seconds=checkpoint_seconds,
+        interventions=interventions, token_groups=token_groups, gate=gate, dtype=dtype,
+        text_field=text_field, resume=resume, partial=partial, seed=seed)
+    data, texts = read_data(data, texts=texts, text_field=text_field), None
     if is_bridge(model):
         # Every option, by name: analyze_bridge honours or refuses each one (tests/test_bridge.py).
         return analyze_bridge(model, data, texts=texts, tokenizer=tokenizer, name=name, seq_len=seq_len,
@@ -85,8 +99,8 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     dtype, device = dtype or "float32", device or "cpu"
     rank, world, device = distributed.setup(device)
     if world > 1 and device_map:
-        raise ProbeError("--device-map shards one model over this process's GPUs; under torchrun "
-                         "each process holds a whole model: pass --device cuda instead")
+        raise ProbeError(f"{flag('device_map')} shards one model over this process's GPUs; under "
+                         f"torchrun each process holds a whole model: pass {flag('device', 'cuda')} instead")
     loaded = as_loaded(model, dtype=dtype, device=device, device_map=device_map, gate=gate, tokenizer=tokenizer)
     model, layout = loaded.model, loaded.layout
     from .interventions import validate_gate
@@ -94,8 +108,6 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     validate_gate(layout)                      # a declared layout that cannot fit: one line, now
     warn_if_gate_declared_away(model, layout, gate)
     config = text_config(model.config)
-    if isinstance(data, (list, tuple)) and data and isinstance(data[0], str):
-        texts, data = list(data), None
     dataset = build_dataset(data, loaded.tokenizer, seq_len=seq_len, bos=bos, per_document=per_document,
                             max_sequences=max_sequences, on_long=on_long, text_field=text_field,
                             max_positions=getattr(config, "max_position_embeddings", None)
@@ -200,14 +212,20 @@ def summarise_capture(analysis: Analysis, cap: Capture, layout, dataset: Dataset
 
 
 def as_loaded(model, *, dtype, device, device_map, gate, tokenizer) -> LoadedModel:
-    if isinstance(model, LoadedModel):
-        return model
+    """tokenizer: None (the checkpoint's own), a folder, or a tokenizer object; a folder is
+    loaded for a model object too (never stored as if it were a tokenizer)."""
     if isinstance(model, (str, Path)):
         loaded = load(model, dtype=dtype, device=device, device_map=device_map, gate=gate,
                       tokenizer=tokenizer if isinstance(tokenizer, (str, Path)) else None)
         if tokenizer is not None and not isinstance(tokenizer, (str, Path)):
             loaded.tokenizer = tokenizer
         return loaded
+    if isinstance(tokenizer, (str, Path)):
+        tokenizer = load_tokenizer(check_tokenizer_dir(tokenizer))
+    if isinstance(model, LoadedModel):
+        if tokenizer is None:
+            return model
+        return LoadedModel(model.model, model.layout, tokenizer, model.path, model.config_hash)
     if isinstance(model, nn.Module) and hasattr(model, "config"):
         model.eval()
         return LoadedModel(model, describe(model, gate, user_declared=gate is not None),

@@ -12,7 +12,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import ProbeError
+from .errors import ProbeError, flag, on_command_line
 
 
 def umask() -> int:
@@ -104,8 +104,9 @@ def check_output_dir(path: Path, force: bool) -> None:
     if path.exists() and not path.is_dir():
         raise ProbeError(f"--out {path} is a file, not a run directory; choose another --out")
     if path.exists() and not force:
-        raise ProbeError(f"output directory {path} already exists; pass --force to replace it "
-                         "or choose another --out")
+        other = "--out" if on_command_line() else "path"
+        raise ProbeError(f"output directory {path} already exists; pass {flag('force', True)} to replace "
+                         f"it or choose another {other}")
 
 
 def remove(path: Path) -> None:

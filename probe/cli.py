@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import warnings
 from pathlib import Path
 
+from . import errors
 from .errors import ProbeError
 
 EXIT_USAGE = 2
@@ -53,10 +55,17 @@ def _analysis_options(p: argparse.ArgumentParser) -> None:
                         "(one pass counts it exactly only for bfloat16 outputs)")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's mistakes as one `probe: error:` line (main prints it), not a usage block."""
+
+    def error(self, message):
+        raise ProbeError(f"{message} (see {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = argparse.ArgumentParser(prog="probe", description="Mechanistic analysis of gated attention.")
+    parser = OneLineParser(prog="probe", description="Mechanistic analysis of gated attention.")
     parser.add_argument("--version", action="version", version=f"probe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -107,24 +116,67 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    args = parser.parse_args(argv)
     command_line = "probe " + " ".join(shlex.quote(a) for a in argv)
+    # transformers' own warnings and log lines would add lines to probe's one-line messages;
+    # probe says what matters itself. (Read when transformers is first imported.)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     warnings.simplefilter("ignore", FutureWarning)
+    warnings.filterwarnings("ignore", module=r"(transformers|huggingface_hub|tokenizers)(\.|$)")
     warnings.formatwarning = lambda msg, *a, **k: f"probe: warning: {msg}\n"
+    # Everything, imports included, runs inside the try: a Ctrl-C while torch loads is one line.
+    interrupt = _InterruptWatch()
     try:
-        return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
-                "train": cmd_train, "check": cmd_check}[args.command](args, command_line)
+        with errors.command_line(), interrupt:
+            args = build_parser().parse_args(argv)
+            return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
+                    "train": cmd_train, "check": cmd_check}[args.command](args, command_line)
     except ProbeError as err:
         print(f"probe: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("probe: interrupted; nothing was written", file=sys.stderr)
         return 130
+    except Exception:
+        if not interrupt.seen:
+            raise
+        # A library turned the Ctrl-C into another error (transformers' lazy imports re-raise
+        # an interrupted import as ModuleNotFoundError): it is still the user's Ctrl-C.
+        print("probe: interrupted; nothing was written", file=sys.stderr)
+        return 130
     finally:
-        from .distributed import finish
+        if "probe.distributed" in sys.modules:      # only a command that ran can have set it up
+            sys.modules["probe.distributed"].finish()
 
-        finish()
+
+class _InterruptWatch:
+    """Notes that SIGINT arrived (then raises KeyboardInterrupt as Python does), so that main
+    knows an error that follows it comes from the interrupt. Only in the main thread, and only
+    over Python's own handler."""
+
+    def __init__(self):
+        self.seen = False
+        self._previous = None
+
+    def _handler(self, signum, frame):
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def __enter__(self):
+        import signal
+
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            try:
+                self._previous = signal.signal(signal.SIGINT, self._handler)
+            except ValueError:                   # not the main thread
+                self._previous = None
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        return False
 
 
 def _formats(text: str | None) -> tuple[str, ...]:
@@ -145,31 +197,44 @@ def _data(args):
     return None, sample_texts()
 
 
-def _run_analysis(checkpoint, args, name, command_line, partial=None):
+def _checked_options(args) -> dict:
+    """probe.analyze's options from the command line, every one checked and the data read, so
+    that a mistake is reported before any output directory or partial state is touched."""
+    from .data import read_data
+    from .options import check_analysis_options
+
+    options = dict(seq_len=args.seq_len, batch_size=args.batch_size, bos=args.bos,
+                   per_document=args.per_document, max_sequences=args.max_sequences,
+                   on_long=args.on_long, max_length=args.max_length, stride=args.stride,
+                   token_groups=args.token_groups, interventions=args.interventions,
+                   gate=args.gate, dtype=args.dtype, text_field=args.text_field, seed=args.seed,
+                   resume=getattr(args, "resume", False),
+                   checkpoint_seconds=getattr(args, "save_every", 30.0))
+    from .analyze import DEFAULT_THRESHOLDS, DISPLAY_LEN
+
+    check_analysis_options(**options, thresholds=DEFAULT_THRESHOLDS, display_len=DISPLAY_LEN,
+                           partial=None if not options["resume"] else "OUT.partial")
+    data, texts = _data(args)
+    options["data"] = read_data(data, texts=texts, text_field=args.text_field)
+    return options
+
+
+def _run_analysis(checkpoint, args, options, name, command_line, partial=None):
     from .analyze import analyze
 
-    data, texts = _data(args)
-    return analyze(checkpoint, data, texts=texts, tokenizer=args.tokenizer, name=name,
-                   seq_len=args.seq_len, batch_size=args.batch_size, bos=args.bos,
-                   per_document=args.per_document, max_sequences=args.max_sequences,
-                   dtype=args.dtype, device=args.device, device_map=args.device_map, gate=args.gate,
-                   progress=not args.quiet, seed=args.seed, on_long=args.on_long,
-                   text_field=args.text_field,
-                   token_groups=args.token_groups, interventions=args.interventions,
-                   max_length=args.max_length, stride=args.stride, partial=partial,
-                   resume=getattr(args, "resume", False), command=command_line,
-                   checkpoint_seconds=getattr(args, "save_every", 30.0),
-                   exact_control=args.exact_control)
+    return analyze(checkpoint, **options, tokenizer=args.tokenizer, name=name,
+                   device=args.device, device_map=args.device_map, progress=not args.quiet,
+                   partial=partial, command=command_line, exact_control=args.exact_control)
 
 
 def cmd_analyze(args, command_line) -> int:
     from .atomic import check_output_dir, check_writable
-
     from .distributed import is_main
     from .outputs import write_runs
     from .resume import claim, partial_dir, refuse_waiting_run, release
 
     formats = _formats(args.report)
+    options = _checked_options(args)
     out = Path(args.out or Path("runs") / Path(args.checkpoint).name)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     partial = partial_dir(out)
@@ -186,7 +251,8 @@ def cmd_analyze(args, command_line) -> int:
         if main_rank:
             refuse_waiting_run(partial, args.resume)        # before spending time on the model
         try:
-            analysis = _run_analysis(args.checkpoint, args, args.name, command_line, partial=partial)
+            analysis = _run_analysis(args.checkpoint, args, options, args.name, command_line,
+                                     partial=partial)
         except KeyboardInterrupt:
             saved = partial / "progress.json"
             where = (f"the batches done so far are saved in {partial}/; continue with the same command "
@@ -224,18 +290,19 @@ def cmd_report(args, command_line) -> int:
 
 def cmd_compare(args, command_line) -> int:
     from .atomic import check_output_dir, check_writable
-
     from .distributed import is_main
     from .outputs import write_runs
 
     formats = _formats(args.format)
+    options = _checked_options(args)
     out = Path(args.out)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     if main_rank:
         check_output_dir(out, args.force)
         check_writable(out)
     names = compare_names(args.checkpoints, args.name)
-    analyses = [_run_analysis(ckpt, args, name, command_line) for ckpt, name in zip(args.checkpoints, names)]
+    analyses = [_run_analysis(ckpt, args, options, name, command_line)
+                for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
         return 0
     reports = write_runs(dict(zip(names, analyses)), out, force=args.force, formats=formats,
@@ -256,6 +323,10 @@ def cmd_check(args, command_line) -> int:
     """Exit 0 when every check passes (or there is no gate to check), 1 when one fails."""
     from .check import run_checks, summary_line
     from .load import load, warn_if_gate_declared_away
+    from .options import check_int
+
+    check_int("seq_len", args.seq_len, 2)
+    check_int("batch_size", args.batch_size, 1)
 
     loaded = load(args.checkpoint, dtype=args.dtype, device=args.device, gate=args.gate)
     warn_if_gate_declared_away(loaded.model, loaded.layout, args.gate)

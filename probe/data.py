@@ -1,10 +1,15 @@
 """Turn a user's data into equal-length token sequences with a known token at position 0.
 
-Inputs: a text file, a folder of text files, JSONL with a text field (or `input_ids`), or
-token ids (.npy, .pt, JSON/JSONL lists). Text is joined into one stream (documents separated
-by the EOS token) and cut into sequences of `seq_len` tokens, or kept one sequence per
-document (up to `max_length` tokens, default `seq_len`). A document longer than that (or than
-the model's positions) is truncated, refused, or covered by sliding windows (`on_long`):
+Inputs: a text file, a folder of text files, JSONL with a text field (or `input_ids`), token
+ids (.npy, .pt, JSON/JSONL lists), or, from Python, texts and token ids in memory (read_data).
+Text is joined into one stream (documents separated by the EOS token) and cut into sequences of
+`seq_len` tokens, or kept one sequence per document (up to `max_length` tokens, default
+`seq_len`). Token ids given as rows (a 2-D array, a list of lists, JSONL `input_ids` records)
+are sequences as given, one per row, like documents under per_document: never joined or re-cut,
+so the same ids make the same sequences whatever the tokenizer's EOS; a 1-D stream is cut like
+text. Every input is checked (integer ids >= 0, strings where text is expected), and refused
+in one line otherwise. A document or row longer than the sequence length (or than the model's
+positions) is truncated (with a warning), refused, or covered by sliding windows (`on_long`):
 
   windows of `max_length` tokens starting every `stride` tokens (default: back to back); in a
   window after the first, the tokens an earlier window already counted are context only (they
@@ -19,13 +24,15 @@ The BOS policy decides what sits at position 0:
 from __future__ import annotations
 
 import json
+import numbers
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from .errors import ProbeError
+from .errors import ProbeError, flag, on_command_line
+from .options import check_data_options
 
 TEXT_SUFFIXES = {".txt", ".md", ".rst", ".text", ""}
 ID_SUFFIXES = {".npy", ".pt"}
@@ -90,62 +97,243 @@ class Dataset:
             yield ids, valid, torch.arange(start, start + len(chunk))
 
 
-def read_documents(path: Path, text_field: str = "text") -> tuple[list[str] | None, list[list[int]] | None]:
-    """(texts, token_id_lists): exactly one of them is not None."""
-    if not path.exists():
-        raise ProbeError(f"data {path} does not exist")
+@dataclass
+class Documents:
+    """A user's data before tokenizing: texts, or token ids as a stream or as given rows."""
+    source: str
+    texts: list[str] | None = None
+    ids: list[list[int]] | None = None
+    # True: each id list is one sequence as the user gave it (a 2-D array, a list of lists,
+    # JSONL input_ids rows); False: a stream (1-D ids) to be cut into sequences.
+    rows: bool = False
+
+
+def read_data(data, *, texts=None, text_field: str = "text") -> Documents:
+    """Whatever the user passed as data, read and checked: a path (text file, folder, JSONL,
+    JSON, .npy, .pt), `texts=[...]`, or token ids in memory (a torch tensor or numpy array,
+    1-D stream or 2-D rows, a list of lists of ints, a flat list of ints); a list of strings
+    is texts. Anything that cannot be token ids or text is refused in one line."""
+    if isinstance(data, Documents):
+        return data
+    if texts is not None:
+        if data is not None:
+            raise ProbeError(f"pass either {flag('data')} or {flag('texts')}, not both")
+        return Documents("<texts>", texts=check_texts(texts, flag("texts")))
+    if data is None:
+        raise ProbeError(f"no data given; pass {flag('data', metavar='FILE')} (text, folder, JSONL or token ids)"
+                         + ("" if on_command_line() else " or texts=[...]"))
+    if isinstance(data, (str, Path)):
+        path = Path(data)
+        if not path.exists():
+            if on_command_line() or isinstance(data, Path):
+                raise ProbeError(f"data {path} does not exist")
+            raise ProbeError(f"data={_short(data)} is not an existing file or folder; to analyse "
+                             "text in memory pass texts=[...]")
+        return read_path(path, text_field)
+    if isinstance(data, torch.Tensor) or type(data).__module__ == "numpy":
+        return _array_documents(f"<{type(data).__name__} {tuple(data.shape)}>", data, "data")
+    if isinstance(data, (list, tuple)):
+        if data and all(isinstance(d, str) for d in data):
+            return Documents("<texts>", texts=list(data))
+        if all(isinstance(d, numbers.Integral) and not isinstance(d, bool) for d in data):
+            return Documents("<list>", ids=[id_row(data, "data")])
+        return Documents("<list of lists>", ids=[id_row(r, f"data[{n}]") for n, r in enumerate(data)],
+                         rows=True)
+    raise ProbeError(f"cannot read data of type {type(data).__name__}; pass a path, texts=[...], or "
+                     "token ids (a tensor, an array or a list of lists of ints)")
+
+
+def _short(text, n: int = 40) -> str:
+    text = repr(text)
+    return text if len(text) <= n else text[: n - 4] + "...'"
+
+
+def check_texts(texts, where: str) -> list[str]:
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
+        raise ProbeError(f"{where} must be a list of strings (got a {type(texts).__name__}); "
+                         "wrap one text as texts=[text]")
+    for n, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise ProbeError(f"{where}[{n}] is a {type(t).__name__}, not a string")
+    return list(texts)
+
+
+def id_row(values, where: str) -> list[int]:
+    """One sequence of token ids: integers >= 0 (not floats, bools or strings)."""
+    if isinstance(values, torch.Tensor) or type(values).__module__ == "numpy":
+        ids, _ = _ids_from_array(values, where)
+        if len(ids) != 1:
+            raise ProbeError(f"{where} must be one row of token ids, not a {values.ndim}-D array")
+        return ids[0]
+    if not isinstance(values, (list, tuple)):
+        raise ProbeError(f"{where} must be a list of token ids (integers), not a {type(values).__name__}")
+    for pos, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise ProbeError(f"{where} holds {_short(v)} at position {pos}; token ids are integers")
+        if not 0 <= v < 2 ** 63:
+            raise ProbeError(f"{where} holds token id {v} at position {pos}; token ids are 0 or more")
+    return [int(v) for v in values]
+
+
+def _ids_from_array(arr, where: str) -> tuple[list[list[int]], bool]:
+    """(id lists, rows) from a tensor or array: 1-D is a stream, 2-D (N, T) is N sequences."""
+    import numpy as np
+
+    if isinstance(arr, torch.Tensor):
+        if arr.is_floating_point() or arr.is_complex() or arr.dtype == torch.bool:
+            raise ProbeError(f"{where} holds {str(arr.dtype).replace('torch.', '')} values; token ids "
+                             "must be integers (convert with .long() if they are whole numbers)")
+        arr = arr.detach().cpu().numpy()
+    arr = np.asarray(arr)
+    kind = arr.dtype.kind
+    if kind == "b":
+        raise ProbeError(f"{where} holds booleans, not token ids")
+    if kind not in "iu":
+        what = "Python objects" if kind == "O" else f"{arr.dtype} values"
+        raise ProbeError(f"{where} holds {what}; token ids must be integers (save them with an "
+                         "integer dtype, e.g. numpy int64)")
+    if arr.ndim not in (1, 2):
+        shape = "a single number (a 0-D array)" if arr.ndim == 0 else f"a {arr.ndim}-D array {arr.shape}"
+        raise ProbeError(f"{where} holds {shape}; token ids are a 1-D stream or a 2-D "
+                         "(sequences, tokens) array")
+    if arr.size and kind == "i" and arr.min() < 0:
+        at = tuple(int(i) for i in np.argwhere(arr < 0)[0])
+        narrow = (f" (it stores {arr.dtype}, which wraps ids above {np.iinfo(arr.dtype).max}: save "
+                  "them as int32 or int64)") if arr.dtype.itemsize < 4 else ""
+        raise ProbeError(f"{where} holds the negative token id {int(arr[at])} at {at}{narrow}")
+    if arr.size and kind == "u" and arr.dtype.itemsize == 8 and arr.max() >= 2 ** 63:
+        raise ProbeError(f"{where} holds the token id {int(arr.max())}, beyond int64")
+    arr = arr.astype(np.int64)
+    return ([arr.tolist()], False) if arr.ndim == 1 else (arr.tolist(), True)
+
+
+def _array_documents(source: str, arr, where: str) -> Documents:
+    ids, rows = _ids_from_array(arr, where)
+    return Documents(source, ids=ids, rows=rows)
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise ProbeError(f"cannot read data {path} ({err.strerror or err}); check its permissions") from None
+
+
+def _decode(raw: bytes, path: Path) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ProbeError(f"data {path} is not UTF-8 text (byte {err.start} is {raw[err.start]:#04x}); "
+                         "pass UTF-8 text, JSONL or token ids (.npy/.pt)") from None
+
+
+def read_path(path: Path, text_field: str = "text") -> Documents:
+    """A data file or folder, checked; see read_data."""
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES | {".jsonl"})
         if not files:
             raise ProbeError(f"data folder {path} holds no .txt/.md/.jsonl files")
-        texts, ids = [], []
-        for f in files:
-            t, i = read_documents(f, text_field)
-            texts += t or []
-            ids += i or []
+        parts = [read_path(f, text_field) for f in files]
+        texts = [t for d in parts for t in d.texts or ()]
+        ids = [i for d in parts for i in d.ids or ()]
         if texts and ids:
             raise ProbeError(f"data folder {path} mixes text and token ids; keep one kind")
-        return (texts, None) if texts or not ids else (None, ids)
+        if ids:
+            return Documents(str(path), ids=ids, rows=any(d.rows for d in parts))
+        return Documents(str(path), texts=texts)
     suffix = path.suffix.lower()
     if suffix == ".npy":
         import numpy as np
 
-        arr = np.load(path)
-        return None, ([arr.tolist()] if arr.ndim == 1 else arr.tolist())
+        _read_bytes(path)[:0]                  # an unreadable file: its own message
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except ValueError as err:
+            if "allow_pickle" in str(err):
+                raise ProbeError(f"data {path} holds Python objects, not token ids; save an integer "
+                                 "array (numpy int64)") from None
+            raise ProbeError(f"data {path} is not a readable .npy file ({err})") from None
+        except Exception as err:
+            raise ProbeError(f"data {path} is not a readable .npy file ({err})") from None
+        if not isinstance(arr, np.ndarray):
+            raise ProbeError(f"data {path} is an .npz archive; save one array with numpy.save")
+        return _array_documents(str(path), arr, f"data {path}")
     if suffix == ".pt":
-        t = torch.load(path, weights_only=True)
-        return None, ([t.tolist()] if t.dim() == 1 else t.tolist())
+        _read_bytes(path)[:0]
+        try:
+            t = torch.load(path, weights_only=True)
+        except Exception as err:
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise ProbeError(f"data {path} is not a readable .pt file of token ids ({first})") from None
+        if isinstance(t, (list, tuple)) and t and all(isinstance(r, torch.Tensor) for r in t):
+            return Documents(str(path), ids=[id_row(r, f"row {n} of {path}") for n, r in enumerate(t)], rows=True)
+        if not isinstance(t, torch.Tensor):
+            keys = f" (keys {', '.join(map(str, list(t)[:4]))})" if isinstance(t, dict) else ""
+            raise ProbeError(f"data {path} holds a {type(t).__name__}{keys}, not a tensor of token ids; "
+                             "save the tensor itself: torch.save(ids, path)")
+        return _array_documents(str(path), t, f"data {path}")
     if suffix in (".jsonl", ".json"):
-        return read_json_documents(path, text_field)
-    try:
-        return [path.read_text(encoding="utf-8")], None
-    except UnicodeDecodeError:
-        raise ProbeError(f"data {path} is not UTF-8 text; pass text, JSONL or token ids (.npy/.pt)") from None
+        return read_json(path, text_field)
+    return Documents(str(path), texts=[_decode(_read_bytes(path), path)])
 
 
-def read_json_documents(path: Path, text_field: str):
-    raw = path.read_text(encoding="utf-8")
-    try:
-        records = [json.loads(line) for line in raw.splitlines() if line.strip()] \
-            if path.suffix.lower() == ".jsonl" else json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise ProbeError(f"data {path} is not valid JSON ({err})") from None
-    if isinstance(records, dict):
-        records = [records]
+def read_json(path: Path, text_field: str) -> Documents:
+    """JSONL (one record per line) or JSON (a list of records, one record, or a flat list of ids).
+
+    A record is {"<text_field>": "..."}, {"input_ids": [...]} or a list of ids (one sequence)."""
+    raw = _decode(_read_bytes(path), path)
+    if path.suffix.lower() == ".jsonl":
+        records = []
+        for line_no, line in enumerate(raw.splitlines(), 1):
+            if line.strip():
+                try:
+                    records.append((f"line {line_no} of {path}", json.loads(line)))
+                except json.JSONDecodeError as err:
+                    raise ProbeError(f"line {line_no} of {path} is not valid JSON ({err.msg}, "
+                                     f"column {err.colno})") from None
+    else:
+        try:
+            top = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise ProbeError(f"data {path} is not valid JSON ({err})") from None
+        if isinstance(top, list) and top and all(isinstance(x, numbers.Number) for x in top):
+            # A flat list of numbers is one stream of ids (checked: no floats or bools).
+            return Documents(str(path), ids=[id_row(top, f"data {path}")])
+        if isinstance(top, dict):
+            top = [top]
+        if not isinstance(top, list):
+            raise ProbeError(f"data {path} holds a JSON {type(top).__name__}; give a list of records "
+                             f'({{"{text_field}": "..."}} or {{"input_ids": [...]}}), or token ids')
+        records = [(f"record {n} of {path}", rec) for n, rec in enumerate(top)]
     texts, ids = [], []
-    for n, rec in enumerate(records):
+    for where, rec in records:
         if isinstance(rec, list):
-            ids.append([int(x) for x in rec])
+            ids.append(id_row(rec, where))
         elif isinstance(rec, dict) and "input_ids" in rec:
-            ids.append([int(x) for x in rec["input_ids"]])
+            ids.append(id_row(rec["input_ids"], f"input_ids of {where}"))
         elif isinstance(rec, dict) and text_field in rec:
-            texts.append(str(rec[text_field]))
+            value = rec[text_field]
+            if not isinstance(value, str):
+                raise ProbeError(f"{text_field!r} of {where} is {_short(value) if value is None else 'a ' + type(value).__name__}, "
+                                 "not a string")
+            texts.append(value)
+        elif not isinstance(rec, dict):
+            raise ProbeError(f"{where} is a JSON {type(rec).__name__}, not a record "
+                             f'({{"{text_field}": "..."}}, {{"input_ids": [...]}} or a list of token ids)')
         else:
-            raise ProbeError(f"record {n} of {path} has no {text_field!r} or 'input_ids' field; "
-                             "choose the field with --text-field")
+            raise ProbeError(f"{where} has no {text_field!r} or 'input_ids' field; "
+                             f"choose the field with {flag('text_field')}")
     if texts and ids:
         raise ProbeError(f"data {path} mixes text and token ids; keep one kind")
-    return (texts, None) if texts else (None, ids)
+    return Documents(str(path), texts=texts) if texts else Documents(str(path), ids=ids, rows=True)
+
+
+def read_documents(path: Path, text_field: str = "text") -> tuple[list[str] | None, list[list[int]] | None]:
+    """(texts, token_id_lists) of a data file or folder: exactly one of them is not None."""
+    if not Path(path).exists():
+        raise ProbeError(f"data {path} does not exist")
+    docs = read_path(Path(path), text_field)
+    return (docs.texts, None) if docs.texts is not None else (None, docs.ids)
 
 
 def tokenizer_adds_bos(tokenizer) -> bool:
@@ -154,9 +342,6 @@ def tokenizer_adds_bos(tokenizer) -> bool:
         return False
     ids = tokenizer("a", add_special_tokens=True)["input_ids"]
     return len(ids) > 0 and ids[0] == bos
-
-
-ON_LONG = ("truncate", "slide", "error")
 
 
 def windows(n: int, body: int, stride: int) -> list[tuple[int, int, int]]:
@@ -175,51 +360,51 @@ def windows(n: int, body: int, stride: int) -> list[tuple[int, int, int]]:
         begin += stride
 
 
-def build_dataset(path: str | Path | None, tokenizer, *, seq_len: int = 512, bos: str = "auto",
+def build_dataset(path, tokenizer, *, seq_len: int = 512, bos: str = "auto",
                   per_document: bool = False, max_sequences: int | None = None,
                   max_positions: int | None = None, on_long: str | None = None,
                   text_field: str = "text", texts: list[str] | None = None,
                   bos_token_id: int | None = None, max_length: int | None = None,
                   stride: int | None = None) -> Dataset:
-    """on_long: truncate | slide | error; default slide when max_length or stride is given,
-    else truncate."""
-    if bos not in ("auto", "prepend", "none"):
-        raise ProbeError(f"unknown --bos {bos!r}; use auto, prepend or none")
+    """path: anything read_data takes (a path, token ids in memory, a `Documents`), or None with
+    texts. Token id rows (a 2-D array, a list of lists, JSONL input_ids) are one sequence each,
+    as given, like documents under per_document; a 1-D stream and texts are cut into seq_len.
+    on_long: truncate | slide | error; default slide when max_length or stride is given, else
+    truncate."""
+    check_data_options(seq_len=seq_len, bos=bos, on_long=on_long, max_length=max_length,
+                       stride=stride, max_sequences=max_sequences)
     if on_long is None:
         on_long = "slide" if max_length or stride else "truncate"
-    if on_long not in ON_LONG:
-        raise ProbeError(f"unknown --on-long {on_long!r}; use {', '.join(ON_LONG)}")
-    if max_length is not None:
-        if max_length < 2:
-            raise ProbeError(f"--max-length must be at least 2 (got {max_length})")
-        seq_len = max_length if per_document else min(seq_len, max_length)
-    if seq_len < 2:
-        raise ProbeError(f"--seq-len must be at least 2 (got {seq_len})")
-    option = "--max-length" if max_length is not None else "--seq-len"
-    notes: list[str] = []
-    if max_positions and seq_len > max_positions:
-        if on_long == "error":
-            raise ProbeError(f"{option} {seq_len} exceeds the model's {max_positions} positions; "
-                             f"lower {option} or pass --on-long truncate or slide")
-        notes.append(f"{option.lstrip('-').replace('-', '_')} {seq_len} lowered to the model's "
-                     f"{max_positions} positions")
-        warnings.warn(notes[-1])
-        seq_len = max_positions
-    if texts is not None:
-        source, id_lists = "<texts>", None
-    else:
-        if path is None:
-            raise ProbeError("no data given; pass --data FILE (text, folder, JSONL or token ids)")
-        source = str(path)
-        texts, id_lists = read_documents(Path(path), text_field)
-    if texts is not None:
+    docs = read_data(path, texts=texts, text_field=text_field)
+    source = docs.source
+    if docs.texts is not None:
         if tokenizer is None:
-            raise ProbeError(f"the data {source} is text but the checkpoint has no tokenizer files; "
-                             "pass --tokenizer DIR, or give token ids (.npy, .pt, or JSONL with input_ids)")
-        id_lists = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+            raise ProbeError(f"the data {source} is text but there is no tokenizer (the checkpoint has "
+                             f"no tokenizer files); pass {flag('tokenizer', metavar='DIR')}, or give token ids "
+                             "(.npy, .pt, or JSONL with input_ids)")
+        id_lists = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in docs.texts]
+    else:
+        id_lists = docs.ids
+    # Rows as given are sequences, whatever per_document says: they are never joined or re-cut.
+    per_document = per_document or docs.rows
+    notes: list[str] = []
+    empty = sum(1 for ids in id_lists if len(ids) == 0)
     id_lists = [ids for ids in id_lists if len(ids) > 0]
     if not id_lists:
         raise ProbeError(f"the data {source} holds no tokens; give a non-empty file")
+    if empty and per_document:
+        notes.append(f"{empty} empty documents were skipped")
+
+    if max_length is not None:
+        seq_len = max_length if per_document else min(seq_len, max_length)
+    option = "max_length" if max_length is not None else "seq_len"
+    if max_positions and seq_len > max_positions:
+        if on_long == "error":
+            raise ProbeError(f"{flag(option, seq_len)} exceeds the model's {max_positions} positions; "
+                             f"lower {flag(option)} or pass {flag('on_long', 'truncate')} or slide")
+        notes.append(f"{option} {seq_len} lowered to the model's {max_positions} positions")
+        warnings.warn(notes[-1])
+        seq_len = max_positions
 
     if bos_token_id is None and tokenizer is not None:
         bos_token_id = getattr(tokenizer, "bos_token_id", None)
@@ -227,21 +412,22 @@ def build_dataset(path: str | Path | None, tokenizer, *, seq_len: int = 512, bos
         use_bos = tokenizer is not None and tokenizer_adds_bos(tokenizer)
     elif bos == "prepend":
         if bos_token_id is None:
-            raise ProbeError("--bos prepend needs a BOS token, but the tokenizer has none; "
-                             "use --bos none, or give token ids that already start with the token you want")
+            raise ProbeError(f"{flag('bos', 'prepend')} needs a BOS token, but the tokenizer has none; "
+                             f"use {flag('bos', 'none')}, or give token ids that already start with the "
+                             "token you want")
         use_bos = True
     else:
         use_bos = False
 
     body = seq_len - 1 if use_bos else seq_len
     if stride is not None and not 1 <= stride <= body:
-        raise ProbeError(f"--stride must be between 1 and {body} (the tokens of one window"
+        raise ProbeError(f"{flag('stride')} must be between 1 and {body} (the tokens of one window"
                          f"{' after BOS' if use_bos else ''}); got {stride}")
     step = stride or body
     head = [bos_token_id] if use_bos else []
     sequences: list[list[int]] = []
     context: list[tuple[int, int]] = []
-    windowed = 0
+    windowed = truncated = 0
 
     def slide(ids):
         nonlocal windowed
@@ -252,27 +438,27 @@ def build_dataset(path: str | Path | None, tokenizer, *, seq_len: int = 512, bos
             context.append((len(head), len(head) + counted - begin) if counted > begin else (0, 0))
 
     if per_document:
+        what = "documents"                # rows as given included
         for ids in id_lists:
             if len(ids) > body:
                 if on_long == "error":
-                    raise ProbeError(f"a document has {len(ids) + len(head)} tokens, more than "
-                                     f"{option} {seq_len}; raise {option}, or pass --on-long "
-                                     "truncate or slide")
+                    raise ProbeError(f"a {what[:-1]} has {len(ids) + len(head)} tokens, more than "
+                                     f"{flag(option, seq_len)}; raise {flag(option)}, or pass "
+                                     f"{flag('on_long', 'truncate')} or slide")
                 if on_long == "slide":
                     slide(ids)
                     continue
-                notes.append(f"documents longer than {seq_len} tokens were truncated")
+                truncated += 1
             sequences.append(head + ids[:body])
             context.append((0, 0))
+        if truncated:
+            notes.append(f"{truncated} of {len(id_lists)} {what} longer than {seq_len} tokens were "
+                         f"truncated to {seq_len}")
+            warnings.warn(f"{notes[-1]}; their later tokens are not measured (pass "
+                          f"{flag('on_long', 'slide')} to cover them with windows, or raise {flag(option)})")
         if windowed:
-            notes.append(f"{windowed} documents longer than {seq_len} tokens were covered by sliding "
+            notes.append(f"{windowed} {what} longer than {seq_len} tokens were covered by sliding "
                          f"windows (stride {step}); each token counts once")
-    elif stride is not None and stride < body:
-        eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
-        stream = []
-        for n, ids in enumerate(id_lists):
-            stream += ([eos] if n and eos is not None else []) + list(ids)
-        slide(stream)
     else:
         eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
         stream: list[int] = []
@@ -280,11 +466,16 @@ def build_dataset(path: str | Path | None, tokenizer, *, seq_len: int = 512, bos
             if n and eos is not None:
                 stream.append(eos)
             stream.extend(ids)
-        for start in range(0, len(stream), body):
-            piece = stream[start:start + body]
-            if len(piece) >= 2 or not sequences:
-                sequences.append(head + piece)
-    if max_sequences:
+        if stride is not None and stride < body:
+            slide(stream)
+        else:
+            for start in range(0, len(stream), body):
+                piece = stream[start:start + body]
+                if len(piece) >= 2 or not sequences:
+                    sequences.append(head + piece)
+                else:
+                    notes.append("the stream's last token was left out (alone, it predicts nothing)")
+    if max_sequences is not None:
         sequences, context = sequences[:max_sequences], context[:max_sequences]
     notes = sorted(set(notes))
     position0 = describe_position0(sequences, tokenizer, use_bos, bos_token_id)

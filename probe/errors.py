@@ -1,9 +1,50 @@
-"""One exception type for every mistake a user can make.
+"""One exception type for every mistake a user can make, and how to name the option at fault.
 
 The CLI prints `probe: error: <message>` and exits with status 2; nothing else is shown,
-so each message must say what is wrong and what to do about it.
+so each message must say what is wrong and what to do about it. The same checks run for the
+Python API, where the user wrote `seq_len=64`, not `--seq-len 64`: messages name options with
+`flag(...)`, which spells them the way the user did.
 """
+from __future__ import annotations
+
+import contextvars
+from contextlib import contextmanager
 
 
 class ProbeError(Exception):
     """A user-facing error whose message is one actionable line."""
+
+
+_ON_COMMAND_LINE = contextvars.ContextVar("probe_on_command_line", default=False)
+# Python argument -> command-line option, where the two names differ.
+CLI_NAMES = {"checkpoint_seconds": "save-every", "texts": "data", "progress": "quiet"}
+_UNSET = object()
+
+
+@contextmanager
+def command_line():
+    """Inside: messages name command-line options (`probe.cli.main` runs the commands in it)."""
+    token = _ON_COMMAND_LINE.set(True)
+    try:
+        yield
+    finally:
+        _ON_COMMAND_LINE.reset(token)
+
+
+def on_command_line() -> bool:
+    return _ON_COMMAND_LINE.get()
+
+
+def flag(name: str, value=_UNSET, *, metavar: str | None = None) -> str:
+    """The option `name` (a Python argument name) as the user spells it, with `value` if given:
+    flag("on_long", "slide") is `--on-long slide` on the command line, `on_long='slide'` in Python;
+    flag("force", True) is `--force` or `force=True`; flag("tokenizer", metavar="DIR") is
+    `--tokenizer DIR` or `tokenizer=DIR`."""
+    if on_command_line():
+        option = "--" + CLI_NAMES.get(name, name).replace("_", "-")
+        if metavar is not None:
+            return f"{option} {metavar}"
+        return option if value is _UNSET or value is True else f"{option} {value}"
+    if metavar is not None:
+        return f"{name}={metavar}"
+    return f"{name}=" if value is _UNSET else f"{name}={value!r}"

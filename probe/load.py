@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .adapters import ModelLayout, discover_layout, family_for, official_gate
-from .errors import ProbeError
+from .errors import ProbeError, flag
 from .gates import GateSpec
 from .reprs import LoadedModelRepr
 
@@ -58,8 +58,13 @@ def check_checkpoint_dir(path: Path) -> dict:
         raise ProbeError(f"{path} has no config.json; is it a Hugging Face checkpoint directory?")
     try:
         config = json.loads(config_file.read_text())
+    except OSError as err:
+        raise ProbeError(f"cannot read {config_file} ({err.strerror or err}); check its permissions") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise ProbeError(f"{config_file} is not valid JSON ({err}); the checkpoint is corrupt") from None
+    if not isinstance(config, dict):
+        raise ProbeError(f"{config_file} holds a JSON {type(config).__name__}, not an object of settings; "
+                         "the checkpoint is corrupt: re-download it")
     weights = sorted(path.glob("*.safetensors")) + sorted(path.glob("pytorch_model*.bin"))
     if not weights:
         raise ProbeError(f"{path} holds no weights (*.safetensors or pytorch_model.bin)")
@@ -83,24 +88,69 @@ def check_shard_index(path: Path) -> None:
                              "the download is incomplete: re-download the checkpoint")
 
 
+# Weights probe measures; an integer or bool tensor named *.weight would be cast to float by
+# transformers and measured as if it were the model (M-Act of 1e11 from int32 codes). Buffers
+# such as GPT-2's bool `attn.bias` mask are not weights and may be integer.
+FLOAT_DTYPES = {"F64", "F32", "F16", "BF16"}
+
+
+def safetensors_header(file: Path) -> tuple[dict, int]:
+    """The JSON header of a safetensors file (tensor name -> dtype, shape, data_offsets) and
+    its length in bytes."""
+    try:
+        with file.open("rb") as f:
+            header_len = int.from_bytes(f.read(8), "little")
+            raw = f.read(min(header_len, file.stat().st_size))
+    except OSError as err:
+        raise ProbeError(f"cannot read {file} ({err.strerror or err}); check its permissions") from None
+    try:
+        header = json.loads(raw)
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+        return header, header_len
+    except Exception as err:
+        raise ProbeError(f"{file} is truncated or corrupt ({err}); re-download or re-save it") from None
+
+
 def check_safetensors(file: Path) -> None:
-    """Read the header and check that every tensor's bytes are present (catches truncation)."""
+    """Read the header and check that every tensor's bytes are present (catches truncation)
+    and that the weights are floating point."""
     from safetensors import safe_open
 
+    header, header_len = safetensors_header(file)
     try:
-        header_len = int.from_bytes(file.open("rb").read(8), "little")
-        header = json.loads(file.open("rb").read(8 + header_len)[8:])
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+        end = max((v["data_offsets"][1] for v in tensors.values()), default=0)
         if file.stat().st_size < 8 + header_len + end:
             raise ValueError("file is shorter than its header says")
         with safe_open(str(file), framework="pt"):
             pass
     except Exception as err:  # any failure here means the file cannot be used
         raise ProbeError(f"{file} is truncated or corrupt ({err}); re-download or re-save it") from None
+    for name, info in tensors.items():
+        if name.endswith(".weight") and info.get("dtype") not in FLOAT_DTYPES:
+            raise ProbeError(f"{file.name} stores {name} as {info.get('dtype')}, not floating point; probe "
+                             "measures float weights (float32, bfloat16, float16): the checkpoint is "
+                             "quantized or was saved wrongly")
 
 
 def has_tokenizer_files(path: Path) -> bool:
     return any((path / name).exists() for name in TOKENIZER_FILES)
+
+
+def check_tokenizer_dir(tokenizer) -> Path | None:
+    """A tokenizer folder the user named must hold a tokenizer: never fall back silently."""
+    if tokenizer is None:
+        return None
+    folder = Path(tokenizer)
+    if not folder.is_dir():
+        state = "is a file" if folder.exists() else "does not exist"
+        raise ProbeError(f"{flag('tokenizer', str(folder))} {state}; pass the folder that holds the tokenizer "
+                         f"files ({', '.join(TOKENIZER_FILES)})")
+    if not has_tokenizer_files(folder):
+        raise ProbeError(f"{flag('tokenizer', str(folder))} holds no tokenizer files (one of "
+                         f"{', '.join(TOKENIZER_FILES)}); pass the folder that holds them")
+    return folder
 
 
 def load_tokenizer(path: Path):
@@ -111,7 +161,41 @@ def load_tokenizer(path: Path):
     try:
         return AutoTokenizer.from_pretrained(str(path))
     except Exception as err:
-        raise ProbeError(f"cannot load the tokenizer in {path} ({err}); pass --tokenizer DIR") from None
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ProbeError(f"cannot load the tokenizer in {path} ({first}); pass {flag('tokenizer', metavar='DIR')} "
+                         "with a working one") from None
+
+
+def shape_mismatch(path: Path, config, official: bool) -> str | None:
+    """The first tensor whose shape in the files differs from the one config.json implies, in
+    words; None when none differs (the failure was something else)."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"):
+            if official:
+                from .models.official_qwen3 import OfficialGatedQwen3ForCausalLM
+
+                model = OfficialGatedQwen3ForCausalLM(config)
+            else:
+                model = AutoModelForCausalLM.from_config(config)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        return f"{path}/config.json does not describe a model transformers can build ({first})"
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    prefix = getattr(model, "base_model_prefix", "")
+    for file in sorted(path.glob("*.safetensors")):
+        header, _ = safetensors_header(file)
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            want = expected.get(name, expected.get(f"{prefix}.{name}"))
+            got = tuple(info.get("shape", ()))
+            if want is not None and got != want:
+                return (f"{file.name} holds {name} with shape {list(got)}, but {path}/config.json implies "
+                        f"{list(want)}: config.json does not describe these weights; fix its sizes "
+                        "(hidden, heads, head_dim, vocab, gate flags) or re-download the checkpoint")
+    return None
 
 
 def resolve_gate(config, model_type: str, gate: GateSpec | str | None) -> tuple[str, GateSpec | None]:
@@ -176,6 +260,7 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
 
     path = Path(path)
     raw = check_checkpoint_dir(path)
+    tokenizer_dir = check_tokenizer_dir(tokenizer)
     model_type = raw.get("model_type")
     if not model_type:
         raise ProbeError(f"{path}/config.json has no model_type; probe cannot tell the architecture")
@@ -216,8 +301,11 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
     except ProbeError:
         raise
     except Exception as err:
+        # transformers' size-mismatch error points at a report it logs, which probe silences:
+        # name the tensor and both shapes instead.
+        mismatch = shape_mismatch(path, config, official) if "size" in str(err) else None
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ProbeError(f"cannot load the weights in {path}: {first}") from None
+        raise ProbeError(mismatch or f"cannot load the weights in {path}: {first}") from None
     check_loading_info(path, info)
     if not device_map:
         try:
@@ -226,7 +314,7 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
             raise ProbeError(f"cannot move the model to {device!r} ({err})") from None
     model.eval()
     layout = describe(model, gate, user_declared=gate is not None)
-    tok = load_tokenizer(Path(tokenizer) if tokenizer else path)
+    tok = load_tokenizer(tokenizer_dir or path)
     return LoadedModel(model, layout, tok, str(path), config_hash(path))
 
 

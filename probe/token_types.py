@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .errors import ProbeError
+from .errors import ProbeError, flag
 from .reducers import F64, I64, GroupedGateStats
 
 BUILTIN = ("first", "special", "whitespace", "digits", "punctuation", "word_start", "word_piece", "other")
@@ -167,7 +167,7 @@ def resolve_members(group: str, members: list, tokenizer, vocab_size: int) -> li
     if strings:
         if tokenizer is None:
             raise ProbeError(f"token group {group!r} names tokens by string but there is no tokenizer; "
-                             "give token ids instead, or pass --tokenizer DIR")
+                             f"give token ids instead, or pass {flag('tokenizer', metavar='DIR')}")
         every = list(range(min(vocab_size, len(tokenizer))))
         raws, texts = _strings(tokenizer, every)
         for s in strings:

@@ -76,7 +76,7 @@ def test_bad_data_says_what_to_do(tokenizers, tmp_path):
         build_dataset(None, None, texts=["some text"])
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"body": "x"}\n')
-    with pytest.raises(ProbeError, match="--text-field"):
+    with pytest.raises(ProbeError, match="text_field="):       # the Python argument, not the flag
         build_dataset(bad, tokenizers["qwen3"])
 
 
@@ -86,6 +86,126 @@ def test_too_long_sequences_truncate_or_refuse(tokenizers, text_file):
     assert max(len(s) for s in ds.sequences) == 64
     with pytest.raises(ProbeError, match="exceeds the model's 64 positions"):
         build_dataset(text_file, tokenizers["qwen3"], seq_len=4096, max_positions=64, on_long="error")
-    with pytest.raises(ProbeError, match="--on-long truncate"):
+    with pytest.raises(ProbeError, match="on_long='truncate'"):
         build_dataset(None, tokenizers["qwen3"], texts=["word " * 200], seq_len=32,
                       per_document=True, on_long="error")
+
+
+# ------------------------------------------------ token ids as given, data in memory, messages
+
+def _rows(n=3, t=10, seed=0):
+    return np.random.default_rng(seed).integers(3, 200, size=(n, t))
+
+
+def test_token_id_rows_are_the_sequences_as_given(tokenizers, tmp_path):
+    """A 2-D array, a list of lists or JSONL input_ids rows: one sequence per row, never joined
+    with the tokenizer's EOS and re-cut, whatever the tokenizer (so their digests agree)."""
+    rows = _rows()
+    np.save(tmp_path / "ids.npy", rows)
+    torch.save(torch.from_numpy(rows), tmp_path / "ids.pt")
+    (tmp_path / "ids.json").write_text(json.dumps(rows.tolist()))
+    (tmp_path / "ids.jsonl").write_text("\n".join(json.dumps({"input_ids": r}) for r in rows.tolist()))
+    digests = set()
+    for name in ("ids.npy", "ids.pt", "ids.json", "ids.jsonl"):
+        for tok in (tokenizers["qwen3"], tokenizers["gpt2"], None):
+            ds = build_dataset(tmp_path / name, tok, seq_len=16, bos="none")
+            assert [s.tolist() for s in ds.sequences] == rows.tolist(), name
+            digests.add(ds.digest())
+    assert len(digests) == 1
+    with pytest.warns(UserWarning, match="3 of 3 documents longer than 8 tokens were truncated"):
+        short = build_dataset(tmp_path / "ids.npy", None, seq_len=8)
+    assert [s.tolist() for s in short.sequences] == rows[:, :8].tolist()
+    slid = build_dataset(tmp_path / "ids.npy", None, seq_len=8, on_long="slide")
+    assert slid.tokens == rows.size and len(slid.sequences) == 6
+
+
+def test_a_one_dimensional_stream_is_still_cut(tmp_path):
+    np.save(tmp_path / "ids.npy", np.arange(3, 44))                 # 41 tokens
+    ds = build_dataset(tmp_path / "ids.npy", None, seq_len=20, bos="none")
+    assert [len(s) for s in ds.sequences] == [20, 20] and ds.tokens == 40
+    assert any("last token was left out" in n for n in ds.notes)    # said, not silent
+
+
+def test_data_in_memory_equals_the_same_data_in_a_file(loaded, tmp_path):
+    """probe.analyze takes a tensor, an array, a list of lists and a list of strings."""
+    import probe
+
+    lm = loaded("qwen3")
+    rows = _rows(2, 12)
+    np.save(tmp_path / "ids.npy", rows)
+    run = dict(tokenizer=lm.tokenizer, seq_len=16, progress=False, bos="none")
+    from_file = probe.analyze(lm.model, str(tmp_path / "ids.npy"), **run)
+    for data in (torch.from_numpy(rows), rows, rows.tolist()):
+        a = probe.analyze(lm.model, data, **run)
+        assert a.meta["tokens_sha256"] == from_file.meta["tokens_sha256"] and a.meta["sequences"] == 2
+        assert a.summary == from_file.summary
+    texts = ["the first text, short", "a second text that is a little longer"]
+    assert probe.analyze(lm.model, texts, **run).summary == probe.analyze(lm.model, texts=texts, **run).summary
+
+
+def test_a_string_that_is_not_a_path_says_to_use_texts(loaded):
+    import probe
+
+    lm = loaded("qwen3")
+    with pytest.raises(ProbeError, match=r"data='the cat sat' is not an existing file.*texts=\[\.\.\.\]"):
+        probe.analyze(lm.model, "the cat sat", tokenizer=lm.tokenizer, progress=False)
+    with pytest.raises(ProbeError, match=r"wrap one text as texts=\[text\]"):
+        probe.analyze(lm.model, texts="the cat sat", tokenizer=lm.tokenizer, progress=False)
+    with pytest.raises(ProbeError, match=r"data\[1\] holds 'x' at position 0"):
+        probe.analyze(lm.model, [[1, 2], ["x"]], progress=False)
+
+
+def test_python_api_errors_name_the_python_argument(checkpoint, loaded, tmp_path):
+    """From Python the user wrote batch_size=0, not --batch-size 0: the message says so."""
+    import probe
+
+    lm = loaded("qwen3")
+    run = dict(texts=["some text " * 10], tokenizer=lm.tokenizer, progress=False)
+    for option, value, says in (("batch_size", -2, "batch_size= must be an integer of at least 1"),
+                                ("max_sequences", 0, "max_sequences= must be"),
+                                ("thresholds", [-1, 2, float("nan")], "thresholds= must be finite numbers above 0"),
+                                ("interventions", "mean_gates", "unknown intervention"),
+                                ("on_long", "sideways", "unknown on_long='sideways'")):
+        with pytest.raises(ProbeError, match=says) as caught:
+            probe.analyze(lm.model, **run, **{option: value})
+        assert "--" not in str(caught.value)
+    with pytest.raises(ProbeError, match="on_long='truncate'"):
+        probe.analyze(lm.model, **run, seq_len=4096, on_long="error")
+    with pytest.raises(ProbeError, match=r"tokenizer='nope' does not exist"):
+        probe.load(checkpoint("qwen3"), tokenizer="nope")           # never the checkpoint's own, silently
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ProbeError, match="holds no tokenizer files"):
+        probe.load(checkpoint("qwen3"), tokenizer=tmp_path / "empty")
+    a = probe.analyze(lm.model, **run, seq_len=16)
+    a.save(tmp_path / "run")
+    with pytest.raises(ProbeError, match="pass force=True to replace it"):
+        a.save(tmp_path / "run")
+
+
+def test_per_document_truncation_is_warned(tokenizers):
+    with pytest.warns(UserWarning, match="1 of 2 documents longer than 8 tokens were truncated to 8.*on_long='slide'"):
+        ds = build_dataset(None, tokenizers["qwen3"], texts=["short", "a long document " * 8], seq_len=8,
+                           per_document=True)
+    assert any("truncated" in n for n in ds.notes)
+
+
+def test_text_records_must_be_strings(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"text": "fine"}\n{"text": null}\n')
+    with pytest.raises(ProbeError, match="'text' of line 2 .* is None, not a string"):
+        build_dataset(path, None)
+
+
+def test_a_tokenizer_folder_works_with_a_model_object_too(checkpoint, loaded):
+    """tokenizer=DIR with a model object was kept as the string itself (a traceback on the first
+    text); with a LoadedModel it was ignored."""
+    import probe
+
+    lm = loaded("qwen3")
+    run = dict(texts=["some words to read " * 4], seq_len=16, progress=False)
+    own = probe.analyze(lm, **run)
+    for model in (lm.model, lm):
+        a = probe.analyze(model, tokenizer=str(checkpoint("qwen3")), **run)
+        assert a.meta["tokens_sha256"] == own.meta["tokens_sha256"]
+    with pytest.raises(ProbeError, match="tokenizer='nope' does not exist"):
+        probe.analyze(lm, tokenizer="nope", **run)

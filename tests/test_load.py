@@ -62,7 +62,7 @@ def test_broken_checkpoints_fail_in_one_line(checkpoint, tmp_path):
     cfg = json.loads((unknown / "config.json").read_text())
     cfg["model_type"] = "mystery_net"
     (unknown / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ProbeError, match="unsupported architecture 'mystery_net'.*qwen3_next.*--gate"):
+    with pytest.raises(ProbeError, match="unsupported architecture 'mystery_net'.*qwen3_next.*gate='none'"):
         probe.load(unknown)
 
     truncated = _copy(checkpoint("qwen3"), tmp_path / "truncated")
@@ -86,7 +86,7 @@ def test_checkpoint_without_tokenizer_files_is_detected(checkpoint, tmp_path):
     bare = tiny.make_checkpoint("qwen3", tmp_path / "notok", tokenizer=False)
     lm = probe.load(bare)
     assert lm.tokenizer is None
-    with pytest.raises(ProbeError, match="no tokenizer files.*--tokenizer"):
+    with pytest.raises(ProbeError, match="no tokenizer files.*tokenizer=DIR"):   # the Python argument
         probe.analyze(lm, texts=["hello"], progress=False)
     # The option it names works: a tokenizer from elsewhere.
     a = probe.analyze(bare, texts=["hello world " * 10], tokenizer=checkpoint("qwen3"), seq_len=16,

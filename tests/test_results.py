@@ -69,7 +69,7 @@ def test_save_and_load_round_trip(analyses, tmp_path):
     assert back.summary == json.loads(json.dumps(summary))
     assert back.first_token.shape == a.first_token.shape
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # no temporary left
-    with pytest.raises(ProbeError, match="already exists.*--force"):
+    with pytest.raises(ProbeError, match="already exists.*force=True"):
         a.save(out)
     a.save(out, force=True)
     with pytest.raises(ProbeError, match="not a probe run directory"):

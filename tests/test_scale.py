@@ -190,9 +190,9 @@ def test_max_length_options(tmp_path):
     windows = build_dataset(data, None, per_document=True, max_length=32)       # slide by default
     assert [len(s) for s in windows.sequences] == [32, 32, 32, 4] and windows.tokens == 100
     assert torch.equal(torch.cat(windows.sequences), torch.arange(3, 103))
-    with pytest.raises(probe.ProbeError, match="more than --max-length 32"):
+    with pytest.raises(probe.ProbeError, match="more than max_length=32"):
         build_dataset(data, None, per_document=True, max_length=32, on_long="error")
-    with pytest.raises(probe.ProbeError, match="--stride must be between 1 and 32"):
+    with pytest.raises(probe.ProbeError, match="stride= must be between 1 and 32"):
         build_dataset(data, None, per_document=True, max_length=32, stride=33)
     # Longer than the model's positions: windows of the model's length.
     with pytest.warns(UserWarning, match="lowered to the model's 40 positions"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import ProbeError
+from ..errors import ProbeError, flag
 from ..gates import GateSpec
 
 
@@ -68,7 +68,7 @@ def family_for(model_type: str) -> Family:
     if family is None:
         raise ProbeError(
             f"unsupported architecture {model_type!r}; probe knows {', '.join(supported_model_types())}. "
-            "For another model declare its gate with --gate MODULE:LAYOUT:GRANULARITY[:ACTIVATION] "
-            "(e.g. g_proj:plain:elementwise), or --gate none for a model without one"
+            f"For another model declare its gate with {flag('gate', metavar='MODULE:LAYOUT:GRANULARITY[:ACTIVATION]')} "
+            f"(e.g. g_proj:plain:elementwise), or {flag('gate', 'none')} for a model without one"
         )
     return family

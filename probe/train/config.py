@@ -125,8 +125,23 @@ class TrainConfig:
                 raise ProbeError(f"--{name.replace('_', '-')} must be positive")
         if self.seq_len < 4:
             raise ProbeError("--seq-len must be at least 4")
-        if not self.lr > 0:
-            raise ProbeError("--lr must be positive")
+        if not 0 < self.lr < math.inf:
+            raise ProbeError(f"--lr must be a finite number above 0 (got {self.lr:g})")
+        if not 0 < self.grad_clip <= math.inf:
+            # 0 would scale every gradient to nothing: the model would never change.
+            raise ProbeError(f"--grad-clip must be above 0 (got {self.grad_clip:g}); pass inf for no clipping")
+        if not 0 <= self.warmup < math.inf:
+            raise ProbeError(f"--warmup must be 0 or more (a fraction of the steps below 1, or steps); "
+                             f"got {self.warmup:g}")
+        if not 0 <= self.weight_decay < math.inf:
+            raise ProbeError(f"--weight-decay must be 0 or more (got {self.weight_decay:g})")
+        if not 0 < self.mlp_ratio < math.inf:
+            raise ProbeError(f"--mlp-ratio must be above 0 (got {self.mlp_ratio:g})")
+        # `0` must not quietly mean "the default": these are refused, not replaced.
+        for name in ("heads", "kv_heads", "eval_every", "eval_rows", "save_every", "threads", "stop_after"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ProbeError(f"--{name.replace('_', '-')} must be at least 1 (got {value})")
         self._check_synthetic()
 
     def _check_synthetic(self) -> None:

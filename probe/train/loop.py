@@ -380,12 +380,15 @@ def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None) -> 
             done = step + 1
             train_loss = loss.item()
             eval_loss = math.nan
-            if done % cfg.eval_interval == 0 or done == total:
+            evaluated = done % cfg.eval_interval == 0 or done == total
+            if evaluated:
                 eval_loss = last_eval = heldout_loss(model, eval_rows, cfg.batch_size)
             rows.append({"model": name, "step": done, "tokens": done * tokens_per_step, "lr": lr,
                          "train_loss": train_loss, "eval_loss": eval_loss, "grad_norm": grad_norm,
                          "spike": is_spike(train_loss, history)})
             history.append(train_loss)
+            check_not_diverged(cfg, out, model, done, train_loss, eval_loss if evaluated else None,
+                               weights=done == stop or done % cfg.save_interval == 0)
             bar.update(1)
             bar.set_postfix(loss=f"{train_loss:.3f}", eval=f"{last_eval:.3f}", refresh=False)
             if done % cfg.save_interval == 0 and done < total:
@@ -415,6 +418,27 @@ def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None) -> 
         shutil.rmtree(out / CHECKPOINT, ignore_errors=True)
         shutil.rmtree(out / f".{CHECKPOINT}.old", ignore_errors=True)
     return TrainResult(out, total, True, _last_eval(rows), n_params, seconds, rows)
+
+
+def check_not_diverged(cfg: TrainConfig, out: Path, model, step: int, train_loss: float,
+                       eval_loss: float | None, *, weights: bool) -> None:
+    """A non-finite loss or weight means the run diverged (e.g. --lr too high): stop with one
+    line instead of saving a NaN model and saying "done". A fresh run leaves nothing in --out,
+    so the corrected command starts cleanly; a resumed run keeps its last good checkpoint."""
+    bad = None
+    if not math.isfinite(train_loss):
+        bad = f"the train loss is {train_loss}"
+    elif eval_loss is not None and not math.isfinite(eval_loss):
+        bad = f"the held-out loss is {eval_loss}"
+    elif weights and not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        bad = "the weights hold NaN or Inf"
+    if bad is None:
+        return
+    if not cfg.resume:
+        shutil.rmtree(out, ignore_errors=True)
+    kept = "its last checkpoint is kept" if cfg.resume else "nothing was kept"
+    raise ProbeError(f"training diverged at step {step} ({bad}); {kept}: lower --lr "
+                     f"(now {cfg.lr:g}) and start again")
 
 
 def _last_eval(rows) -> float | None:
