@@ -95,7 +95,7 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
                             or getattr(config, "n_positions", None), texts=texts,
                             max_length=max_length, stride=stride)
     check_vocab(dataset, config)
-    name = name or (Path(loaded.path).name if loaded.path else type(model).__name__)
+    name = name or loaded.name or type(model).__name__
     dev = next(model.parameters()).device
 
     groups = token_group_table(layout, loaded.tokenizer, config, dataset, token_groups)
@@ -356,6 +356,7 @@ def build_meta(loaded: LoadedModel, dataset: Dataset, name, dtype, dev, threshol
         "name": name,
         "checkpoint": loaded.path,
         "config_hash": loaded.config_hash,
+        "weights": loaded.weights,             # GGUF: file, quantisation, dequantised to what
         "architecture": archs[0],
         "model_class": type(model).__name__,
         "model_type": layout.model_type,

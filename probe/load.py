@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from .adapters import ModelLayout, discover_layout, family_for, official_gate
+from . import gguf
 from .errors import ProbeError
 from .gates import GateSpec
 
@@ -30,10 +31,19 @@ class LoadedModel:
     tokenizer: object | None
     path: str | None
     config_hash: str | None
+    weights: dict | None = None      # how the weights were stored, when not plain (GGUF: gguf.GGUFInfo.meta)
 
     @property
     def config(self):
         return self.model.config
+
+    @property
+    def name(self) -> str | None:
+        """The run's default name: the folder's, or the GGUF file's without its suffix."""
+        if not self.path:
+            return None
+        path = Path(self.path)
+        return path.stem if path.suffix.lower() == ".gguf" else path.name
 
 
 def text_config(config):
@@ -170,16 +180,19 @@ def _supports_sdpa(config) -> bool:
 def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
          device_map: str | None = None, gate: GateSpec | str | None = None,
          tokenizer: str | Path | None = None) -> LoadedModel:
-    """Load a checkpoint directory for analysis (eval mode, no gradients needed)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    """Load a checkpoint directory or a GGUF file for analysis (eval mode, no gradients needed)."""
+    from transformers import AutoConfig
 
     path = Path(path)
+    if dtype not in DTYPES:
+        raise ProbeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    file = gguf.gguf_file(path)
+    if file is not None:
+        return load_gguf(file, dtype=dtype, device=device, device_map=device_map, gate=gate, tokenizer=tokenizer)
     raw = check_checkpoint_dir(path)
     model_type = raw.get("model_type")
     if not model_type:
         raise ProbeError(f"{path}/config.json has no model_type; probe cannot tell the architecture")
-    if dtype not in DTYPES:
-        raise ProbeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     if gate is None:
         family_for(model_type)  # unknown architectures fail here, with the list of known ones
     try:
@@ -192,32 +205,89 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
     # normalise q and k with freshly initialised weights.
     official = model_type == "qwen3" and (official_gate(config) is not None
                                           or not getattr(config, "use_qk_norm", True))
+    model = from_pretrained(path, config, dtype=dtype, device_map=device_map, official=official)
+    tok = load_tokenizer(Path(tokenizer) if tokenizer else path)
+    return ready(model, path, config_hash(path), tok, device=device, device_map=device_map, gate=gate)
+
+
+def load_gguf(file: Path, *, dtype: str, device: str, device_map: str | None,
+              gate: GateSpec | str | None, tokenizer: str | Path | None) -> LoadedModel:
+    """A GGUF file through transformers' own GGUF support: config and tokenizer from the file's
+    metadata, every tensor dequantised to `dtype` (probe measures the dequantised model)."""
+    from transformers import AutoConfig
+
+    info = gguf.read_info(file)
+    gguf.check_architecture(info)
+    folder, name = str(file.parent), file.name
+    quiet_transformers()
+    try:
+        config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    except Exception as err:
+        raise ProbeError(f"transformers cannot read the metadata of {file} ({gguf._first_line(err)})") from None
+    if gate is None:
+        family_for(config.model_type)
+    model = from_pretrained(file, config, dtype=dtype, device_map=device_map, gguf_file=name)
+    if tokenizer:
+        tok = load_tokenizer(Path(tokenizer))
+    else:
+        from transformers import AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        except Exception as err:
+            raise ProbeError(f"cannot read the tokenizer in {file} ({gguf._first_line(err)}); "
+                             "pass --tokenizer DIR") from None
+    loaded = ready(model, file, info.header_sha256, tok, device=device, device_map=device_map, gate=gate)
+    loaded.weights = info.meta(dtype)
+    return loaded
+
+
+def quiet_transformers() -> None:
+    """transformers warns about every unused key in the official config, and draws progress
+    bars of its own while loading; probe prints its own."""
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def from_pretrained(source: Path, config, *, dtype: str, device_map: str | None, official: bool = False,
+                    gguf_file: str | None = None) -> nn.Module:
+    """The model's weights, with every failure as one line."""
+    from transformers import AutoModelForCausalLM
+
     # The model's own attention outside probe's passes: SDPA, or eager for the families that
     # transformers has no SDPA path for (Gemma 2: logit soft-capping). probe's passes switch to
     # its own back-end either way.
     kwargs = dict(dtype=DTYPES[dtype], attn_implementation="sdpa" if _supports_sdpa(config) else "eager")
     if device_map:
         kwargs["device_map"] = device_map
-    # transformers warns about every unused key in the official config; those are expected.
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
+    folder = str(source.parent if gguf_file else source)
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    quiet_transformers()
     try:
         if official:
             from .models.official_qwen3 import OfficialGatedQwen3ForCausalLM
 
             model, info = OfficialGatedQwen3ForCausalLM.from_pretrained(
-                str(path), config=config, output_loading_info=True, **kwargs)
+                folder, config=config, output_loading_info=True, **kwargs)
         else:
             model, info = AutoModelForCausalLM.from_pretrained(
-                str(path), config=config, output_loading_info=True, **kwargs)
+                folder, config=config, output_loading_info=True, **kwargs)
     except ProbeError:
         raise
     except Exception as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ProbeError(f"cannot load the weights in {path}: {first}") from None
-    check_loading_info(path, info)
+        raise ProbeError(f"cannot load the weights in {source}: {first}") from None
+    check_loading_info(source, info)
+    return model
+
+
+def ready(model: nn.Module, path: Path, digest: str, tok, *, device: str, device_map: str | None,
+          gate: GateSpec | str | None) -> LoadedModel:
+    """On its device, in eval mode, described."""
     if not device_map:
         try:
             model.to(device)
@@ -225,5 +295,4 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
             raise ProbeError(f"cannot move the model to {device!r} ({err})") from None
     model.eval()
     layout = describe(model, gate, user_declared=gate is not None)
-    tok = load_tokenizer(Path(tokenizer) if tokenizer else path)
-    return LoadedModel(model, layout, tok, str(path), config_hash(path))
+    return LoadedModel(model, layout, tok, str(path), digest)
