@@ -361,6 +361,7 @@ def build_meta(loaded: LoadedModel, dataset: Dataset, name, dtype, dev, threshol
         "model_class": type(model).__name__,
         "model_type": layout.model_type,
         "family": layout.family,
+        "layout_note": layout.note or None,    # an unregistered decoder analysed as ungated says so
         "gate_layout": layout.gate_layout,
         "gate": None if layout.gate is None else vars(layout.gate).copy(),
         "num_layers": len(layout.layers),

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ProbeError
+from .errors import ProbeError, first_line
 
 SUFFIX = ".gguf"
 INSTALL = "pip install 'gated-probe[gguf]' (or pip install gguf)"
@@ -75,7 +75,7 @@ def read_info(file: Path) -> GGUFInfo:
     except ProbeError:
         raise
     except Exception as err:  # GGUFReader raises ValueError / IndexError / KeyError on bad bytes
-        raise ProbeError(f"{file} is not a readable GGUF file ({_first_line(err)}): truncated or "
+        raise ProbeError(f"{file} is not a readable GGUF file ({first_line(err)}): truncated or "
                          "corrupt; download it again") from None
     kinds = Counter(t.tensor_type.name for t in tensors)
     file_type = reader.fields.get("general.file_type")
@@ -103,8 +103,3 @@ def check_architecture(info: GGUFInfo) -> None:
 def _field(reader, key: str) -> str:
     field = reader.fields[key]
     return bytes(field.parts[field.data[0]]).decode()
-
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__

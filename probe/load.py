@@ -15,9 +15,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .adapters import ModelLayout, discover_layout, family_for, official_gate
+from .adapters import ModelLayout, discover_layout, official_gate
+from .adapters.families import registered
+from .adapters.unregistered import ungated_note
 from . import gguf
-from .errors import ProbeError
+from .errors import ProbeError, first_line
 from .gates import GateSpec
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -120,18 +122,24 @@ def load_tokenizer(path: Path):
     try:
         return AutoTokenizer.from_pretrained(str(path))
     except Exception as err:
-        raise ProbeError(f"cannot load the tokenizer in {path} ({err}); pass --tokenizer DIR") from None
+        raise ProbeError(f"cannot load the tokenizer in {path} ({first_line(err)}); pass --tokenizer DIR") from None
 
 
 def resolve_gate(config, model_type: str, gate: GateSpec | str | None) -> tuple[str, GateSpec | None]:
-    """The family name and gate spec for a config; a user-declared gate wins."""
+    """The family name and gate spec for a config; a user-declared gate wins. An architecture
+    outside the registry is "unregistered" (describe decides from its layout)."""
     if isinstance(gate, str):
         gate = None if gate == "none" else GateSpec.parse(gate)
         return "declared", gate
     if gate is not None:
         return "declared", gate
-    family = family_for(model_type)
+    family = registered(model_type)
+    if family is None:
+        return UNREGISTERED, None
     return family.name, family.gate(config)
+
+
+UNREGISTERED = "unregistered"
 
 
 def describe(model: nn.Module, gate: GateSpec | str | None = None, *, user_declared: bool = False) -> ModelLayout:
@@ -147,8 +155,13 @@ def describe(model: nn.Module, gate: GateSpec | str | None = None, *, user_decla
     hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd")
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer")
-    return discover_layout(model, family=family, model_type=model_type, num_layers=layers,
-                           num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, gate=spec)
+    layout = discover_layout(model, family=family, model_type=model_type, num_layers=layers,
+                             num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, gate=spec)
+    if family == UNREGISTERED:
+        layout.note = ungated_note(model, model_type, [p.mixer for p in layout.layers if p.layer_type == "attention"],
+                                   num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim)
+        warnings.warn(layout.note)
+    return layout
 
 
 def check_loading_info(path: Path, info: dict) -> None:
@@ -193,12 +206,10 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
     model_type = raw.get("model_type")
     if not model_type:
         raise ProbeError(f"{path}/config.json has no model_type; probe cannot tell the architecture")
-    if gate is None:
-        family_for(model_type)  # unknown architectures fail here, with the list of known ones
     try:
         config = AutoConfig.from_pretrained(str(path))
     except Exception as err:
-        raise ProbeError(f"transformers cannot read {path}/config.json ({err})") from None
+        raise ProbeError(f"transformers cannot read {path}/config.json ({first_line(err)})") from None
 
     # The model class follows config.json; a declared gate only changes how probe reads the gate.
     # So is a qwen3 config with use_qk_norm false: stock Qwen3 would ignore the flag and
@@ -223,9 +234,7 @@ def load_gguf(file: Path, *, dtype: str, device: str, device_map: str | None,
     try:
         config = AutoConfig.from_pretrained(folder, gguf_file=name)
     except Exception as err:
-        raise ProbeError(f"transformers cannot read the metadata of {file} ({gguf._first_line(err)})") from None
-    if gate is None:
-        family_for(config.model_type)
+        raise ProbeError(f"transformers cannot read the metadata of {file} ({first_line(err)})") from None
     model = from_pretrained(file, config, dtype=dtype, device_map=device_map, gguf_file=name)
     if tokenizer:
         tok = load_tokenizer(Path(tokenizer))
@@ -235,7 +244,7 @@ def load_gguf(file: Path, *, dtype: str, device: str, device_map: str | None,
         try:
             tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         except Exception as err:
-            raise ProbeError(f"cannot read the tokenizer in {file} ({gguf._first_line(err)}); "
+            raise ProbeError(f"cannot read the tokenizer in {file} ({first_line(err)}); "
                              "pass --tokenizer DIR") from None
     loaded = ready(model, file, info.header_sha256, tok, device=device, device_map=device_map, gate=gate)
     loaded.weights = info.meta(dtype)
@@ -279,8 +288,7 @@ def from_pretrained(source: Path, config, *, dtype: str, device_map: str | None,
     except ProbeError:
         raise
     except Exception as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ProbeError(f"cannot load the weights in {source}: {first}") from None
+        raise ProbeError(f"cannot load the weights in {source}: {first_line(err)}") from None
     check_loading_info(source, info)
     return model
 

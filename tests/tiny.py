@@ -55,7 +55,9 @@ KINDS = (
 #   Qwen3_5ForConditionalGeneration (model_type "qwen3_5", text layers at
 #   model.language_model.layers, plus a 1-block vision tower); its language model is exactly
 #   the "qwen3_5" kind's model for the same seed and overrides.
-EXTRA_KINDS = ("official_baseline", "qwen3_5_vl")
+# - "olmo2" (post-norm), "gemma3" (sandwich norms, sliding window 16): where the residual after
+#   attention sits differs by family; "granite": a decoder outside probe's registry.
+EXTRA_KINDS = ("official_baseline", "qwen3_5_vl", "olmo2", "gemma3", "granite")
 
 GATED_KINDS = ("qwen3_next", "qwen3_5", "qwen3_5_vl", "official_headwise", "official_elementwise")
 OFFICIAL_KINDS = ("official_headwise", "official_elementwise", "official_baseline")
@@ -146,6 +148,9 @@ _STYLE = {
     "llama": "llama",
     "mistral": "llama",
     "gpt2": "gpt2",
+    "olmo2": "gpt2",
+    "gemma3": "llama",
+    "granite": "llama",
 }
 
 _SPECIALS = {
@@ -267,6 +272,12 @@ def _config(kind: str, cfg_overrides: dict):
         return tf.LlamaConfig(**{**TINY, **ids, **cfg_overrides})
     if kind == "mistral":
         return tf.MistralConfig(**{**TINY, **ids, **cfg_overrides})
+    if kind == "olmo2":                      # post-norm: norms after attention and MLP
+        return tf.Olmo2Config(**{**TINY, **ids, **cfg_overrides})
+    if kind == "gemma3":                     # sandwich norms; sliding layers, a global one every 6th
+        return tf.Gemma3TextConfig(**{**TINY, **ids, "sliding_window": 16, **cfg_overrides})
+    if kind == "granite":                    # not in probe's registry: analysed as ungated by layout
+        return tf.GraniteConfig(**{**TINY, **ids, **cfg_overrides})
     if kind == "gpt2":
         kw = dict(
             vocab_size=TINY["vocab_size"],
@@ -291,6 +302,9 @@ MODEL_CLASS = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "gpt2": "GPT2LMHeadModel",
+    "olmo2": "Olmo2ForCausalLM",
+    "gemma3": "Gemma3ForCausalLM",
+    "granite": "GraniteForCausalLM",
 }
 
 
