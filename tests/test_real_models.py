@@ -45,6 +45,7 @@ class Measured:
         except real_models.DownloadRefused as err:
             pytest.skip(f"{name}: download refused: {err}")
         self.lm = lm = probe.load(path)
+        self.seconds = {"load": time.perf_counter() - start}
         model, layout = lm.model, lm.layout
         self.T = T = LENGTHS[name]
         ids = lm.tokenizer("\n\n".join(sample_texts()), add_special_tokens=False).input_ids
@@ -55,16 +56,19 @@ class Measured:
                 # The model's own layer outputs and loss, from the very pass probe observed.
                 out = model(input_ids=ids, labels=ids, output_hidden_states=True, use_cache=False)
                 cap.observe_logits(out.logits)
+            self.seconds["probe pass"] = time.perf_counter() - start - sum(self.seconds.values())
             self.cap, self.loss, self.hidden = cap, float(out.loss), out.hidden_states
             self.loss64 = float64_loss(out.logits[0], ids[0])
             eager = eager_attentions(model, ids).attentions
             self.p0 = {i: eager[i][0, :, :, 0].double() for i in layout.attention_layers}   # (H, T)
             self.window = {i: int((eager[i][0, 0, -1] > 0).sum()) for i in layout.attention_layers}
             del eager
+            self.seconds["eager"] = time.perf_counter() - start - sum(self.seconds.values())
             with recorded(model, layout) as rec:
                 model(input_ids=ids, use_cache=False)
             self.sdpa = {i: o.clone() for i, o in rec["sdpa"].items()}  # (1, T, H, D) pre-gate output
-        _timings[name] = time.perf_counter() - start
+        self.seconds["sdpa"] = time.perf_counter() - start - sum(self.seconds.values())
+        _timings[name] = self.seconds
 
 
 def float64_loss(logits: torch.Tensor, ids: torch.Tensor, rows: int = 128) -> float:
@@ -87,7 +91,8 @@ def real():
         return cache[name]
     yield get
     if _timings:
-        print("\nreal tier, load + passes: " + ", ".join(f"{k} {v:.0f} s" for k, v in _timings.items()))
+        print("\nreal tier, seconds: " + "; ".join(f"{k}: " + ", ".join(f"{p} {v:.0f}" for p, v in t.items())
+                                                  for k, t in _timings.items()))
 
 
 MODELS = tuple(LENGTHS)
@@ -141,10 +146,11 @@ def test_m_act_and_top_activations_equal_the_models_own_layer_outputs(name, real
 
 @pytest.mark.parametrize("name", MODELS)
 def test_loss_equals_the_models_own_loss(name, real):
-    """probe accumulates in float64: equal to a float64 cross-entropy of the same logits
-    (1e-9), and to the model's own float32 loss within its float32 rounding (2e-5 on 262k logits)."""
+    """probe takes each token's log-sum-exp in float32 and sums in float64: equal to a float64
+    cross-entropy of the same logits within 1e-6 (measured 1.5e-7 and 7e-8), and to the model's
+    own float32 loss within its rounding (2e-5; measured 1.3e-5 on Gemma's 262k logits)."""
     m = real(name)
-    assert m.cap.loss.loss() == pytest.approx(m.loss64, abs=1e-9)
+    assert m.cap.loss.loss() == pytest.approx(m.loss64, abs=1e-6)
     assert m.cap.loss.loss() == pytest.approx(m.loss, abs=2e-5)
 
 
