@@ -17,6 +17,8 @@ from pathlib import Path
 
 SEQ_LEN = 512            # Gemma 3's sliding window is 512: its local layers see every key here
 SEQUENCES = 2            # of the built-in Python documentation sample, per run
+TITLE = ("Two real pretrained models, ungated and quantised (not a gated comparison: the tiny arms are): "
+         "attention sinks, massive activations, and what <bos> at position 0 does")
 RUNS = (("smollm2", "SmolLM2-135M", "auto"), ("gemma3", "Gemma3-270M", "auto"),
         ("gemma3", "Gemma3-270M-no-bos", "none"))
 
@@ -47,7 +49,7 @@ def run(out: Path, report) -> int:
     loaded.clear()
     names = [name for _, name, _ in RUNS]
     code = report(["report", *[str(runs / n) for n in names], "--out", str(out), "--format", "html",
-                   "--force", "--title", "Real pretrained models (ungated, quantised): sinks and massive activations"])
+                   "--force", "--title", TITLE])
     if code == 0:
         print_findings(runs, names)
     return code
@@ -61,13 +63,13 @@ def print_findings(runs: Path, names) -> None:
     for name in names:
         s = summaries[name] = json.loads((runs / name / "summary.json").read_text())
         meta = json.loads((runs / name / "meta.json").read_text())
-        first = meta["display_tokens"][0] if meta["bos_token_id"] is not None else "(text)"
-        print(f"{name:<20}{first[:13]:<14}{s['f_attn']:>8.3f}{s['f_attn_uniform']:>9.4f}"
+        first = repr(meta["display_tokens"][0])[:13]
+        print(f"{name:<20}{first:<14}{s['f_attn']:>8.3f}{s['f_attn_uniform']:>9.4f}"
               f"{s['sink_rate']:>10.2f}{s['m_act']:>10.0f}{s['loss']:>7.2f}")
     with_bos, without = summaries["Gemma3-270M"], summaries["Gemma3-270M-no-bos"]
     print(f"[demo] Gemma 3: F-Attn {with_bos['f_attn']:.3f} with <bos> at position 0, {without['f_attn']:.4f} "
-          f"without ({with_bos['f_attn'] / max(without['f_attn'], 1e-12):.0f}x): its sink is on the <bos> token, "
-          "not on whatever comes first")
+          f"without ({with_bos['f_attn'] / max(without['f_attn'], 1e-12):.0f}x): its sink is on the <bos> token; "
+          "SmolLM2, given no BOS, sinks on whatever token comes first")
     for name in names:
         print_massive(runs / name, name)
 
@@ -83,5 +85,6 @@ def print_massive(run: Path, name: str) -> None:
     common_dims = ", ".join(f"{d} ({n})" for d, n in dims.most_common(3))
     common_pos = ", ".join(f"{p} {t!r} ({n})" for (p, t), n in positions.most_common(3))
     print(f"[demo] {name}: largest |h| {float(top['abs_value']):.0f} at layer {top['layer']}, position "
-          f"{top['position']} ({top['token']!r}), dim {top['dim']}; the top value of each of {layers} layers "
-          f"sits in dims {common_dims} at positions {common_pos} (layers in brackets)")
+          f"{top['position']} ({top['token']!r}), dim {top['dim']}\n"
+          f"         the largest value of each of {layers} layers' output sits in dim {common_dims}, "
+          f"at position {common_pos} (number of layers in brackets)")
