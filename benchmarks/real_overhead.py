@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).parent))
-from common import child_args, run_child, timed  # noqa: E402
+from common import child_args, ratio_table, timed  # noqa: E402
 
 METHODS = ("plain", "probe")
 MODEL_TEXT = "SmolLM2-135M-Instruct Q4_1 GGUF, dequantised to float32: 30 layers, hidden 576, 9 query / 3 KV heads"
@@ -98,18 +98,8 @@ def main() -> None:
         profile(args.profile)
         return
     print(MODEL_TEXT)
-    print(f"{'T':>6} {'method':>6} {'time s':>8} {'x plain':>8} {'peak MB':>9} {'x plain':>8}")
-    for T in args.lengths:
-        rows = {m: run_child(__file__, {"method": m, "T": T, "repeat": args.repeat}, args.timeout, args.memory_gb)
-                for m in METHODS}
-        plain = rows["plain"]
-        for m, r in rows.items():
-            if "error" in r:
-                print(f"{T:>6} {m:>6} {'did not finish: ' + r['error']:>36}")
-                continue
-            tr = r["seconds"] / plain["seconds"] if "seconds" in plain else float("nan")
-            mr = r["peak_mb"] / plain["peak_mb"] if plain.get("peak_mb") else float("nan")
-            print(f"{T:>6} {m:>6} {r['seconds']:>8.3f} {tr:>8.2f} {r['peak_mb']:>9.0f} {mr:>8.2f}", flush=True)
+    ratio_table(__file__, METHODS, args.lengths, repeat=args.repeat, timeout=args.timeout,
+                memory_gb=args.memory_gb)
 
 
 if __name__ == "__main__":
