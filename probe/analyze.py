@@ -114,7 +114,7 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
                             or getattr(config, "n_positions", None), texts=texts,
                             max_length=max_length, stride=stride)
     check_vocab(dataset, config)
-    name = name or (Path(loaded.path).name if loaded.path else type(model).__name__)
+    name = name or loaded.name or type(model).__name__
     dev = next(model.parameters()).device
 
     groups = token_group_table(layout, loaded.tokenizer, config, dataset, token_groups)
@@ -410,10 +410,12 @@ def build_meta(loaded: LoadedModel, dataset: Dataset, name, dtype, dev, threshol
         "name": name,
         "checkpoint": loaded.path,
         "config_hash": loaded.config_hash,
+        "weights": loaded.weights,             # GGUF: file, quantisation, dequantised to what
         "architecture": archs[0],
         "model_class": type(model).__name__,
         "model_type": layout.model_type,
         "family": layout.family,
+        "layout_note": layout.note or None,    # an unregistered decoder analysed as ungated says so
         "gate_layout": layout.gate_layout,
         "gate": None if layout.gate is None else vars(layout.gate).copy(),
         "num_layers": len(layout.layers),

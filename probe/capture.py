@@ -6,12 +6,13 @@
     cap.gates[3].mean()
 
 Hooks read activations and fold them into reducers at once; no activation is kept. What is
-hooked (DESIGN.md section 3):
+hooked:
 - gate logits:          output of the gate module (q_proj in the Qwen layouts)
 - pre-gate output O:    the `probe` attention back-end (attention.py), with P[t, 0] from lse
 - gated output:         input of o_proj
-- M-Act sites:          attention branch output, input of the post-attention norm,
-                        MLP output, decoder layer output
+- M-Act sites:          attention branch output, the residual stream after attention (the
+                        input of the norm before the MLP, or of the MLP in post-norm layers,
+                        adapters.layout.residual_after_attention), MLP output, decoder layer output
 """
 from __future__ import annotations
 
@@ -112,8 +113,8 @@ class Capture:
         for p in self.layout.layers:
             i = p.index
             hook(p.mixer.register_forward_hook(reading(self._site_output_hook(i, "attn_out"))))
-            if p.post_attn_norm is not None:
-                hook(p.post_attn_norm.register_forward_pre_hook(reading(self._site_input_hook(i, "resid_mid"))))
+            if p.resid_mid is not None:
+                hook(p.resid_mid.register_forward_pre_hook(reading(self._site_input_hook(i, "resid_mid"))))
             if p.mlp is not None:
                 hook(p.mlp.register_forward_hook(reading(self._site_output_hook(i, "mlp_out"))))
             hook(p.layer.register_forward_hook(reading(self._site_output_hook(i, "resid_post"))))

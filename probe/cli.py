@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("analyze", help="measure one checkpoint and write a run directory")
-    a.add_argument("checkpoint", help="local Hugging Face checkpoint directory")
+    a.add_argument("checkpoint", help="local Hugging Face checkpoint directory, or a .gguf file")
     a.add_argument("--out", help="run directory to write (default runs/<checkpoint name>)")
     a.add_argument("--name", help="the model's name in tables and reports")
     a.add_argument("--report", "--format", dest="report", metavar="FORMATS",
@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_arguments(t)
 
     k = sub.add_parser("check", help="check that probe reads the gate the model applies (pass/fail table)")
-    k.add_argument("checkpoint", help="local Hugging Face checkpoint directory")
+    k.add_argument("checkpoint", help="local Hugging Face checkpoint directory, or a .gguf file")
     k.add_argument("--gate", help="declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none")
     k.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     k.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
@@ -227,6 +227,12 @@ def _run_analysis(checkpoint, args, options, name, command_line, partial=None):
                    partial=partial, command=command_line, exact_control=args.exact_control)
 
 
+def _run_name(checkpoint: str) -> str:
+    """runs/<folder> for a checkpoint folder, runs/<stem> for a model.gguf file."""
+    path = Path(checkpoint)
+    return path.stem if path.suffix.lower() == ".gguf" else path.name
+
+
 def cmd_analyze(args, command_line) -> int:
     from .atomic import check_output_dir, check_writable
     from .distributed import is_main
@@ -235,7 +241,7 @@ def cmd_analyze(args, command_line) -> int:
 
     formats = _formats(args.report)
     options = _checked_options(args)
-    out = Path(args.out or Path("runs") / Path(args.checkpoint).name)
+    out = Path(args.out or Path("runs") / _run_name(args.checkpoint))
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     partial = partial_dir(out)
     if args.resume and (out / "summary.json").exists() and not partial.exists():
@@ -369,7 +375,7 @@ def compare_names(checkpoints, given) -> list[str]:
 def unique_names(checkpoints) -> list[str]:
     names = []
     for ckpt in checkpoints:
-        base = Path(ckpt).name or "model"
+        base = _run_name(ckpt) or "model"
         name, n = base, 2
         while name in names:
             name, n = f"{base}-{n}", n + 1

@@ -294,3 +294,60 @@ def test_f_attn_counts_only_queries_whose_output_row_is_finite(loaded):
         expect = att[0, :, 1:, 0].double().mean(1)                           # (H,) sequence 1 only
         torch.testing.assert_close(stats.f_attn(), expect, atol=F_ATTN_TOL, rtol=0)
     assert some_finite_lse, "no layer had a NaN output row beside a finite lse"
+
+
+# Where the norms sit, per family: what the layer adds to its input after attention is the
+# attention output itself (pre-norm), or that output normalised (sandwich / post-norm).
+NORMED_ATTENTION_BRANCH = {"gemma2": True, "gemma3": True, "olmo2": True,
+                           "llama": False, "qwen3": False, "gpt2": False}
+
+
+def _site_model(kind):
+    import tiny
+    from test_attention import _gemma2
+
+    return _gemma2() if kind == "gemma2" else tiny._build_hf(kind, seed=0, overrides={})
+
+
+@pytest.mark.parametrize("kind", sorted(NORMED_ATTENTION_BRANCH))
+def test_residual_after_attention_is_the_residual_stream(kind):
+    """resid_mid against the residual stream itself, from the layer's own input and branches:
+    x + attn(...) in pre-norm layers, x + post_attention_layernorm(attn(...)) in Gemma 2 / 3
+    (sandwich) and OLMo 2 (post-norm, where post_attention_layernorm's input is the raw
+    attention output, not the stream); cross-checked as layer output minus the MLP branch."""
+    from probe.load import describe
+
+    model = _site_model(kind)
+    layout = describe(model)
+    layers = [p.layer for p in layout.layers]
+    ids = torch.randint(3, 250, (2, 24), generator=torch.Generator().manual_seed(7))
+    seen, handles = {}, []
+
+    def keep(key, take_input=False):
+        def hook(module, args, kwargs_or_out, out=None):
+            x = (args[0] if args else kwargs_or_out["hidden_states"]) if take_input else kwargs_or_out
+            seen[key] = (x[0] if isinstance(x, tuple) else x).detach().clone()
+        return hook
+
+    for i, layer in enumerate(layers):
+        p = layout.layers[i]
+        handles.append(layer.register_forward_pre_hook(keep(("in", i), True), with_kwargs=True))
+        handles.append(layer.register_forward_hook(keep(("out", i))))
+        handles.append(p.mixer.register_forward_hook(keep(("attn", i))))
+        post_ffn = getattr(layer, "post_feedforward_layernorm", None)
+        handles.append((post_ffn or p.mlp).register_forward_hook(keep(("mlp_branch", i))))
+    try:
+        cap, _ = run_capture(SimpleNamespace(model=model, layout=layout), ids)
+    finally:
+        for h in handles:
+            h.remove()
+    for i, layer in enumerate(layers):
+        with torch.no_grad():
+            branch = layer.post_attention_layernorm(seen[("attn", i)]) if NORMED_ATTENTION_BRANCH[kind] \
+                else seen[("attn", i)]
+        stream = seen[("in", i)] + branch                                   # (B, T, hidden)
+        assert torch.allclose(stream, seen[("out", i)] - seen[("mlp_branch", i)], atol=1e-4, rtol=1e-5)
+        stats = cap.massive[(i, "resid_mid")]
+        assert stats.max_abs() == pytest.approx(float(stream.abs().max()), rel=1e-6), (kind, i)
+        _, value, seq, pos, dim, _ = stats.top[0]
+        assert value == pytest.approx(float(stream[seq, pos, dim]), rel=1e-6)
