@@ -244,7 +244,7 @@ def _interventions(spec: RunSpec, rng) -> pd.DataFrame:
         else ["massive_zero"]
     base = 2.1 if spec.gated else 2.2
     rows = [{"intervention": "none", "layer": -1, "loss": base, "delta_loss": 0.0,
-             "setting": "", "zeroed": ""}]
+             "setting": "", "zeroed": "", "note": ""}]
     for name in names:
         layers = spec.attention_layers if name != "massive_zero" else range(spec.num_layers)
         for layer in [*layers, -1]:
@@ -253,7 +253,7 @@ def _interventions(spec: RunSpec, rng) -> pd.DataFrame:
                          "delta_loss": delta,
                          "setting": 0.2 if name == "mean_gate" else
                          (1.0 if name == "gate_one" else (0.0 if name == "gate_zero" else 100.0)),
-                         "zeroed": 12 if name == "massive_zero" else ""})
+                         "zeroed": 12 if name == "massive_zero" else "", "note": ""})
     return pd.DataFrame(rows)
 
 
