@@ -205,6 +205,9 @@ def _checked_options(args) -> dict:
 
     check_analysis_options(**options, thresholds=DEFAULT_THRESHOLDS, display_len=DISPLAY_LEN,
                            partial=None if not options["resume"] else "OUT.partial")
+    from .load import check_tokenizer_dir
+
+    check_tokenizer_dir(args.tokenizer)
     data, texts = _data(args)
     options["data"] = read_data(data, texts=texts, text_field=args.text_field)
     return options
