@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", module=r"(transformers|huggingface_hub|tokenizers)(\.|$)")
     warnings.formatwarning = lambda msg, *a, **k: f"probe: warning: {msg}\n"
     # Everything, imports included, runs inside the try: a Ctrl-C while torch loads is one line.
-    interrupt = _InterruptWatch()
+    global _WATCH
+    interrupt = _WATCH = _InterruptWatch()
     try:
         with errors.command_line(), interrupt:
             args = build_parser().parse_args(argv)
@@ -139,6 +140,16 @@ def main(argv: list[str] | None = None) -> int:
             sys.modules["probe.distributed"].finish()
 
 
+_WATCH = None
+
+
+def _raise_if_interrupted() -> None:
+    """A library that catches everything (a bare `except:` around an optional import) can
+    swallow the KeyboardInterrupt of a Ctrl-C: the command then stops here, before it writes."""
+    if _WATCH is not None and _WATCH.seen:
+        raise KeyboardInterrupt
+
+
 class _InterruptWatch:
     """Notes that SIGINT arrived (then raises KeyboardInterrupt as Python does), so that main
     knows an error that follows it comes from the interrupt. Only in the main thread, and only
@@ -147,6 +158,7 @@ class _InterruptWatch:
     def __init__(self):
         self.seen = False
         self._previous = None
+        self._unraisable = None
 
     def _handler(self, signum, frame):
         self.seen = True
@@ -160,13 +172,24 @@ class _InterruptWatch:
                 self._previous = signal.signal(signal.SIGINT, self._handler)
             except ValueError:                   # not the main thread
                 self._previous = None
+        if self._previous is not None:
+            # A Ctrl-C that lands in a callback Python cannot raise from (an import lock's
+            # weakref callback) is printed as "Exception ignored in ..." with a traceback:
+            # keep it quiet; _raise_if_interrupted stops the command at the next safe point.
+            self._unraisable = sys.unraisablehook
+            sys.unraisablehook = self._quiet_interrupt
         return self
+
+    def _quiet_interrupt(self, unraisable):
+        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
+            self._unraisable(unraisable)
 
     def __exit__(self, *exc):
         import signal
 
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+            sys.unraisablehook = self._unraisable
         return False
 
 
@@ -228,6 +251,7 @@ def cmd_analyze(args, command_line) -> int:
 
     formats = _formats(args.report)
     options = _checked_options(args)
+    _raise_if_interrupted()
     out = Path(args.out or Path("runs") / Path(args.checkpoint).name)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     from .resume import partial_dir
@@ -247,6 +271,7 @@ def cmd_analyze(args, command_line) -> int:
         return 130
     if not main_rank:
         return 0
+    _raise_if_interrupted()
     analysis.save(out, force=args.force)
     print_summary([analysis])
     print(f"wrote {out}/")
@@ -283,6 +308,7 @@ def cmd_compare(args, command_line) -> int:
 
     formats = _formats(args.format)
     options = _checked_options(args)
+    _raise_if_interrupted()
     out = Path(args.out)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     if main_rank:
@@ -294,6 +320,7 @@ def cmd_compare(args, command_line) -> int:
         return 0
     from .atomic import atomic_directory
 
+    _raise_if_interrupted()
     with atomic_directory(out, args.force) as tmp:
         for analysis, name in zip(analyses, names):
             (tmp / name).mkdir()

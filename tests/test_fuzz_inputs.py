@@ -380,7 +380,7 @@ def _wait_until_torch_loads(pid: int, timeout: float = 60.0) -> None:
         time.sleep(0.005)
 
 
-@pytest.mark.parametrize("after", [0.0, 0.8])
+@pytest.mark.parametrize("after", [0.0, 0.4, 0.8])
 def test_ctrl_c_while_importing_is_one_line(after, checkpoint, text_file, tmp_path):
     """SIGINT while torch (after=0) and then transformers load: one line, exit 130, also when
     transformers' lazy import turns the interrupt into a ModuleNotFoundError."""
