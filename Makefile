@@ -5,14 +5,21 @@ PIP := $(VENV)/bin/pip
 
 .PHONY: setup demo test bench clean
 
+# The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 $(PY):
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 	$(PIP) install -q torch==2.13.0
 
-setup: $(PY)
+# The package itself (editable, with its test extras): once, and again only when pyproject.toml
+# changes, not on every make call.
+INSTALLED := $(VENV)/.probe-installed
+
+$(INSTALLED): pyproject.toml | $(PY)
 	$(PIP) install -q -e '.[test]'
+	touch $@
+
+setup: $(INSTALLED)
 
 demo: setup
 	$(PY) examples/demo.py

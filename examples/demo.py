@@ -7,7 +7,10 @@ On a fresh clone this
   2. analyses them on held-out text they never saw (`probe compare`),
   3. adds to each run directory the training log (training.csv) and inference.csv (held-out
      loss at short and long inputs, prefill / decode latency, KV-cache and parameter memory),
-  4. writes demo-out/report.html and demo-out/report.pdf and says where they are.
+  4. writes demo-out/report.html and demo-out/report.pdf and says where they are,
+  5. then runs two real pretrained models (SmolLM2-135M, Gemma 3 270M; GGUF files from PyPI,
+     downloaded once): their attention sinks, massive activations, and the effect of <bos> at
+     position 0, into demo-out/real/report.html (examples/_demo_real.py; skip with --no-real).
 
 Run it with `make demo` or `python examples/demo.py [--retrain] [--out DIR]`.
 What the numbers do and do not show at this scale: docs/training.md.
@@ -25,6 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "examples"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from probe.cli import main as probe  # noqa: E402
@@ -47,6 +51,8 @@ def main(argv=None) -> int:
                              "(default: the shipped examples/checkpoints)")
     parser.add_argument("--retrain", action="store_true",
                         help="train the three arms again with the recipe instead of loading the shipped ones")
+    parser.add_argument("--no-real", action="store_true",
+                        help="leave out the part on the two real pretrained models")
     args = parser.parse_args(argv)
     out = Path(args.out)
     start = time.time()
@@ -95,9 +101,18 @@ def main(argv=None) -> int:
         return code
 
     print_findings(runs, [checkpoints[a].name for a in ARMS], inference, seq_len)
+    real = out / "real"
+    if not args.no_real:
+        import _demo_real as demo_real
+
+        code = demo_real.run(real, probe)
+        if code != 0:
+            return code
     print(f"\n[demo] done in {time.time() - start:.0f} s")
-    print(f"[demo] report: {(out / 'report.html').resolve()}")
+    print(f"[demo] report: {(out / 'report.html').resolve()}  (tiny arms: the gated vs baseline comparison)")
     print(f"[demo]         {(out / 'report.pdf').resolve()}")
+    if (real / "report.html").exists():
+        print(f"[demo]         {(real / 'report.html').resolve()}  (real models: sinks, massive activations)")
     return 0
 
 

@@ -1,6 +1,7 @@
 """`probe.analyze`: one streaming pass over the data, returning an `Analysis`."""
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import math
 import platform
@@ -15,12 +16,12 @@ from torch import nn
 from .capture import SITES, Capture
 from .data import Dataset, build_dataset, read_data
 from .errors import ProbeError, flag
-from .load import DTYPES, LoadedModel, check_tokenizer_dir, describe, load, load_tokenizer, text_config
+from .load import (DTYPES, LoadedModel, check_tokenizer_dir, describe, load, load_tokenizer, text_config,
+                   warn_if_gate_declared_away)
 from .options import check_analysis_options
+from .reducers import THRESHOLDS as DEFAULT_THRESHOLDS
 from .results import Analysis, build_summary
 
-# Grid-aligned sweep (on the log histograms' edges, so these shares are exact): 1e-6 .. 1.
-DEFAULT_THRESHOLDS = tuple(float(f"{10 ** (k / 2):.6g}") for k in range(-12, 1))
 DISPLAY_LEN = 24
 
 
@@ -32,7 +33,7 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
             on_long: str | None = None, text_field: str = "text", command: str | None = None,
             token_groups=None, interventions=None, max_length: int | None = None,
             stride: int | None = None, partial: str | Path | None = None, resume: bool = False,
-            checkpoint_seconds: float = 30.0) -> Analysis:
+            checkpoint_seconds: float = 30.0, exact_control: bool = False) -> Analysis:
     """Measure gates, first-token attention, massive activations, sparsity and loss.
 
     model: a checkpoint directory, a loaded Hugging Face causal LM, a `LoadedModel`, or a
@@ -55,6 +56,10 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
            checkpoint_seconds (0: after every batch) so that an interrupted analysis continues
            with resume=True and gives the same numbers (resume.py); the folder is removed when
            the pass is complete.
+    thresholds: the sparsity sweep; every share below one is an exact count, except the
+           mean-gate control of float32 / float16 outputs, which one pass can only read from a
+           histogram (interpolated inside one 0.54% bin; meta.json `sparsity_exact`):
+           exact_control=True counts it exactly in a second pass over the data (control.py).
     """
     from .bridge import analyze_bridge, is_bridge
 
@@ -77,8 +82,10 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
                               display_len=display_len, progress=progress, seed=seed, on_long=on_long,
                               text_field=text_field, command=command, token_groups=token_groups,
                               interventions=interventions, max_length=max_length, stride=stride,
-                              partial=partial, resume=resume, checkpoint_seconds=checkpoint_seconds)
+                              partial=partial, resume=resume, checkpoint_seconds=checkpoint_seconds,
+                              exact_control=exact_control)
     torch.manual_seed(seed)
+    thresholds = DEFAULT_THRESHOLDS if thresholds is None else tuple(float(t) for t in thresholds)
     from . import distributed
 
     if not isinstance(model, (str, Path)):
@@ -99,6 +106,7 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     from .interventions import validate_gate
 
     validate_gate(layout)                      # a declared layout that cannot fit: one line, now
+    warn_if_gate_declared_away(model, layout, gate)
     config = text_config(model.config)
     dataset = build_dataset(data, loaded.tokenizer, seq_len=seq_len, bos=bos, per_document=per_document,
                             max_sequences=max_sequences, on_long=on_long, text_field=text_field,
@@ -106,11 +114,11 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
                             or getattr(config, "n_positions", None), texts=texts,
                             max_length=max_length, stride=stride)
     check_vocab(dataset, config)
-    name = name or (Path(loaded.path).name if loaded.path else type(model).__name__)
+    name = name or loaded.name or type(model).__name__
     dev = next(model.parameters()).device
 
     groups = token_group_table(layout, loaded.tokenizer, config, dataset, token_groups)
-    cap = Capture(model, layout, token_groups=groups)
+    cap = Capture(model, layout, token_groups=groups, thresholds=thresholds)
     saver = None
     if partial is not None:
         from .resume import PassCheckpoint, fingerprint
@@ -120,7 +128,7 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
                                rank=rank, every_seconds=checkpoint_seconds,
                                resume_hint=(command or "probe analyze ...") + ("" if "--resume" in (command or "") else " --resume"))
     pad_id = 0
-    with torch.inference_mode(), cap:
+    with torch.inference_mode(), cap, saver or contextlib.nullcontext():
         done = saver.start(cap, resume) if saver else 0
         bar = _progress(total=dataset.shard_tokens(batch_size, rank, world),
                         disable=not progress or rank != 0, desc=f"analyse {name}")
@@ -139,10 +147,15 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
                 saver.after_batch(cap, n + 1)
         bar.close()
     distributed.merge_reducers(cap.reducers())     # no-op in one process
+    control = None
+    if exact_control and layout.gated:
+        from .control import count_control
+
+        control = count_control(loaded, dataset, cap, batch_size=batch_size)
     cap.to("cpu")
 
-    analysis = frames_from_capture(cap, name, loaded.tokenizer, thresholds)
-    from .token_types import gate_frame
+    analysis = frames_from_capture(cap, name, loaded.tokenizer, thresholds, control=control)
+    from .token_types import describe_groups, gate_frame
 
     analysis.gates_by_token_type = gate_frame(cap, name)
     analysis.attention_patterns = display_patterns(model, layout, dataset, name, display_len, dev)
@@ -150,7 +163,8 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     analysis.meta["display_tokens"] = display_tokens(dataset, loaded.tokenizer, display_len)
     analysis.meta["windows"] = dataset.windows
     analysis.meta["processes"] = world
-    summarise_capture(analysis, cap, layout, dataset)
+    analysis.meta["token_groups"] = describe_groups(token_groups)
+    summarise_capture(analysis, cap, layout, dataset, control=control)
     if interventions:
         from . import interventions as _interventions
 
@@ -165,10 +179,13 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     return analysis
 
 
-def summarise_capture(analysis: Analysis, cap: Capture, layout, dataset: Dataset) -> None:
-    """Non-finite counts into meta (with a warning), then summary.json's numbers.
+def summarise_capture(analysis: Analysis, cap: Capture, layout, dataset: Dataset, control=None) -> None:
+    """Non-finite counts and how the sparsity shares were counted into meta (with a warning
+    for non-finite values), then summary.json's numbers.
 
     Shared by the Hugging Face path and the TransformerLens path (bridge.py)."""
+    analysis.meta["sparsity_exact"] = sparsity_exact(cap, control)
+    analysis.meta["sparsity_control"] = "second pass" if control is not None else "one pass"
     nonfinite = {f"{l}:{s}": int(r.nonfinite) for (l, s), r in cap.massive.items() if int(r.nonfinite)}
     nonfinite.update({f"{l}:gate": int(r.nonfinite.sum()) for l, r in cap.gates.items() if int(r.nonfinite.sum())})
     if int(cap.loss.nonfinite):
@@ -177,6 +194,13 @@ def summarise_capture(analysis: Analysis, cap: Capture, layout, dataset: Dataset
     if nonfinite:
         warnings.warn(f"{sum(nonfinite.values())} NaN/Inf activation values were seen "
                       f"(first at layer:site {next(iter(nonfinite))}); statistics use finite values only")
+    # Queries left out of F-Attn because their attention output row (or P[t, 0]) was not finite.
+    dropped = {str(l): int(r.nonfinite) for l, r in cap.first_token.items() if int(r.nonfinite)}
+    analysis.meta["f_attn_dropped_queries"] = dropped
+    if dropped:
+        warnings.warn(f"F-Attn left out {sum(dropped.values())} queries whose attention output was not "
+                      f"finite (by layer: {', '.join(f'{l}: {n}' for l, n in dropped.items())}); "
+                      "meta.json f_attn_dropped_queries")
     # The mean over attention layers, as the summary's F-Attn: windowed layers have their own.
     references = [s.uniform_reference() for s in cap.first_token.values()]
     uniform = sum(references) / len(references) if references else None
@@ -267,7 +291,20 @@ def _progress(**kwargs):
     return tqdm(unit="tok", unit_scale=True, leave=False, **kwargs)
 
 
-def frames_from_capture(cap: Capture, name: str, tokenizer, thresholds) -> Analysis:
+def sparsity_exact(cap: Capture, control=None) -> dict[str, bool]:
+    """variant -> whether every share of sparsity.csv in that variant is an exact count."""
+    exact: dict[str, bool] = {}
+    for layer, stats in cap.sparsity.items():
+        mean_gate = cap.gates[layer].mean() if layer in cap.gates else None
+        for variant, shares in stats.shares(mean_gate, (control or {}).get(layer)).items():
+            exact[variant] = exact.get(variant, True) and all(e for _, e in shares.values())
+    return exact
+
+
+def frames_from_capture(cap: Capture, name: str, tokenizer, thresholds=None, control=None) -> Analysis:
+    """The tidy tables of a finished pass. thresholds: kept for callers; the sparsity shares are
+    those the capture counted (its SparsityStats thresholds). control: layer -> the exact
+    mean-gate control's histogram (control.py), if it ran."""
     layout = cap.layout
     gates, hist = [], []
     for layer, stats in cap.gates.items():
@@ -311,7 +348,7 @@ def frames_from_capture(cap: Capture, name: str, tokenizer, thresholds) -> Analy
     sparsity = []
     for layer, stats in cap.sparsity.items():
         mean_gate = cap.gates[layer].mean() if layer in cap.gates else None
-        for variant, shares in stats.fractions(thresholds, mean_gate).items():
+        for variant, shares in stats.fractions(mean_gate, (control or {}).get(layer)).items():
             sparsity += [{"model": name, "layer": layer, "variant": variant, "threshold": t, "value": v}
                          for t, v in shares.items()]
     order = {"ungated": 0, "mean_gate": 1, "gated": 2}
@@ -373,10 +410,12 @@ def build_meta(loaded: LoadedModel, dataset: Dataset, name, dtype, dev, threshol
         "name": name,
         "checkpoint": loaded.path,
         "config_hash": loaded.config_hash,
+        "weights": loaded.weights,             # GGUF: file, quantisation, dequantised to what
         "architecture": archs[0],
         "model_class": type(model).__name__,
         "model_type": layout.model_type,
         "family": layout.family,
+        "layout_note": layout.note or None,    # an unregistered decoder analysed as ungated says so
         "gate_layout": layout.gate_layout,
         "gate": None if layout.gate is None else vars(layout.gate).copy(),
         "num_layers": len(layout.layers),

@@ -1,6 +1,11 @@
-"""Write files and directories so that a reader sees either the old or the complete new one."""
+"""Write files and directories so that a reader sees either the old or the complete new one.
+
+Temporary files and folders are made private by `tempfile`; what ends up in place gets the
+permissions the user's umask gives a new file or folder, as `open` and `mkdir` would.
+"""
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -10,25 +15,107 @@ from pathlib import Path
 from .errors import ProbeError, flag, on_command_line
 
 
+def umask() -> int:
+    """The process's umask (os.umask can only be read by setting it)."""
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+def shared_mode(path: Path, *, folder: bool) -> None:
+    """Give a file or folder that tempfile made private the mode the umask gives new ones."""
+    os.chmod(path, (0o777 if folder else 0o666) & ~umask())
+
+
 def write_text(path: Path, text: str) -> None:
+    write_with(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def write_with(path: Path, write) -> None:
+    """Call write(binary file) on a temporary file beside `path`, fsync, then rename it over
+    `path`. On any failure (a full disk, Ctrl-C) the temporary is removed and `path` is as it was."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
+        shared_mode(Path(tmp), folder=False)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def serialized(obj) -> memoryview:
+    """torch.save into memory: written to disk by write_with, a full disk is then an OSError
+    (ENOSPC) rather than a RuntimeError from inside torch's zip writer."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getbuffer()
+
+
+def write_torch(path: Path, obj) -> None:
+    """torch.save(obj, path), atomically."""
+    data = serialized(obj)
+    write_with(path, lambda f: f.write(data))
+
+
+def describe_os_error(err: OSError) -> str:
+    """'No space left on device; is the disk full?' and the like: what the OS said, and a hint."""
+    reason = err.strerror or str(err)
+    hint = {errno.ENOSPC: "; is the disk full?", errno.EDQUOT: "; is the disk quota used up?",
+            errno.EACCES: "; check its permissions", errno.EPERM: "; check its permissions"}.get(err.errno, "")
+    return reason + hint
+
+
+def check_writable(path: Path, what: str = "--out") -> None:
+    """Refuse, before any work, an output whose nearest existing ancestor is a file or a folder
+    this user cannot write to (`--out afile/sub`, a read-only file system). `what` names the
+    option or argument that gave the path ("" for none)."""
+    path = Path(path)
+    named, other = (f"{what} {path}", f"another {what}") if what else (str(path), "another place")
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if path.exists() and not path.is_dir():
+        raise ProbeError(f"{named} is a file, not a folder; choose {other}")
+    if not ancestor.is_dir():
+        raise ProbeError(f"cannot create {named}: {ancestor} is a file, not a folder; choose {other}")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        reason = "the file system is read-only" if _read_only(ancestor) else "permission denied"
+        raise ProbeError(f"cannot write {named}: {ancestor} is not writable ({reason}); choose {other}")
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
 def check_output_dir(path: Path, force: bool) -> None:
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ProbeError(f"--out {path} is a file, not a run directory; choose another --out")
     if path.exists() and not force:
         other = "--out" if on_command_line() else "path"
         raise ProbeError(f"output directory {path} already exists; pass {flag('force', True)} to replace "
                          f"it or choose another {other}")
+
+
+def remove(path: Path) -> None:
+    """Remove a file or a folder tree, whichever `path` is; nothing if it is not there."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -36,23 +123,38 @@ def atomic_directory(path: Path, force: bool = False):
     """Yield a temporary sibling directory; on success it replaces `path` in one rename."""
     path = Path(path)
     check_output_dir(path, force)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check_writable(path, "")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.partial-"))
+        shared_mode(tmp, folder=True)
     except OSError as err:
-        raise ProbeError(f"cannot write to {path.parent} ({err.strerror})") from None
+        raise ProbeError(f"cannot write {path} in {path.parent} ({describe_os_error(err)})") from None
     try:
         yield tmp
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
             os.replace(path, old)
             os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
+            remove(old)
         else:
             os.replace(tmp, path)
-    except OSError as err:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ProbeError(f"could not write {path} ({err.strerror}); is the disk full?") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        cause = os_error_in(err)
+        if cause is None:
+            raise
+        raise ProbeError(f"could not write {path} ({describe_os_error(cause)}); nothing was written") from None
+
+
+def os_error_in(err: BaseException) -> OSError | None:
+    """The OSError behind `err`, if any: a writer that fails on a full disk sometimes raises
+    something else while cleaning up (matplotlib's PDF backend: zlib.error), with the OSError
+    as its context."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, OSError):
+            return err
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return None

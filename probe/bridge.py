@@ -152,8 +152,10 @@ class BridgeCapture(Capture):
     which removes them when the call returns (also on an exception).
     """
 
-    def __init__(self, bridge, layout, *, gate_dim: int | None = None, top_k: int = 3, token_groups=None):
-        super().__init__(bridge.original_model, layout, top_k=top_k, token_groups=token_groups)
+    def __init__(self, bridge, layout, *, gate_dim: int | None = None, top_k: int = 3, token_groups=None,
+                 thresholds=DEFAULT_THRESHOLDS):
+        super().__init__(bridge.original_model, layout, top_k=top_k, token_groups=token_groups,
+                         thresholds=thresholds)
         self.bridge = bridge
         self.gate_dim = layout.head_dim if gate_dim is None else gate_dim
         self._values: dict[int, torch.Tensor] = {}      # one layer's V, until its pattern fires
@@ -283,7 +285,7 @@ def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None, tokeniz
                    command: str | None = None, token_groups=None, interventions=None,
                    max_length: int | None = None, stride: int | None = None,
                    partial: str | Path | None = None, resume: bool = False,
-                   checkpoint_seconds: float = CHECKPOINT_SECONDS) -> Analysis:
+                   checkpoint_seconds: float = CHECKPOINT_SECONDS, exact_control: bool = False) -> Analysis:
     """`probe.analyze` for a TransformerLens TransformerBridge: same tables, same definitions.
 
     Takes every option of probe.analyze by name (no **kwargs, so a new option cannot slip
@@ -298,7 +300,7 @@ def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None, tokeniz
     hf = bridge.original_model
     refuse_hf_only_options(hf, dtype=dtype, device=device, device_map=device_map, gate=gate,
                            interventions=interventions, partial=partial, resume=resume,
-                           checkpoint_seconds=checkpoint_seconds)
+                           checkpoint_seconds=checkpoint_seconds, exact_control=exact_control)
     thresholds = DEFAULT_THRESHOLDS if thresholds is None else thresholds
     display_len = DISPLAY_LEN if display_len is None else display_len
     torch.manual_seed(seed)
@@ -320,7 +322,7 @@ def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None, tokeniz
     dev = next(hf.parameters()).device
     groups = token_group_table(layout, tokenizer, config, dataset, token_groups)
 
-    cap = BridgeCapture(bridge, layout, gate_dim=gate_dim, token_groups=groups)
+    cap = BridgeCapture(bridge, layout, gate_dim=gate_dim, token_groups=groups, thresholds=thresholds)
     with torch.inference_mode(), cap:
         bar = _progress(total=dataset.tokens, disable=not progress, desc=f"analyse {name} (TransformerLens)")
         for ids, valid, seq_index in dataset.batches(batch_size, 0):
@@ -333,7 +335,7 @@ def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None, tokeniz
     cap.check_fired()
 
     analysis = frames_from_capture(cap, name, tokenizer, thresholds)
-    from .token_types import gate_frame
+    from .token_types import describe_groups, gate_frame
 
     analysis.gates_by_token_type = gate_frame(cap, name)
     analysis.attention_patterns = display_patterns(bridge, layout, dataset, name, display_len, dev)
@@ -344,6 +346,7 @@ def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None, tokeniz
     analysis.meta["display_tokens"] = display_tokens(dataset, tokenizer, display_len)
     analysis.meta["windows"] = dataset.windows
     analysis.meta["processes"] = 1         # the bridge path does not share batches under torchrun
+    analysis.meta["token_groups"] = describe_groups(token_groups)
     summarise_capture(analysis, cap, layout, dataset)
     return analysis
 
@@ -356,12 +359,14 @@ def bridge_dtype(hf) -> str:
 
 
 def refuse_hf_only_options(hf, *, dtype, device, device_map, gate, interventions, partial, resume,
-                           checkpoint_seconds) -> None:
+                           checkpoint_seconds, exact_control=False) -> None:
     """One ProbeError line for an option this path cannot honour, before any work is done."""
     if gate is not None:
         raise ProbeError("gate= does not apply to a TransformerBridge: TransformerLens decides where the gate is")
     if interventions:
         raise ProbeError(f"interventions need the Hugging Face path: {HF_PATH}")
+    if exact_control:
+        raise ProbeError(f"exact_control=True (a second pass) needs the Hugging Face path: {HF_PATH}")
     from . import distributed
 
     if distributed.world()[1] > 1:  # every process would repeat the whole pass

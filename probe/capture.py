@@ -6,12 +6,13 @@
     cap.gates[3].mean()
 
 Hooks read activations and fold them into reducers at once; no activation is kept. What is
-hooked (DESIGN.md section 3):
+hooked:
 - gate logits:          output of the gate module (q_proj in the Qwen layouts)
 - pre-gate output O:    the `probe` attention back-end (attention.py), with P[t, 0] from lse
 - gated output:         input of o_proj
-- M-Act sites:          attention branch output, input of the post-attention norm,
-                        MLP output, decoder layer output
+- M-Act sites:          attention branch output, the residual stream after attention (the
+                        input of the norm before the MLP, or of the MLP in post-norm layers,
+                        adapters.layout.residual_after_attention), MLP output, decoder layer output
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from torch import nn
 
 from . import attention
 from .adapters import ModelLayout
-from .reducers import FirstTokenStats, GateStats, LossStats, MaxAbsStats, SparsityStats
+from .reducers import THRESHOLDS, FirstTokenStats, GateStats, LossStats, MaxAbsStats, SparsityStats
 
 SITES = ("attn_out", "resid_mid", "mlp_out", "resid_post")
 
@@ -67,12 +68,14 @@ def _first(output):
 
 
 class Capture:
-    def __init__(self, model: nn.Module, layout: ModelLayout, *, top_k: int = 3, token_groups=None):
+    def __init__(self, model: nn.Module, layout: ModelLayout, *, top_k: int = 3, token_groups=None,
+                 thresholds=THRESHOLDS):
+        """thresholds: the sparsity thresholds, counted exactly as the pass goes (reducers.py)."""
         self.model, self.layout = model, layout
         H = layout.num_heads
         attn_layers = layout.attention_layers
         self.first_token = {i: FirstTokenStats(H) for i in attn_layers}
-        self.sparsity = {i: SparsityStats() for i in attn_layers}
+        self.sparsity = {i: SparsityStats(thresholds=thresholds) for i in attn_layers}
         self.gates = {i: GateStats(H) for i in attn_layers} if layout.gated else {}
         # Gate scores by token type (token_types.TokenGroups), fed from the same gate hook.
         self.token_groups = token_groups
@@ -110,8 +113,8 @@ class Capture:
         for p in self.layout.layers:
             i = p.index
             hook(p.mixer.register_forward_hook(reading(self._site_output_hook(i, "attn_out"))))
-            if p.post_attn_norm is not None:
-                hook(p.post_attn_norm.register_forward_pre_hook(reading(self._site_input_hook(i, "resid_mid"))))
+            if p.resid_mid is not None:
+                hook(p.resid_mid.register_forward_pre_hook(reading(self._site_input_hook(i, "resid_mid"))))
             if p.mlp is not None:
                 hook(p.mlp.register_forward_hook(reading(self._site_output_hook(i, "mlp_out"))))
             hook(p.layer.register_forward_hook(reading(self._site_output_hook(i, "resid_post"))))
@@ -192,8 +195,12 @@ class Capture:
         if b is None or layer not in self.first_token:
             return
         p0 = attention.first_key_probability(query, key, lse, mask, scale, softcap=softcap)  # (B, H, T)
+        # A query counts only where its output row is finite: after an inf activation the CPU
+        # kernel returns NaN rows for every query, some of them beside a finite lse.
+        finite = None if bool(torch.isfinite(out).all()) else torch.isfinite(out).all(-1).all(1)  # (B, T)
         self.first_token[layer].follow(p0.device).update(p0, None if b.all_valid else b.valid.to(p0.device),
-                                                         attention.uniform_first_key(mask, p0.shape[-1], p0.device))
+                                                         attention.uniform_first_key(mask, p0.shape[-1], p0.device),
+                                                         finite=finite)
         # The histogram ignores layout, so without padding no (B, T) row selection is needed;
         # (B, T, H, D) is the kernels' memory order, so this view is contiguous: no copy.
         x = out.transpose(1, 2)

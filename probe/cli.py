@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -51,6 +50,9 @@ def _analysis_options(p: argparse.ArgumentParser) -> None:
                    help="also measure the loss under gate / massive-activation interventions "
                         "(all, or a comma list of mean_gate,gate_one,gate_zero,massive_zero): "
                         "interventions.csv")
+    p.add_argument("--exact-control", action="store_true",
+                   help="count the mean-gate sparsity control exactly in a second pass over the data "
+                        "(one pass counts it exactly only for bfloat16 outputs)")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -61,14 +63,18 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = OneLineParser(prog="probe", description="Mechanistic analysis of gated attention.")
+    parser.add_argument("--version", action="version", version=f"probe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("analyze", help="measure one checkpoint and write a run directory")
-    a.add_argument("checkpoint", help="local Hugging Face checkpoint directory")
+    a.add_argument("checkpoint", help="local Hugging Face checkpoint directory, or a .gguf file")
     a.add_argument("--out", help="run directory to write (default runs/<checkpoint name>)")
     a.add_argument("--name", help="the model's name in tables and reports")
-    a.add_argument("--report", help="also write a report: html, pdf or html,pdf")
+    a.add_argument("--report", "--format", dest="report", metavar="FORMATS",
+                   help="also write a report: html, pdf or html,pdf (--format, as for compare and report)")
     a.add_argument("--resume", action="store_true",
                    help="continue an interrupted analysis from OUT.partial/ (same command otherwise)")
     a.add_argument("--save-every", type=float, default=30.0, metavar="SECONDS",
@@ -87,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", required=True, help="folder for one run directory per model and the report")
     c.add_argument("--format", default="html,pdf", help="report formats: html, pdf or html,pdf; \"\" for none")
     c.add_argument("--title")
+    c.add_argument("--name", nargs="+", metavar="NAME",
+                   help="the models' names in tables, reports and run folders, one per checkpoint "
+                        "(default: the folder names)")
     _analysis_options(c)
 
     t = sub.add_parser("train", help="train a small no-gate / headwise / elementwise model to analyse")
@@ -95,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_arguments(t)
 
     k = sub.add_parser("check", help="check that probe reads the gate the model applies (pass/fail table)")
-    k.add_argument("checkpoint", help="local Hugging Face checkpoint directory")
+    k.add_argument("checkpoint", help="local Hugging Face checkpoint directory, or a .gguf file")
     k.add_argument("--gate", help="declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none")
     k.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     k.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
@@ -241,70 +250,82 @@ def _run_analysis(checkpoint, args, options, name, command_line, partial=None):
 
     return analyze(checkpoint, **options, tokenizer=args.tokenizer, name=name,
                    device=args.device, device_map=args.device_map, progress=not args.quiet,
-                   partial=partial, command=command_line)
+                   partial=partial, command=command_line, exact_control=args.exact_control)
+
+
+def _run_name(checkpoint: str) -> str:
+    """runs/<folder> for a checkpoint folder, runs/<stem> for a model.gguf file."""
+    path = Path(checkpoint)
+    return path.stem if path.suffix.lower() == ".gguf" else path.name
 
 
 def cmd_analyze(args, command_line) -> int:
-    from .atomic import check_output_dir
-
+    from .atomic import check_output_dir, check_writable
     from .distributed import is_main
+    from .outputs import write_runs
+    from .resume import claim, partial_dir, refuse_waiting_run, release
 
     formats = _formats(args.report)
     options = _checked_options(args)
     _raise_if_interrupted()
-    out = Path(args.out or Path("runs") / Path(args.checkpoint).name)
+    out = Path(args.out or Path("runs") / _run_name(args.checkpoint))
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
-    from .resume import partial_dir
-
     partial = partial_dir(out)
+    if args.resume and (out / "summary.json").exists() and not partial.exists():
+        print(f"probe: {out} is a finished run; there is nothing to resume (pass --force instead of "
+              "--resume to run it again)", file=sys.stderr)
+        return 0
     if main_rank:
         check_output_dir(out, args.force)      # refuse before spending time on the model
-        if args.force and not args.resume and partial.exists():
-            shutil.rmtree(partial)
+        check_writable(out)
+        # Held until the run is written: a second run on this --out is refused meanwhile.
+        claim(partial, clear=args.force and not args.resume)
     try:
-        analysis = _run_analysis(args.checkpoint, args, options, args.name, command_line, partial=partial)
-    except KeyboardInterrupt:
-        saved = partial / "progress.json"
-        where = (f"the batches done so far are saved in {partial}/; continue with the same command "
-                 "plus --resume") if saved.exists() else "nothing was saved yet"
-        print(f"probe: interrupted; {where}", file=sys.stderr)
-        return 130
-    if not main_rank:
-        return 0
-    _raise_if_interrupted()
-    analysis.save(out, force=args.force)
+        if main_rank:
+            refuse_waiting_run(partial, args.resume)        # before spending time on the model
+        try:
+            analysis = _run_analysis(args.checkpoint, args, options, args.name, command_line,
+                                     partial=partial)
+        except KeyboardInterrupt:
+            saved = partial / "progress.json"
+            where = (f"the batches done so far are saved in {partial}/; continue with the same command "
+                     "plus --resume") if saved.exists() else "nothing was saved yet"
+            print(f"probe: interrupted; {where}", file=sys.stderr)
+            return 130
+        if not main_rank:
+            return 0
+        _raise_if_interrupted()
+        reports = write_runs(analysis, out, force=args.force, formats=formats)
+    finally:
+        if main_rank:
+            release(partial)
     print_summary([analysis])
     print(f"wrote {out}/")
-    if formats:
-        from reports import build_report
-
-        for path in build_report([out], out, formats=formats).values():
-            print(f"wrote {path}")
+    for path in reports.values():
+        print(f"wrote {path}")
     return 0
 
 
 def cmd_report(args, command_line) -> int:
-    from reports import build_report
+    from .outputs import load_run_dirs, write_report
 
     formats = _formats(args.format)
     out = Path(args.out)
-    for fmt in formats:
-        if (out / f"report.{fmt}").exists() and not args.force:
-            raise ProbeError(f"{out / f'report.{fmt}'} already exists; pass --force to replace it")
     for run in args.runs:
         if not (Path(run) / "summary.json").exists():
             raise ProbeError(f"{run} is not a probe run directory (no summary.json); "
                              "create it with probe analyze")
-    for path in build_report([Path(r) for r in args.runs], out, formats=formats, title=args.title).values():
+    runs = load_run_dirs([Path(r) for r in args.runs])      # a run that does not fit: one line, now
+    for path in write_report(runs, out, formats=formats, title=args.title, force=args.force).values():
         print(f"wrote {path}")
-    print_claims([Path(r) for r in args.runs])
+    print_claims(runs)
     return 0
 
 
 def cmd_compare(args, command_line) -> int:
-    from .atomic import check_output_dir
-
+    from .atomic import check_output_dir, check_writable
     from .distributed import is_main
+    from .outputs import write_runs
 
     formats = _formats(args.format)
     options = _checked_options(args)
@@ -313,29 +334,23 @@ def cmd_compare(args, command_line) -> int:
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     if main_rank:
         check_output_dir(out, args.force)
-    names = unique_names(args.checkpoints)
+        check_writable(out)
+    names = compare_names(args.checkpoints, args.name)
     analyses = [_run_analysis(ckpt, args, options, name, command_line)
                 for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
         return 0
-    from .atomic import atomic_directory
-
     _raise_if_interrupted()
-    with atomic_directory(out, args.force) as tmp:
-        for analysis, name in zip(analyses, names):
-            (tmp / name).mkdir()
-            analysis.write_into(tmp / name)
+    reports = write_runs(dict(zip(names, analyses)), out, force=args.force, formats=formats,
+                         title=args.title)
     print_summary(analyses)
     if len({a.meta.get("tokens_sha256") for a in analyses}) > 1:
         print("probe: warning: the models did not see the same token ids (their tokenizers or BOS "
               "policies differ), so per-token comparisons do not apply; pass token ids (.npy / .pt) "
               "to compare on identical input", file=sys.stderr)
     print_claims(analyses)
-    if formats:
-        from reports import build_report
-
-        for path in build_report([out / n for n in names], out, formats=formats, title=args.title).values():
-            print(f"wrote {path}")
+    for path in reports.values():
+        print(f"wrote {path}")
     print(f"wrote {out}/")
     return 0
 
@@ -343,13 +358,14 @@ def cmd_compare(args, command_line) -> int:
 def cmd_check(args, command_line) -> int:
     """Exit 0 when every check passes (or there is no gate to check), 1 when one fails."""
     from .check import run_checks, summary_line
-    from .load import load
+    from .load import load, warn_if_gate_declared_away
     from .options import check_int
 
     check_int("seq_len", args.seq_len, 2)
     check_int("batch_size", args.batch_size, 1)
 
     loaded = load(args.checkpoint, dtype=args.dtype, device=args.device, gate=args.gate)
+    warn_if_gate_declared_away(loaded.model, loaded.layout, args.gate)
     report = run_checks(loaded, seq_len=args.seq_len, batch_size=args.batch_size, seed=args.seed)
     if len(report.frame):
         print(report.to_string())
@@ -372,10 +388,24 @@ def cmd_train(args, command_line) -> int:
         return 130
 
 
+def compare_names(checkpoints, given) -> list[str]:
+    """--name NAME ... (one per checkpoint), else the folder names made unique."""
+    if not given:
+        return unique_names(checkpoints)
+    if len(given) != len(checkpoints):
+        raise ProbeError(f"--name gives {len(given)} names for {len(checkpoints)} checkpoints; "
+                         "give one per checkpoint, in the same order")
+    bad = [n for n in given if not n or n in (".", "..") or "/" in n or "\\" in n]
+    if bad or len(set(given)) != len(given):
+        raise ProbeError(f"--name {' '.join(given)}: the names must be distinct and usable as folder "
+                         "names (no '/')")
+    return list(given)
+
+
 def unique_names(checkpoints) -> list[str]:
     names = []
     for ckpt in checkpoints:
-        base = Path(ckpt).name or "model"
+        base = _run_name(ckpt) or "model"
         name, n = base, 2
         while name in names:
             name, n = f"{base}-{n}", n + 1

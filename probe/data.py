@@ -484,8 +484,11 @@ def build_dataset(path, tokenizer, *, seq_len: int = 512, bos: str = "auto",
     context = context if any(hi > lo for lo, hi in context) else []
     return Dataset([torch.tensor(s, dtype=torch.long) for s in sequences], source,
                    bos, bos_token_id if use_bos else None, position0, notes, context,
-                   {"max_length": seq_len, "stride": step, "on_long": on_long,
-                    "windowed_documents": windowed})
+                   # As asked (None: not given) and as run: the length each sequence was cut
+                   # to, and the tokens between window starts where windows ran (None: none did).
+                   {"max_length": max_length, "stride": stride, "on_long": on_long,
+                    "windowed_documents": windowed, "length": seq_len,
+                    "step": step if windowed else None})
 
 
 def describe_position0(sequences, tokenizer, use_bos: bool, bos_token_id) -> str:

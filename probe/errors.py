@@ -48,3 +48,9 @@ def flag(name: str, value=_UNSET, *, metavar: str | None = None) -> str:
     if metavar is not None:
         return f"{name}={metavar}"
     return f"{name}=" if value is _UNSET else f"{name}={value!r}"
+
+
+def first_line(err: Exception) -> str:
+    """A library's exception as one line of a ProbeError (their messages run over many)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -29,6 +29,7 @@ passes ran and how many tokens each process evaluated in them.
 from __future__ import annotations
 
 import math
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -44,7 +45,9 @@ from .reducers import I64, LossStats, Reducer
 INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero", "massive_zero")
 GATE_INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero")
 ALL_LAYERS = -1
-COLUMNS = ["model", "intervention", "layer", "loss", "delta_loss", "setting", "zeroed"]
+COLUMNS = ["model", "intervention", "layer", "loss", "delta_loss", "setting", "zeroed", "note"]
+NO_GATE = "not applicable: the model has no gate"
+NOTHING_ZEROED = "no activation reached the threshold: nothing was zeroed, the loss is the unmodified one"
 # Sun et al. 2024 call an activation massive when |h| > 100 and about 1000x the median |h|.
 MASSIVE_MIN_ABS = 100.0
 MASSIVE_RATIO = 1000.0
@@ -272,7 +275,8 @@ def run(loaded, dataset, *, name: str | None = None, kinds=None, batch_size: int
                mean gates and activation medians.
     Returns a frame with columns model, intervention, layer (-1: every layer at once), loss,
     delta_loss, setting (forced gate score, or the massive-activation threshold) and zeroed
-    (massive activations set to zero, counted on real tokens). Its `attrs` hold "passes" (passes
+    (massive activations set to zero, counted on real tokens) and note (why an intervention did
+    not apply: no gate, nothing reached the threshold; empty otherwise). Its `attrs` hold "passes" (passes
     over the data that ran) and "tokens_per_process" (real tokens each process evaluated in
     them; one entry per process of the group, summing to passes x dataset tokens).
     Under a process group every process must call this with the same arguments (collectives).
@@ -297,7 +301,7 @@ def run(loaded, dataset, *, name: str | None = None, kinds=None, batch_size: int
         _check_reference(reference, dataset, batch_size)
     base = reference.loss.loss()
     rows = [dict(model=name, intervention="none", layer=ALL_LAYERS, loss=base, delta_loss=0.0,
-                 setting=math.nan, zeroed=math.nan)]
+                 setting=math.nan, zeroed=math.nan, note="")]
     gated_layers = [p.index for p in layout.layers if p.gate_module is not None]
     todo = []                                    # (kind, layer label, layers, scores, thresholds)
     for kind in kinds:
@@ -344,12 +348,38 @@ def run(loaded, dataset, *, name: str | None = None, kinds=None, batch_size: int
         else:
             setting = thresholds[layers[0]] if len(layers) == 1 else math.nan
             zeroed = 0 if stats is None else int(stats.zeroed)
+        note = NOTHING_ZEROED if scores is None and zeroed == 0 else ""
         rows.append(dict(model=name, intervention=kind, layer=label, loss=loss, delta_loss=loss - base,
-                         setting=setting, zeroed=zeroed))
+                         setting=setting, zeroed=zeroed, note=note))
+    rows += _not_applied(name, kinds, gated_layers, [r for r in rows if r["intervention"] == "massive_zero"],
+                         f"max({massive_min_abs:g}, {massive_ratio:g} x its median |h|)")
     frame = pd.DataFrame(rows, columns=COLUMNS)
     frame.attrs["passes"] = len(ran)
     frame.attrs["tokens_per_process"] = sum((s.tokens for s in ran), torch.zeros(world, dtype=I64)).tolist()
     return frame
+
+
+def _not_applied(name: str, kinds, gated_layers: list[int], massive_rows: list[dict], criterion: str) -> list[dict]:
+    """Say (a warning, and a row of interventions.csv) what was asked and could not apply: gate
+    interventions on a model without a gate, massive_zero where nothing reached its threshold."""
+    rows = []
+    blank = dict(model=name, layer=ALL_LAYERS, loss=math.nan, delta_loss=math.nan, setting=math.nan,
+                 zeroed=math.nan)
+    skipped = [k for k in kinds if k in GATE_INTERVENTIONS and not gated_layers]
+    if skipped:
+        warnings.warn(f"--interventions {','.join(skipped)}: {NO_GATE}; interventions.csv marks them")
+        rows += [dict(blank, intervention=k, note=NO_GATE) for k in skipped]
+    if "massive_zero" in kinds:
+        if not massive_rows:
+            rows.append(dict(blank, intervention="massive_zero", note="not applicable: no finite layer output"))
+        nothing = [r["layer"] for r in massive_rows if r["note"] == NOTHING_ZEROED and r["layer"] != ALL_LAYERS]
+        if massive_rows and all(r["note"] == NOTHING_ZEROED for r in massive_rows):
+            warnings.warn(f"--interventions massive_zero: {NOTHING_ZEROED} (no layer output reached "
+                          f"{criterion})")
+        elif nothing:
+            warnings.warn(f"--interventions massive_zero zeroed nothing in layer(s) "
+                          f"{', '.join(map(str, nothing))}; interventions.csv marks them")
+    return rows
 
 
 def _check_reference(reference, dataset, batch_size: int) -> None:

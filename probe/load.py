@@ -15,25 +15,38 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .adapters import ModelLayout, discover_layout, family_for, official_gate
-from .errors import ProbeError, flag
+from . import gguf
+from .adapters import ModelLayout, discover_layout, official_gate
+from .adapters.families import registered
+from .adapters.unregistered import ungated_note
+from .errors import ProbeError, first_line, flag
 from .gates import GateSpec
+from .reprs import LoadedModelRepr
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-@dataclass
-class LoadedModel:
+@dataclass(repr=False)
+class LoadedModel(LoadedModelRepr):                 # a one-screen repr (reprs.py)
     model: nn.Module
     layout: ModelLayout
     tokenizer: object | None
     path: str | None
     config_hash: str | None
+    weights: dict | None = None      # how the weights were stored, when not plain (GGUF: gguf.GGUFInfo.meta)
 
     @property
     def config(self):
         return self.model.config
+
+    @property
+    def name(self) -> str | None:
+        """The run's default name: the folder's, or the GGUF file's without its suffix."""
+        if not self.path:
+            return None
+        path = Path(self.path)
+        return path.stem if path.suffix.lower() == ".gguf" else path.name
 
 
 def text_config(config):
@@ -160,8 +173,7 @@ def load_tokenizer(path: Path):
     try:
         return AutoTokenizer.from_pretrained(str(path))
     except Exception as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise ProbeError(f"cannot load the tokenizer in {path} ({first}); pass {flag('tokenizer', metavar='DIR')} "
+        raise ProbeError(f"cannot load the tokenizer in {path} ({first_line(err)}); pass {flag('tokenizer', metavar='DIR')} "
                          "with a working one") from None
 
 
@@ -179,8 +191,7 @@ def shape_mismatch(path: Path, config, official: bool) -> str | None:
             else:
                 model = AutoModelForCausalLM.from_config(config)
     except Exception as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        return f"{path}/config.json does not describe a model transformers can build ({first})"
+        return f"{path}/config.json does not describe a model transformers can build ({first_line(err)})"
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     prefix = getattr(model, "base_model_prefix", "")
     for file in sorted(path.glob("*.safetensors")):
@@ -198,14 +209,20 @@ def shape_mismatch(path: Path, config, official: bool) -> str | None:
 
 
 def resolve_gate(config, model_type: str, gate: GateSpec | str | None) -> tuple[str, GateSpec | None]:
-    """The family name and gate spec for a config; a user-declared gate wins."""
+    """The family name and gate spec for a config; a user-declared gate wins. An architecture
+    outside the registry is "unregistered" (describe decides from its layout)."""
     if isinstance(gate, str):
         gate = None if gate == "none" else GateSpec.parse(gate)
         return "declared", gate
     if gate is not None:
         return "declared", gate
-    family = family_for(model_type)
+    family = registered(model_type)
+    if family is None:
+        return UNREGISTERED, None
     return family.name, family.gate(config)
+
+
+UNREGISTERED = "unregistered"
 
 
 def describe(model: nn.Module, gate: GateSpec | str | None = None, *, user_declared: bool = False) -> ModelLayout:
@@ -221,8 +238,13 @@ def describe(model: nn.Module, gate: GateSpec | str | None = None, *, user_decla
     hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd")
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer")
-    return discover_layout(model, family=family, model_type=model_type, num_layers=layers,
-                           num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, gate=spec)
+    layout = discover_layout(model, family=family, model_type=model_type, num_layers=layers,
+                             num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, gate=spec)
+    if family == UNREGISTERED:
+        layout.note = ungated_note(model, model_type, [p.mixer for p in layout.layers if p.layer_type == "attention"],
+                                   num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim)
+        warnings.warn(layout.note)
+    return layout
 
 
 def check_loading_info(path: Path, info: dict) -> None:
@@ -254,58 +276,113 @@ def _supports_sdpa(config) -> bool:
 def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
          device_map: str | None = None, gate: GateSpec | str | None = None,
          tokenizer: str | Path | None = None) -> LoadedModel:
-    """Load a checkpoint directory for analysis (eval mode, no gradients needed)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    """Load a checkpoint directory or a GGUF file for analysis (eval mode, no gradients needed)."""
+    from transformers import AutoConfig
 
     path = Path(path)
+    if dtype not in DTYPES:
+        raise ProbeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    file = gguf.gguf_file(path)
+    if file is not None:
+        return load_gguf(file, dtype=dtype, device=device, device_map=device_map, gate=gate, tokenizer=tokenizer)
     raw = check_checkpoint_dir(path)
     tokenizer_dir = check_tokenizer_dir(tokenizer)
     model_type = raw.get("model_type")
     if not model_type:
         raise ProbeError(f"{path}/config.json has no model_type; probe cannot tell the architecture")
-    if dtype not in DTYPES:
-        raise ProbeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
-    if gate is None:
-        family_for(model_type)  # unknown architectures fail here, with the list of known ones
     try:
         config = AutoConfig.from_pretrained(str(path))
     except Exception as err:
-        raise ProbeError(f"transformers cannot read {path}/config.json ({err})") from None
+        raise ProbeError(f"transformers cannot read {path}/config.json ({first_line(err)})") from None
 
     # The model class follows config.json; a declared gate only changes how probe reads the gate.
     # So is a qwen3 config with use_qk_norm false: stock Qwen3 would ignore the flag and
     # normalise q and k with freshly initialised weights.
     official = model_type == "qwen3" and (official_gate(config) is not None
                                           or not getattr(config, "use_qk_norm", True))
+    model = from_pretrained(path, config, dtype=dtype, device_map=device_map, official=official)
+    tok = load_tokenizer(tokenizer_dir or path)
+    return ready(model, path, config_hash(path), tok, device=device, device_map=device_map, gate=gate)
+
+
+def load_gguf(file: Path, *, dtype: str, device: str, device_map: str | None,
+              gate: GateSpec | str | None, tokenizer: str | Path | None) -> LoadedModel:
+    """A GGUF file through transformers' own GGUF support: config and tokenizer from the file's
+    metadata, every tensor dequantised to `dtype` (probe measures the dequantised model)."""
+    from transformers import AutoConfig
+
+    info = gguf.read_info(file)
+    gguf.check_architecture(info)
+    folder, name = str(file.parent), file.name
+    quiet_transformers()
+    try:
+        config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    except Exception as err:
+        raise ProbeError(f"transformers cannot read the metadata of {file} ({first_line(err)})") from None
+    model = from_pretrained(file, config, dtype=dtype, device_map=device_map, gguf_file=name)
+    if tokenizer:
+        tok = load_tokenizer(Path(tokenizer))
+    else:
+        from transformers import AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        except Exception as err:
+            raise ProbeError(f"cannot read the tokenizer in {file} ({first_line(err)}); "
+                             "pass --tokenizer DIR") from None
+    loaded = ready(model, file, info.header_sha256, tok, device=device, device_map=device_map, gate=gate)
+    loaded.weights = info.meta(dtype)
+    return loaded
+
+
+def quiet_transformers() -> None:
+    """transformers warns about every unused key in the official config, and draws progress
+    bars of its own while loading; probe prints its own."""
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def from_pretrained(source: Path, config, *, dtype: str, device_map: str | None, official: bool = False,
+                    gguf_file: str | None = None) -> nn.Module:
+    """The model's weights, with every failure as one line."""
+    from transformers import AutoModelForCausalLM
+
     # The model's own attention outside probe's passes: SDPA, or eager for the families that
     # transformers has no SDPA path for (Gemma 2: logit soft-capping). probe's passes switch to
     # its own back-end either way.
     kwargs = dict(dtype=DTYPES[dtype], attn_implementation="sdpa" if _supports_sdpa(config) else "eager")
     if device_map:
         kwargs["device_map"] = device_map
-    # transformers warns about every unused key in the official config; those are expected.
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
+    folder = str(source.parent if gguf_file else source)
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    quiet_transformers()
     try:
         if official:
             from .models.official_qwen3 import OfficialGatedQwen3ForCausalLM
 
             model, info = OfficialGatedQwen3ForCausalLM.from_pretrained(
-                str(path), config=config, output_loading_info=True, **kwargs)
+                folder, config=config, output_loading_info=True, **kwargs)
         else:
             model, info = AutoModelForCausalLM.from_pretrained(
-                str(path), config=config, output_loading_info=True, **kwargs)
+                folder, config=config, output_loading_info=True, **kwargs)
     except ProbeError:
         raise
     except Exception as err:
         # transformers' size-mismatch error points at a report it logs, which probe silences:
         # name the tensor and both shapes instead.
-        mismatch = shape_mismatch(path, config, official) if "size" in str(err) else None
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ProbeError(mismatch or f"cannot load the weights in {path}: {first}") from None
-    check_loading_info(path, info)
+        mismatch = shape_mismatch(source, config, official) if "size" in str(err) and not gguf_file else None
+        raise ProbeError(mismatch or f"cannot load the weights in {source}: {first_line(err)}") from None
+    check_loading_info(source, info)
+    return model
+
+
+def ready(model: nn.Module, path: Path, digest: str, tok, *, device: str, device_map: str | None,
+          gate: GateSpec | str | None) -> LoadedModel:
+    """On its device, in eval mode, described."""
     if not device_map:
         try:
             model.to(device)
@@ -313,5 +390,30 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
             raise ProbeError(f"cannot move the model to {device!r} ({err})") from None
     model.eval()
     layout = describe(model, gate, user_declared=gate is not None)
-    tok = load_tokenizer(tokenizer_dir or path)
-    return LoadedModel(model, layout, tok, str(path), config_hash(path))
+    return LoadedModel(model, layout, tok, str(path), digest)
+
+
+def warn_if_gate_declared_away(model: nn.Module, layout: ModelLayout, gate) -> None:
+    """--gate none (gate="none") on a checkpoint whose layout shows a gate: warn, since its gate
+    scores, the mean-gate control and the gate interventions then go unmeasured. A gate shows
+    through the registry (the architecture has one) or a q_proj wider than its heads (the
+    gated layouts put the gate logits there: 2 x heads x head_dim, or heads more)."""
+    if not (isinstance(gate, str) and gate.strip() == "none"):
+        return
+    from .adapters.families import BY_MODEL_TYPE
+
+    family = BY_MODEL_TYPE.get(layout.model_type)
+    spec = family.gate(text_config(model.config)) if family is not None else None
+    if spec is not None:
+        why = f"its architecture ({layout.model_type}) has a {spec.granularity} gate in {spec.module}"
+    else:
+        q = layout.num_heads * layout.head_dim
+        widths = sorted({getattr(getattr(p.mixer, "q_proj", None), "out_features", q) for p in layout.layers
+                         if p.layer_type == "attention"} & {2 * q, q + layout.num_heads})
+        if not widths:
+            return
+        why = (f"q_proj gives {widths[0]} outputs for {layout.num_heads} heads of {layout.head_dim} "
+               "(a gate in q_proj adds the extra ones)")
+    warnings.warn(f"--gate none (gate='none') but this checkpoint shows a gate: {why}; gate scores, "
+                  "the mean-gate control and gate interventions are not measured. Leave the option "
+                  "out to measure the gate, or declare it with --gate MODULE:LAYOUT:GRANULARITY")

@@ -62,23 +62,69 @@ class Reducer:
         return self
 
 
+def float32_bits(value: float) -> int:
+    """The bit pattern of the float32 nearest to value (a non-negative float)."""
+    return int(torch.tensor(value, dtype=torch.float32).view(torch.int32))
+
+
+def float32_value(bits: int) -> float:
+    return torch.tensor(bits, dtype=torch.int32).view(torch.float32).item()
+
+
+def cut_bits(threshold: float, scale: float = 1.0) -> int:
+    """The smallest non-negative float32 bit pattern b with value(b) * scale >= threshold, in
+    float64 arithmetic, so that for every finite float32 x:  |x| * scale < threshold  <=>
+    bits(|x|) < cut_bits(threshold, scale). Bit patterns of non-negative floats are ordered as
+    their values, and value * scale rounds monotonically, so the count below a threshold is a
+    count of bit patterns below one integer: exact, whatever the data."""
+    if not threshold > 0:
+        return 0
+    b = float32_bits(min(threshold / scale, 3.5e38))
+    while b > 0 and float32_value(b - 1) * scale >= threshold:     # at most a step or two
+        b -= 1
+    while b < 0x7F800000 and float32_value(b) * scale < threshold:
+        b += 1
+    return b
+
+
 class LogHistogram(Reducer):
-    """Counts of non-negative float32 values by their top 16 bits: a log-scale histogram.
+    """Counts of non-negative float32 values by their top 16 bits: a log-scale histogram, plus
+    exact counts below the thresholds named when it is built (`cuts`).
 
     The top 16 bits of a positive float32 are its exponent and 7 mantissa bits, so bin j holds
     [lo_j, lo_(j+1)) with lo_j the float whose bits are j << 16: 128 bins per octave (0.54%
     wide), from 1e-38 to inf, exact edges. Filling it is one bincount over a free view of the
-    data, the cheapest exact-binning pass torch offers on CPU. Shares below a threshold are
-    interpolated in log space inside the threshold's bin; a median is within 0.54%.
+    data, the cheapest exact-binning pass torch offers on CPU. A median read from it is within
+    0.54%.
+
+    Shares below a threshold t are exact counts: with c = cut_bits(t, scale), a value is below
+    t iff its bit pattern is below c, so the share is the bins below c's bin (exact: bins are
+    whole bit ranges) plus the values inside c's bin whose low 16 bits are below c's. Those
+    last are counted during `update` (`in_bin`, one number per cut), touching only the few
+    values that fall into a cut's bin. bfloat16 values are their own top 16 bits, so a
+    histogram fed only bfloat16 (`inexact == 0`) holds every value exactly and answers any
+    threshold exactly. Otherwise a threshold that is not a cut is interpolated in log space
+    inside its bin; `share_below` says which.
     """
 
     BINS = 1 << 15
     NONFINITE = 0x7F80          # bins from here on: exponent all ones, inf and NaN
-    summed = ("counts", "nonfinite")
+    BLOCK = 1 << 22             # elements per step of the in-bin search: bounds its temporaries
+    summed = ("counts", "nonfinite", "in_bin", "inexact")
 
-    def __init__(self, device="cpu"):
+    def __init__(self, device="cpu", cuts=(), scale: float = 1.0):
+        """cuts: thresholds counted exactly; scale: count values v with v * scale < t (the
+        mean-gate control's m), 1 for plain |v| < t."""
         self.counts = torch.zeros(self.BINS, dtype=I64, device=device)
         self.nonfinite = torch.zeros((), dtype=I64, device=device)
+        self.cuts = tuple(float(t) for t in cuts)
+        self.scale = float(scale)
+        self.cut_bits = [cut_bits(t, self.scale) for t in self.cuts]
+        self.in_bin = torch.zeros(len(self.cuts), dtype=I64, device=device)  # below the cut, in its bin
+        self.inexact = torch.zeros((), dtype=I64, device=device)   # values kept with more than 16 bits
+        # The cuts that fall strictly inside a bin (a cut on a bin edge needs no search).
+        self._inside = [(k, c >> 16, c) for k, c in enumerate(self.cut_bits) if c & 0xFFFF and c < 0x7F800000]
+        self._marks = None                                         # (BINS,) bool: bins to search
 
     def update(self, values: torch.Tensor) -> None:
         """Counts |values| (any shape; the sign bit is ignored, so no abs copy is made).
@@ -95,11 +141,36 @@ class LogHistogram(Reducer):
         words = values.view(torch.int16)
         # Little-endian: the odd int16 words of a float32 are its high halves (sign, exponent,
         # 7 mantissa bits). Masking the sign bit gives the bin of |value|, as a fresh int16 tensor.
-        high = (words if values.dtype == torch.bfloat16 else words[..., 1::2]) & 0x7FFF
+        half = values.dtype == torch.bfloat16
+        high = (words if half else words[..., 1::2]) & 0x7FFF
         counts = torch.bincount(high.reshape(-1), minlength=self.BINS)
         self.nonfinite += counts[self.NONFINITE:].sum().to(self.nonfinite.device)
         counts[self.NONFINITE:] = 0
         self.counts += counts.to(self.counts.device)
+        if half:    # a bfloat16 value is its bin's lower edge, below every cut inside the bin
+            for k, j, _ in self._inside:
+                self.in_bin[k] += counts[j].to(self.in_bin.device)
+            return
+        self.inexact += values.numel()
+        if self._inside:
+            self._count_in_bins(values.reshape(-1).view(torch.int32), high.reshape(-1), counts)
+
+    def _count_in_bins(self, bits: torch.Tensor, high: torch.Tensor, counts: torch.Tensor) -> None:
+        """bits, high: (N,) int32 float bits and int16 bins. Adds, per cut inside a bin, the
+        values of that bin whose bits (sign masked) are below the cut."""
+        todo = [(k, j, c) for k, j, c in self._inside if int(counts[j])]
+        if not todo:
+            return
+        if self._marks is None or self._marks.device != high.device:
+            self._marks = torch.zeros(self.BINS, dtype=torch.bool, device=high.device)
+            self._marks[[j for _, j, _ in self._inside]] = True
+        for start in range(0, high.numel(), self.BLOCK):
+            h = high[start:start + self.BLOCK]
+            hit = self._marks.index_select(0, h.int())                  # (n,) in some cut's bin
+            sub_high = h[hit]                                           # a few % of the values
+            sub_bits = bits[start:start + self.BLOCK][hit] & 0x7FFFFFFF
+            for k, j, c in todo:
+                self.in_bin[k] += ((sub_high == j) & (sub_bits < c)).sum().to(self.in_bin.device)
 
     @property
     def total(self) -> int:
@@ -107,11 +178,11 @@ class LogHistogram(Reducer):
 
     @staticmethod
     def lower_edge(j: int) -> float:
-        return torch.tensor(j << 16, dtype=torch.int32).view(torch.float32).item()
+        return float32_value(j << 16)
 
     @staticmethod
     def bin_of(value: float) -> int:
-        return int(torch.tensor(value, dtype=torch.float32).view(torch.int32)) >> 16
+        return float32_bits(value) >> 16
 
     def _within_bin(self, j: int, value: float) -> float:
         """Share of bin j that lies below value, assuming values spread evenly in log space."""
@@ -120,18 +191,29 @@ class LogHistogram(Reducer):
             return 1.0 if value > lo else 0.0
         return min(max(math.log(value / lo) / math.log(hi / lo), 0.0), 1.0)
 
-    def fraction_below(self, threshold: float) -> float:
-        """Share of values < threshold."""
+    def share_below(self, threshold: float, scale: float | None = None) -> tuple[float, bool]:
+        """(share of values v with v * scale < threshold, whether that share is an exact count).
+
+        scale defaults to the histogram's own; exact when threshold is one of its cuts at that
+        scale, or when every value was bfloat16, or when the threshold sits on a bin edge."""
         total = self.total
         if total == 0:
-            return math.nan
-        if threshold <= 0:
-            return 0.0
-        j = min(self.bin_of(threshold), self.BINS - 1)
-        below = float(self.counts[:j].sum())
-        if self.lower_edge(j) < threshold:
-            below += self._within_bin(j, threshold) * float(self.counts[j])
-        return below / total
+            return math.nan, True
+        scale = self.scale if scale is None else float(scale)
+        c = cut_bits(threshold, scale)
+        j = c >> 16
+        below = int(self.counts[:j].sum())
+        if not c & 0xFFFF or j >= self.NONFINITE:                 # on a bin edge
+            return below / total, True
+        if scale == self.scale and threshold in self.cuts:
+            return (below + int(self.in_bin[self.cuts.index(threshold)])) / total, True
+        if int(self.inexact) == 0:                                 # bfloat16: bin j is one value
+            return (below + int(self.counts[j])) / total, True
+        return (below + self._within_bin(j, threshold / scale) * float(self.counts[j])) / total, False
+
+    def fraction_below(self, threshold: float) -> float:
+        """Share of values < threshold (exact where `share_below` says so)."""
+        return self.share_below(threshold, 1.0)[0]
 
     def quantile(self, q: float) -> float:
         total = self.total
@@ -278,7 +360,10 @@ class FirstTokenStats(Reducer):
     give), and buckets split `rest` by query position.
     """
 
-    BUCKETS = (1, 1024, 4096, 16384, 65536)      # [1, 1K), [1K, 4K), [4K, 16K), [16K, 64K), [64K, inf)
+    # Query positions in powers of two, [1, 2), [2, 4), ..., [2^19, 2^20), [2^20, inf): log-spaced
+    # at any sequence length, so 128 tokens get 7 buckets and 1M tokens 20; only buckets that
+    # hold queries are written.
+    BUCKETS = tuple(2 ** k for k in range(21))
     summed = ("sum_rest", "n_rest", "sum_all", "n_all", "uniform", "bucket_sum", "bucket_n",
               "bucket_uniform", "nonfinite")
 
@@ -294,19 +379,22 @@ class FirstTokenStats(Reducer):
         self.bucket_uniform = torch.zeros(nb, dtype=F64, device=device)
         self.nonfinite = torch.zeros((), dtype=I64, device=device)
 
-    def update(self, p0: torch.Tensor, valid: torch.Tensor | None, uniform: torch.Tensor | None = None) -> None:
+    def update(self, p0: torch.Tensor, valid: torch.Tensor | None, uniform: torch.Tensor | None = None,
+               finite: torch.Tensor | None = None) -> None:
         """p0: (B, H, T) probability on key 0 per query; valid: (B, T) bool or None (all);
         uniform: (B|1, T) what uniform attention over each query's visible keys puts on key 0,
-        None for plain causal attention (1 / (t + 1)); a sliding window gives 0 past the window.
+        None for plain causal attention (1 / (t + 1)); a sliding window gives 0 past the window;
+        finite: (B, T) bool or None (all), queries whose attention output row is finite.
 
-        A query whose probability is not finite in some head (a NaN in the model) is left out
-        in every head and counted in `nonfinite`.
+        A query whose probability is not finite in some head (a NaN in the model), or whose
+        output row is not (`finite`: the CPU kernel can return NaN rows next to a finite lse
+        once an activation is inf), is left out in every head and counted in `nonfinite`.
         """
         B, H, T = p0.shape
         pos = torch.arange(T, device=p0.device)
         w = torch.ones(B, T, dtype=F64, device=p0.device) if valid is None else valid.double()
-        if p0.numel() and not bool(torch.isfinite(p0.amax())):
-            finite = torch.isfinite(p0).all(1)                          # (B, T)
+        if finite is not None or (p0.numel() and not bool(torch.isfinite(p0.amax()))):
+            finite = torch.isfinite(p0).all(1) & (True if finite is None else finite.to(p0.device))  # (B, T)
             self.nonfinite += ((~finite) & (w > 0)).sum()
             w = w * finite
             p0 = p0.masked_fill(~finite[:, None, :], 0.0)
@@ -433,29 +521,51 @@ class MaxAbsStats(Reducer):
         return self.hist.quantile(0.5)
 
 
-class SparsityStats(Reducer):
-    """|attention output| of one layer before and after the gate, as log histograms.
+# The sparsity sweep: 13 thresholds 10^(k/2), 1e-6 .. 1, each counted exactly (LogHistogram cuts).
+THRESHOLDS = tuple(float(f"{10 ** (k / 2):.6g}") for k in range(-12, 1))
 
-    The uniform-scaling control multiplies the ungated output by the layer's mean gate m, which
-    is only known after the whole pass; |O| * m < t  <=>  |O| < t / m, so the control is read
-    from the ungated histogram at t / m and the analysis needs one pass.
+
+class SparsityStats(Reducer):
+    """|attention output| of one layer before and after the gate, as log histograms with
+    exact counts below each threshold (`cuts`).
+
+    The uniform-scaling control counts |O| * m < t, with m the layer's mean gate over the same
+    data, known only after the whole pass. Which values sit below t / m depends on m down to the
+    last bit (for any two float32 values a < b there are m and t with a < t / m <= b), so no
+    bounded one-pass state answers it exactly for every m. What is exact in one pass: bfloat16
+    outputs, which the ungated histogram holds value by value, and every share on a bin edge.
+    Otherwise the control is read from the ungated histogram at t / m, interpolated inside the
+    one 0.54% bin that holds t / m, and marked so; `control.py` (exact_control=True) counts it
+    exactly in a second pass with m known, into `control`.
     """
 
-    def __init__(self, device="cpu"):
-        self.ungated = LogHistogram(device)
-        self.gated = LogHistogram(device)
+    def __init__(self, device="cpu", thresholds=THRESHOLDS):
+        self.thresholds = tuple(float(t) for t in thresholds)
+        self.ungated = LogHistogram(device, cuts=self.thresholds)
+        self.gated = LogHistogram(device, cuts=self.thresholds)
 
     def merge(self, other: "SparsityStats") -> "SparsityStats":
         self.ungated.merge(other.ungated)
         self.gated.merge(other.gated)
         return self
 
-    def fractions(self, thresholds, mean_gate: float | None) -> dict[str, dict[float, float]]:
-        out = {"ungated": {t: self.ungated.fraction_below(t) for t in thresholds},
-               "gated": {t: self.gated.fraction_below(t) for t in thresholds}}
+    def shares(self, mean_gate: float | None, control: LogHistogram | None = None
+               ) -> dict[str, dict[float, tuple[float, bool]]]:
+        """variant -> threshold -> (share below it, whether it is an exact count).
+
+        control: the second pass's histogram of |O| with scale mean_gate (control.py), if any."""
+        out = {"ungated": {t: self.ungated.share_below(t) for t in self.thresholds},
+               "gated": {t: self.gated.share_below(t) for t in self.thresholds}}
         if mean_gate is not None and mean_gate > 0:
-            out["mean_gate"] = {t: self.ungated.fraction_below(t / mean_gate) for t in thresholds}
+            source = control if control is not None else self.ungated
+            out["mean_gate"] = {t: source.share_below(t, mean_gate) for t in self.thresholds}
         return out
+
+    def fractions(self, mean_gate: float | None, control: LogHistogram | None = None
+                  ) -> dict[str, dict[float, float]]:
+        """variant -> threshold -> share below it (see `shares`)."""
+        return {v: {t: share for t, (share, _) in by_t.items()}
+                for v, by_t in self.shares(mean_gate, control).items()}
 
 
 class LossStats(Reducer):

@@ -19,6 +19,7 @@ TABLES = ("gates", "gate_hist", "first_token", "first_token_buckets", "massive",
           "sparsity", "attention_patterns", "training", "gates_by_token_type", "interventions")
 HEADLINE_THRESHOLDS = (1e-2, 1e-3)
 SINK_EPSILON = 0.3
+MANIFEST_KEY = "tables"     # meta.json: {table: rows written}; reports/schema.py reads the same key
 
 
 def _empty() -> pd.DataFrame:
@@ -54,22 +55,32 @@ class Analysis(PlotMethods):
         return path
 
     def write_into(self, folder: Path) -> None:
+        written = {}
         for table in TABLES:
             frame = getattr(self, table)
             if len(frame):
                 write_text(folder / f"{table}.csv", frame.to_csv(index=False))
-        write_text(folder / "meta.json", json.dumps(_jsonable(self.meta), indent=2, sort_keys=True) + "\n")
+                written[table] = len(frame)
+        # The tables and their row counts, so that a reader finds a deleted or cut-short CSV.
+        meta = {**self.meta, MANIFEST_KEY: written}
+        write_text(folder / "meta.json", json.dumps(_jsonable(meta), indent=2, sort_keys=True) + "\n")
         write_text(folder / "summary.json", json.dumps(_jsonable(self.summary), indent=2) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "Analysis":
+        """Read a run directory, checked against docs/run-directory.md: a missing, cut-short or
+        damaged file is a ProbeError naming it."""
+        from reports.runs import RunDirectoryError, read_run_dir
+
         path = Path(path)
         if not (path / "summary.json").exists() or not (path / "meta.json").exists():
             raise ProbeError(f"{path} is not a probe run directory (no summary.json / meta.json)")
-        frames = {t: pd.read_csv(path / f"{t}.csv") if (path / f"{t}.csv").exists() else _empty()
-                  for t in TABLES}
-        return cls(json.loads((path / "meta.json").read_text()),
-                   json.loads((path / "summary.json").read_text()), **frames)
+        try:
+            meta, summary, tables = read_run_dir(path)
+        except RunDirectoryError as err:
+            raise ProbeError(str(err)) from None
+        frames = {t: _empty() if tables.get(t) is None else tables[t] for t in TABLES}
+        return cls(meta, summary, **frames)
 
     # -- display ---------------------------------------------------------------------------
     def summary_frame(self) -> pd.DataFrame:

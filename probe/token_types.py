@@ -145,6 +145,15 @@ def read_groups(source) -> dict[str, list]:
     return out
 
 
+def describe_groups(source) -> dict | None:
+    """What meta.json records of the user's token groups: where they came from (the file as
+    given, or "<dict>") and their names; None when there were none."""
+    if source is None:
+        return None
+    where = str(source) if isinstance(source, (str, Path)) else "<dict>"
+    return {"source": where, "groups": list(read_groups(source))}
+
+
 def resolve_members(group: str, members: list, tokenizer, vocab_size: int) -> list[int]:
     """Token ids of a user group; every member must name at least one token."""
     ids, strings = [], []

@@ -80,9 +80,15 @@ def _write_atomically(path: Path, write: Callable[[Path], object]) -> Path:
     os.close(handle)
     try:
         write(Path(temporary))
-        os.chmod(temporary, 0o644)  # mkstemp makes it private; a report is meant to be shared
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes it private: what open() would give
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    current = os.umask(0o022)           # the umask can only be read by setting it
+    os.umask(current)
+    return current

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -24,6 +24,7 @@ from reports.frames import (first_token_by_layer, gate_mean_by_group, gate_satur
 from reports.reference import FIGURE5, TABLE4
 from reports.runs import Runs, load_runs
 from reports.schema import HEADLINE_THRESHOLDS, VARIANT_LABELS
+from reports.text import join_layers
 
 # --- The rules' thresholds ----------------------------------------------------------------
 # Claim 1. 0.3 lies below every variant the paper calls non-sparse (input-independent gate
@@ -45,7 +46,14 @@ SINK_MIN_RATIO = 3.0
 F_ATTN_MIN_REDUCTION = 2.0
 M_ACT_MIN_REDUCTION = 2.0
 
+# What "the same direction" means for each claim, without its threshold: claim 1, a mean
+# gate below what a gate without preference gives (logit 0) and more scores below LOW_GATE than
+# a uniform spread puts there; claims 2-4, every step of the ordering strictly the paper's way.
+NO_PREFERENCE_GATE = 0.5
+
 CONSISTENT = "direction consistent with the paper"
+# The run moves the paper's way but by less than the rule asks: not a contradiction.
+BELOW_THRESHOLD = "same direction, below the threshold"
 NOT_CONSISTENT = "not consistent with the paper"
 NOT_TESTABLE = "not testable"
 
@@ -100,6 +108,12 @@ def claims_caption() -> str:
     return (
         "Whether each headline claim of the paper holds in these runs in the direction the "
         "paper reports; a consistent direction does not mean the paper's values are reached. "
+        f"Verdicts: \"{CONSISTENT}\" (the rule below is met); \"{BELOW_THRESHOLD}\" (the "
+        "run moves the paper's way, by less than the rule asks: claim 1, mean gate below "
+        f"{NO_PREFERENCE_GATE:g} and more than {LOW_GATE:g} of the scores below {LOW_GATE:g}; "
+        "claims 2-4, every step strictly the paper's way); "
+        f"\"{NOT_CONSISTENT}\" (the run moves against the paper); \"{NOT_TESTABLE}\" (with "
+        "the reason, e.g. NaN/inf activations in a model). "
         f"Thresholds (reports/claims.py): (1) mean gate ≤ {MEAN_GATE_MAX:g} "
         f"(MEAN_GATE_MAX; 0.5 is a gate without preference) and share of gate scores below "
         f"{LOW_GATE:g} ≥ {LOW_GATE_SHARE_MIN:g} (LOW_GATE_SHARE_MIN; a uniform spread puts "
@@ -225,8 +239,46 @@ def _untestable(why: str) -> str:
     return f"{NOT_TESTABLE}: {why}"
 
 
-def _judge(holds: bool) -> str:
-    return CONSISTENT if holds else NOT_CONSISTENT
+def _judge(holds: bool, same_direction: bool) -> str:
+    """The rule met; else the paper's direction without its threshold; else against it."""
+    if holds:
+        return CONSISTENT
+    return BELOW_THRESHOLD if same_direction else NOT_CONSISTENT
+
+
+def _nonfinite_layers(runs: Runs, model: str) -> list[int]:
+    """Layers where the run saw NaN/inf activations (meta.json nonfinite_activations, the
+    `nonfinite` rows of massive.csv) or that have no layer-output M-Act although the model has
+    them (a layer all NaN leaves no finite value to summarise)."""
+    layers = set()
+    for key, count in (runs.meta[model].get("nonfinite_activations") or {}).items():
+        head = str(key).split(":")[0]
+        if head.isdigit() and _number(count) > 0:
+            layers.add(int(head))
+    rows = runs.rows("massive", model)
+    if len(rows):
+        flagged = rows[(rows["metric"] == "nonfinite") & (rows["value"] > 0)]
+        layers.update(int(layer) for layer in flagged["layer"])
+        maxima = rows[(rows["site"] == MASSIVE_SITE) & (rows["metric"] == "max_abs")]
+        finite = {int(layer) for layer, value in zip(maxima["layer"], maxima["value"])
+                  if math.isfinite(_number(value))}
+        layers.update(set(runs.layers(model)) - finite)
+    return sorted(layers)
+
+
+def nonfinite_reason(runs: Runs, models: Sequence[str]) -> str | None:
+    """Why a verdict on `models` cannot be given when one of them saw NaN/inf values: its
+    statistics then cover fewer layers (or values) than the model has, and a comparison
+    with a model that has all of them would be between different things."""
+    parts = []
+    for model in models:
+        layers = _nonfinite_layers(runs, model)
+        if layers:
+            parts.append(f"{model} has NaN/inf activations at layer{'s' if len(layers) > 1 else ''} "
+                         f"{join_layers(layers)}")
+    if not parts:
+        return None
+    return "; ".join(parts) + " (its statistics leave those values out)"
 
 
 def _no_gated_rows(runs: Runs, claim: int) -> list[_Row]:
@@ -242,11 +294,14 @@ def _sparse_gate(runs: Runs) -> list[_Row]:
         mean, share = _gate_numbers(runs, model)
         numbers = {"mean_gate": mean, f"share_below_{LOW_GATE:g}": share}
         measured = f"{model}: mean gate {_fmt(mean)}, share < {LOW_GATE:g} {_fmt(share)}"
-        if math.isnan(mean) or math.isnan(share):
+        if (broken := nonfinite_reason(runs, [model])) is not None:
+            verdict = _untestable(broken)
+        elif math.isnan(mean) or math.isnan(share):
             verdict = _untestable(f"{model} has no gate scores with the share below "
                                   f"{LOW_GATE:g} (gates.csv)")
         else:
-            verdict = _judge(mean <= MEAN_GATE_MAX and share >= LOW_GATE_SHARE_MIN)
+            verdict = _judge(mean <= MEAN_GATE_MAX and share >= LOW_GATE_SHARE_MIN,
+                             mean < NO_PREFERENCE_GATE and share > LOW_GATE)
         rows.append(_Row(1, model, measured, verdict, numbers))
     return rows
 
@@ -262,13 +317,15 @@ def _sparse_output(runs: Runs) -> list[_Row]:
         missing = [VARIANT_LABELS[v] for v in order if math.isnan(numbers[v])]
         measured = (f"{model}, τ = {SPARSITY_THRESHOLD:g}, mean over {layers} layers: "
                     + ", ".join(f"{_SHORT_VARIANTS[v]} {_fmt(numbers[v])}" for v in order))
-        if missing:
+        if (broken := nonfinite_reason(runs, [model])) is not None:
+            verdict = _untestable(broken)
+        elif missing:
             verdict = _untestable(f"{model} has no share below {SPARSITY_THRESHOLD:g} for "
                                   f"{', '.join(missing)} (sparsity.csv)")
         else:
             ungated, control, gated = (numbers[v] for v in order)
-            verdict = _judge(control - ungated >= SPARSITY_MIN_STEP
-                             and gated - control >= SPARSITY_MIN_STEP)
+            steps = (control - ungated, gated - control)
+            verdict = _judge(min(steps) >= SPARSITY_MIN_STEP, min(steps) > 0)
         rows.append(_Row(2, model, measured, verdict, numbers))
     return rows
 
@@ -316,7 +373,9 @@ def _sink(runs: Runs) -> list[_Row]:
         measured = f"{measure(base)}; {measure(gated)}"
         missing = [model for model, value in ((base, base_ratio), (gated, gated_ratio))
                    if math.isnan(value)]
-        if missing:
+        if (broken := nonfinite_reason(runs, [base, gated])) is not None:
+            verdict = _untestable(broken)
+        elif missing:
             verdict = _untestable(f"no F-Attn with a uniform reference for {', '.join(missing)} "
                                   "(first_token.csv, summary.json f_attn_uniform)")
         elif base_ratio < SINK_MIN_RATIO:
@@ -324,7 +383,8 @@ def _sink(runs: Runs) -> list[_Row]:
                                   f"{_fmt(base_ratio)}× its uniform reference; a sink needs "
                                   f"≥ {SINK_MIN_RATIO:g}×)")
         else:
-            verdict = _judge(gated_ratio * F_ATTN_MIN_REDUCTION <= base_ratio)
+            verdict = _judge(gated_ratio * F_ATTN_MIN_REDUCTION <= base_ratio,
+                             gated_ratio < base_ratio)
         rows.append(_Row(3, f"{base} vs {gated}", measured, verdict, numbers))
     return rows
 
@@ -341,12 +401,15 @@ def _massive(runs: Runs) -> list[_Row]:
         measured = f"{measure(base)}; {measure(gated)} ({_fmt(factor)}× smaller)"
         missing = [model for model, key in ((base, "baseline_m_act"), (gated, "gated_m_act"))
                    if math.isnan(numbers[key])]
-        if missing:
+        if (broken := nonfinite_reason(runs, [base, gated])) is not None:
+            verdict = _untestable(broken)
+        elif missing:
             verdict = _untestable(f"no M-Act of the layer output for {', '.join(missing)} "
                                   "(massive.csv, summary.json m_act)")
         else:
             verdict = _judge(numbers["gated_m_act"] * M_ACT_MIN_REDUCTION
-                             <= numbers["baseline_m_act"])
+                             <= numbers["baseline_m_act"],
+                             numbers["gated_m_act"] < numbers["baseline_m_act"])
         rows.append(_Row(4, f"{base} vs {gated}", measured, verdict, numbers))
     return rows
 

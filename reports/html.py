@@ -16,7 +16,8 @@ import pandas as pd
 from matplotlib.figure import Figure, SubFigure
 
 from reports import claims
-from reports.sections import PROVENANCE, FigureItem, Section, TableItem
+from reports.sections import (PROVENANCE, FigureItem, Section, TableItem, left_out_line,
+                               shown)
 from reports.style import freeze_layout, report_style
 from reports.tables import numeric_columns
 
@@ -35,6 +36,7 @@ h3 { font-size: 16px; margin: 24px 0 6px; }
 nav ol { columns: 2; margin: 8px 0 16px; padding-left: 22px; }
 nav a { color: var(--accent); text-decoration: none; }
 nav a:hover { text-decoration: underline; }
+nav ul.left-out { color: var(--muted); font-size: 13.5px; margin: 0 0 12px; padding-left: 22px; }
 .intro { margin: 4px 0 12px; }
 aside.note { background: var(--note); border-left: 4px solid var(--note-line);
              padding: 8px 14px; margin: 12px 0; font-size: 14px; }
@@ -56,10 +58,12 @@ table.text td { overflow-wrap: anywhere; max-width: 420px;
 td.verdict { font-weight: 600; }
 td.consistent { color: #1a7f37; }
 td.inconsistent { color: #b42318; }
+td.below { color: #9a6700; }
 td.untestable { color: var(--muted); font-weight: 400; }
 """
 # Claims-table verdicts are coloured so the page can be scanned; the words carry the meaning.
 _VERDICT_CLASSES = ((claims.CONSISTENT, "consistent"), (claims.NOT_CONSISTENT, "inconsistent"),
+                    (claims.BELOW_THRESHOLD, "below"),
                     (claims.NOT_TESTABLE, "untestable"))
 
 
@@ -67,20 +71,14 @@ def render_html(sections: Sequence[Section], *, title: str, subtitle: str,
                 generated_at: str) -> str:
     """The whole document as a string; `generated_at` is the only varying part."""
     body = [_header(sections, title, subtitle)]
-    figure_number = table_number = 0
-    for section in sections:
+    for section in shown(sections):
         body.append(f'<section id="{section.id}">')
         body.append(f"<h2>{_text(section.title)}</h2>")
         body.append(f'<p class="intro">{_text(section.intro)}</p>')
         if section.notes:
             body.append(_notes(section.notes))
         for item in section.items:
-            if isinstance(item, FigureItem):
-                figure_number += 1
-                body.append(_figure(item, figure_number))
-            else:
-                table_number += 1
-                body.append(_table(item, table_number))
+            body.append(_figure(item) if isinstance(item, FigureItem) else _table(item))
         if section.id == PROVENANCE:
             body.append(f'<p class="generated">Report generated <time id="generated-at" '
                         f'datetime="{generated_at}">{generated_at}</time> by probe reports '
@@ -93,9 +91,12 @@ def render_html(sections: Sequence[Section], *, title: str, subtitle: str,
 
 
 def _header(sections: Sequence[Section], title: str, subtitle: str) -> str:
-    links = "".join(f'<li><a href="#{s.id}">{_text(s.title)}</a></li>' for s in sections)
+    links = "".join(f'<li><a href="#{s.id}">{_text(s.title)}</a></li>' for s in shown(sections))
+    left_out = "".join(f'<li id="{s.id}-left-out">{_text(left_out_line(s))}</li>'
+                       for s in sections if s.omitted is not None)
+    left_out = f'<ul class="left-out">{left_out}</ul>' if left_out else ""
     return (f"<header><h1>{_text(title)}</h1><p class=\"subtitle\">{_text(subtitle)}</p>"
-            f"<nav aria-label=\"contents\"><ol>{links}</ol></nav></header>")
+            f"<nav aria-label=\"contents\"><ol>{links}</ol>{left_out}</nav></header>")
 
 
 def _notes(notes: Sequence[str]) -> str:
@@ -104,17 +105,17 @@ def _notes(notes: Sequence[str]) -> str:
             f"<ul>{items}</ul></aside>")
 
 
-def _figure(item: FigureItem, number: int) -> str:
+def _figure(item: FigureItem) -> str:
     with report_style():
         svg = figure_svg(freeze_layout(item.draw()), prefix=item.id)
     return (f'<figure id="{item.id}"><h3>{_text(item.title)}</h3>'
             f'<div class="plot">{svg}</div>'
-            f"<figcaption><strong>Figure {number}.</strong> {_text(item.caption)}</figcaption>"
+            f"<figcaption><strong>{item.label}.</strong> {_text(item.caption)}</figcaption>"
             "</figure>")
 
 
-def _table(item: TableItem, number: int) -> str:
-    caption = f"<strong>Table {number}.</strong> {_text(item.caption)}"
+def _table(item: TableItem) -> str:
+    caption = f"<strong>{item.label}.</strong> {_text(item.caption)}"
     return (f'<h3 id="{item.id}-title">{_text(item.title)}</h3><div class="table-wrap">'
             f"{table_html(item.frame, item.index_label, item.id, caption, item.free_text)}"
             "</div>")

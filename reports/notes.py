@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from reports.claims import nonfinite_reason
 from reports.frames import pattern_layers
 from reports.runs import Runs
 from reports.schema import LINEAR_ATTENTION
@@ -21,6 +22,18 @@ def linear_layer_notes(runs: Runs, metric: str) -> list[str]:
             notes.append(f"{model}: layers {join_layers(linear)} are linear attention (Gated "
                          f"DeltaNet), with no softmax over keys: {metric} does not apply there "
                          "(hatched or left out).")
+    return notes
+
+
+def nonfinite_notes(runs: Runs) -> list[str]:
+    """Models that saw NaN/inf activations: said in the summary, not only in provenance."""
+    notes = []
+    for model in runs.models:
+        reason = nonfinite_reason(runs, [model])
+        if reason is not None:
+            notes.append(f"{reason}: its numbers cover fewer values "
+                         "than the model has, and the claims that involve it are not "
+                         "testable.")
     return notes
 
 

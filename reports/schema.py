@@ -29,7 +29,7 @@ TABLES: dict[str, dict[str, str]] = {
     "gates_by_token_type": {"model": "str", "layer": "int", "head": "int", "token_type": "str",
                             "metric": "str", "value": "float"},
     "interventions": {"model": "str", "intervention": "str", "layer": "int", "loss": "float",
-                      "delta_loss": "float", "setting": "float", "zeroed": "float"},
+                      "delta_loss": "float", "setting": "float", "zeroed": "float", "note": "str"},
     "first_token_buckets": {"model": "str", "layer": "int", "head": "int", "bucket_lo": "float",
                             "bucket_hi": "float", "value": "float", "n_queries": "float",
                             "uniform": "float"},
@@ -38,6 +38,8 @@ TABLES: dict[str, dict[str, str]] = {
 }
 
 META_FILE = "meta.json"
+# meta.json's list of the tables written, {name: rows}: a deleted or cut-short CSV is found.
+MANIFEST_KEY = "tables"
 SUMMARY_FILE = "summary.json"
 
 ATTENTION = "attention"

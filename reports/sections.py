@@ -6,7 +6,7 @@ HTML and PDF both render this list, so the two formats cannot drift apart.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import pandas as pd
@@ -14,6 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from reports import claims, notes, plots, tables
+from reports.frames import bucket_label, interventions_by_layer, pattern_layers
 from reports.plots.attention_patterns import choose_pattern_layers
 from reports.plots.gates import histogram_layers
 from reports.reference import figure5_caption, table4_caption
@@ -31,6 +32,11 @@ class FigureItem:
     title: str
     draw: Draw
     caption: str
+    number: int = 0  # set by build_sections: "Figure 3" in HTML, PDF and --figures alike
+
+    @property
+    def label(self) -> str:
+        return f"Figure {self.number}"
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,11 @@ class TableItem:
     caption: str
     index_label: str = "model"
     free_text: bool = False  # long strings (paths, command lines) rather than numbers
+    number: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"Table {self.number}"
 
 
 Item = FigureItem | TableItem
@@ -53,13 +64,18 @@ class Section:
     intro: str
     items: list[Item]
     notes: list[str] = field(default_factory=list)
+    # Why a section with nothing to show is left out; it then has no items and the contents
+    # carry this one line instead of a page of empty boxes.
+    omitted: str | None = None
 
 
 PROVENANCE = "provenance"  # the section that also carries the report's own timestamp
 
 
 def build_sections(runs: Runs) -> list[Section]:
-    return [
+    """Every section, in order; those with nothing to show carry `omitted` (the reason) and
+    no items. Figures and tables are numbered in reading order over the shown sections."""
+    return _numbered([
         _claims(runs),
         _summary(runs),
         _first_token(runs),
@@ -71,7 +87,32 @@ def build_sections(runs: Runs) -> list[Section]:
         _training(runs),
         _inference(runs),
         _provenance(runs),
-    ]
+    ])
+
+
+def shown(sections: list[Section]) -> list[Section]:
+    return [section for section in sections if section.omitted is None]
+
+
+def left_out_line(section: Section) -> str:
+    """The contents' one line for a section left out."""
+    return f"Not in this report: {section.title} ({section.omitted})."
+
+
+def _numbered(sections: list[Section]) -> list[Section]:
+    counts = {FigureItem: 0, TableItem: 0}
+    result = []
+    for section in sections:
+        items = []
+        for item in section.items:
+            counts[type(item)] += 1
+            items.append(replace(item, number=counts[type(item)]))
+        result.append(replace(section, items=items))
+    return result
+
+
+def _left_out(section_id: str, title: str, reason: str) -> Section:
+    return Section(id=section_id, title=title, intro="", items=[], omitted=reason)
 
 
 def _axes(plot: Callable[[], Axes]) -> Draw:
@@ -108,7 +149,8 @@ def _summary(runs: Runs) -> Section:
                "first token (F-Attn) and the largest activations (M-Act), and at what loss?"),
         items=[TableItem("summary-table", "Model summary (paper Table 4 style)",
                          tables.summary_display(runs), caption)],
-        notes=notes.no_gate_notes(runs) + notes.token_stream_notes(runs) + notes.depth_notes(runs),
+        notes=(notes.nonfinite_notes(runs) + notes.no_gate_notes(runs)
+               + notes.token_stream_notes(runs) + notes.depth_notes(runs)),
     )
 
 
@@ -129,31 +171,54 @@ def _first_token(runs: Runs) -> Section:
     by_layer = FigureItem(
         "f-attn-by-layer", "F-Attn per layer",
         _axes(partial(plots.plot_first_token_by_layer, runs)),
-        "Head-mean F-Attn per attention layer, one line per model. The dashed line in each "
-        "model's colour is its uniform reference mean_t 1/(t+1): the first-token weight if "
-        "every query attended evenly to all keys it can see. A sink shows as F-Attn far above "
-        "it. Linear-attention layers have no point.")
+        "Head-mean F-Attn per attention layer (attention probability on the first token, "
+        "averaged over query positions t ≥ 1 and heads), one line per model. Dashed: the "
+        "uniform reference mean_t 1/(t+1), the first-token weight if every query attended "
+        "evenly to all keys it can see; one grey line where all models read the same "
+        "queries, else one per model in its colour. A sink shows as F-Attn far above it. "
+        "Linear-attention layers have no point.")
     by_bucket = FigureItem(
         "f-attn-by-position", "F-Attn by query position",
-        _axes(partial(plots.plot_first_token_by_bucket, runs)),
-        "F-Attn restricted to query positions t in each bucket (1–1K, 1K–4K, 4K–16K, 16K–64K, "
-        "64K+; only buckets the data reached), head-mean per attention layer, then the mean "
-        "over layers; one solid line per model, log scale. Dashed in the model's colour: the "
-        "uniform reference mean 1/(t+1) over the same queries, which falls with distance. A "
-        "sink keeps F-Attn high however far the query is from the first token.")
+        _axes(partial(plots.plot_first_token_by_bucket, runs)), _bucket_caption(runs))
     return Section(
         id="first-token", title="Attention on the first token (F-Attn)",
         intro=("Attention sinks: heads that park their attention on the first token. The paper "
                "finds that an output gate removes them because the gate, not the softmax, can "
                "now switch a head off."),
-        items=[heatmap, by_layer, by_bucket],
+        items=[heatmap, by_layer, *([by_bucket] if len(runs.first_token_buckets) else [])],
         notes=(notes.linear_layer_notes(runs, "F-Attn") + notes.depth_notes(runs)
                + notes.missing_table_notes(runs, "first_token_buckets",
                                            "F-Attn by query position")),
     )
 
 
+def _bucket_caption(runs: Runs) -> str:
+    """What the F-Attn-by-position figure pools, from the buckets the runs saved."""
+    edges = sorted(set(zip(runs.first_token_buckets["bucket_lo"],
+                           runs.first_token_buckets["bucket_hi"])))
+    powers = all(hi == 2 * lo or (hi == float("inf") and lo >= 1 << 20) for lo, hi in edges)
+    if powers and edges:
+        pooled = (f"each point pools the query positions t with 2^k ≤ t < 2^(k+1) ({len(edges)} "
+                  f"buckets, from t = 1 up to the longest sequence analysed, "
+                  f"{int(edges[-1][1]) - 1 if edges[-1][1] != float('inf') else 'and beyond'}), "
+                  "drawn at its first position on a log2 axis")
+    else:
+        pooled = ("each point pools the query positions of one bucket ("
+                  + ", ".join(bucket_label(lo, hi) for lo, hi in edges)
+                  + "), drawn at its first position on a log2 axis")
+    return ("F-Attn by query position: " + pooled + "; per bucket the attention probability "
+            "on the first token, averaged over the bucket's queries and over heads per "
+            "attention layer, then over layers; one solid line per model. Dashed: the "
+            "uniform reference, mean 1/(t+1) over the same queries (grey where all models "
+            "share it), which falls with distance. A sink keeps F-Attn high however far the "
+            "query is from the first token.")
+
+
 def _attention_patterns(runs: Runs) -> Section:
+    if not any(pattern_layers(runs, model) for model in runs.models):
+        return _left_out("attention-patterns", "Attention patterns",
+                         "no run saved attention patterns of a display prompt "
+                         "(attention_patterns.csv)")
     prompts: dict[str, list[str]] = {}  # prompt text -> models that used it
     for model in runs.models:
         tokens = runs.meta[model].get("display_tokens")
@@ -206,12 +271,14 @@ def _massive(runs: Runs) -> Section:
         intro=("Massive activations are a few hidden-state values orders of magnitude above the "
                "rest; in the paper they go together with attention sinks and shrink with the "
                "gate."),
-        items=[figure, top],
+        items=[figure, *([top] if len(runs.massive_top) else [])],
         notes=notes.depth_notes(runs),
     )
 
 
 def _gates(runs: Runs) -> Section:
+    if not runs.gated_models:
+        return _left_out("gates", "Gate scores", "no model in this report has an output gate")
     items: list[Item] = [
         FigureItem("gate-histograms", "Gate score distributions per layer",
                    partial(plots.plot_gate_histograms, runs),
@@ -239,7 +306,9 @@ def _gates(runs: Runs) -> Section:
                   "Mean gate score over all positions, at position 0 (the first token) and at "
                   "positions ≥ 1. A gate that closes on later queries is how a head can skip "
                   "the first token without a sink."),
-        FigureItem("gate-token-types", "Mean gate score by token type",
+    ]
+    if len(runs.gates_by_token_type):
+        items.append(FigureItem("gate-token-types", "Mean gate score by token type",
                    partial(plots.plot_gate_by_token_type, runs),
                    "Mean gate score per gated layer (rows) and token type (columns), pooled over "
                    "heads with their element counts; one panel per gated model with "
@@ -248,8 +317,7 @@ def _gates(runs: Runs) -> Section:
                    "word_start (letters after a space or word marker), word_piece (letters "
                    "continuing a word), other; then user token groups (--token-groups), which "
                    "count every position they match. Types that never occur are left out; grey "
-                   "cells have no gate values."),
-    ]
+                   "cells have no gate values."))
     token_types = tables.gate_token_type_display(runs)
     if len(token_types):
         items.append(TableItem(
@@ -270,6 +338,9 @@ def _gates(runs: Runs) -> Section:
 
 
 def _sparsity(runs: Runs) -> Section:
+    if runs.sparsity.empty:
+        return _left_out("sparsity", "Sparsity of the attention output",
+                         "no run has a sparsity table (sparsity.csv)")
     thresholds = " and ".join(f"{t:g}" for t in HEADLINE_THRESHOLDS)
     by_layer = FigureItem(
         "sparsity-by-layer", "Sparsity per layer",
@@ -293,6 +364,9 @@ def _sparsity(runs: Runs) -> Section:
 
 
 def _training(runs: Runs) -> Section:
+    if runs.training.empty:
+        return _left_out("training", "Training", "no run has a training log (training.csv): "
+                         "these runs were analysed, not trained by probe")
     figure = FigureItem(
         "training-curves", "Training curves",
         partial(plots.plot_training, runs),
@@ -308,6 +382,9 @@ def _training(runs: Runs) -> Section:
 
 
 def _interventions(runs: Runs) -> Section:
+    if runs.interventions.empty:
+        return _left_out("interventions", "Interventions",
+                         "no run has intervention results (probe analyze --interventions)")
     explained = ("gate → layer mean: every gate score replaced by its layer's mean gate over the "
                  "same data, the input-independent scaling control run through the model; "
                  "gate = 1: gates forced open (the model without its gate); gate = 0: gates "
@@ -330,11 +407,12 @@ def _interventions(runs: Runs) -> Section:
             "unmodified) of each intervention applied to all layers at once, and how many "
             "elements the massive-activation intervention set to 0 (0: the model has none "
             "above the threshold); n/a: does not apply (no gate) or not measured."))
-    items.append(FigureItem(
-        "interventions-by-layer", "Loss change per intervened layer",
-        partial(plots.plot_interventions_by_layer, runs),
-        "Δ loss when the intervention is applied to one layer only (x), per model; one panel "
-        "per intervention. Shows which layers the loss depends on."))
+    if len(interventions_by_layer(runs)):
+        items.append(FigureItem(
+            "interventions-by-layer", "Loss change per intervened layer",
+            partial(plots.plot_interventions_by_layer, runs),
+            "Δ loss when the intervention is applied to one layer only (x), per model; one "
+            "panel per intervention. Shows which layers the loss depends on."))
     return Section(
         id="interventions", title="Interventions",
         intro=("Does the model need its dynamic gate, or would a constant do? Each intervention "
@@ -345,6 +423,10 @@ def _interventions(runs: Runs) -> Section:
 
 
 def _inference(runs: Runs) -> Section:
+    if not (runs.inference["metric"] == "eval_loss").any():
+        return _left_out("inference", "Held-out loss by input length",
+                         "no run has held-out loss by input length (inference.csv, written "
+                         "by examples/demo.py for trained checkpoints)")
     items: list[Item] = [FigureItem(
         "loss-by-length", "Held-out loss by input length",
         _axes(partial(plots.plot_loss_by_length, runs)),
@@ -353,20 +435,15 @@ def _inference(runs: Runs) -> Section:
         "examples/demo.py sets to the training length; beyond the training length RoPE "
         "extrapolates; "
         "a model whose loss rises less there generalises better to long inputs.")]
-    table = tables.inference_display(runs)
-    if len(table):
-        items.append(TableItem(
-            "inference-table", "Latency and memory",
-            table,
-            "Batch-1 cost from inference.csv: one forward pass over the prompt (prefill) and "
-            "greedy decoding with the KV cache, per token, each the best of several rounds; the "
-            "KV cache after prefill and decoding; parameter memory; peak accelerator memory "
-            "(CUDA only); the CPU threads used. Times depend on the machine: compare models "
-            "of one report, not across reports."))
+    # Latency is left out: inference.csv holds one timing per arm (the best of a few rounds),
+    # and for models this small two runs of examples/demo.py can flip the arms' order; a
+    # table of such numbers would read as a finding. reports.inference_table(runs) has them.
     return Section(
-        id="inference", title="Inference: long inputs, latency, memory",
+        id="inference", title="Held-out loss by input length",
         intro=("For trained runs (examples/demo.py): how the loss holds up at and beyond the "
-               "training length, and what the gate costs at inference."),
+               "training length. Latency and memory (inference.csv) are not shown: single "
+               "timings of models this small vary between runs by more than between arms; "
+               "reports.inference_table(runs) returns them."),
         items=items,
         notes=notes.missing_table_notes(runs, "inference", "inference measurements"),
     )

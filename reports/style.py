@@ -12,6 +12,8 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from reports.ticks import declutter_ticks
+
 # A seaborn "whitegrid"/"paper" look, with DejaVu Sans (shipped with matplotlib) named
 # explicitly so the same glyphs are drawn on every machine, and the keys that would otherwise
 # put random ids or dates into SVG and PDF files fixed.
@@ -62,7 +64,8 @@ def model_colors(models: Sequence[str]) -> dict[str, tuple[float, float, float]]
 
 
 def freeze_layout(figure: Figure, decimals: int = 6) -> Figure:
-    """Run the layout engine once, round every axes position, and switch the engine off.
+    """Run the layout engine, thin out tick labels that would overlap, round every axes
+    position, and switch the engine off.
 
     The constrained-layout solver returns positions whose last digits vary between runs
     (its internal order follows memory addresses); the PDF backend writes ten decimals, so
@@ -72,7 +75,8 @@ def freeze_layout(figure: Figure, decimals: int = 6) -> Figure:
     engine = figure.get_layout_engine()
     if engine is None:
         return figure
-    engine.execute(figure)  # the layout only; a full draw here would double the cost
+    engine.execute(figure)
+    declutter_ticks(figure)  # at the size the figure is saved at, on the real text extents
     for ax in figure.findobj(Axes):
         x0, y0, width, height = ax.get_position().bounds
         rounded = [round(value, decimals) for value in (x0, y0, width, height)]

@@ -119,29 +119,64 @@ def test_massive_activations_equal_direct_max(kind, loaded):
         assert stats.median_abs() == pytest.approx(float(a.flatten().median()), rel=0.006)
 
 
+SPARSITY_THRESHOLDS = (1e-1, 3e-2, 1e-2, 1e-3, 2e-3, 0.0031)
+
+
+def count_below(x: torch.Tensor, t: float, scale: float = 1.0) -> float:
+    """The share of |x| * scale < t, counted directly in float64 on the whole tensor."""
+    return int((x.double().abs() * scale < t).sum()) / x.numel()
+
+
 @pytest.mark.parametrize("kind", GATED + ("qwen3",))
-def test_sparsity_equals_direct_two_pass_count(kind, loaded):
+def test_sparsity_equals_direct_count_exactly(kind, loaded):
+    """Every share equals a direct count on the tensors of the same pass, exactly: ungated O and
+    the dynamic gate in the pass itself, the mean-gate control in the second pass (control.py)
+    once the layer's mean gate is known."""
+    from probe.control import ControlCounter
+    from probe.interventions import _PassState, using_probe_attention
+
     lm = loaded(kind)
+    L = lm.layout
     ids = ids_for(lm.model, B=3, seed=4)
-    with torch.no_grad(), recorded(lm.model, lm.layout) as rec:
+    seen, o_in, gate_out, hooks = {}, {}, {}, []
+    with torch.no_grad(), Capture(lm.model, L, thresholds=SPARSITY_THRESHOLDS) as cap:
+        observe = cap.on_attention
+
+        def keep_out(module, query, key, out, *args, **kwargs):     # the tensor the reducer sees
+            seen[cap._mixer_layer[id(module)]] = out.transpose(1, 2).clone()
+            observe(module, query, key, out, *args, **kwargs)
+        cap.on_attention = keep_out
+        for p in L.layers:
+            if p.o_proj is not None:
+                hooks.append(p.o_proj.register_forward_pre_hook(
+                    lambda m, a, i=p.index: o_in.__setitem__(i, a[0].clone())))
+            if p.gate_module is not None:
+                hooks.append(p.gate_module.register_forward_hook(
+                    lambda m, a, out, i=p.index: gate_out.__setitem__(i, out.clone())))
+        try:
+            with cap.batch(ids):
+                lm.model(input_ids=ids, use_cache=False)
+        finally:
+            for h in hooks:
+                h.remove()
+    means = {}
+    for layer in cap.sparsity:
+        if cap.gates:
+            g = L.gate.scores(gate_out[layer], L.num_heads, L.num_kv_heads, L.head_dim)
+            means[layer] = cap.gates[layer].mean()
+            assert means[layer] == pytest.approx(float(g.double().mean()), abs=1e-9)
+    state = _PassState()
+    counter = ControlCounter(L, means, SPARSITY_THRESHOLDS, state)
+    with torch.no_grad(), using_probe_attention(lm.model, counter):
         lm.model(input_ids=ids, use_cache=False)
-    cap, _ = run_capture(lm, ids)
-    thresholds = (1e-1, 3e-2, 1e-2, 1e-3, 2e-3)
     for layer, stats in cap.sparsity.items():
-        O = rec["sdpa"][layer].abs()                          # first pass: the full tensors
-        gated = rec["o_in"][layer].abs()
-        mean_gate = cap.gates[layer].mean() if cap.gates else None
-        if mean_gate is not None:                             # second pass: the mean gate itself
-            L = lm.layout
-            g = L.gate.scores(rec["gate_out"][layer], L.num_heads, L.num_kv_heads, L.head_dim)
-            assert mean_gate == pytest.approx(float(g.double().mean()), abs=1e-9)
-        got = stats.fractions(thresholds, mean_gate)
-        for t in thresholds:
-            assert got["ungated"][t] == pytest.approx(float((O < t).double().mean()), abs=1e-3)
-            assert got["gated"][t] == pytest.approx(float((gated < t).double().mean()), abs=1e-3)
-            if mean_gate is not None:
-                control = (O * mean_gate < t).double().mean()
-                assert got["mean_gate"][t] == pytest.approx(float(control), abs=1e-3)
+        O = seen[layer]                                          # (B, T, H, D)
+        shares = stats.shares(means.get(layer), counter.hists.get(layer))
+        for t in SPARSITY_THRESHOLDS:
+            assert shares["ungated"][t] == (count_below(O, t), True), (layer, t)
+            assert shares["gated"][t] == (count_below(o_in[layer], t), True), (layer, t)
+            if means:
+                assert shares["mean_gate"][t] == (count_below(O, t, means[layer]), True), (layer, t)
 
 
 @pytest.mark.parametrize("kind", ALL)
@@ -223,3 +258,96 @@ def test_reducers_hold_no_autograd_graph_when_grad_is_on(loaded):
     assert logits.requires_grad
     tensors = [t for r in cap.reducers() + [cap.loss] for t in r.state_tensors().values()]
     assert tensors and not any(t.requires_grad for t in tensors)
+
+
+def test_f_attn_counts_only_queries_whose_output_row_is_finite(loaded):
+    """An inf activation at position 7 of sequence 0: the CPU kernel returns NaN output rows for
+    that sequence, some beside a finite lse (so a finite P[t, 0]). Those queries are left out
+    and counted; F-Attn is that of sequence 1 alone, as eager softmax gives it."""
+    lm = loaded("qwen3")
+    ids = ids_for(lm.model, B=2, T=20, seed=6)
+    where = (torch.tensor([0]), torch.tensor([7]), torch.tensor([3]))
+    inf = torch.tensor(float("inf"))
+    hook = lm.model.get_input_embeddings().register_forward_hook(lambda m, a, out: out.index_put(where, inf))
+    outs = {}
+    try:
+        with torch.no_grad(), Capture(lm.model, lm.layout) as cap:
+            observe = cap.on_attention
+
+            def keep(module, query, key, out, lse, *args, **kwargs):
+                outs[cap._mixer_layer[id(module)]] = (out.clone(), lse.clone())
+                observe(module, query, key, out, lse, *args, **kwargs)
+            cap.on_attention = keep
+            with cap.batch(ids):
+                lm.model(input_ids=ids, use_cache=False)
+    finally:
+        hook.remove()
+    eager = eager_attentions(lm.model, ids[1:]).attentions
+    some_finite_lse = False
+    for layer, att in zip(lm.layout.attention_layers, [a for a in eager if a is not None]):
+        out, lse = outs[layer]
+        finite = torch.isfinite(out).all(-1).all(1)                          # (B, T)
+        assert not finite[0].any() and finite[1].all()                       # the case this is about
+        some_finite_lse |= bool(torch.isfinite(lse[0]).all(0).any())
+        stats = cap.first_token[layer]
+        assert int(stats.nonfinite) == int((~finite).sum()) and int(stats.n_all) == int(finite.sum())
+        expect = att[0, :, 1:, 0].double().mean(1)                           # (H,) sequence 1 only
+        torch.testing.assert_close(stats.f_attn(), expect, atol=F_ATTN_TOL, rtol=0)
+    assert some_finite_lse, "no layer had a NaN output row beside a finite lse"
+
+
+# Where the norms sit, per family: what the layer adds to its input after attention is the
+# attention output itself (pre-norm), or that output normalised (sandwich / post-norm).
+NORMED_ATTENTION_BRANCH = {"gemma2": True, "gemma3": True, "olmo2": True,
+                           "llama": False, "qwen3": False, "gpt2": False}
+
+
+def _site_model(kind):
+    import tiny
+    from test_attention import _gemma2
+
+    return _gemma2() if kind == "gemma2" else tiny._build_hf(kind, seed=0, overrides={})
+
+
+@pytest.mark.parametrize("kind", sorted(NORMED_ATTENTION_BRANCH))
+def test_residual_after_attention_is_the_residual_stream(kind):
+    """resid_mid against the residual stream itself, from the layer's own input and branches:
+    x + attn(...) in pre-norm layers, x + post_attention_layernorm(attn(...)) in Gemma 2 / 3
+    (sandwich) and OLMo 2 (post-norm, where post_attention_layernorm's input is the raw
+    attention output, not the stream); cross-checked as layer output minus the MLP branch."""
+    from probe.load import describe
+
+    model = _site_model(kind)
+    layout = describe(model)
+    layers = [p.layer for p in layout.layers]
+    ids = torch.randint(3, 250, (2, 24), generator=torch.Generator().manual_seed(7))
+    seen, handles = {}, []
+
+    def keep(key, take_input=False):
+        def hook(module, args, kwargs_or_out, out=None):
+            x = (args[0] if args else kwargs_or_out["hidden_states"]) if take_input else kwargs_or_out
+            seen[key] = (x[0] if isinstance(x, tuple) else x).detach().clone()
+        return hook
+
+    for i, layer in enumerate(layers):
+        p = layout.layers[i]
+        handles.append(layer.register_forward_pre_hook(keep(("in", i), True), with_kwargs=True))
+        handles.append(layer.register_forward_hook(keep(("out", i))))
+        handles.append(p.mixer.register_forward_hook(keep(("attn", i))))
+        post_ffn = getattr(layer, "post_feedforward_layernorm", None)
+        handles.append((post_ffn or p.mlp).register_forward_hook(keep(("mlp_branch", i))))
+    try:
+        cap, _ = run_capture(SimpleNamespace(model=model, layout=layout), ids)
+    finally:
+        for h in handles:
+            h.remove()
+    for i, layer in enumerate(layers):
+        with torch.no_grad():
+            branch = layer.post_attention_layernorm(seen[("attn", i)]) if NORMED_ATTENTION_BRANCH[kind] \
+                else seen[("attn", i)]
+        stream = seen[("in", i)] + branch                                   # (B, T, hidden)
+        assert torch.allclose(stream, seen[("out", i)] - seen[("mlp_branch", i)], atol=1e-4, rtol=1e-5)
+        stats = cap.massive[(i, "resid_mid")]
+        assert stats.max_abs() == pytest.approx(float(stream.abs().max()), rel=1e-6), (kind, i)
+        _, value, seq, pos, dim, _ = stats.top[0]
+        assert value == pytest.approx(float(stream[seq, pos, dim]), rel=1e-6)

@@ -5,8 +5,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from probe.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_analyze_writes_a_run_directory(checkpoint, text_file, tmp_path, capsys):
@@ -111,3 +116,68 @@ def test_compare_says_when_the_models_saw_different_tokens(checkpoint, text_file
                  str(text_file), "--seq-len", "32", "--out", str(same), "--format", "", "--quiet"]) == 0
     assert "token ids" not in capsys.readouterr().err
     assert notes.token_stream_notes(reports.load_runs(same)) == []
+
+
+@pytest.mark.parametrize("kind,shows", [("official_headwise", "headwise gate in q_proj"),
+                                        ("qwen3_next", "elementwise gate in q_proj"), ("qwen3", None)])
+def test_gate_none_on_a_gated_checkpoint_warns(kind, shows, checkpoint, text_file, tmp_path):
+    """--gate none where the layout shows a gate: a warning (its gate goes unmeasured); none on
+    a baseline. Both through analyze and check."""
+    import warnings
+
+    path = checkpoint(kind)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert main(["analyze", str(path), "--data", str(text_file), "--seq-len", "16", "--max-sequences", "1",
+                     "--out", str(tmp_path / "run"), "--quiet", "--gate", "none"]) == 0
+        assert main(["check", str(path), "--gate", "none"]) == 0
+    said = [str(w.message) for w in seen if "--gate none" in str(w.message)]
+    if shows is None:
+        assert not said
+    else:
+        assert len(said) == 2 and all("but this checkpoint shows a gate" in m and shows in m for m in said)
+
+
+def test_version_and_help_answer_without_importing_torch():
+    """`probe --version` / `probe --help` print at once: torch is imported only by a command."""
+    code = ("import sys\nfrom probe.cli import main\n"
+            "for argv in (['--version'], ['--help'], ['analyze', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code == 0, (argv, e.code)\n"
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    import probe
+
+    assert done.stdout.startswith(f"probe {probe.__version__}\n") and "usage: probe" in done.stdout
+
+
+def test_analyze_takes_format_like_compare_and_report():
+    from probe.cli import build_parser
+
+    args = build_parser().parse_args(["analyze", "ckpt", "--format", "html"])
+    assert args.report == "html"
+
+
+def test_compare_names_the_models(checkpoint, text_file, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    base = ["compare", str(checkpoint("qwen3")), str(checkpoint("official_headwise")), "--data", str(text_file),
+            "--seq-len", "16", "--max-sequences", "1", "--quiet", "--format", ""]
+    assert main(base + ["--out", str(out), "--name", "base", "gated"]) == 0
+    assert (out / "base" / "summary.json").exists() and (out / "gated" / "summary.json").exists()
+    assert json.loads((out / "gated" / "summary.json").read_text())["model"] == "gated"
+    assert main(base + ["--out", str(tmp_path / "x"), "--name", "only-one"]) == 2
+    assert "gives 1 names for 2 checkpoints" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
+def test_resume_on_a_finished_run_says_it_is_finished(checkpoint, text_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--seq-len", "16",
+            "--max-sequences", "1", "--quiet", "--out", str(out)]
+    assert main(args) == 0
+    before = (out / "summary.json").read_text()
+    capsys.readouterr()
+    assert main(args + ["--resume"]) == 0
+    assert "is a finished run; there is nothing to resume" in capsys.readouterr().err
+    assert (out / "summary.json").read_text() == before

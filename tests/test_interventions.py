@@ -172,16 +172,26 @@ def test_massive_zero_counts_and_zeroes(official, dataset):
 
 
 def test_massive_zero_skips_layers_without_massive_activations(official, dataset):
-    frame = interventions.run(official, dataset, kinds=["massive_zero"], batch_size=2)
+    """Nothing reaches the threshold (tiny models: max << 100): the rows say so, and so does a
+    warning, instead of a silent delta of 0."""
+    with pytest.warns(UserWarning, match="massive_zero: no activation reached the threshold"):
+        frame = interventions.run(official, dataset, kinds=["massive_zero"], batch_size=2)
     rows = frame[frame.intervention == "massive_zero"]
-    assert (rows.zeroed == 0).all() and (rows.delta_loss == 0).all()     # tiny models: max << 100
+    assert (rows.zeroed == 0).all() and (rows.delta_loss == 0).all()
+    assert (rows.note == interventions.NOTHING_ZEROED).all()
+    assert (frame[frame.intervention == "none"].note == "").all()
 
 
 def test_baseline_model_gets_only_massive_interventions(loaded):
     lm = loaded("qwen3")
     data = build_dataset(None, lm.tokenizer, texts=[TEXT], seq_len=16, max_sequences=2)
-    frame = interventions.run(lm, data, batch_size=2, massive_min_abs=0.0, massive_ratio=6.0)
-    assert set(frame.intervention) == {"none", "massive_zero"}
+    with pytest.warns(UserWarning, match="mean_gate,gate_one,gate_zero: not applicable: the model has no gate"):
+        frame = interventions.run(lm, data, batch_size=2, massive_min_abs=0.0, massive_ratio=6.0)
+    measured = frame[frame.note == ""]
+    assert set(measured.intervention) == {"none", "massive_zero"}
+    skipped = frame[frame.note == interventions.NO_GATE]           # asked for, and marked
+    assert list(skipped.intervention) == ["mean_gate", "gate_one", "gate_zero"]
+    assert skipped.loss.isna().all() and (skipped.layer == -1).all()
 
 
 def test_unknown_intervention_is_one_clear_error(official, dataset):

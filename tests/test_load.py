@@ -62,8 +62,9 @@ def test_broken_checkpoints_fail_in_one_line(checkpoint, tmp_path):
     cfg = json.loads((unknown / "config.json").read_text())
     cfg["model_type"] = "mystery_net"
     (unknown / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ProbeError, match="unsupported architecture 'mystery_net'.*qwen3_next.*gate='none'"):
+    with pytest.raises(ProbeError, match="transformers cannot read .*mystery_net") as err:
         probe.load(unknown)
+    assert "\n" not in str(err.value)
 
     truncated = _copy(checkpoint("qwen3"), tmp_path / "truncated")
     weights = truncated / "model.safetensors"
@@ -157,3 +158,104 @@ def test_family_without_sdpa_loads_with_eager(tmp_path):
     assert type(lm.model).__name__ == "Gemma2ForCausalLM"
     assert lm.model.config._attn_implementation == "eager"
     assert lm.layout.layers[0].post_attn_norm is lm.model.model.layers[0].pre_feedforward_layernorm
+
+
+def test_unregistered_ungated_decoder_is_analysed_as_ungated_with_a_note(tmp_path, text_file):
+    """Granite is not in the registry; q_proj has H*D rows and its attention holds no gate
+    module, so it is measured as a baseline, the output and meta.json saying why; its F-Attn
+    is probe's (not empty) and equals eager attention."""
+    import tiny
+    from probe.cli import main
+    from reference import eager_attentions
+
+    path = tiny.make_checkpoint("granite", tmp_path / "granite")
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match="architecture 'granite' is not in probe's registry.*analysed as ungated"):
+        assert main(["analyze", str(path), "--data", str(text_file), "--seq-len", "32", "--out", str(out),
+                     "--quiet"]) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["family"] == "unregistered" and meta["gate_layout"] == "none"
+    assert "no attention-output gate" in meta["layout_note"]
+    with pytest.warns(UserWarning, match="not in probe's registry"):
+        lm = probe.load(path)
+    ids = torch.randint(3, 250, (1, 40), generator=torch.Generator().manual_seed(0))
+    from probe import Capture
+
+    with torch.no_grad(), Capture(lm.model, lm.layout) as cap:
+        with cap.batch(ids):
+            lm.model(input_ids=ids, use_cache=False)
+    eager = eager_attentions(lm.model, ids).attentions
+    for layer, stats in cap.first_token.items():
+        expected = eager[layer][0, :, 1:, 0].double().mean(-1)                 # (H,), queries t >= 1
+        assert torch.allclose(stats.f_attn(), expected, atol=1e-5), layer
+
+
+def _unregistered(change):
+    """A tiny Granite model with `change(attention module, config)` applied to every layer."""
+    import tiny
+
+    model = tiny._build_hf("granite", seed=0, overrides={})
+    for layer in model.model.layers:
+        change(layer.self_attn, model.config)
+    return model
+
+
+def test_ambiguous_unregistered_layouts_are_refused():
+    """A q_proj wider than H*D, or a module named like a gate inside attention: it may be gated,
+    and reading it as ungated would be silently wrong."""
+    from torch import nn
+
+    from probe.load import describe
+
+    def wide(attn, cfg):
+        attn.q_proj = nn.Linear(cfg.hidden_size, 2 * cfg.num_attention_heads * cfg.head_dim, bias=False)
+
+    def gate_module(attn, cfg):
+        attn.g_gate = nn.Linear(cfg.hidden_size, cfg.num_attention_heads, bias=False)
+
+    def no_q(attn, cfg):
+        del attn.q_proj
+
+    for change, message in ((wide, "query projection has 128 rows where 4 heads x 16 need 64"),
+                            (gate_module, "holds a module named 'g_gate'"),
+                            (no_q, "finds no query projection")):
+        with pytest.raises(ProbeError, match=message) as err:
+            describe(_unregistered(change))
+        assert "--gate MODULE:LAYOUT:GRANULARITY" in str(err.value) and "--gate none" in str(err.value)
+    # Declaring the gate (or its absence) still works for such a model.
+    assert not describe(_unregistered(gate_module), "none").gated
+
+
+def test_decoder_outside_the_attention_interface_is_refused():
+    from transformers import FalconConfig, FalconForCausalLM
+
+    from probe.load import describe
+
+    model = FalconForCausalLM(FalconConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2,
+                                           num_attention_heads=4)).eval()
+    with pytest.raises(ProbeError, match="'falcon' is not in probe's registry.*attention interface"):
+        describe(model)
+
+
+@pytest.mark.parametrize("kind", ["qwen3_next", "official_headwise", "gpt2"])
+def test_reprs_fit_on_one_screen(kind, loaded):
+    """LoadedModel, its layout and a layer's parts name their modules by class; the dataclass
+    reprs printed the whole model once per layer."""
+    lm = loaded(kind)
+    text = repr(lm)
+    assert len(text) < 600 and text.count("\n") <= 2, text
+    assert "in_features" not in text and type(lm.model).__name__ in text
+    assert lm.layout.gate_layout in text and f"{len(lm.layout.layers)} layers" in text
+    part = repr(lm.layout.layers[-1])
+    assert len(part) < 300 and "in_features" not in part and type(lm.layout.layers[-1].mixer).__name__ in part
+
+
+def test_readme_selects_the_head_column_by_key():
+    """`head` is a column of the tidy frames and a DataFrame method: the README shows ft["head"]."""
+    from pathlib import Path
+    import re
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert '["head"]' in readme
+    assert not re.search(r"\b(?:ft|frame|df|first_token|gates)\.head\b(?!\()", readme)
+

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from probe.reducers import FirstTokenStats, GateStats, LogHistogram, LossStats, MaxAbsStats
+from probe.reducers import FirstTokenStats, GateStats, LogHistogram, LossStats, MaxAbsStats, SparsityStats
 from probe.token_types import TokenGroupGateStats
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
@@ -249,6 +249,93 @@ def test_log_histogram_fraction_below(batches, threshold, on_edge):
     same_bin = np.array([LogHistogram.bin_of(float(x)) for x in v]) == LogHistogram.bin_of(threshold)
     slack = 0.0 if on_edge else same_bin.mean()
     assert abs(got - direct) <= slack + 1e-12, (got, direct, slack)
+
+
+# Values that crowd one bin and sit next to the thresholds (a sink's outputs cluster like this).
+NEAR_CUTS = st.sampled_from([0.00999, 0.0099999998, 0.01, 0.0100001, 0.009975, 0.0031, 0.00316228, 0.1, 0.0])
+CLUSTERED = st.one_of(st.floats(-1, 1, width=32), NEAR_CUTS, NEAR_CUTS.map(lambda x: -x), ANY32)
+CUTS = st.lists(st.one_of(st.floats(1e-7, 10), st.sampled_from([0.01, 0.001, 0.00316228, 0.1, 1.0])),
+                min_size=1, max_size=4, unique=True)
+SCALES = st.one_of(st.just(1.0), st.floats(1e-3, 1.0), st.sampled_from([0.5, 0.37, 0.999]))
+
+
+def direct_share(batches, threshold: float, scale: float = 1.0) -> float:
+    """The share of finite |v| with |v| * scale < threshold, counted in float64 on all values."""
+    v = np.concatenate([b.reshape(-1) for b in batches]).astype(np.float64) if batches else np.zeros(0)
+    v = np.abs(v[np.isfinite(v)])
+    return int((v * scale < threshold).sum()) / len(v) if len(v) else math.nan
+
+
+@SETTINGS
+@given(batches_of((3,), CLUSTERED), CUTS, SCALES)
+def test_log_histogram_counts_at_its_cuts_exactly(batches, cuts, scale):
+    """Shares at the cuts are exact counts, float32 values anywhere in a bin, at any scale m."""
+    make = lambda: LogHistogram(cuts=cuts, scale=scale)
+    stats = all_merges_agree(make, lambda r, b: r.update(torch.from_numpy(b)), batches, 1.0)
+    for t in cuts:
+        got, exact = stats.share_below(t)
+        expect = direct_share(batches, t, scale)
+        assert exact
+        assert got == expect or (math.isnan(got) and math.isnan(expect)), (t, scale, got, expect)
+
+
+@SETTINGS
+@given(batches_of((3,), CLUSTERED), st.floats(1e-7, 10), SCALES)
+def test_log_histogram_of_bfloat16_is_exact_at_any_threshold(batches, threshold, scale):
+    """bfloat16 values are their own bins: any threshold, at any scale, is an exact count."""
+    feed = lambda r, b: r.update(torch.from_numpy(b).to(torch.bfloat16))
+    stats = all_merges_agree(LogHistogram, feed, batches, 1.0)
+    as_bf16 = [torch.from_numpy(b).to(torch.bfloat16).float().numpy() for b in batches]
+    got, exact = stats.share_below(threshold, scale)
+    expect = direct_share(as_bf16, threshold, scale)
+    assert exact
+    assert got == expect or (math.isnan(got) and math.isnan(expect)), (threshold, scale, got, expect)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_sparsity_shares_of_clustered_outputs_are_exact(dtype):
+    """Every |O| just below 0.01 (all in the bin that holds 0.01): the share below 0.01 is 1,
+    not the 0.84 that interpolating inside the bin gives; the dynamic gate likewise."""
+    value = 0.00999 if dtype == torch.float32 else 0.00995   # bfloat16: 0.0099487, the bin's edge
+    O = torch.full((6, 4, 8), value).to(dtype) * torch.tensor([1.0, -1.0]).repeat(4).to(dtype)
+    stats = SparsityStats(thresholds=(0.001, 0.01, 0.1))
+    stats.ungated.update(O)
+    stats.gated.update(O * 0.5)
+    shares = stats.shares(mean_gate=None)
+    direct = {t: float((O.double().abs() < t).double().mean()) for t in (0.001, 0.01, 0.1)}
+    direct_gated = {t: float(((O * 0.5).double().abs() < t).double().mean()) for t in (0.001, 0.01, 0.1)}
+    assert direct[0.01] == 1.0
+    assert {t: s for t, (s, _) in shares["ungated"].items()} == direct
+    assert {t: s for t, (s, _) in shares["gated"].items()} == direct_gated
+    assert all(e for v in shares.values() for _, e in v.values())
+
+
+def test_control_in_one_pass_is_exact_for_bfloat16_and_marked_otherwise():
+    """The mean-gate control |O| * m < t: m is known only after the pass, so one pass counts it
+    exactly only when the histogram holds every value (bfloat16); float32 shares say they are not."""
+    g = torch.Generator().manual_seed(0)
+    O = torch.randn(64, 4, 8, generator=g) * 0.02
+    m = 0.4137
+    for dtype, exact in ((torch.bfloat16, True), (torch.float32, False)):
+        stats = SparsityStats(thresholds=THRESH)
+        x = O.to(dtype)
+        stats.ungated.update(x)
+        shares = stats.shares(mean_gate=m)["mean_gate"]
+        for t, (share, is_exact) in shares.items():
+            direct = int((x.double().abs() * m < t).sum()) / x.numel()
+            if exact:
+                assert is_exact and share == direct, (t, share, direct)
+            else:
+                assert abs(share - direct) <= 0.05
+        assert any(not e for _, e in shares.values()) is not exact
+        # The second pass's histogram, with m known, counts the control exactly (control.py).
+        control = LogHistogram(cuts=THRESH, scale=m)
+        control.update(x)
+        for t, (share, is_exact) in stats.shares(mean_gate=m, control=control)["mean_gate"].items():
+            assert is_exact and share == int((x.double().abs() * m < t).sum()) / x.numel()
+
+
+THRESH = tuple(float(f"{10 ** (k / 2):.6g}") for k in range(-12, 1))
 
 
 # -- LossStats -------------------------------------------------------------------------------

@@ -48,14 +48,16 @@ def test_missing_path_and_missing_config(command, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_unsupported_architecture_lists_what_is_known_and_how_to_declare(checkpoint, tmp_path, capsys):
-    odd = copy(checkpoint("qwen3"), tmp_path / "odd")
-    cfg = json.loads((odd / "config.json").read_text())
-    cfg["model_type"] = "falcon"                   # transformers knows it, probe does not
-    (odd / "config.json").write_text(json.dumps(cfg))
+def test_unsupported_architecture_says_how_to_declare(tmp_path, capsys):
+    """An architecture outside the registry whose layout probe cannot read as ungated (Falcon
+    does not use transformers' attention interface) is refused with how to declare it."""
+    from transformers import FalconConfig, FalconForCausalLM
+
+    odd = tmp_path / "odd"
+    FalconForCausalLM(FalconConfig(vocab_size=256, hidden_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4)).save_pretrained(odd)
     line = one_error_line(capsys, analyze_args(odd, tmp_path / "o"))
-    assert "unsupported architecture 'falcon'" in line
-    assert "qwen3_next" in line and "llama" in line                 # the list
+    assert "'falcon' is not in probe's registry" in line
     assert "--gate MODULE:LAYOUT:GRANULARITY" in line and "--gate none" in line
     assert "--gate" in one_error_line(capsys, ["check", str(odd)])
 
@@ -194,10 +196,13 @@ def test_inf_in_one_sequence_is_counted_and_the_other_kept(checkpoint, text_file
     ckpt = _with_weight(checkpoint("qwen3"), tmp_path / "inf", "model.embed_tokens.weight",
                         float("inf"), first)
     out = tmp_path / "run"
-    with pytest.warns(UserWarning, match="NaN/Inf activation values were seen"):
+    with pytest.warns(UserWarning, match="NaN/Inf activation values were seen"), \
+            pytest.warns(UserWarning, match="F-Attn left out 64 queries whose attention output was not finite"):
         assert main(analyze_args(ckpt, out, "--data", str(text_file), "--interventions")) == 0
-    bad = json.loads((out / "meta.json").read_text())["nonfinite_activations"]
+    meta = json.loads((out / "meta.json").read_text())
+    bad = meta["nonfinite_activations"]
     assert all(bad[f"{l}:{s}"] == 16 * 64 for l in range(4) for s in ("attn_out", "resid_mid", "mlp_out", "resid_post"))
+    assert meta["f_attn_dropped_queries"] == {str(l): 16 for l in range(4)}     # sequence 0's queries
     assert bad["loss_pairs"] == 15
     summary = json.loads((out / "summary.json").read_text())
     assert summary["tokens"] == 32 and np.isfinite(summary["loss"]) and np.isfinite(summary["m_act"])

@@ -5,6 +5,7 @@ import json
 import math
 
 import pytest
+import torch
 
 import probe
 from probe import ProbeError
@@ -102,3 +103,97 @@ def test_plot_methods_return_figures_for_notebooks(analyses):
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert a.name in labels
     assert isinstance(a.plot_first_token_heatmap(), Figure)
+
+
+def test_load_refuses_an_incomplete_or_damaged_run_directory(analyses, tmp_path):
+    """A deleted or cut-short CSV, a column gone, a cell that is not a number: one ProbeError
+    naming the file, never frames with blanks or a column of strings."""
+    a = analyses["official_elementwise"]
+    cases = {
+        "deleted": (lambda run: (run / "massive.csv").unlink(), "massive.csv is missing"),
+        "cut at a line end": (lambda run: _keep_lines(run / "sparsity.csv", 10), "has 9 rows but meta.json lists"),
+        "no value column": (lambda run: a.gates.drop(columns="value").to_csv(run / "gates.csv", index=False),
+                            "gates.csv lacks the column value"),
+        "bad cell": (lambda run: _replace_cell(run / "first_token.csv", "value", 2, "n/a"), "'n/a' is not a number"),
+    }
+    for case, (damage, says) in cases.items():
+        run = a.save(tmp_path / case.replace(" ", "_"))
+        damage(run)
+        with pytest.raises(ProbeError, match=says):
+            probe.Analysis.load(run)
+    back = probe.Analysis.load(a.save(tmp_path / "whole"))
+    assert back.first_token.value.dtype == float and back.meta["tables"]["first_token"] == len(a.first_token)
+
+
+def _keep_lines(path, n):
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:n]))
+
+
+def _replace_cell(path, column, row, text):
+    import pandas as pd
+
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    frame.loc[row, column] = text
+    frame.to_csv(path, index=False)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+def test_run_directories_follow_the_umask(mask, analyses, tmp_path):
+    import os
+    import stat
+
+    import reports
+
+    old = os.umask(mask)
+    try:
+        run = analyses["llama"].save(tmp_path / "run")
+        reports.build_report([run], run, formats=["html"])
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(run.stat().st_mode) == 0o777 & ~mask
+    assert {stat.S_IMODE(p.stat().st_mode) for p in run.iterdir()} == {0o666 & ~mask}   # report.html too
+
+
+def test_save_over_a_file_is_refused_and_leaves_nothing(analyses, tmp_path):
+    target = tmp_path / "afile"
+    target.write_text("mine")
+    for force in (False, True):
+        with pytest.raises(ProbeError, match="is a file"):
+            analyses["llama"].save(target, force=force)
+    assert target.read_text() == "mine" and [p.name for p in tmp_path.iterdir()] == ["afile"]
+    with pytest.raises(ProbeError, match="afile is a file, not a folder"):
+        analyses["llama"].save(target / "sub")
+
+
+def test_exact_control_counts_the_control_of_the_run(analyses, checkpoint, text_file, monkeypatch):
+    """exact_control=True: sparsity.csv's mean-gate rows equal direct counts of |O| * m < t on the
+    outputs of the second pass, with m the run's own mean gate; meta.json says every share is
+    exact. Without it, a float32 run says its control is not (one pass cannot know m)."""
+    from probe.control import ControlCounter
+
+    outputs = {}
+    observe = ControlCounter.on_attention
+
+    def keep(self, module, query, key, out, *args, **kwargs):
+        layer = self._mixer_layer[id(module)]
+        valid = self.state.valid
+        x = out.transpose(1, 2)
+        outputs.setdefault(layer, []).append(x if valid is None else x[valid.to(x.device)].clone())
+        observe(self, module, query, key, out, *args, **kwargs)
+    monkeypatch.setattr(ControlCounter, "on_attention", keep)
+    path = checkpoint("official_elementwise")
+    exact = probe.analyze(path, text_file, seq_len=48, progress=False, exact_control=True)
+    plain = analyses["official_elementwise"]
+    assert exact.meta["sparsity_exact"] == {"ungated": True, "gated": True, "mean_gate": True}
+    assert plain.meta["sparsity_exact"] == {"ungated": True, "gated": True, "mean_gate": False}
+    assert exact.meta["sparsity_control"] == "second pass" and plain.meta["sparsity_control"] == "one pass"
+    gates = exact.gates[(exact.gates.group == "all")]
+    for layer, pieces in outputs.items():
+        O = torch.cat([p.reshape(-1) for p in pieces]).double().abs()
+        rows = gates[gates.layer == layer]
+        m = float((rows[rows.metric == "mean"].value.to_numpy() * rows[rows.metric == "count"].value.to_numpy()).sum()
+                  / rows[rows.metric == "count"].value.sum())
+        sp = exact.sparsity[(exact.sparsity.layer == layer) & (exact.sparsity.variant == "mean_gate")]
+        for t, value in zip(sp.threshold, sp.value):
+            assert value == pytest.approx(int((O * m < t).sum()) / O.numel(), abs=1e-12), (layer, t)
+        assert (plain.sparsity.value.to_numpy() - exact.sparsity.value.to_numpy()).__abs__().max() < 1e-3

@@ -19,11 +19,13 @@ from probe.reducers import FirstTokenStats, GateStats, LogHistogram, LossStats, 
 
 LONG_T = 4096
 F_ATTN_TOL = 1e-5
-# bfloat16 model against float32 weights (measured worst cases on the tiny kinds: 1.6e-3, 8e-4,
-# 3.4%, 1%, 6e-3, 0.1%); these differences come from the model computing in bfloat16, not
-# from the statistics, which accumulate in float64 / int64 either way (see the reducer tests).
-BF16_TOL = {"f_attn": 5e-3, "mean_gate": 2e-3, "m_act_rel": 5e-2, "median_rel": 2e-2,
-            "sparsity": 1e-2, "loss_rel": 1e-2}
+# bfloat16 model against float32 weights: about twice the worst case benchmarks/bf16_drift.py
+# measured over every tiny kind and the shipped arms at T = 32, 128, 512 (F-Attn 4.9e-3, the
+# model's own eager-attention F-Attn 5.8e-3; mean gate 1.8e-3; M-Act 4.4%; median 1.7%;
+# sparsity 6.7e-3; loss 0.27%). They come from the model computing in bfloat16, not from the
+# statistics, which accumulate in float64 / int64 either way (see the reducer tests).
+BF16_TOL = {"f_attn": 1e-2, "mean_gate": 5e-3, "m_act_rel": 1e-1, "median_rel": 5e-2,
+            "sparsity": 2e-2, "loss_rel": 1e-2}
 
 _kept: dict = {}
 
@@ -96,8 +98,9 @@ def test_f_attn_and_buckets_exact_at_long_context(long_checkpoint, tmp_path):
             assert ft[(layer, h, "f_attn")] == pytest.approx(float(p0[h, 1:].mean()), abs=F_ATTN_TOL)
             assert ft[(layer, h, "f_attn_paper")] == pytest.approx(float(p0[h].mean()), abs=F_ATTN_TOL)
         rows = buckets[buckets.layer == layer]
-        assert sorted(set(zip(rows.bucket_lo, rows.bucket_hi))) == [(1, 1024), (1024, 4096)]
-        for lo, hi in ((1, 1024), (1024, 4096)):
+        powers = [(2 ** k, 2 ** (k + 1)) for k in range(12)]                # [1, 2) ... [2048, 4096)
+        assert sorted(set(zip(rows.bucket_lo, rows.bucket_hi))) == powers
+        for lo, hi in powers:
             got = rows[rows.bucket_lo == lo].sort_values("head")
             assert got.n_queries.tolist() == [hi - lo] * p0.shape[0]
             torch.testing.assert_close(torch.tensor(got.value.tolist(), dtype=torch.float64),
@@ -115,14 +118,14 @@ def test_buckets_split_queries_by_position():
     valid = torch.ones(2, T, dtype=torch.bool)
     valid[1, 4500:] = False
     stats.update(p0, valid)
-    edges = (1, 1024, 4096, 16384)
+    edges = [2 ** k for k in range(14)]                                     # 1 ... 8192 > T
     for b, (lo, hi) in enumerate(zip(edges, edges[1:])):
         w = valid[:, lo:hi].double()
         expect = (p0[:, :, lo:hi].double() * w[:, None]).sum((0, 2)) / w.sum()
         torch.testing.assert_close(stats.bucket_sum[b] / stats.bucket_n[b], expect)
         assert int(stats.bucket_n[b]) == int(w.sum())
     rows = stats.bucket_rows()
-    assert {(r["bucket_lo"], r["bucket_hi"]) for r in rows} == {(1, 1024), (1024, 4096), (4096, 16384)}
+    assert {(r["bucket_lo"], r["bucket_hi"]) for r in rows} == set(zip(edges, edges[1:]))
     assert sum(r["n_queries"] for r in rows) == 3 * int(stats.n_rest)       # 3 heads per bucket
 
 
@@ -140,7 +143,8 @@ def test_sliding_windows_count_every_token_once(loaded, tmp_path):
         a = probe.analyze(lm, str(data), per_document=True, max_length=32, stride=16, batch_size=3,
                           bos="none", progress=False)
     assert a.summary["tokens"] == 120
-    assert a.meta["windows"] == {"max_length": 32, "stride": 16, "on_long": "slide", "windowed_documents": 1}
+    assert a.meta["windows"] == {"max_length": 32, "stride": 16, "on_long": "slide", "windowed_documents": 1,
+                                 "length": 32, "step": 16}
 
     # The windows by hand: [0,32) counts all, then [16,48) counts 32.., [32,64) counts 48.., ...
     pieces = [(docs[0][b:b + 32], max(0, c - b)) for b, c in
@@ -216,16 +220,52 @@ def test_cli_max_length_and_bucket_table(checkpoint, tmp_path):
     buckets = pd.read_csv(out / "first_token_buckets.csv")
     assert list(buckets.columns) == ["model", "layer", "head", "bucket_lo", "bucket_hi", "value",
                                      "n_queries", "uniform"]
-    assert set(buckets.n_queries) == {199}
+    # Every query t >= 1 of every window in exactly one bucket: 200 tokens, one position 0.
+    assert set(buckets.groupby(["layer", "head"]).n_queries.sum()) == {199}
+
+
+def test_meta_records_seq_len_and_stride_as_asked_and_as_run(checkpoint, tmp_path):
+    """No stride given: meta.json says so (null) instead of inventing one; where windows ran,
+    `step` is what ran. --max-length 40 without --stride: back-to-back windows of 40."""
+    data = tmp_path / "docs.jsonl"
+    data.write_text(json.dumps({"input_ids": list(range(3, 103))}) + "\n")
+    path = checkpoint("llama")
+    with tiny.single_thread():
+        plain = probe.analyze(path, str(data), seq_len=24, bos="none", progress=False)
+        windowed = probe.analyze(path, str(data), per_document=True, max_length=40, bos="none", progress=False)
+    assert plain.meta["seq_len"] == 24
+    assert plain.meta["windows"] == {"max_length": None, "stride": None, "on_long": "truncate",
+                                     "windowed_documents": 0, "length": 24, "step": None}
+    assert windowed.meta["windows"] == {"max_length": 40, "stride": None, "on_long": "slide",
+                                        "windowed_documents": 1, "length": 40, "step": 40}
+    assert windowed.meta["sequences"] == 3 and windowed.meta["longest_sequence"] == 40
 
 
 # -- low precision ---------------------------------------------------------------------------
 
-def test_bfloat16_model_within_stated_tolerance_of_float32(checkpoint):
-    path = checkpoint("official_elementwise")
+def own_f_attn_drift(path, ids) -> float:
+    """The model's own bfloat16 drift of per-head F-Attn, without probe: transformers' eager
+    attention probabilities P[t, 0], mean over t >= 1, bfloat16 against float32."""
+    per_dtype = []
+    for dtype in ("float32", "bfloat16"):
+        model = probe.load(path, dtype=dtype).model
+        model.set_attn_implementation("eager")
+        with torch.inference_mode():
+            maps = model(input_ids=ids, output_attentions=True, use_cache=False).attentions
+        per_dtype.append(torch.stack([m[0, :, 1:, 0].double().mean(-1) for m in maps if m is not None]))
+    return float((per_dtype[1] - per_dtype[0]).abs().max())
+
+
+@pytest.mark.parametrize("kind,seq_len", [("official_elementwise", 128), ("qwen3_next", 32), ("qwen3_5", 32)])
+def test_bfloat16_model_within_stated_tolerance_of_float32(kind, seq_len, checkpoint):
+    """The stated tolerances hold for probe's statistics and are no tighter than what the model
+    itself drifts in bfloat16 (the worst cases of benchmarks/bf16_drift.py are among these)."""
+    path = checkpoint(kind)
     with tiny.single_thread():
-        runs = {dt: probe.analyze(str(path), texts=[TEXT * 2], seq_len=128, dtype=dt, progress=False)
+        runs = {dt: probe.analyze(str(path), texts=[TEXT * 4], seq_len=seq_len, dtype=dt, progress=False)
                 for dt in ("float32", "bfloat16")}
+        ids = probe.load(path).tokenizer(TEXT * 4, return_tensors="pt")["input_ids"][:, :seq_len]
+        assert own_f_attn_drift(path, ids) <= BF16_TOL["f_attn"]
     f, b = runs["float32"], runs["bfloat16"]
     assert b.meta["dtype"] == "bfloat16" and f.meta["dtype"] == "float32"
     assert f.summary["tokens"] == b.summary["tokens"]
@@ -237,7 +277,8 @@ def test_bfloat16_model_within_stated_tolerance_of_float32(checkpoint):
         return torch.tensor(df.value.tolist(), dtype=torch.float64)
 
     def close(x, y, tol, rel=False):
-        d = (x - y).abs() / (y.abs() if rel else 1)
+        assert torch.equal(x.isnan(), y.isnan())            # hybrid models: no F-Attn in linear layers
+        d = ((x - y).abs() / (y.abs() if rel else 1))[~y.isnan()]
         assert float(d.max()) <= tol, float(d.max())
 
     close(values(b, "first_token", metric="f_attn"), values(f, "first_token", metric="f_attn"), BF16_TOL["f_attn"])
@@ -399,8 +440,10 @@ def test_sliding_window_attention_exact_at_long_context(tmp_path, monkeypatch):
         for h in range(p0.shape[0]):
             assert ft[(layer, h, "f_attn")] == pytest.approx(float(p0[h, 1:].mean()), abs=F_ATTN_TOL)
         rows = buckets[buckets.layer == layer]
-        for lo, hi in ((1, 1024), (1024, 2048)):
+        powers = [(2 ** k, 2 ** (k + 1)) for k in range(11)]                # [1, 2) ... [1024, 2048)
+        assert sorted(set(zip(rows.bucket_lo, rows.bucket_hi))) == powers
+        for lo, hi in powers:
             got = rows[rows.bucket_lo == lo].sort_values("head")
             torch.testing.assert_close(torch.tensor(got.value.tolist(), dtype=torch.float64),
                                        p0[:, lo:hi].mean(1), atol=F_ATTN_TOL, rtol=0)
-        assert rows[rows.bucket_lo == 1024].value.abs().max() == 0
+        assert rows[rows.bucket_lo >= SW_WINDOW].value.abs().max() == 0   # key 0 out of the window

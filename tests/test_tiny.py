@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -344,15 +344,16 @@ def test_official_tied_embeddings(tmp_path):
     assert torch.isfinite(tiny.official_reference_forward(path, _ids())).all()
 
 
+# The official modeling code (qiuzh20/gated_attention) sits beside the checkout, in
+# ../shared/reference/; PROBE_OFFICIAL_REFERENCE points elsewhere.
+OFFICIAL_REFERENCE = Path(os.environ.get(
+    "PROBE_OFFICIAL_REFERENCE",
+    Path(__file__).resolve().parents[2] / "shared" / "reference" / "qiuzh20-gated_attention"))
+
+
 def _official_repo_source(name):
-    repo = Path("/work/.mirror/qiuzh20+gated_attention/repo")
-    if not repo.exists():
-        return None
-    try:
-        return subprocess.run(["git", "-C", str(repo), "show", f"HEAD:{name}"], check=True,
-                              capture_output=True, text=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return None
+    path = OFFICIAL_REFERENCE / name
+    return path.read_text() if path.is_file() else None
 
 
 @pytest.mark.parametrize("kind", OFFICIAL_GATED)
@@ -366,7 +367,8 @@ def test_official_reference_equals_official_code(tmp_path, kind):
 
     src = _official_repo_source("modeling_qwen3.py")
     if src is None:
-        pytest.skip("no local copy of qiuzh20/gated_attention")
+        pytest.skip(f"no copy of the official code at {OFFICIAL_REFERENCE} "
+                    "(set PROBE_OFFICIAL_REFERENCE)")
     from transformers.activations import ACT2FN
 
     want = {"Qwen3RMSNorm", "rotate_half", "apply_rotary_pos_emb", "Qwen3MLP", "repeat_kv",

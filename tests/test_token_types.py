@@ -110,11 +110,14 @@ def test_analyze_writes_gates_by_token_type(checkpoint, text_file, tmp_path):
     assert (never.value == 0).all()
     first = frame[(frame.token_type == "first") & (frame.metric == "tokens")]
     assert (first.value == 3).all()
+    meta = json.loads((out / "meta.json").read_text())          # which file the groups came from
+    assert meta["token_groups"] == {"source": str(groups), "groups": ["brackets", "never_seen"]}
 
 
 def test_baseline_has_no_gate_table(checkpoint, text_file, tmp_path):
     a = probe.analyze(checkpoint("qwen3"), text_file, seq_len=16, max_sequences=1, progress=False)
     assert len(a.gates_by_token_type) == 0
+    assert a.meta["token_groups"] is None
 
 
 @pytest.mark.parametrize("groups,match", [

@@ -509,3 +509,33 @@ def test_resume_treats_old_recipes_as_qk_norm_on():
     _check_same_recipe(old, now)
     with pytest.raises(ProbeError, match="qk_norm"):
         _check_same_recipe(old, replace(TrainConfig(), qk_norm=False).recipe())
+
+
+def test_a_full_disk_keeps_the_last_checkpoint_for_resume(tmp_path, corpus_file, monkeypatch):
+    """The disk fills up while the finished model is written: one line saying to --resume, the
+    last checkpoint kept; --resume then finishes. Without a checkpoint yet, nothing is left."""
+    import errno
+    import os
+
+    import probe.train.loop as loop
+
+    cfg = tiny_config(tmp_path / "run", corpus_file, save_every=4)
+    real = loop.save_model
+
+    def save_model(model, tokenizer, folder):
+        if not Path(folder).name.startswith("."):   # the final model, not .checkpoint.tmp
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(model, tokenizer, folder)
+
+    with monkeypatch.context() as m:
+        m.setattr(loop, "save_model", save_model)
+        with pytest.raises(ProbeError, match=r"No space left on device.*checkpoint is kept.*--resume"):
+            train(cfg)
+    assert (tmp_path / "run" / "checkpoint").is_dir()
+    assert train(replace(cfg, resume=True)).finished
+
+    with monkeypatch.context() as m:
+        m.setattr(loop, "save_model", save_model)
+        with pytest.raises(ProbeError, match="nothing was kept"):
+            train(replace(cfg, out=str(tmp_path / "fresh"), save_every=100))
+    assert not (tmp_path / "fresh").exists()

@@ -55,7 +55,9 @@ KINDS = (
 #   Qwen3_5ForConditionalGeneration (model_type "qwen3_5", text layers at
 #   model.language_model.layers, plus a 1-block vision tower); its language model is exactly
 #   the "qwen3_5" kind's model for the same seed and overrides.
-EXTRA_KINDS = ("official_baseline", "qwen3_5_vl")
+# - "olmo2" (post-norm), "gemma3" (sandwich norms, sliding window 16): where the residual after
+#   attention sits differs by family; "granite": a decoder outside probe's registry.
+EXTRA_KINDS = ("official_baseline", "qwen3_5_vl", "olmo2", "gemma3", "granite")
 
 GATED_KINDS = ("qwen3_next", "qwen3_5", "qwen3_5_vl", "official_headwise", "official_elementwise")
 OFFICIAL_KINDS = ("official_headwise", "official_elementwise", "official_baseline")
@@ -146,6 +148,9 @@ _STYLE = {
     "llama": "llama",
     "mistral": "llama",
     "gpt2": "gpt2",
+    "olmo2": "gpt2",
+    "gemma3": "llama",
+    "granite": "llama",
 }
 
 _SPECIALS = {
@@ -267,6 +272,12 @@ def _config(kind: str, cfg_overrides: dict):
         return tf.LlamaConfig(**{**TINY, **ids, **cfg_overrides})
     if kind == "mistral":
         return tf.MistralConfig(**{**TINY, **ids, **cfg_overrides})
+    if kind == "olmo2":                      # post-norm: norms after attention and MLP
+        return tf.Olmo2Config(**{**TINY, **ids, **cfg_overrides})
+    if kind == "gemma3":                     # sandwich norms; sliding layers, a global one every 6th
+        return tf.Gemma3TextConfig(**{**TINY, **ids, "sliding_window": 16, **cfg_overrides})
+    if kind == "granite":                    # not in probe's registry: analysed as ungated by layout
+        return tf.GraniteConfig(**{**TINY, **ids, **cfg_overrides})
     if kind == "gpt2":
         kw = dict(
             vocab_size=TINY["vocab_size"],
@@ -291,6 +302,9 @@ MODEL_CLASS = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "gpt2": "GPT2LMHeadModel",
+    "olmo2": "Olmo2ForCausalLM",
+    "gemma3": "Gemma3ForCausalLM",
+    "granite": "GraniteForCausalLM",
 }
 
 
@@ -787,3 +801,80 @@ def _reference(cfg, sd, input_ids, *, return_internals=False, dtype=torch.float3
     head = sd.get("lm_head.weight", sd["model.embed_tokens.weight"])
     logits = x @ head.T
     return (logits, internals) if return_internals else logits
+
+
+# --------------------------------------------------------------------------------------------
+# GGUF files (llama.cpp's format), written from a tiny Llama
+
+
+def _gguf_permute(w: torch.Tensor, heads: int) -> torch.Tensor:
+    """llama.cpp stores q / k rows with each head's rotary halves interleaved; transformers
+    undoes this on load (convert_hf_to_gguf.py's `permute`)."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def make_gguf(path: Path, *, quant: str = "F32", seed: int = 0, architecture: str = "llama", **overrides):
+    """Write the tiny llama kind (byte-level BPE tokenizer inside) as a GGUF file; return
+    (path, the Hugging Face model it was written from). quant: F32 or Q8_0 for the matrices
+    (norms stay F32, as llama.cpp writes them). `architecture` only changes the name recorded
+    in the file (for a file transformers cannot read)."""
+    import gguf
+    import numpy as np
+    from gguf import GGMLQuantizationType as Q
+
+    path = Path(path)
+    model = _build_hf("llama", seed=seed, overrides=overrides)
+    cfg = model.config
+    tok = make_tokenizer("qwen2")                        # byte-level BPE: tokens + merges
+    data = json.loads(tok.backend_tokenizer.to_str())
+    vocab = sorted(data["model"]["vocab"].items(), key=lambda kv: kv[1])
+    merges = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
+    tokens = [t for t, _ in vocab] + [f"<pad{i}>" for i in range(cfg.vocab_size - len(vocab))]
+    specials = {a["content"]: a["id"] for a in data["added_tokens"]}
+
+    w = gguf.GGUFWriter(str(path), architecture)
+    w.add_name("tiny-llama")
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_dimension_count(cfg.head_dim)
+    w.add_rope_freq_base(float(cfg.rope_parameters["rope_theta"]))
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0 if quant == "Q8_0" else gguf.LlamaFileType.ALL_F32)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in specials else 1 for t in tokens])
+    w.add_token_merges(merges)
+    w.add_eos_token_id(specials["<|endoftext|>"])
+    w.add_pad_token_id(specials["<|endoftext|>"])
+    w.add_add_bos_token(False)
+
+    names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    sd = {k: v.detach().float() for k, v in model.state_dict().items()}
+    tensors = {"token_embd.weight": sd["model.embed_tokens.weight"], "output_norm.weight": sd["model.norm.weight"],
+               "output.weight": sd["lm_head.weight"]}
+    for i in range(cfg.num_hidden_layers):
+        for hf, short in names.items():
+            t = sd[f"model.layers.{i}.{hf}.weight"]
+            if short == "attn_q":
+                t = _gguf_permute(t, cfg.num_attention_heads)
+            elif short == "attn_k":
+                t = _gguf_permute(t, cfg.num_key_value_heads)
+            tensors[f"blk.{i}.{short}.weight"] = t
+    for name, t in tensors.items():
+        array = t.numpy().astype(np.float32)
+        if quant == "Q8_0" and array.ndim == 2:
+            w.add_tensor(name, gguf.quants.quantize(array, Q.Q8_0), raw_dtype=Q.Q8_0)
+        else:
+            w.add_tensor(name, array)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path, model

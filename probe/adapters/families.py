@@ -52,7 +52,9 @@ FAMILIES = (
     Family("qwen2", ("qwen2", "qwen2_moe"), _no_gate),
     Family("llama", ("llama",), _no_gate),
     Family("mistral", ("mistral", "mixtral"), _no_gate),
-    Family("gemma", ("gemma", "gemma2"), _no_gate),
+    Family("gemma", ("gemma", "gemma2", "gemma3_text", "gemma3"), _no_gate,
+           "Gemma 1-3; Gemma 2 / 3 put norms on both sides of attention and MLP (sandwich norms)"),
+    Family("olmo2", ("olmo2",), _no_gate, "OLMo 2: norms after attention and after the MLP (post-norm)"),
     Family("phi3", ("phi3",), _no_gate),
     Family("gpt2", ("gpt2",), _no_gate),
 )
@@ -61,6 +63,10 @@ BY_MODEL_TYPE = {t: f for f in FAMILIES for t in f.model_types}
 
 def supported_model_types() -> list[str]:
     return sorted(BY_MODEL_TYPE)
+
+
+def registered(model_type: str) -> Family | None:
+    return BY_MODEL_TYPE.get(model_type)
 
 
 def family_for(model_type: str) -> Family:

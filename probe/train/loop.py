@@ -20,12 +20,13 @@ import os
 import shutil
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
-from ..atomic import write_text
+from ..atomic import check_writable, describe_os_error, write_text, write_torch
 from ..errors import ProbeError
 from . import corpus as corpus_mod
 from .config import SPIKE_K, SPIKE_MIN_HISTORY, SPIKE_WINDOW, TrainConfig
@@ -192,10 +193,9 @@ def save_checkpoint(out: Path, model, tokenizer, opt, sched, step: int, rows, cf
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     save_model(model, tokenizer, tmp)
-    torch.save({"step": step, "recipe": cfg.recipe(), "optimizer": opt.state_dict(),
-                "scheduler": sched.state_dict(), "torch_rng": torch.get_rng_state(),
-                "sessions": list(sessions)},
-               tmp / STATE_FILE)
+    write_torch(tmp / STATE_FILE, {"step": step, "recipe": cfg.recipe(), "optimizer": opt.state_dict(),
+                                   "scheduler": sched.state_dict(), "torch_rng": torch.get_rng_state(),
+                                   "sessions": list(sessions)})
     write_log(rows, tmp / "training.csv")
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
@@ -224,10 +224,27 @@ class TrainResult:
     log: list[dict] = field(default_factory=list)
 
 
+class _WriteFailed(Exception):
+    """Writing into --out failed (a full disk, a read-only folder): train() says so in one line."""
+
+
+@contextmanager
+def _writing():
+    """Turn what a failed write raises (OSError; safetensors' error; torch's RuntimeError from its
+    zip writer) into _WriteFailed, so that train() can clean up and explain."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except (OSError, SafetensorError, RuntimeError) as err:
+        raise _WriteFailed(err) from None
+
+
 def prepare_out(cfg: TrainConfig) -> Path:
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise ProbeError(f"--out {out} is a file")
+    check_writable(out)
     if cfg.resume:
         return out
     if out.exists() and any(out.iterdir()):
@@ -240,12 +257,40 @@ def prepare_out(cfg: TrainConfig) -> Path:
 
 
 def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | None = None) -> TrainResult:
-    """Train one arm into cfg.out; returns when done or when stop_after is reached."""
+    """Train one arm into cfg.out; returns when done or when stop_after is reached.
+
+    When writing into --out fails, a fresh run removes what it wrote (nothing is left that a
+    rerun would trip over); a run with a checkpoint keeps that checkpoint for --resume."""
+    out = Path(cfg.out)
+    try:
+        return _train(cfg, prepared, command)
+    except _WriteFailed as failed:
+        err = failed.args[0]
+        reason = describe_os_error(err) if isinstance(err, OSError) else _first_line(err)
+        shutil.rmtree(out / f".{CHECKPOINT}.tmp", ignore_errors=True)
+        kept = find_checkpoint(out) if out.is_dir() else None
+        if kept is None and not cfg.resume:
+            shutil.rmtree(out, ignore_errors=True)
+            then = "nothing was kept: free space or choose another --out, then run it again"
+        elif kept is not None:
+            then = "the last checkpoint is kept: free space, then continue with --resume"
+        else:
+            then = "free space, then run it again"
+        raise ProbeError(f"could not write {out} ({reason}); {then}") from None
+
+
+def _first_line(err: Exception) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[0][:200] if lines else type(err).__name__
+
+
+def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None) -> TrainResult:
     cfg.check()
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()          # save_pretrained's per-shard bar, at every checkpoint
-    out = prepare_out(cfg)
+    with _writing():
+        out = prepare_out(cfg)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     ckpt = find_checkpoint(out) if cfg.resume else None
@@ -300,9 +345,10 @@ def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | Non
 
     name = cfg.name or out.name
     settings = _settings(cfg, shape, counts, data, n_params, command)
-    write_text(out / "train_config.json", json.dumps(settings, indent=2) + "\n")
-    if start_step == 0:
-        data.write_heldout(out)
+    with _writing():
+        write_text(out / "train_config.json", json.dumps(settings, indent=2) + "\n")
+        if start_step == 0:
+            data.write_heldout(out)
 
     total = cfg.steps
     stop = min(total, cfg.stop_after) if cfg.stop_after else total
@@ -346,24 +392,28 @@ def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | Non
             bar.update(1)
             bar.set_postfix(loss=f"{train_loss:.3f}", eval=f"{last_eval:.3f}", refresh=False)
             if done % cfg.save_interval == 0 and done < total:
-                save_checkpoint(out, model, tokenizer, opt, sched, done, rows, cfg, session(done))
+                with _writing():
+                    save_checkpoint(out, model, tokenizer, opt, sched, done, rows, cfg, session(done))
     finally:
         bar.close()
     seconds = time.time() - t0
 
     if stop < total:
-        save_checkpoint(out, model, tokenizer, opt, sched, stop, rows, cfg, session(stop))
-        write_log(rows, out / "training.csv")
+        with _writing():
+            save_checkpoint(out, model, tokenizer, opt, sched, stop, rows, cfg, session(stop))
+            write_log(rows, out / "training.csv")
         return TrainResult(out, stop, False, _last_eval(rows), n_params, seconds, rows)
 
-    save_model(model, tokenizer, out)
-    write_log(rows, out / "training.csv")
+    with _writing():
+        save_model(model, tokenizer, out)
+        write_log(rows, out / "training.csv")
     settings["result"] = {"steps": total, "tokens": total * tokens_per_step,
                           "final_eval_loss": _last_eval(rows), "final_train_loss": rows[-1]["train_loss"],
                           "spikes": sum(r["spike"] for r in rows),
                           "seconds": round(sum(s["seconds"] for s in session(total)), 1)}
     settings["sessions"] = session(total)
-    write_text(out / "train_config.json", json.dumps(settings, indent=2) + "\n")
+    with _writing():
+        write_text(out / "train_config.json", json.dumps(settings, indent=2) + "\n")
     if not cfg.keep_checkpoint:
         shutil.rmtree(out / CHECKPOINT, ignore_errors=True)
         shutil.rmtree(out / f".{CHECKPOINT}.old", ignore_errors=True)

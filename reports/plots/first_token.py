@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
-from reports.frames import (bucket_label, first_token_by_bucket, first_token_by_layer,
-                            first_token_matrix)
+from reports.frames import first_token_by_bucket, first_token_by_layer, first_token_matrix
 from reports.plots._layout import (axes_or_new, figure_or_new, model_heatmaps, not_applicable,
                                    set_layer_ticks)
 from reports.runs import load_runs
@@ -54,7 +54,6 @@ def plot_first_token_by_layer(runs: Any, *, ax: Axes | None = None,
         return not_applicable(ax, "No attention layer has F-Attn in these runs.")
     colors = model_colors(runs.models)
     all_layers: set[int] = set()
-    annotated: set[float] = set()  # models on the same queries share one reference label
     for model in runs.models:
         rows = by_layer[by_layer["model"] == model]
         all_layers.update(runs.layers(model))
@@ -62,9 +61,9 @@ def plot_first_token_by_layer(runs: Any, *, ax: Axes | None = None,
             continue
         # Markers matter: in hybrid models the attention layers are isolated points.
         ax.plot(rows["layer"], rows["value"], marker="o", color=colors[model], label=plain(model))
-        uniform = runs.summary[model].get("f_attn_uniform")
-        _draw_uniform_reference(ax, uniform, colors[model], label=uniform not in annotated)
-        annotated.add(uniform)
+    references = {model: runs.summary[model].get("f_attn_uniform") for model in runs.models
+                  if model in set(by_layer["model"])}
+    _draw_uniform_references(ax, references, colors)
     set_layer_ticks(ax, sorted(all_layers), max_ticks=24)
     ax.set_ylabel(METRIC_LABELS.get(metric, metric))
     ax.set_ylim(bottom=0)
@@ -72,22 +71,35 @@ def plot_first_token_by_layer(runs: Any, *, ax: Axes | None = None,
     return ax
 
 
-def _draw_uniform_reference(ax: Axes, value: float | None, color: Any, label: bool) -> None:
-    if value is None or not np.isfinite(value):
+def same_reference(values: Sequence[float | None]) -> bool:
+    """Do all models have one uniform reference (they read the same queries)?"""
+    finite = [float(v) for v in values if v is not None and np.isfinite(v)]
+    return len(finite) == len(values) and bool(finite) and np.allclose(finite, finite[0],
+                                                                         rtol=1e-9, atol=0)
+
+
+def _draw_uniform_references(ax: Axes, references: dict[str, float | None],
+                             colors: dict[str, Any]) -> None:
+    """One grey dashed line when every model has the same reference (coinciding lines in
+    model colours would hide each other and their labels); else one per model in its colour."""
+    if same_reference(list(references.values())):
+        ax.axhline(float(next(iter(references.values()))), linestyle="--", linewidth=1.0,
+                   color=REFERENCE_COLOR, label="uniform 1/(t+1)")
         return
-    ax.axhline(value, linestyle="--", color=color, linewidth=1.0, label="_uniform reference")
-    if label:
-        ax.annotate("uniform 1/(t+1)", xy=(1.0, value), xycoords=("axes fraction", "data"),
-                    xytext=(-2, 2), textcoords="offset points", ha="right", va="bottom",
-                    fontsize=7, color=REFERENCE_COLOR)
+    for model, value in references.items():
+        if value is not None and np.isfinite(value):
+            ax.axhline(value, linestyle="--", color=colors[model], linewidth=1.0,
+                       label=f"uniform 1/(t+1), {plain(model)}")
 
 
 @styled
 def plot_first_token_by_bucket(runs: Any, *, ax: Axes | None = None, log: bool = True) -> Axes:
-    """F-Attn by query-position bucket, one line per model, its uniform reference dashed.
+    """F-Attn by query position, one line per model, with the uniform reference.
 
-    Per bucket: head-mean F-Attn per attention layer, then the mean over layers; the dashed line
-    in the model's colour is mean 1/(t+1) over the same queries.
+    Each point pools the queries of one bucket of positions (probe writes powers of two,
+    [2^k, 2^(k+1))), drawn at the bucket's first position on a log2 axis: head-mean F-Attn per
+    attention layer, then the mean over layers. The dashed line is mean 1/(t+1) over the same
+    queries (one grey line where all models share it, else one per model in its colour).
     """
     runs = load_runs(runs)
     ax = axes_or_new(ax, 6.4, 3.6)
@@ -95,21 +107,28 @@ def plot_first_token_by_bucket(runs: Any, *, ax: Axes | None = None, log: bool =
     if buckets.empty:
         return not_applicable(ax, "No run has F-Attn by query position "
                                   "(first_token_buckets.csv).")
-    edges = sorted(set(zip(buckets["bucket_lo"], buckets["bucket_hi"])))
-    position = {edge: i for i, edge in enumerate(edges)}
     colors = model_colors(runs.models)
-    for model in runs.models:
+    drawn = [model for model in runs.models if (buckets["model"] == model).any()]
+    for model in drawn:
         rows = buckets[buckets["model"] == model]
-        if rows.empty:
-            continue
-        x = [position[edge] for edge in zip(rows["bucket_lo"], rows["bucket_hi"])]
-        ax.plot(x, rows["value"], marker="o", color=colors[model], label=plain(model))
-        # A wide dash as marker: visible even when the data reached one bucket only.
-        ax.plot(x, rows["uniform"], marker="_", markersize=16, linestyle="--", linewidth=1.0,
-                color=colors[model], label="_uniform reference")
-    ax.set_xticks(range(len(edges)), labels=[bucket_label(lo, hi) for lo, hi in edges])
-    ax.set_xlim(-0.5, len(edges) - 0.5)
-    ax.set_xlabel("query position t")
+        ax.plot(rows["bucket_lo"], rows["value"], marker="o", color=colors[model],
+                label=plain(model))
+    uniform = {model: tuple(buckets[buckets["model"] == model]["uniform"].round(12))
+               for model in drawn}
+    shared = len(set(uniform.values())) == 1
+    for model in drawn[:1] if shared else drawn:
+        rows = buckets[buckets["model"] == model]
+        ax.plot(rows["bucket_lo"], rows["uniform"], linestyle="--", linewidth=1.0,
+                marker="_", markersize=10,
+                color=REFERENCE_COLOR if shared else colors[model],
+                label="uniform 1/(t+1)" if shared else f"uniform 1/(t+1), {plain(model)}")
+    starts = sorted(set(buckets["bucket_lo"].astype(int)))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(starts, labels=[position_label(start) for start in starts])
+    ax.minorticks_off()
+    if len(starts) == 1:
+        ax.set_xlim(starts[0] / 2, starts[0] * 2)
+    ax.set_xlabel("query position t (first position of each bucket)")
     ax.set_ylabel("F-Attn (head-mean, mean over layers)")
     values = np.concatenate([buckets["value"].to_numpy(), buckets["uniform"].to_numpy()])
     values = values[np.isfinite(values) & (values > 0)]
@@ -117,5 +136,13 @@ def plot_first_token_by_bucket(runs: Any, *, ax: Axes | None = None, log: bool =
         ax.set_yscale("log")
     else:
         ax.set_ylim(bottom=0)
-    ax.legend(title="model (dashed: uniform 1/(t+1))")
+    ax.legend()
     return ax
+
+
+def position_label(position: int) -> str:
+    """1024 -> "1K", 1048576 -> "1M", 96 -> "96"."""
+    for size, suffix in ((1 << 20, "M"), (1 << 10, "K")):
+        if position >= size and position % size == 0:
+            return f"{position // size}{suffix}"
+    return str(position)

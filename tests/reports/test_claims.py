@@ -17,8 +17,9 @@ import pandas as pd
 import pytest
 
 import reports
+import reports.sections
 from reports import claims
-from reports.claims import CONSISTENT, NOT_CONSISTENT, NOT_TESTABLE
+from reports.claims import BELOW_THRESHOLD, CONSISTENT, NOT_CONSISTENT, NOT_TESTABLE
 
 # --- The numbers, independently of reports ------------------------------------------------
 
@@ -51,19 +52,28 @@ def expected(claim: int, gated: dict, base: dict | None = None) -> str:
     if claim == 1:
         holds = (gated["mean_gate"] <= claims.MEAN_GATE_MAX
                  and gated["low_share"] >= claims.LOW_GATE_SHARE_MIN)
+        # Direction only: below a gate without preference (0.5), more low scores than a
+        # uniform spread (0.1 below 0.1).
+        direction = gated["mean_gate"] < 0.5 and gated["low_share"] > 0.1
     elif claim == 2:
         ungated, control, dynamic = (gated[f"sparsity_{v}"]
                                      for v in ("ungated", "mean_gate", "gated"))
         holds = (control - ungated >= claims.SPARSITY_MIN_STEP
                  and dynamic - control >= claims.SPARSITY_MIN_STEP)
+        direction = ungated < control < dynamic
     elif claim == 3:
         base_ratio = base["f_attn"] / base["uniform"]
         if base_ratio < claims.SINK_MIN_RATIO:
             return NOT_TESTABLE
-        holds = gated["f_attn"] / gated["uniform"] <= base_ratio / claims.F_ATTN_MIN_REDUCTION
+        gated_ratio = gated["f_attn"] / gated["uniform"]
+        holds = gated_ratio <= base_ratio / claims.F_ATTN_MIN_REDUCTION
+        direction = gated_ratio < base_ratio
     else:
         holds = gated["m_act"] <= base["m_act"] / claims.M_ACT_MIN_REDUCTION
-    return CONSISTENT if holds else NOT_CONSISTENT
+        direction = gated["m_act"] < base["m_act"]
+    if holds:
+        return CONSISTENT
+    return BELOW_THRESHOLD if direction else NOT_CONSISTENT
 
 
 def verdict(table: pd.DataFrame, claim: int, models: str) -> str:
@@ -160,32 +170,33 @@ def test_numbers_column_holds_what_the_verdict_used(run_dirs):
     assert f"{csv['baseline']['m_act']:.3g}" in row["these runs"]
 
 
-@pytest.mark.parametrize("metric, inside, outside", [
-    ("mean", claims.MEAN_GATE_MAX - 0.005, claims.MEAN_GATE_MAX + 0.005),
-    ("frac_lt_0.1", claims.LOW_GATE_SHARE_MIN + 0.005, claims.LOW_GATE_SHARE_MIN - 0.005),
+@pytest.mark.parametrize("metric, inside, below, against", [
+    ("mean", claims.MEAN_GATE_MAX - 0.005, claims.MEAN_GATE_MAX + 0.005, 0.505),
+    ("frac_lt_0.1", claims.LOW_GATE_SHARE_MIN + 0.005, claims.LOW_GATE_SHARE_MIN - 0.005, 0.095),
 ])
-def test_claim1_flips_across_its_rule(copy_runs, metric, inside, outside):
+def test_claim1_flips_across_its_rule(copy_runs, metric, inside, below, against):
     runs = copy_runs("headwise")
-    set_gates(runs["headwise"], metric, inside)
-    assert verdict(table_of(runs), 1, "headwise") == CONSISTENT
-    set_gates(runs["headwise"], metric, outside)
-    assert verdict(table_of(runs), 1, "headwise") == NOT_CONSISTENT
-    assert expected(1, csv_numbers(runs["headwise"])) == NOT_CONSISTENT
+    for value, wanted in ((inside, CONSISTENT), (below, BELOW_THRESHOLD),
+                          (against, NOT_CONSISTENT)):
+        set_gates(runs["headwise"], metric, value)
+        assert verdict(table_of(runs), 1, "headwise") == wanted, value
+        assert expected(1, csv_numbers(runs["headwise"])) == wanted
 
 
-@pytest.mark.parametrize("shares", [
-    (0.10, 0.10 + claims.SPARSITY_MIN_STEP * 0.8, 0.40),  # control barely above ungated
-    (0.10, 0.30, 0.30 + claims.SPARSITY_MIN_STEP * 0.8),  # dynamic gate barely above control
-    (0.10, 0.40, 0.30),                                    # control sparser than the gate
-    (0.35, 0.30, 0.40),                                    # ungated sparser than the control
+@pytest.mark.parametrize("shares, wanted", [
+    ((0.10, 0.10 + claims.SPARSITY_MIN_STEP * 0.8, 0.40), BELOW_THRESHOLD),  # control barely up
+    ((0.10, 0.30, 0.30 + claims.SPARSITY_MIN_STEP * 0.8), BELOW_THRESHOLD),  # gate barely up
+    ((0.10, 0.40, 0.30), NOT_CONSISTENT),                  # control sparser than the gate
+    ((0.35, 0.30, 0.40), NOT_CONSISTENT),                  # ungated sparser than the control
+    ((0.10, 0.30, 0.30), NOT_CONSISTENT),                  # no step at all
 ])
-def test_claim2_flips_across_its_rule(copy_runs, shares):
+def test_claim2_flips_across_its_rule(copy_runs, shares, wanted):
     runs = copy_runs("headwise")
     set_sparsity(runs["headwise"], 0.10, 0.30, 0.40)
     assert verdict(table_of(runs), 2, "headwise") == CONSISTENT
     set_sparsity(runs["headwise"], *shares)
-    assert verdict(table_of(runs), 2, "headwise") == NOT_CONSISTENT
-    assert expected(2, csv_numbers(runs["headwise"])) == NOT_CONSISTENT
+    assert verdict(table_of(runs), 2, "headwise") == wanted
+    assert expected(2, csv_numbers(runs["headwise"])) == wanted
 
 
 def test_claim3_needs_a_sink_in_the_baseline(copy_runs):
@@ -208,7 +219,10 @@ def test_claim3_flips_across_its_rule(copy_runs):
     limit = base["f_attn"] / claims.F_ATTN_MIN_REDUCTION  # same uniform reference in both
     set_f_attn(runs["headwise"], limit * 0.98)
     assert verdict(table_of(runs), 3, "baseline vs headwise") == CONSISTENT
-    set_f_attn(runs["headwise"], limit * 1.02)
+    set_f_attn(runs["headwise"], limit * 1.02)  # smaller, but not 2x smaller
+    assert verdict(table_of(runs), 3, "baseline vs headwise") == BELOW_THRESHOLD
+    assert expected(3, csv_numbers(runs["headwise"]), base) == BELOW_THRESHOLD
+    set_f_attn(runs["headwise"], base["f_attn"] * 1.02)  # above the baseline: against
     assert verdict(table_of(runs), 3, "baseline vs headwise") == NOT_CONSISTENT
     assert expected(3, csv_numbers(runs["headwise"]), base) == NOT_CONSISTENT
 
@@ -219,10 +233,49 @@ def test_claim4_flips_across_its_rule(copy_runs):
     to_limit = base / claims.M_ACT_MIN_REDUCTION / gated
     scale_m_act(runs["headwise"], to_limit * 0.98)
     assert verdict(table_of(runs), 4, "baseline vs headwise") == CONSISTENT
-    scale_m_act(runs["headwise"], 1.02 / 0.98)
+    scale_m_act(runs["headwise"], 1.02 / 0.98)  # e.g. 1.84x smaller against a 2x rule
+    assert verdict(table_of(runs), 4, "baseline vs headwise") == BELOW_THRESHOLD
+    assert expected(4, csv_numbers(runs["headwise"]), csv_numbers(runs["baseline"])) \
+        == BELOW_THRESHOLD
+    scale_m_act(runs["headwise"], claims.M_ACT_MIN_REDUCTION * 1.02)  # above the baseline
     assert verdict(table_of(runs), 4, "baseline vs headwise") == NOT_CONSISTENT
     assert expected(4, csv_numbers(runs["headwise"]), csv_numbers(runs["baseline"])) \
         == NOT_CONSISTENT
+
+
+def drop_layer_as_nan(run: Path, layer: int) -> None:
+    """What probe writes when a NaN weight makes a layer all NaN: no finite statistic for that
+    layer (its massive.csv rows are left out) and the count in meta.json."""
+    edit(run, "massive", lambda frame: frame.drop(frame.index[frame["layer"] == layer],
+                                                  inplace=True))
+    meta = json.loads((run / "meta.json").read_text())
+    meta["nonfinite_activations"] = {f"{layer}:resid_post": 4096, f"{layer}:attn_out": 4096}
+    (run / "meta.json").write_text(json.dumps(meta))
+
+
+def test_nonfinite_layers_make_the_verdicts_untestable(copy_runs):
+    runs = copy_runs("baseline", "headwise")
+    before = table_of(runs)
+    assert set(before["verdict"]) == {CONSISTENT}
+    drop_layer_as_nan(runs["headwise"], 3)
+    table = table_of(runs)
+    # Every verdict involving headwise: M-Act over 3 of its 4 layers is no comparison.
+    for got in table["verdict"]:
+        assert got.startswith(NOT_TESTABLE + ": headwise has NaN/inf activations at layer 3"), got
+    # ... and the report's summary says so.
+    sections = {s.id: s for s in reports.sections.build_sections(reports.load_runs(
+        list(runs.values())))}
+    assert any("headwise has NaN/inf activations at layer 3" in note
+               for note in sections["summary"].notes)
+
+
+def test_a_layer_missing_from_massive_alone_is_untestable(copy_runs):
+    """Without the meta.json count (an older run), the missing layer still says it."""
+    runs = copy_runs("baseline", "headwise")
+    edit(runs["baseline"], "massive", lambda frame: frame.drop(
+        frame.index[frame["layer"] == 1], inplace=True))
+    got = verdict(table_of(runs), 4, "baseline vs headwise")
+    assert got.startswith(NOT_TESTABLE + ": baseline has NaN/inf activations at layer 1")
 
 
 def test_thresholds_live_in_the_named_constants(run_dirs, monkeypatch):
@@ -230,7 +283,7 @@ def test_thresholds_live_in_the_named_constants(run_dirs, monkeypatch):
     headwise = csv_numbers(run_dirs["headwise"])["mean_gate"]
     monkeypatch.setattr(claims, "MEAN_GATE_MAX", round(headwise - 0.01, 3))
     table = reports.claims_table(run_dirs["headwise"])
-    assert verdict(table, 1, "headwise") == NOT_CONSISTENT
+    assert verdict(table, 1, "headwise") == BELOW_THRESHOLD
     assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in table["rule"].iloc[0]
     assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in claims.claims_caption()
 
@@ -361,7 +414,7 @@ def test_summary_numbers_stand_in_for_a_missing_table(run_dirs):
     base_m_act = csv_numbers(run_dirs["baseline"])["m_act"]  # its massive.csv is there
     gated.summary["m_act"] = base_m_act / (claims.M_ACT_MIN_REDUCTION * 1.05)
     assert verdict(reports.claims_table(base, gated), 4, "baseline vs headwise") == CONSISTENT
-    gated.summary["m_act"] = base_m_act / (claims.M_ACT_MIN_REDUCTION * 0.95)
+    gated.summary["m_act"] = base_m_act * 1.05
     assert verdict(reports.claims_table(base, gated), 4, "baseline vs headwise") \
         == NOT_CONSISTENT
     del gated.summary["m_act"]

@@ -1,41 +1,24 @@
-"""reports.pdf: the same figures and tables, one titled page each, stable bytes."""
+"""reports.pdf: numbered figures and tables that fit their slots, few pages, stable bytes."""
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from pypdf import PdfReader
 
 import reports
-from reports.pdf import _row_chunks, _wrapped_cells
+from reports import pdf as report_pdf
+from reports.sections import FigureItem, Section, TableItem, build_sections, shown
 
-PAGE_TITLES = [
-    "Gated attention report: baseline vs headwise vs hybrid",
-    "Claims of the paper",
-    "Claims of the paper (continued)",  # eight rows: one per claim and gated model
-    "Summary — Model summary (paper Table 4 style)",
-    "Attention on the first token (F-Attn) — F-Attn per layer and head",
-    "Attention on the first token (F-Attn) — F-Attn per layer",
-    "Attention on the first token (F-Attn) — F-Attn by query position",
-    "Attention patterns — Attention patterns of the display prompt",
-    "Massive activations (M-Act) — M-Act per layer at four sites",
-    "Massive activations (M-Act) — Largest activations",
-    "Gate scores — Gate score distributions per layer",
-    "Gate scores — Gate score statistics per layer",
-    "Gate scores — Mean gate score per layer and head",
-    "Gate scores — Gate saturation",
-    "Gate scores — Gate score by position",
-    "Gate scores — Mean gate score by token type",
-    "Gate scores — Gate score by token type, all gated layers",
-    "Sparsity of the attention output — Sparsity per layer",
-    "Sparsity of the attention output — Sparsity over the threshold sweep",
-    "Interventions — Loss change under interventions, all layers",
-    "Interventions — Loss under interventions",
-    "Interventions — Loss change per intervened layer",
-    "Training — Training curves",
-    "Inference: long inputs, latency, memory — Held-out loss by input length",
-    "Inference: long inputs, latency, memory — Latency and memory",
-    "Provenance",
-]
+FIRST_PAGE_TITLE = "Gated attention report: baseline vs headwise vs hybrid"
+CM = 72 / 2.54  # points per centimetre
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +31,30 @@ def page_texts(pdf) -> list[str]:
     return [page.extract_text() for page in pdf.pages]
 
 
-def test_one_titled_page_per_figure_and_table(page_texts):
-    assert len(page_texts) == len(PAGE_TITLES)
-    assert [text.splitlines()[0] for text in page_texts] == PAGE_TITLES
+@pytest.fixture(scope="module")
+def sections(all_runs) -> list[Section]:
+    return build_sections(all_runs)
+
+
+def items_of(sections, kind):
+    return [item for section in shown(sections) for item in section.items
+            if isinstance(item, kind)]
+
+
+def test_every_page_opens_with_its_title(page_texts, sections):
+    titles = [text.splitlines()[0] for text in page_texts]
+    assert titles[0] == FIRST_PAGE_TITLE
+    allowed = {s.title for s in shown(sections)} | {f"{s.title} (continued)"
+                                                     for s in shown(sections)}
+    assert set(titles[1:]) <= allowed, titles
+    # Every shown section's heading is somewhere, in order.
+    text = "\n".join(page_texts)
+    positions = [text.index(section.title) for section in shown(sections)]
+    assert positions == sorted(positions)
+
+
+def test_three_models_fit_in_fifteen_pages(pdf):
+    assert len(pdf.pages) <= 15
 
 
 def test_pages_are_a4_landscape(pdf):
@@ -61,30 +65,48 @@ def test_pages_are_a4_landscape(pdf):
 
 def test_metadata_is_fixed_and_dateless(pdf):
     metadata = pdf.metadata
-    assert metadata["/Title"] == PAGE_TITLES[0]
+    assert metadata["/Title"] == FIRST_PAGE_TITLE
     assert metadata["/Creator"] == "probe reports"
     assert "/CreationDate" not in metadata and "/ModDate" not in metadata
 
 
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def test_figures_and_tables_are_numbered_with_their_captions(page_texts, sections):
+    """Figure 1..n and Table 1..m in reading order, each followed by its caption, in the PDF
+    as in the HTML (the same numbers: both come from build_sections)."""
+    text = _squash("\n".join(page_texts))
+    for kind, word in ((FigureItem, "Figure"), (TableItem, "Table")):
+        items = items_of(sections, kind)
+        assert [item.number for item in items] == list(range(1, len(items) + 1))
+        where = []
+        for item in items:
+            needle = _squash(f"{word} {item.number}. {item.caption[:60]}")
+            assert needle in text, needle
+            where.append(text.index(needle))
+        assert where == sorted(where)
+
+
+def test_html_numbers_match(built_report, sections):
+    html = built_report["html"].read_text(encoding="utf-8")
+    for item in items_of(sections, FigureItem) + items_of(sections, TableItem):
+        assert f"<strong>{item.label}.</strong>" in html
+
+
 def test_pages_carry_captions_notes_and_tables(page_texts):
     assert "2026-11-02T08:30:00Z" in page_texts[0]
-    page = {title: text for title, text in zip(PAGE_TITLES, page_texts)}
-    summary = page["Summary — Model summary (paper Table 4 style)"]
-    assert "no gate" in summary and "1053" in summary and "0.467" in summary
-    assert "Does not apply: baseline has no attention-output gate" in summary
-    heatmap = page["Attention on the first token (F-Attn) — F-Attn per layer and head"]
-    assert "Figure. Attention probability on the first token" in heatmap
-    assert "hatched: linear attention" in heatmap
-    assert "Does not apply: headwise has no training log" in page["Training — Training curves"]
-    interventions = page["Interventions — Loss under interventions"]
-    assert "Δ gate = 0" in interventions and "+2.500" in interventions
-    # A section's notes open its first page.
-    assert ("headwise has no intervention results"
-            in page["Interventions — Loss change under interventions, all layers"])
-    assert "dollar $" in page["Gate scores — Gate score by token type, all gated layers"]
-    provenance = page["Provenance"]
+    text = "\n".join(page_texts)
+    assert "no gate" in text and "1053" in text and "0.467" in text
+    assert "Does not apply: baseline has no attention-output gate" in text
+    assert "hatched: linear attention" in text
+    assert "Does not apply: headwise has no training log" in text
+    assert "Δ gate = 0" in text and "+2.500" in text
+    assert "headwise has no intervention results" in text
+    assert "dollar $" in text
     for field in ("checkpoint", "BOS policy", "position 0 holds", "versions", "command line"):
-        assert field in provenance, field
+        assert field in text, field
 
 
 def test_same_runs_give_the_same_bytes(run_dirs, built_report, generated_at, tmp_path):
@@ -93,13 +115,87 @@ def test_same_runs_give_the_same_bytes(run_dirs, built_report, generated_at, tmp
     assert again["pdf"].read_bytes() == built_report["pdf"].read_bytes()
 
 
-def test_long_tables_continue_on_the_next_page():
-    import pandas as pd
+def _table_section(rows: int) -> Section:
+    frame = pd.DataFrame({"value": [f"row {i} " + "text " * 30 for i in range(rows)]},
+                         index=[f"field {i}" for i in range(rows)])
+    item = TableItem("long", "Long", frame, "A long table.", index_label="field", number=1)
+    return Section("long", "Long table", "Rows that need several pages.", [item])
 
-    frame = pd.DataFrame({"value": [f"row {i} " + "text " * 30 for i in range(60)]},
-                         index=[f"field {i}" for i in range(60)])
-    cells = _wrapped_cells(frame, "field")
-    chunks = _row_chunks(cells, first_in=5.0, later_in=6.5)
-    assert len(chunks) > 1
-    assert sum(len(chunk) for chunk in chunks) == 60
-    assert [row[0] for chunk in chunks for row in chunk] == [f"field {i}" for i in range(60)]
+
+def test_long_tables_continue_on_the_next_page(tmp_path):
+    path = tmp_path / "long.pdf"
+    titles = report_pdf.write_pdf([_table_section(60)], path, title="Long", subtitle="",
+                                  generated_at="now")
+    assert len(titles) > 2 and titles[-1] == "Long table (continued)"
+    texts = [page.extract_text() for page in PdfReader(path).pages]
+    seen = [int(n) for text in texts for n in re.findall(r"field (\d+)", text)]
+    assert seen == list(range(60))  # every row once, in order
+    assert all("field" in text.splitlines()[1] or i == 0 for i, text in enumerate(texts[1:]))
+
+
+def _rendered_width_pt(text: str, size: float, bold: bool) -> float:
+    """The width matplotlib draws, independently of reports.measure."""
+    figure = Figure(dpi=72)
+    canvas = FigureCanvasAgg(figure)
+    artist = figure.text(0, 0, text, fontsize=size, parse_math=False,
+                         fontweight="bold" if bold else "normal", family="DejaVu Sans")
+    return artist.get_window_extent(canvas.get_renderer()).width
+
+
+def test_cell_text_stays_inside_its_cell(sections):
+    """Every wrapped line of the provenance table (paths, hashes, command lines) is narrower
+    than its column, measured by drawing it."""
+    table = next(item for item in items_of(sections, TableItem) if item.id == "provenance-table")
+    rows = [[table.index_label, *table.frame.columns],
+            *[[label, *values] for label, values in zip(table.frame.index,
+                                                          table.frame.itertuples(index=False))]]
+    rows = [[str(cell) for cell in row] for row in rows]
+    size = report_pdf.TABLE_SIZE - 0.5
+    widths = report_pdf._column_widths(rows, size)
+    assert sum(widths) <= report_pdf.TEXT_WIDTH_IN * 72 + 1e-6
+    for r, row in enumerate(rows):
+        for c, (cell, width) in enumerate(zip(row, widths)):
+            bold = r == 0 or c == 0
+            for line in reports.measure.wrap(cell, width - 2 * report_pdf.CELL_PAD_PT, size, bold):
+                assert _rendered_width_pt(line, size, bold) <= width - 2 * report_pdf.CELL_PAD_PT + 0.5
+
+
+def test_a_long_title_is_wrapped_not_clipped(run_dirs, tmp_path):
+    title = "Gated attention report: " + " vs ".join(f"a-model-with-a-long-name-{i}"
+                                                     for i in range(6))
+    path = tmp_path / "report.pdf"
+    report_pdf.write_pdf(build_sections(reports.load_runs(run_dirs["headwise"])), path,
+                         title=title, subtitle="", generated_at="now")
+    first = PdfReader(path).pages[0].extract_text()
+    assert _squash(title) in _squash(first)
+    for line in reports.measure.wrap(title, report_pdf.TEXT_WIDTH_IN * 72,
+                                     report_pdf.COVER_TITLE_SIZE, bold=True):
+        assert _rendered_width_pt(line, report_pdf.COVER_TITLE_SIZE, True) \
+            <= report_pdf.TEXT_WIDTH_IN * 72 + 0.5
+
+
+def test_every_figure_is_at_least_12_cm_wide(sections):
+    for item in items_of(sections, FigureItem):
+        rendered = PdfReader(__import__("io").BytesIO(report_pdf.render_figure(item))).pages[0]
+        assert float(rendered.mediabox.width) >= 12 * CM - 0.5, item.id
+
+
+@pytest.mark.skipif(shutil.which("pdftoppm") is None, reason="pdftoppm (poppler-utils) missing")
+def test_the_page_of_every_section_has_content(built_report, page_texts, sections, tmp_path):
+    """Rendered, the page where each section starts has ink well beyond its heading."""
+    subprocess.run(["pdftoppm", "-r", "30", "-gray", str(built_report["pdf"]),
+                    str(tmp_path / "page")], check=True)
+    pages = sorted(tmp_path.glob("page-*.pgm"))
+    assert len(pages) == len(page_texts)
+    for section in shown(sections):
+        index = next(i for i, text in enumerate(page_texts) if section.title in text)
+        image = _read_pgm(pages[index])
+        ink = (image < 200).mean()
+        assert ink > 0.01, (section.title, ink)
+
+
+def _read_pgm(path) -> np.ndarray:
+    data = path.read_bytes()
+    header = data.split(maxsplit=4)
+    width, height = int(header[1]), int(header[2])
+    return np.frombuffer(data[-width * height:], dtype=np.uint8).reshape(height, width)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from matplotlib.axes import Axes
@@ -74,21 +76,33 @@ def test_first_token_heatmap_hatches_linear_attention_layers(all_runs, specs):
 
 def test_first_token_by_layer_overlays_models_with_uniform_reference(all_runs):
     ax = reports.plot_first_token_by_layer(all_runs)
-    assert legend_labels(ax) == list(all_runs.models)
+    # The three runs read the same queries: one grey reference, not three coinciding lines.
+    assert legend_labels(ax) == [*all_runs.models, "uniform 1/(t+1)"]
     assert tick_labels(ax) == layer_labels(range(6))  # union of 4- and 6-layer models
     hybrid = next(line for line in ax.get_lines() if line.get_label() == "hybrid")
     assert list(hybrid.get_xdata()) == [3, 5]  # attention layers only
     uniform = all_runs.summary["baseline"]["f_attn_uniform"]
     dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
-    assert dashed and all(np.allclose(line.get_ydata(), uniform) for line in dashed)
+    assert len(dashed) == 1 and np.allclose(dashed[0].get_ydata(), uniform)
     assert "F-Attn" in ax.get_ylabel()
+
+
+def test_different_uniform_references_get_one_line_per_model(run_dirs):
+    from dataclasses import replace
+
+    runs = reports.load_runs([run_dirs["baseline"], run_dirs["headwise"]])
+    summary = {**runs.summary, "headwise": {**runs.summary["headwise"], "f_attn_uniform": 0.02}}
+    ax = reports.plot_first_token_by_layer(replace(runs, summary=summary))
+    dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert [line.get_ydata()[0] for line in dashed] == [0.0068, 0.02]
+    assert legend_labels(ax)[2:] == ["uniform 1/(t+1), baseline", "uniform 1/(t+1), headwise"]
 
 
 def test_plots_accept_paths_analyses_and_a_given_axes(run_dirs):
     fig = Figure()
     ax = fig.add_subplot()
     assert reports.plot_first_token_by_layer(run_dirs["baseline"], ax=ax) is ax
-    assert legend_labels(ax) == ["baseline"]
+    assert legend_labels(ax) == ["baseline", "uniform 1/(t+1)"]
     heatmap = reports.plot_first_token_heatmap([str(run_dirs["headwise"])])
     assert [a.get_title() for a in panels(heatmap)] == ["headwise"]
 
@@ -290,13 +304,35 @@ def test_interventions_by_layer_one_panel_per_intervention(all_runs):
 
 def test_first_token_by_bucket_lines_with_uniform_reference(all_runs):
     ax = reports.plot_first_token_by_bucket(all_runs)
-    assert legend_labels(ax) == ["baseline", "headwise"]  # hybrid has no buckets
-    assert tick_labels(ax) == ["1–1K", "1K–4K", "4K+"]
-    assert ax.get_xlabel() == "query position t" and "F-Attn" in ax.get_ylabel()
+    # hybrid has no buckets; both others share the uniform reference: one grey line
+    assert legend_labels(ax) == ["baseline", "headwise", "uniform 1/(t+1)"]
+    assert tick_labels(ax) == ["1", "1K", "4K"]  # each bucket at its first position
+    assert ax.get_xscale() == "log" and "F-Attn" in ax.get_ylabel()
     assert ax.get_yscale() == "log"  # sink and uniform differ by decades
     dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
-    assert len(dashed) == 2
+    assert len(dashed) == 1
     assert np.allclose(dashed[0].get_ydata(), [0.007, 0.007 / 4, 0.007 / 16])
+
+
+def test_powers_of_two_buckets_of_a_short_run(run_dirs, tmp_path):
+    """A 128-token run has buckets [1, 2) ... [64, 128): seven points, and the caption says so."""
+    import shutil
+
+    import pandas as pd
+
+    from reports.sections import build_sections
+
+    run = Path(shutil.copytree(run_dirs["headwise"], tmp_path / "headwise"))
+    rows = [{"model": "headwise", "layer": layer, "head": head, "bucket_lo": 2 ** k,
+             "bucket_hi": 2 ** (k + 1), "value": 0.1, "n_queries": 2 ** k, "uniform": 0.05}
+            for layer in range(4) for head in range(4) for k in range(7)]
+    pd.DataFrame(rows).to_csv(run / "first_token_buckets.csv", index=False)
+    ax = reports.plot_first_token_by_bucket(run)
+    assert tick_labels(ax) == ["1", "2", "4", "8", "16", "32", "64"]
+    figure = next(item for section in build_sections(reports.load_runs(run))
+                  for item in section.items if item.id == "f-attn-by-position")
+    assert "2^k ≤ t < 2^(k+1) (7 buckets, from t = 1 up to the longest sequence analysed, 127)" \
+        in figure.caption
 
 
 def test_loss_by_length_and_training_length(all_runs):

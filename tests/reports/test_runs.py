@@ -147,3 +147,79 @@ def test_importing_reports_loads_no_model_library():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True, cwd=Path(reports.__file__).parents[1])
     assert result.stdout.strip() == "[]"
+
+
+# -- a run directory that does not fit the schema is refused, naming the file -----------------------
+
+def _damaged_copy(run_dirs, tmp_path, damage: str) -> tuple[Path, str]:
+    """A copy of the headwise run with one kind of damage; returns (folder, file it names)."""
+    import shutil
+
+    run = tmp_path / "headwise"
+    shutil.copytree(run_dirs["headwise"], run)
+    first = run / "first_token.csv"
+    text = first.read_text()
+    lines = text.splitlines(keepends=True)
+    if damage == "no_value_column":
+        pd.read_csv(first).drop(columns="value").to_csv(first, index=False)
+    elif damage == "bad_cell":
+        first.write_text(text.replace(lines[3].split(",")[-1], "0.5x\n", 1))
+    elif damage == "bad_layer_cell":
+        first.write_text(lines[0] + lines[1].replace(",0,", ",zero,", 1) + "".join(lines[2:]))
+    elif damage == "cut_mid_line":
+        first.write_text(text[: len(text) // 2])
+    elif damage == "cut_at_a_line_end":          # found by meta.json's list of tables
+        meta = json.loads((run / "meta.json").read_text())
+        meta["tables"] = {"first_token": len(lines) - 1}
+        (run / "meta.json").write_text(json.dumps(meta))
+        first.write_text("".join(lines[: len(lines) // 2]))
+    elif damage == "deleted":
+        meta = json.loads((run / "meta.json").read_text())
+        meta["tables"] = {"first_token": len(lines) - 1}
+        (run / "meta.json").write_text(json.dumps(meta))
+        first.unlink()
+    elif damage == "empty":
+        first.write_text("")
+    elif damage == "short_row":
+        first.write_text(lines[0] + lines[1].rsplit(",", 2)[0] + "\n" + "".join(lines[2:]))
+    elif damage == "invalid_summary":
+        (run / "summary.json").write_text('{"model": "headwise", "f_attn": 0.')
+        return run, "summary.json"
+    elif damage == "list_meta":
+        (run / "meta.json").write_text("[1, 2, 3]")
+        return run, "meta.json"
+    elif damage == "string_number_in_summary":
+        summary = json.loads((run / "summary.json").read_text())
+        summary["m_act"] = "big"
+        (run / "summary.json").write_text(json.dumps(summary))
+        return run, "summary.json"
+    return run, "first_token.csv"
+
+
+DAMAGES = {"no_value_column": "lacks the column value", "bad_cell": "'0.5x' is not a number",
+           "bad_layer_cell": "'zero' is not an integer", "cut_mid_line": "cut short",
+           "cut_at_a_line_end": "rows but meta.json lists", "deleted": "is missing",
+           "empty": "is empty", "short_row": "has 4 fields, the header 6",
+           "invalid_summary": "not valid JSON", "list_meta": "not an object",
+           "string_number_in_summary": "m_act is 'big'"}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_damaged_run_directory_is_refused_naming_the_file(damage, run_dirs, tmp_path):
+    from reports.runs import RunDirectoryError
+
+    run, file = _damaged_copy(run_dirs, tmp_path, damage)
+    with pytest.raises(RunDirectoryError) as caught:
+        reports.load_runs(run)
+    message = str(caught.value)
+    assert str(run / file) in message and DAMAGES[damage] in message, message
+    assert "\n" not in message
+
+
+def test_an_in_memory_table_without_a_column_is_refused(run_dirs):
+    from reports.runs import RunDirectoryError
+
+    analysis = analysis_from(run_dirs["headwise"])
+    analysis.first_token = analysis.first_token.drop(columns="value")
+    with pytest.raises(RunDirectoryError, match="first_token table of .* lacks the column value"):
+        reports.load_runs(analysis)

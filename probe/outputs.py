@@ -1,0 +1,91 @@
+"""What the commands write: run directories with their report, and reports of saved runs.
+
+Each is written whole or not at all. A run directory and the report beside it are built in one
+temporary folder and renamed into place together, so a full disk while writing the report
+leaves neither (the command can simply be run again). A report of saved runs goes into an
+existing folder: the files this command added are removed again when it fails.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .atomic import atomic_directory, describe_os_error, os_error_in
+from .errors import ProbeError
+
+
+def write_runs(analyses: dict[str, object] | object, out: Path, *, force: bool, formats=(),
+               title: str | None = None) -> dict[str, Path]:
+    """Write one run directory (an Analysis) or a folder of them ({name: Analysis}) at `out`,
+    with report.<fmt> for each of `formats`; returns {format: final path}."""
+    out = Path(out)
+    with atomic_directory(out, force) as tmp:
+        if isinstance(analyses, dict):
+            folders = {}
+            for name, analysis in analyses.items():
+                (tmp / name).mkdir()
+                analysis.write_into(tmp / name)
+                folders[tmp / name] = out / name
+        else:
+            analyses.write_into(tmp)
+            folders = {tmp: out}
+        if formats:
+            _report(folders, tmp, formats, title)
+    return {fmt: out / f"report.{fmt}" for fmt in formats}
+
+
+def _report(folders: dict[Path, Path], into: Path, formats, title) -> None:
+    """Build the report from run directories written in a temporary folder; the report names
+    them where they will be."""
+    from reports import build_report, load_runs
+
+    runs = load_runs(list(folders))
+    where = dict(zip(runs.models, folders.values()))
+    runs.sources.update({model: str(path) for model, path in where.items()})
+    build_report(runs, into, formats=formats, title=title)
+
+
+def write_report(runs, out: Path, *, formats, title: str | None, force: bool) -> dict:
+    """`probe report`: report.<fmt> of saved runs (run directories or the `Runs` read from
+    them) into the folder `out`."""
+    from reports import build_report
+    from reports.runs import RunDirectoryError
+
+    from .atomic import check_writable
+
+    if not formats:
+        raise ProbeError("--format is empty; use html, pdf or html,pdf")
+    check_writable(out)
+    targets = [out / f"report.{fmt}" for fmt in formats]
+    for target in targets:
+        if target.exists() and not force:
+            raise ProbeError(f"{target} already exists; pass --force to replace it")
+    new = [t for t in targets if not t.exists()]
+    made_folder = not out.exists()
+    try:
+        return build_report(runs, out, formats=formats, title=title)
+    except RunDirectoryError as err:
+        raise ProbeError(str(err)) from None
+    except Exception as err:
+        cause = os_error_in(err)
+        if cause is None:
+            raise
+        for target in new:
+            target.unlink(missing_ok=True)
+        if made_folder:
+            try:
+                out.rmdir()
+            except OSError:
+                pass
+        raise ProbeError(f"could not write the report into {out} ({describe_os_error(cause)}); "
+                         "nothing was written") from None
+
+
+def load_run_dirs(run_dirs: list[Path]):
+    """Read saved runs for the claims table, one line for a run directory that does not fit."""
+    from reports import load_runs
+    from reports.runs import RunDirectoryError
+
+    try:
+        return load_runs(run_dirs)
+    except RunDirectoryError as err:
+        raise ProbeError(str(err)) from None

@@ -1,0 +1,303 @@
+"""Every command on generated faults of what it writes and of the state it reads back.
+
+For each (command, fault) of the table: exit status 2, exactly one line on stderr and it starts
+`probe: error:`, no traceback, and nothing left behind: the folder holds what it held before the
+command, so the corrected command (the same one once the fault is gone, or with a usable --out)
+does not trip over a half-written run, a stray temporary or a partial folder. Cheap commands
+also run the corrected command, which must succeed.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from probe.cli import main
+
+TRAIN = ["--arm", "none", "--tokens", "256", "--layers", "1", "--width", "32", "--heads", "1",
+         "--kv-heads", "1", "--seq-len", "16", "--batch-size", "4", "--vocab-size", "280",
+         "--threads", "1", "--quiet"]
+ANALYZE = ["--seq-len", "16", "--batch-size", "1", "--max-sequences", "2", "--quiet", "--save-every", "0"]
+
+
+def _os_error(code: int) -> OSError:
+    return OSError(code, os.strerror(code))
+
+
+def _fail_when(monkeypatch, module, name: str, code: int, when: Callable[..., bool] = lambda *a, **k: True):
+    """Make module.name raise OSError(code) when `when(*args)` holds."""
+    real = getattr(module, name)
+
+    def failing(*args, **kwargs):
+        if when(*args, **kwargs):
+            raise _os_error(code)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, name, failing)
+
+
+def _fd_path(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+# -- faults: each takes (monkeypatch, ctx) and makes one thing fail --------------------------------
+
+def read_only(monkeypatch, ctx):
+    """A read-only file system: making any temporary file or folder fails with EROFS."""
+    _fail_when(monkeypatch, tempfile, "mkdtemp", errno.EROFS)
+    _fail_when(monkeypatch, tempfile, "mkstemp", errno.EROFS)
+    _fail_when(monkeypatch, os, "mkdir", errno.EROFS, lambda path, *a, **k: str(path).startswith(str(ctx.root)))
+
+
+def disk_full(monkeypatch, ctx):
+    """Every flush of a file under ctx.root runs out of space."""
+    _fail_when(monkeypatch, os, "fsync", errno.ENOSPC, lambda fd, *a: _fd_path(fd).startswith(str(ctx.root)))
+
+
+def disk_full_in_run(monkeypatch, ctx):
+    """The disk fills up while the finished run directory is written (after the pass)."""
+    _fail_when(monkeypatch, os, "fsync", errno.ENOSPC, lambda fd, *a: ".partial-" in _fd_path(fd))
+
+
+def disk_full_in_report(monkeypatch, ctx):
+    """The disk fills up when a report file is put in place (the run itself fits)."""
+    _fail_when(monkeypatch, os, "replace", errno.ENOSPC,
+               lambda src, dst, *a, **k: Path(src).name.startswith(".report."))
+
+
+def disk_full_in_checkpoint(monkeypatch, ctx):
+    """safetensors runs out of space while saving the weights."""
+    import probe.train.loop
+    from safetensors import SafetensorError
+
+    def save_model(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    monkeypatch.setattr(probe.train.loop, "save_model", save_model)
+
+
+def unwritable(monkeypatch, ctx):
+    """A folder this user cannot write to: chmod 0500. Root may write there all the same, so for
+    root os.access answers as it would for anyone else, and making anything inside fails."""
+    ctx.locked.mkdir()
+    ctx.locked.chmod(0o500)
+    if os.geteuid() == 0:
+        real = os.access
+
+        def inside(path) -> bool:
+            return str(path) == str(ctx.locked) or str(path).startswith(str(ctx.locked) + os.sep)
+        monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if inside(path) else real(path, mode, *a, **k))
+        _fail_when(monkeypatch, os, "mkdir", errno.EACCES, lambda path, *a, **k: inside(path))
+
+
+# -- the commands -----------------------------------------------------------------------------------
+
+@dataclass
+class Ctx:
+    root: Path
+    ckpt: Path
+    text: Path
+    run: Path                   # a saved run directory (outside root)
+    corpus: Path
+
+    @property
+    def afile(self) -> Path:
+        return self.root / "afile"
+
+    @property
+    def locked(self) -> Path:
+        return self.root / "locked"
+
+    def out(self, kind: str) -> Path:
+        return {"fresh": self.root / "out", "file": self.afile, "under_file": self.afile / "sub",
+                "unwritable": self.locked / "out"}[kind]
+
+
+COMMANDS = {
+    "analyze": lambda c, out: ["analyze", str(c.ckpt), "--data", str(c.text), "--out", str(out), *ANALYZE],
+    "analyze_report": lambda c, out: ["analyze", str(c.ckpt), "--data", str(c.text), "--out", str(out),
+                                      "--report", "html", *ANALYZE],
+    "compare": lambda c, out: ["compare", str(c.ckpt), str(c.ckpt), "--data", str(c.text), "--out", str(out),
+                               "--format", "html", *ANALYZE[:-2]],
+    "report": lambda c, out: ["report", str(c.run), "--out", str(out), "--format", "html"],
+    "train": lambda c, out: ["train", "--data", str(c.corpus), "--out", str(out), *TRAIN],
+}
+
+
+@dataclass
+class Case:
+    command: str
+    out: str = "fresh"                                  # which --out (Ctx.out)
+    fault: Callable | None = None
+    extra: tuple = ()
+    setup: Callable | None = None                       # (ctx, out) -> None: damage made before
+    says: str = ""                                      # in the error line
+    corrected: bool = False                             # also run the corrected command
+    fixed: tuple = field(default=())                    # the corrected command's extra arguments
+
+
+def _partial(ctx, out, text_state=b"\x80\x04garbage" * 40, progress='{"batches_done": 1, "fingerprint": {}}'):
+    partial = out.with_name(out.name + ".partial")
+    partial.mkdir()
+    (partial / "state-rank0.pt").write_bytes(text_state)
+    (partial / "progress.json").write_text(progress)
+
+
+def _partial_is_a_file(ctx, out):
+    out.with_name(out.name + ".partial").write_text("not a folder")
+
+
+CASES = {
+    # analyze
+    "analyze/out is a file": Case("analyze", "file", says="is a file"),
+    "analyze/--force, out is a file": Case("analyze", "file", extra=("--force",), says="is a file"),
+    "analyze/out under a file": Case("analyze", "under_file", says="is a file, not a folder"),
+    "analyze/read-only file system": Case("analyze", fault=read_only, says="Read-only file system", corrected=True),
+    "analyze/unwritable folder": Case("analyze", "unwritable", fault=unwritable, says="not writable"),
+    "analyze/disk full saving the state": Case("analyze", fault=disk_full, says="No space left on device",
+                                               corrected=True),
+    "analyze/disk full writing the run": Case("analyze", fault=disk_full_in_run, says="No space left on device"),
+    "analyze/garbage state": Case("analyze", extra=("--resume",), setup=_partial, says="damaged",
+                                  corrected=True, fixed=("--force",)),
+    "analyze/progress not an object": Case("analyze", extra=("--resume",),
+                                           setup=lambda c, o: _partial(c, o, progress="[1, 2]"),
+                                           says="not the object", corrected=True, fixed=("--force",)),
+    "analyze/partial folder is a file": Case("analyze", setup=_partial_is_a_file, says="is a file"),
+    "analyze/--report, disk full": Case("analyze_report", fault=disk_full_in_report,
+                                        says="No space left on device", corrected=True),
+    # compare
+    "compare/out is a file": Case("compare", "file", says="is a file"),
+    "compare/out under a file": Case("compare", "under_file", says="is a file, not a folder"),
+    "compare/read-only file system": Case("compare", fault=read_only, says="Read-only file system"),
+    "compare/report, disk full": Case("compare", fault=disk_full_in_report, says="No space left on device"),
+    # report
+    "report/out is a file": Case("report", "file", says="is a file"),
+    "report/out under a file": Case("report", "under_file", says="is a file, not a folder"),
+    "report/read-only file system": Case("report", fault=read_only, says="Read-only file system", corrected=True),
+    "report/unwritable folder": Case("report", "unwritable", fault=unwritable, says="not writable"),
+    "report/disk full": Case("report", fault=disk_full_in_report, says="No space left on device"),
+    "report/--format empty": Case("report", extra=("--format", ""), says="--format is empty"),
+    # train
+    "train/out is a file": Case("train", "file", says="is a file"),
+    "train/out under a file": Case("train", "under_file", says="is a file, not a folder"),
+    "train/read-only file system": Case("train", fault=read_only, says="Read-only file system"),
+    "train/unwritable folder": Case("train", "unwritable", fault=unwritable, says="not writable"),
+    "train/disk full": Case("train", fault=disk_full, says="No space left on device"),
+    "train/disk full saving the weights": Case("train", fault=disk_full_in_checkpoint,
+                                               says="No space left on device", corrected=True),
+}
+
+
+# -- damaged run directories for probe report --------------------------------------------------------
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines(keepends=True)
+
+
+RUN_DAMAGE = {
+    "deleted csv": (lambda run: (run / "massive.csv").unlink(), "massive.csv is missing"),
+    "half-cut csv": (lambda run: (run / "gates.csv").write_text((run / "gates.csv").read_text()[:3001]),
+                     "gates.csv"),
+    "csv cut at a line end": (lambda run: (run / "sparsity.csv").write_text("".join(_lines(run / "sparsity.csv")[:7])),
+                              "sparsity.csv has 6 rows"),
+    "no value column": (lambda run: (run / "first_token.csv").write_text(
+        "".join(line.rsplit(",", 1)[0] + "\n" for line in _lines(run / "first_token.csv"))),
+        "first_token.csv lacks the column value"),
+    "bad cell": (lambda run: (run / "massive.csv").write_text(
+        (run / "massive.csv").read_text().replace("max_abs,", "max_abs,big", 1)), "is not a number"),
+    "non-numeric layer": (lambda run: (run / "first_token.csv").write_text(
+        "".join(_lines(run / "first_token.csv")[:1]) + "".join(_lines(run / "first_token.csv")[1:]).replace(",0,", ",L0,", 1)),
+        "is not an integer"),
+    "empty csv": (lambda run: (run / "first_token.csv").write_text(""), "first_token.csv is empty"),
+    "invalid summary.json": (lambda run: (run / "summary.json").write_text('{"model": "x", '), "summary.json is not valid JSON"),
+    "non-object summary.json": (lambda run: (run / "summary.json").write_text('"x"'), "summary.json holds a JSON str"),
+    "invalid meta.json": (lambda run: (run / "meta.json").write_text("{nope}"), "meta.json is not valid JSON"),
+    "non-object meta.json": (lambda run: (run / "meta.json").write_text("[]"), "meta.json holds a JSON list"),
+}
+
+
+@pytest.fixture(scope="module")
+def saved_run(checkpoint, text_file, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("fuzz-run") / "run"
+    assert main(["analyze", str(checkpoint("official_headwise")), "--data", str(text_file), "--out", str(out),
+                 *ANALYZE]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    from samples import TEXT
+
+    path = tmp_path_factory.mktemp("fuzz-corpus") / "docs.txt"
+    path.write_text((TEXT + "\n\n") * 4)
+    return path
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+def _one_error_line(capsys, argv) -> str:
+    capsys.readouterr()
+    code = main(argv)
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == 2, (code, err)
+    assert "Traceback" not in captured.err + captured.out
+    assert err.startswith("probe: error: ") and "\n" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_an_output_fault_is_one_line_and_leaves_nothing(name, checkpoint, text_file, saved_run, corpus,
+                                                       tmp_path, monkeypatch, capsys):
+    case = CASES[name]
+    root = tmp_path / "work"
+    root.mkdir()
+    ctx = Ctx(root, checkpoint("qwen3"), text_file, saved_run, corpus)
+    ctx.afile.write_text("a file, not a folder")
+    out = ctx.out(case.out)
+    try:
+        with monkeypatch.context() as m:
+            if case.fault:
+                case.fault(m, ctx)
+            if case.setup:
+                case.setup(ctx, out)
+            before = _listing(root)
+            line = _one_error_line(capsys, [*COMMANDS[case.command](ctx, out), *case.extra])
+            assert case.says in line, line
+        if case.command != "analyze" or "--resume" not in case.extra:
+            assert _listing(root) == before              # nothing added, nothing half-written
+        if case.corrected:
+            extra = [a for a in case.extra if a != "--resume"] + list(case.fixed)
+            assert main([*COMMANDS[case.command](ctx, out), *extra]) == 0
+    finally:
+        if ctx.locked.exists():
+            ctx.locked.chmod(0o700)
+
+
+@pytest.mark.parametrize("damage", sorted(RUN_DAMAGE))
+def test_probe_report_refuses_a_damaged_run_directory(damage, saved_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(saved_run, run)
+    spoil, says = RUN_DAMAGE[damage]
+    spoil(run)
+    line = _one_error_line(capsys, ["report", str(run), "--out", str(tmp_path / "report"), "--format", "html"])
+    assert says in line and str(run) in line, line
+    assert not (tmp_path / "report").exists()
+
+
+def test_saved_run_lists_its_tables(saved_run):
+    """The list the deleted / cut-short checks read: every CSV with its row count."""
+    meta = json.loads((saved_run / "meta.json").read_text())
+    csvs = {p.stem: len(_lines(p)) - 1 for p in saved_run.glob("*.csv")}
+    assert meta["tables"] == csvs
+
