@@ -207,12 +207,7 @@ def test_inf_in_one_sequence_is_counted_and_the_other_kept(checkpoint, text_file
     summary = json.loads((out / "summary.json").read_text())
     assert summary["tokens"] == 32 and np.isfinite(summary["loss"]) and np.isfinite(summary["m_act"])
     assert int(pd.read_csv(out / "massive.csv").query("metric == 'count'").value.min()) == 16 * 64
-    # Every intervention that ran has a finite loss; the gate ones cannot apply to this ungated
-    # model and have no loss, said in their note.
-    table = pd.read_csv(out / "interventions.csv")
-    skipped = table.note.fillna("").str.startswith("not applicable")
-    assert set(table[skipped].intervention) == {"mean_gate", "gate_one", "gate_zero"}
-    assert np.isfinite(table[~skipped].loss).all() and table[skipped].loss.isna().all()
+    assert np.isfinite(pd.read_csv(out / "interventions.csv").loss).all()
 
 
 def test_existing_output_directory_needs_force(checkpoint, text_file, tmp_path, capsys):
