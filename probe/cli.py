@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", module=r"(transformers|huggingface_hub|tokenizers)(\.|$)")
     warnings.formatwarning = lambda msg, *a, **k: f"probe: warning: {msg}\n"
     # Everything, imports included, runs inside the try: a Ctrl-C while torch loads is one line.
-    interrupt = _InterruptWatch()
+    global _WATCH
+    interrupt = _WATCH = _InterruptWatch()
     try:
         with errors.command_line(), interrupt:
             args = build_parser().parse_args(argv)
@@ -148,6 +149,16 @@ def main(argv: list[str] | None = None) -> int:
             sys.modules["probe.distributed"].finish()
 
 
+_WATCH = None
+
+
+def _raise_if_interrupted() -> None:
+    """A library that catches everything (a bare `except:` around an optional import) can
+    swallow the KeyboardInterrupt of a Ctrl-C: the command then stops here, before it writes."""
+    if _WATCH is not None and _WATCH.seen:
+        raise KeyboardInterrupt
+
+
 class _InterruptWatch:
     """Notes that SIGINT arrived (then raises KeyboardInterrupt as Python does), so that main
     knows an error that follows it comes from the interrupt. Only in the main thread, and only
@@ -156,6 +167,7 @@ class _InterruptWatch:
     def __init__(self):
         self.seen = False
         self._previous = None
+        self._unraisable = None
 
     def _handler(self, signum, frame):
         self.seen = True
@@ -169,13 +181,24 @@ class _InterruptWatch:
                 self._previous = signal.signal(signal.SIGINT, self._handler)
             except ValueError:                   # not the main thread
                 self._previous = None
+        if self._previous is not None:
+            # A Ctrl-C that lands in a callback Python cannot raise from (an import lock's
+            # weakref callback) is printed as "Exception ignored in ..." with a traceback:
+            # keep it quiet; _raise_if_interrupted stops the command at the next safe point.
+            self._unraisable = sys.unraisablehook
+            sys.unraisablehook = self._quiet_interrupt
         return self
+
+    def _quiet_interrupt(self, unraisable):
+        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
+            self._unraisable(unraisable)
 
     def __exit__(self, *exc):
         import signal
 
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+            sys.unraisablehook = self._unraisable
         return False
 
 
@@ -214,6 +237,9 @@ def _checked_options(args) -> dict:
 
     check_analysis_options(**options, thresholds=DEFAULT_THRESHOLDS, display_len=DISPLAY_LEN,
                            partial=None if not options["resume"] else "OUT.partial")
+    from .load import check_tokenizer_dir
+
+    check_tokenizer_dir(args.tokenizer)
     data, texts = _data(args)
     options["data"] = read_data(data, texts=texts, text_field=args.text_field)
     return options
@@ -241,6 +267,7 @@ def cmd_analyze(args, command_line) -> int:
 
     formats = _formats(args.report)
     options = _checked_options(args)
+    _raise_if_interrupted()
     out = Path(args.out or Path("runs") / _run_name(args.checkpoint))
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     partial = partial_dir(out)
@@ -267,6 +294,7 @@ def cmd_analyze(args, command_line) -> int:
             return 130
         if not main_rank:
             return 0
+        _raise_if_interrupted()
         reports = write_runs(analysis, out, force=args.force, formats=formats)
     finally:
         if main_rank:
@@ -301,6 +329,7 @@ def cmd_compare(args, command_line) -> int:
 
     formats = _formats(args.format)
     options = _checked_options(args)
+    _raise_if_interrupted()
     out = Path(args.out)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     if main_rank:
@@ -311,6 +340,7 @@ def cmd_compare(args, command_line) -> int:
                 for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
         return 0
+    _raise_if_interrupted()
     reports = write_runs(dict(zip(names, analyses)), out, force=args.force, formats=formats,
                          title=args.title)
     print_summary(analyses)

@@ -212,9 +212,11 @@ def _array_documents(source: str, arr, where: str) -> Documents:
     return Documents(source, ids=ids, rows=rows)
 
 
-def _read_bytes(path: Path) -> bytes:
+def _read_bytes(path: Path, size: int | None = None) -> bytes:
+    """The file's bytes (the first `size` only, when given); an unreadable file is one line."""
     try:
-        return path.read_bytes()
+        with path.open("rb") as f:
+            return f.read() if size is None else f.read(size)
     except OSError as err:
         raise ProbeError(f"cannot read data {path} ({err.strerror or err}); check its permissions") from None
 
@@ -245,7 +247,7 @@ def read_path(path: Path, text_field: str = "text") -> Documents:
     if suffix == ".npy":
         import numpy as np
 
-        _read_bytes(path)[:0]                  # an unreadable file: its own message
+        _read_bytes(path, 1)                   # an unreadable file: its own message
         try:
             arr = np.load(path, allow_pickle=False)
         except ValueError as err:
@@ -259,7 +261,7 @@ def read_path(path: Path, text_field: str = "text") -> Documents:
             raise ProbeError(f"data {path} is an .npz archive; save one array with numpy.save")
         return _array_documents(str(path), arr, f"data {path}")
     if suffix == ".pt":
-        _read_bytes(path)[:0]
+        _read_bytes(path, 1)
         try:
             t = torch.load(path, weights_only=True)
         except Exception as err:

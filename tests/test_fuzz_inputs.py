@@ -117,21 +117,23 @@ def test_bad_data_file(case, checkpoint, tmp_path, capsys):
     assert_nothing_left(tmp_path, {name})
 
 
-def test_unreadable_data_file(checkpoint, tmp_path, capsys, monkeypatch):
-    """(Tests run as root, so permissions cannot make a file unreadable: the read fails instead.)"""
-    data = tmp_path / "d.txt"
+@pytest.mark.parametrize("name", ["d.txt", "d.jsonl", "ids.npy", "ids.pt"])
+def test_unreadable_data_file(name, checkpoint, tmp_path, capsys, monkeypatch):
+    """(Tests may run as root, where permissions cannot make a file unreadable: opening it fails
+    instead.)"""
+    data = tmp_path / name
     data.write_text("some text")
-    real = Path.read_bytes
+    real = Path.open
 
-    def denied(self):
+    def denied(self, *a, **k):
         if self == data:
             raise PermissionError(13, "Permission denied")
-        return real(self)
+        return real(self, *a, **k)
 
-    monkeypatch.setattr(Path, "read_bytes", denied)
+    monkeypatch.setattr(Path, "open", denied)
     assert_one_error_line(capsys, analyze_argv(checkpoint("qwen3"), tmp_path / "run", "--data", str(data)),
                           says=("cannot read data", "Permission denied"))
-    assert_nothing_left(tmp_path, {"d.txt"})
+    assert_nothing_left(tmp_path, {name})
 
 
 def test_token_id_outside_the_vocabulary(checkpoint, tmp_path, capsys):
@@ -378,7 +380,7 @@ def _wait_until_torch_loads(pid: int, timeout: float = 60.0) -> None:
         time.sleep(0.005)
 
 
-@pytest.mark.parametrize("after", [0.0, 0.8])
+@pytest.mark.parametrize("after", [0.0, 0.4, 0.8])
 def test_ctrl_c_while_importing_is_one_line(after, checkpoint, text_file, tmp_path):
     """SIGINT while torch (after=0) and then transformers load: one line, exit 130, also when
     transformers' lazy import turns the interrupt into a ModuleNotFoundError."""

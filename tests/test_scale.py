@@ -185,7 +185,8 @@ def test_max_length_options(tmp_path):
     data.write_text(json.dumps({"input_ids": list(range(3, 103))}) + "\n")
     from probe.data import build_dataset
 
-    truncated = build_dataset(data, None, per_document=True, max_length=32, on_long="truncate")
+    with pytest.warns(UserWarning, match="1 of 1 documents longer than 32 tokens were truncated"):
+        truncated = build_dataset(data, None, per_document=True, max_length=32, on_long="truncate")
     assert [len(s) for s in truncated.sequences] == [32] and truncated.tokens == 32
     windows = build_dataset(data, None, per_document=True, max_length=32)       # slide by default
     assert [len(s) for s in windows.sequences] == [32, 32, 32, 4] and windows.tokens == 100
