@@ -234,6 +234,7 @@ def test_a_column_added_after_a_run_was_written_reads_as_empty(run_dirs, tmp_pat
     run = tmp_path / "baseline"
     shutil.copytree(run_dirs["baseline"], run)
     monkeypatch.setitem(reports.runs.TABLES, "interventions", {**TABLES["interventions"], "remark": "str"})
-    monkeypatch.setitem(reports.runs.ADDED_COLUMNS, "interventions", ("remark",))
+    monkeypatch.setitem(reports.runs.ADDED_COLUMNS, "interventions",
+                        (*reports.runs.ADDED_COLUMNS.get("interventions", ()), "remark"))
     frame = reports.load_runs(run).interventions
     assert len(frame) and (frame["remark"] == "").all()
