@@ -37,6 +37,10 @@ TABLES: dict[str, dict[str, str]] = {
     "inference": {"model": "str", "metric": "str", "length": "int", "value": "float"},
 }
 
+# Columns added to a table after its first release: a run written before them lacks them, and
+# they read as empty ("" or NaN). Every other column of TABLES must be in the file.
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"interventions": ("note",)}
+
 META_FILE = "meta.json"
 # meta.json's list of the tables written, {name: rows}: a deleted or cut-short CSV is found.
 MANIFEST_KEY = "tables"

@@ -101,6 +101,24 @@ def _interrupted(ckpt, text_file, out, monkeypatch, batches=2):
     return out.with_name(out.name + ".partial")
 
 
+@pytest.fixture(scope="module")
+def saved_partial(checkpoint, text_file, tmp_path_factory):
+    """RUN.partial/ of a qwen3 run interrupted after 2 batches (COMMON options), made once."""
+    import _pytest.monkeypatch
+
+    out = tmp_path_factory.mktemp("interrupted") / "run"
+    with _pytest.monkeypatch.MonkeyPatch.context() as m:
+        return _interrupted(checkpoint("qwen3"), text_file, out, m)
+
+
+def _copy_partial(saved_partial, tmp_path):
+    """A copy of saved_partial as tmp_path/run.partial; returns (out, partial)."""
+    import shutil
+
+    shutil.copytree(saved_partial, tmp_path / "run.partial")
+    return tmp_path / "run", tmp_path / "run.partial"
+
+
 def _one_line(capsys, argv) -> str:
     capsys.readouterr()
     assert main(argv) == 2
@@ -154,10 +172,9 @@ def _tamper_state(partial, **changes):
 
 @pytest.mark.parametrize("where", ["state", "progress"])
 def test_a_tampered_batch_count_is_checked_against_the_data(where, checkpoint, text_file, tmp_path,
-                                                            monkeypatch, capsys):
+                                                            saved_partial, capsys):
     ckpt = checkpoint("qwen3")
-    out = tmp_path / "run"
-    partial = _interrupted(ckpt, text_file, out, monkeypatch)
+    out, partial = _copy_partial(saved_partial, tmp_path)
     if where == "state":
         _tamper_state(partial, batches_done=10**6)
     else:
@@ -172,10 +189,9 @@ def test_a_tampered_batch_count_is_checked_against_the_data(where, checkpoint, t
 
 @pytest.mark.parametrize("damage", ["truncated_state", "garbage_state", "invalid_progress", "list_progress",
                                     "foreign_state"])
-def test_a_damaged_partial_folder_is_one_line(damage, checkpoint, text_file, tmp_path, monkeypatch, capsys):
+def test_a_damaged_partial_folder_is_one_line(damage, checkpoint, text_file, tmp_path, saved_partial, capsys):
     ckpt = checkpoint("qwen3")
-    out = tmp_path / "run"
-    partial = _interrupted(ckpt, text_file, out, monkeypatch)
+    out, partial = _copy_partial(saved_partial, tmp_path)
     state, progress = partial / "state-rank0.pt", partial / "progress.json"
     if damage == "truncated_state":
         state.write_bytes(state.read_bytes()[:2000])
@@ -329,12 +345,11 @@ def test_a_second_run_on_the_same_out_is_refused_while_the_first_runs(checkpoint
     assert not partial.exists()
 
 
-def test_a_batch_count_edited_within_range_is_refused(checkpoint, text_file, tmp_path, monkeypatch, capsys):
+def test_a_batch_count_edited_within_range_is_refused(checkpoint, text_file, tmp_path, saved_partial, capsys):
     """batches_done lowered from 2 to 1 (the reducers hold 2 batches): resuming would count batch 2
     twice and report more tokens than it measured; the state's checksum refuses it."""
     ckpt = checkpoint("qwen3")
-    out = tmp_path / "run"
-    partial = _interrupted(ckpt, text_file, out, monkeypatch)
+    out, partial = _copy_partial(saved_partial, tmp_path)
     _tamper_state(partial, batches_done=1)
     progress = json.loads((partial / "progress.json").read_text())
     (partial / "progress.json").write_text(json.dumps({**progress, "batches_done": 1}))

@@ -223,3 +223,18 @@ def test_an_in_memory_table_without_a_column_is_refused(run_dirs):
     analysis.first_token = analysis.first_token.drop(columns="value")
     with pytest.raises(RunDirectoryError, match="first_token table of .* lacks the column value"):
         reports.load_runs(analysis)
+
+
+def test_a_column_added_after_a_run_was_written_reads_as_empty(run_dirs, tmp_path, monkeypatch):
+    """Runs written before a column joined the schema (schema.ADDED_COLUMNS) still load; any other
+    missing column is refused (test_a_damaged_run_directory_is_refused_naming_the_file)."""
+    import reports.runs
+    import shutil
+
+    run = tmp_path / "baseline"
+    shutil.copytree(run_dirs["baseline"], run)
+    monkeypatch.setitem(reports.runs.TABLES, "interventions", {**TABLES["interventions"], "remark": "str"})
+    monkeypatch.setitem(reports.runs.ADDED_COLUMNS, "interventions",
+                        (*reports.runs.ADDED_COLUMNS.get("interventions", ()), "remark"))
+    frame = reports.load_runs(run).interventions
+    assert len(frame) and (frame["remark"] == "").all()
