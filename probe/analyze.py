@@ -283,10 +283,14 @@ def sparsity_exact(cap: Capture, control=None) -> dict[str, bool]:
 
 
 def frames_from_capture(cap: Capture, name: str, tokenizer, thresholds=None, control=None) -> Analysis:
-    """The tidy tables of a finished pass. thresholds: kept for callers; the sparsity shares are
-    those the capture counted (its SparsityStats thresholds). control: layer -> the exact
+    """The tidy tables of a finished pass. thresholds: the sparsity thresholds the capture was
+    built with (its shares are counted there, during the pass). control: layer -> the exact
     mean-gate control's histogram (control.py), if it ran."""
     layout = cap.layout
+    counted = {stats.thresholds for stats in cap.sparsity.values()}
+    if thresholds is not None and counted and counted != {tuple(float(t) for t in thresholds)}:
+        raise ValueError(f"the capture counted sparsity at {sorted(counted)[0]}, not at {tuple(thresholds)}: "
+                         "build it with Capture(..., thresholds=...)")
     gates, hist = [], []
     for layer, stats in cap.gates.items():
         gates += [{"model": name, "layer": layer, **row} for row in stats.rows()]
