@@ -212,6 +212,13 @@ class LogHistogram(Reducer):
             return (below + int(self.counts[j])) / total, True
         return (below + self._within_bin(j, threshold / scale) * float(self.counts[j])) / total, False
 
+    def bin_share(self, threshold: float, scale: float | None = None) -> float:
+        """Share of the values inside the bin that holds the cut of threshold at scale (0 on a
+        bin edge): how far an interpolated `share_below` can be from the exact count."""
+        c = cut_bits(threshold, self.scale if scale is None else float(scale))
+        total = self.total
+        return float(self.counts[c >> 16]) / total if total and c & 0xFFFF and (c >> 16) < self.NONFINITE else 0.0
+
     def fraction_below(self, threshold: float) -> float:
         """Share of values < threshold (exact where `share_below` says so)."""
         return self.share_below(threshold, 1.0)[0]
