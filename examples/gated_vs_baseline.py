@@ -5,36 +5,49 @@
 # maximum activations, a sparser attention output. This example analyses several checkpoints on
 # the **same tokens** and puts the numbers next to each other.
 #
-# It builds three matched tiny arms in the layout of the paper's released checkpoints (a Qwen3
-# decoder saved as `model_type` qwen3 with the `headwise_attn_output_gate` /
-# `elementwise_attn_output_gate` flags; the gate's parameters are paid from the MLP width, as in
-# `probe train`): no gate, headwise, elementwise. They are **random**, so any difference below is
-# noise from different weights, not an effect of the gate. Put trained checkpoints in `MODELS`
-# (for instance the arms `probe train --arm all` writes, or the released 1B checkpoints) to
-# compare real models.
+# It uses the three matched arms that `probe train` made and that ship in `examples/checkpoints`:
+# a Qwen3 decoder in the layout of the paper's released checkpoints with no gate, a headwise
+# and an elementwise output gate (the gate's parameters paid from the MLP width), each trained
+# on 3M tokens of Python's standard library (`examples/checkpoints/README.md`). At this scale
+# the baseline grows no first-token sink, so the sink claim is "not testable" here;
+# docs/training.md says what such arms do and do not show. Put checkpoints of your own in
+# `MODELS` to compare real models.
 
 # %%
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+from IPython.display import display     # tables as HTML in a notebook, as text in a script
+from matplotlib_inline.backend_inline import set_matplotlib_formats
+
 import probe
 import reports
-from _tiny import TEXT, build, display, show, workdir
+from probe.corpus import sample_texts
 
-WORK = workdir()
-MODELS = None     # e.g. {"baseline": "ckpt/base", "gated": "ckpt/gated"}; None builds tiny random arms
-if MODELS is None:
-    MODELS = {arm: build(arm, WORK / "models" / f"arm-{arm}", seed=1) for arm in ("none", "headwise", "elementwise")}
+set_matplotlib_formats("png")            # probe's figures are matplotlib Figures: draw them inline
+
+# The arms shipped with probe (run this from the repository or from examples/).
+ARMS = Path("examples/checkpoints") if Path("examples/checkpoints").is_dir() else Path("checkpoints")
+MODELS = {"baseline": ARMS / "none", "headwise": ARMS / "headwise", "elementwise": ARMS / "elementwise"}
+WORK = Path(os.environ.get("PROBE_EXAMPLES_DIR") or tempfile.mkdtemp(prefix="probe-compare-"))
 print(MODELS)
 
 # %% [markdown]
 # ## Analyse every model on the same tokens
 # Same text, same `seq_len`, same BOS policy: the token streams are identical when the models
-# share a tokenizer (check `meta["tokens"]` and `meta["position0"]` below). `name=` is the model
+# share a tokenizer (the arms do; `meta["tokens_sha256"]` below says so). `name=` is the model
 # column in every table.
 
 # %%
-analyses = {name: probe.analyze(path, texts=[TEXT], seq_len=64, name=name, progress=False)
+texts = sample_texts()
+analyses = {name: probe.analyze(path, texts=texts, seq_len=128, max_sequences=16, bos="prepend", name=name,
+                                progress=False)
             for name, path in MODELS.items()}
 for name, a in analyses.items():
-    print(f"{name:12s} {a.meta['gate_layout']:22s} tokens={a.meta['tokens']}  position 0: {a.meta['position0']}")
+    print(f"{name:12s} {a.meta['gate_layout']:22s} tokens={a.meta['tokens']}  "
+          f"sha256 {a.meta['tokens_sha256'][:12]}  position 0: {a.meta['position0']}")
 
 # %% [markdown]
 # ## The paper's Table 4 quantities
@@ -49,8 +62,7 @@ display(reports.summary_table(list(analyses.values())))
 # ## Do the paper's claims hold here?
 # One row per claim and gated model: the paper's values, these runs' values, a verdict in
 # direction only ("direction consistent with the paper", "not consistent", or "not testable:
-# why") and the rule, whose thresholds are constants in `reports/claims.py`. With random arms
-# expect "not testable" for the sink (a random baseline has none) and verdicts that mean nothing.
+# why") and the rule, whose thresholds are constants in `reports/claims.py`.
 
 # %%
 claims = reports.claims_table(*analyses.values())
@@ -58,15 +70,17 @@ display(claims[["claim", "models", "these runs", "verdict"]])
 
 # %% [markdown]
 # ## Layer by layer
+# `reports.plot_*` take one run or several (`Analysis` objects or run directories); `.figure` is
+# the Figure a plot was drawn in (some return the Axes they drew on).
 
 # %%
-show(reports.plot_first_token_by_layer(list(analyses.values())), "compare_first_token_by_layer")
+display(reports.plot_first_token_by_layer(list(analyses.values())).figure)
 
 # %%
-show(reports.plot_massive_by_layer(list(analyses.values())), "compare_massive_by_layer")
+display(reports.plot_massive_by_layer(list(analyses.values())).figure)
 
 # %%
-show(reports.plot_gate_stats_by_layer(list(analyses.values())), "compare_gate_stats")
+display(reports.plot_gate_stats_by_layer(list(analyses.values())).figure)
 
 # %% [markdown]
 # ## Sparsity: ungated, uniform mean-gate scaling, dynamic gate
@@ -75,14 +89,12 @@ show(reports.plot_gate_stats_by_layer(list(analyses.values())), "compare_gate_st
 # not only from scaling everything down.
 
 # %%
-import pandas as pd
-
 sparsity = pd.concat(a.sparsity for a in analyses.values())
-at_1e2 = sparsity[sparsity.threshold == 1e-2]
+at_1e2 = sparsity[sparsity["threshold"] == 1e-2]
 display(at_1e2.pivot_table(index="model", columns="variant", values="value", aggfunc="mean").round(4))
 
 # %%
-show(reports.plot_sparsity_by_layer(list(analyses.values())), "compare_sparsity")
+display(reports.plot_sparsity_by_layer(list(analyses.values())).figure)
 
 # %% [markdown]
 # ## Save the runs and write a report

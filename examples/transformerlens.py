@@ -7,26 +7,53 @@
 # as on the Hugging Face model, through the bridge's own hooks: each hook folds its activation
 # into probe's streaming statistics at once, so no activation cache is kept.
 #
-# This example builds a tiny random Qwen3-Next checkpoint (Qwen3-Next and Qwen3.5 put the gate
-# logits in `q_proj`; TransformerLens exposes them as `hook_q_gate`), boots a bridge from it
-# offline, checks that both paths agree, analyses the model under a TransformerLens intervention,
-# and shows what happens with the paper's official checkpoint layout.
+# This example uses the elementwise-gated arm that ships in `examples/checkpoints` (a Qwen3 in
+# the paper's official checkpoint layout, trained by `probe train`): it builds a bridge from it,
+# checks that both paths agree, analyses the model under a TransformerLens intervention, and
+# shows why the official layout needs its `q_proj` rows reordered first.
 
 # %%
 import warnings
+from pathlib import Path
+
+from IPython.display import display     # tables as HTML in a notebook, as text in a script
+from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 import probe
 import probe.bridge
-from _tiny import TEXT, build, display, workdir
-from transformer_lens.model_bridge import TransformerBridge
+from probe.corpus import sample_texts
 
 warnings.filterwarnings("ignore", category=UserWarning)
-WORK = workdir()
-CHECKPOINT = build("qwen3_next", WORK / "models" / "tiny-qwen3-next")
+# The arms shipped with probe (run this from the repository or from examples/).
+ARMS = Path("examples/checkpoints") if Path("examples/checkpoints").is_dir() else Path("checkpoints")
+CHECKPOINT = ARMS / "elementwise"
+TEXTS = sample_texts()[:4]
+OPTIONS = dict(texts=TEXTS, seq_len=128, max_sequences=8, bos="prepend", progress=False)
 
-# Offline: boot_transformers reads a local directory (it holds tokenizer files).
-bridge = TransformerBridge.boot_transformers(str(CHECKPOINT), device="cpu")
-print(type(bridge).__name__, bridge.cfg.architecture, bridge.cfg.n_layers, "layers")
+# %% [markdown]
+# ## A bridge from the official layout
+# The released checkpoints (and these arms) pack `q_proj` per KV head ([all queries of the
+# group | their gates]); TransformerLens reads it per query head ([query | gate]), as in
+# Qwen3-Next. Under grouped-query attention a bridge built on the rows as they are computes
+# wrong logits without any error, so probe refuses it:
+
+# %%
+raw = probe.load(CHECKPOINT).model
+naive = build_bridge_from_module(raw, "Qwen3NextForCausalLM", hf_config=raw.config)
+try:
+    probe.analyze(naive, **OPTIONS)
+except probe.ProbeError as err:
+    print("refused:", err)
+
+# %% [markdown]
+# `probe.bridge.build_bridge(checkpoint)` reorders the rows per head first
+# (`probe.reorder.reorder_official_q_proj`; the model's logits do not change) and then builds the
+# bridge.
+
+# %%
+bridge = probe.bridge.build_bridge(CHECKPOINT)
+print(type(bridge).__name__, bridge.cfg.n_layers, "layers")
+print(probe.bridge.hook_names(bridge)[:8], "...")
 
 # %% [markdown]
 # ## Analyse through the bridge
@@ -35,8 +62,7 @@ print(type(bridge).__name__, bridge.cfg.architecture, bridge.cfg.n_layers, "laye
 # Hugging Face path gets it from the attention kernel's log-sum-exp instead, without forming T x T).
 
 # %%
-print(probe.bridge.hook_names(bridge))
-tl = probe.analyze(bridge, texts=[TEXT], seq_len=64, name="bridge", progress=False)
+tl = probe.analyze(bridge, name="bridge", **OPTIONS)
 print(tl, "| backend:", tl.meta["backend"])
 display(tl.layer_frame())
 
@@ -44,13 +70,15 @@ display(tl.layer_frame())
 # ## The Hugging Face path gives the same numbers
 
 # %%
-hf = probe.analyze(CHECKPOINT, texts=[TEXT], seq_len=64, name="hf", progress=False)
+hf = probe.analyze(CHECKPOINT, name="hf", **OPTIONS)
 diffs = {}
 for table, keys in (("first_token", ["layer", "head", "metric"]), ("gates", ["layer", "head", "group", "metric"]),
                     ("massive", ["layer", "site", "metric"])):
     both = getattr(hf, table).merge(getattr(tl, table), on=keys, suffixes=("_hf", "_tl"))
-    diffs[table] = float((both.value_hf - both.value_tl).abs().max())
+    diffs[table] = float((both["value_hf"] - both["value_tl"]).abs().max())
 print("largest |HF - bridge| per table:", diffs)
+for key in ("mean_gate", "f_attn", "m_act", "loss"):
+    print(f"{key:10s} HF {hf.summary[key]:.6f}   bridge {tl.summary[key]:.6f}")
 assert diffs["first_token"] < 1e-5 and diffs["gates"] < 1e-5
 
 # %% [markdown]
@@ -61,7 +89,7 @@ assert diffs["first_token"] < 1e-5 and diffs["gates"] < 1e-5
 # sparser than the ungated one.
 
 # %%
-last = max(probe.bridge.bridge_layout(bridge)[0].attention_layers)
+last = tl.summary["attention_layers"][-1]
 
 
 def open_gate(logits, hook):
@@ -69,34 +97,8 @@ def open_gate(logits, hook):
 
 
 with bridge.hooks(fwd_hooks=[(f"blocks.{last}.attn.hook_q_gate", open_gate)]):
-    opened = probe.analyze(bridge, texts=[TEXT], seq_len=64, name="gate open", progress=False)
+    opened = probe.analyze(bridge, name="gate open", **OPTIONS)
 print("mean gate:", round(tl.summary["mean_gate"], 3), "->", round(opened.summary["mean_gate"], 3))
 print("loss:", round(tl.summary["loss"], 4), "->", round(opened.summary["loss"], 4))
-sp = opened.sparsity[(opened.sparsity.layer == last) & (opened.sparsity.threshold == 1e-2)]
-display(sp.set_index("variant").value)
-
-# %% [markdown]
-# ## The paper's official checkpoints
-# The released checkpoints pack `q_proj` per KV head ([all queries of the group | their gates]);
-# TransformerLens reads it per query head ([query | gate]), as in Qwen3-Next. Under grouped-query
-# attention it then computes wrong logits without any error, so probe refuses such a bridge.
-# `probe.bridge.reorder_official_q_proj(model)` rewrites the rows into the per-head order first
-# (the model's logits do not change), and `probe.bridge.build_bridge(checkpoint)` does all of it.
-
-# %%
-from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
-
-OFFICIAL = build("headwise", WORK / "models" / "arm-headwise")
-raw = probe.load(OFFICIAL).model
-naive = build_bridge_from_module(raw, "Qwen3NextForCausalLM", hf_config=raw.config)
-try:
-    probe.analyze(naive, texts=[TEXT], seq_len=64)
-except probe.ProbeError as err:
-    print("refused:", err)
-
-# %%
-official = probe.bridge.build_bridge(OFFICIAL)          # reorders q_proj, then bridges
-a_tl = probe.analyze(official, texts=[TEXT], seq_len=64, name="official (bridge)", progress=False)
-a_hf = probe.analyze(OFFICIAL, texts=[TEXT], seq_len=64, name="official (HF)", progress=False)
-for key in ("mean_gate", "f_attn", "m_act", "loss"):
-    print(f"{key:10s} HF {a_hf.summary[key]:.6f}   bridge {a_tl.summary[key]:.6f}")
+sp = opened.sparsity[(opened.sparsity["layer"] == last) & (opened.sparsity["threshold"] == 1e-2)]
+display(sp.set_index("variant")["value"])

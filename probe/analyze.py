@@ -184,7 +184,7 @@ def summarise_capture(analysis: Analysis, cap: Capture, layout, dataset: Dataset
     for non-finite values), then summary.json's numbers.
 
     Shared by the Hugging Face path and the TransformerLens path (bridge.py)."""
-    analysis.meta["sparsity_exact"] = sparsity_exact(cap, control)
+    analysis.meta["sparsity_exact"], analysis.meta["sparsity_error_bound"] = sparsity_exact(cap, control)
     analysis.meta["sparsity_control"] = "second pass" if control is not None else "one pass"
     nonfinite = {f"{l}:{s}": int(r.nonfinite) for (l, s), r in cap.massive.items() if int(r.nonfinite)}
     nonfinite.update({f"{l}:gate": int(r.nonfinite.sum()) for l, r in cap.gates.items() if int(r.nonfinite.sum())})
@@ -291,21 +291,30 @@ def _progress(**kwargs):
     return tqdm(unit="tok", unit_scale=True, leave=False, **kwargs)
 
 
-def sparsity_exact(cap: Capture, control=None) -> dict[str, bool]:
-    """variant -> whether every share of sparsity.csv in that variant is an exact count."""
+def sparsity_exact(cap: Capture, control=None) -> tuple[dict[str, bool], float]:
+    """(variant -> whether every share of sparsity.csv in that variant is an exact count, the
+    largest error the others can have: the share of values inside the one histogram bin that
+    was interpolated, 0 when every share is exact)."""
     exact: dict[str, bool] = {}
+    bound = 0.0
     for layer, stats in cap.sparsity.items():
         mean_gate = cap.gates[layer].mean() if layer in cap.gates else None
         for variant, shares in stats.shares(mean_gate, (control or {}).get(layer)).items():
             exact[variant] = exact.get(variant, True) and all(e for _, e in shares.values())
-    return exact
+            inexact = [t for t, (_, e) in shares.items() if not e]     # only the one-pass control
+            bound = max([bound] + [stats.ungated.bin_share(t, mean_gate) for t in inexact])
+    return exact, bound
 
 
 def frames_from_capture(cap: Capture, name: str, tokenizer, thresholds=None, control=None) -> Analysis:
-    """The tidy tables of a finished pass. thresholds: kept for callers; the sparsity shares are
-    those the capture counted (its SparsityStats thresholds). control: layer -> the exact
+    """The tidy tables of a finished pass. thresholds: the sparsity thresholds the capture was
+    built with (its shares are counted there, during the pass). control: layer -> the exact
     mean-gate control's histogram (control.py), if it ran."""
     layout = cap.layout
+    counted = {stats.thresholds for stats in cap.sparsity.values()}
+    if thresholds is not None and counted and counted != {tuple(float(t) for t in thresholds)}:
+        raise ValueError(f"the capture counted sparsity at {sorted(counted)[0]}, not at {tuple(thresholds)}: "
+                         "build it with Capture(..., thresholds=...)")
     gates, hist = [], []
     for layer, stats in cap.gates.items():
         gates += [{"model": name, "layer": layer, **row} for row in stats.rows()]

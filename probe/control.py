@@ -4,8 +4,9 @@ The uniform-scaling control counts |O| * m < t, with m a layer's mean gate over 
 dataset. One pass cannot count it exactly with bounded memory: which float32 values lie below
 t / m depends on every bit of m (reducers.SparsityStats), and m is known only when the pass is
 over. With m known, counting is cheap and exact: this pass runs the same batches through the
-model again and counts each layer's pre-gate attention output O into a LogHistogram whose cuts
-are the thresholds at scale m (an exact count of the bit patterns below each t / m).
+model again (as far as the last gated attention layer) and counts each layer's pre-gate
+attention output O into a LogHistogram whose cuts are the thresholds at scale m (an exact count
+of the bit patterns below each t / m).
 Under torchrun each process runs its share of the batches and the counts are summed, as in the
 main pass. Nothing but the attention output is read.
 """
@@ -38,11 +39,16 @@ class ControlCounter:
         self.hists[layer].follow(x.device).update(x)
 
 
+class _Counted(Exception):
+    """Raised after the last counted layer's attention: the rest of the forward is not needed."""
+
+
 def count_control(loaded, dataset, cap, *, batch_size: int) -> dict[int, LogHistogram]:
     """layer -> LogHistogram of |O| with scale the layer's mean gate (cuts: cap's thresholds).
 
-    cap: the finished (and, under torchrun, merged) main pass over exactly this dataset."""
-    from .interventions import PassStats, _PassState, shard_pass, using_probe_attention
+    cap: the finished (and, under torchrun, merged) main pass over exactly this dataset. Each
+    forward stops once the last gated attention layer has run (no MLP after it, no logits)."""
+    from .interventions import _PassState, installed, using_probe_attention
 
     rank, world = distributed.group()
     means = {layer: cap.gates[layer].mean() for layer in cap.sparsity if layer in cap.gates}
@@ -50,8 +56,21 @@ def count_control(loaded, dataset, cap, *, batch_size: int) -> dict[int, LogHist
     thresholds = next(iter(cap.sparsity.values())).thresholds if cap.sparsity else ()
     state = _PassState()
     counter = ControlCounter(cap.layout, means, thresholds, state)
-    with using_probe_attention(loaded.model, counter):
-        shard_pass(loaded.model, dataset, batch_size, state, PassStats(rank, world))
+    model = loaded.model
+    last = max(means, default=None)
+
+    def stop(module, args, output):
+        raise _Counted
+
+    mixers = [(p.mixer, "forward", stop) for p in cap.layout.layers if p.index == last]
+    dev = next(model.parameters()).device
+    with torch.inference_mode(), using_probe_attention(model, counter), installed(mixers):
+        for ids, valid, _ in dataset.batches(batch_size, 0, rank=rank, world=world):
+            state.valid = valid                                          # (B, T), for the counter
+            try:
+                model(input_ids=ids.to(dev), use_cache=False)
+            except _Counted:
+                pass
     hists = [counter.hists[layer] for layer in sorted(counter.hists)]
     distributed.merge_reducers(hists)                                    # no-op in one process
     return {layer: h.to("cpu") for layer, h in counter.hists.items()}

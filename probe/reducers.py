@@ -158,7 +158,8 @@ class LogHistogram(Reducer):
     def _count_in_bins(self, bits: torch.Tensor, high: torch.Tensor, counts: torch.Tensor) -> None:
         """bits, high: (N,) int32 float bits and int16 bins. Adds, per cut inside a bin, the
         values of that bin whose bits (sign masked) are below the cut."""
-        todo = [(k, j, c) for k, j, c in self._inside if int(counts[j])]
+        present = counts[[j for _, j, _ in self._inside]].tolist()           # one sync, not one per cut
+        todo = [cut for cut, n in zip(self._inside, present) if n]
         if not todo:
             return
         if self._marks is None or self._marks.device != high.device:
@@ -210,6 +211,13 @@ class LogHistogram(Reducer):
         if int(self.inexact) == 0:                                 # bfloat16: bin j is one value
             return (below + int(self.counts[j])) / total, True
         return (below + self._within_bin(j, threshold / scale) * float(self.counts[j])) / total, False
+
+    def bin_share(self, threshold: float, scale: float | None = None) -> float:
+        """Share of the values inside the bin that holds the cut of threshold at scale (0 on a
+        bin edge): how far an interpolated `share_below` can be from the exact count."""
+        c = cut_bits(threshold, self.scale if scale is None else float(scale))
+        total = self.total
+        return float(self.counts[c >> 16]) / total if total and c & 0xFFFF and (c >> 16) < self.NONFINITE else 0.0
 
     def fraction_below(self, threshold: float) -> float:
         """Share of values < threshold (exact where `share_below` says so)."""
@@ -556,9 +564,10 @@ class SparsityStats(Reducer):
         control: the second pass's histogram of |O| with scale mean_gate (control.py), if any."""
         out = {"ungated": {t: self.ungated.share_below(t) for t in self.thresholds},
                "gated": {t: self.gated.share_below(t) for t in self.thresholds}}
-        if mean_gate is not None and mean_gate > 0:
-            source = control if control is not None else self.ungated
-            out["mean_gate"] = {t: source.share_below(t, mean_gate) for t in self.thresholds}
+        if control is not None:                 # counted at the cuts t / m, m its own scale
+            out["mean_gate"] = {t: control.share_below(t) for t in self.thresholds}
+        elif mean_gate is not None and mean_gate > 0:
+            out["mean_gate"] = {t: self.ungated.share_below(t, mean_gate) for t in self.thresholds}
         return out
 
     def fractions(self, mean_gate: float | None, control: LogHistogram | None = None

@@ -127,26 +127,18 @@ def count_below(x: torch.Tensor, t: float, scale: float = 1.0) -> float:
     return int((x.double().abs() * scale < t).sum()) / x.numel()
 
 
-@pytest.mark.parametrize("kind", GATED + ("qwen3",))
-def test_sparsity_equals_direct_count_exactly(kind, loaded):
-    """Every share equals a direct count on the tensors of the same pass, exactly: ungated O and
-    the dynamic gate in the pass itself, the mean-gate control in the second pass (control.py)
-    once the layer's mean gate is known."""
-    from probe.control import ControlCounter
-    from probe.interventions import _PassState, using_probe_attention
-
-    lm = loaded(kind)
-    L = lm.layout
-    ids = ids_for(lm.model, B=3, seed=4)
+def capture_recording_sparsity(lm, ids):
+    """A Capture pass that also keeps what its sparsity reducers saw: O as the attention back-end
+    handed it to the reducer, o_proj's input and the gate module's output, per layer."""
     seen, o_in, gate_out, hooks = {}, {}, {}, []
-    with torch.no_grad(), Capture(lm.model, L, thresholds=SPARSITY_THRESHOLDS) as cap:
+    with torch.no_grad(), Capture(lm.model, lm.layout, thresholds=SPARSITY_THRESHOLDS) as cap:
         observe = cap.on_attention
 
         def keep_out(module, query, key, out, *args, **kwargs):     # the tensor the reducer sees
             seen[cap._mixer_layer[id(module)]] = out.transpose(1, 2).clone()
             observe(module, query, key, out, *args, **kwargs)
         cap.on_attention = keep_out
-        for p in L.layers:
+        for p in lm.layout.layers:
             if p.o_proj is not None:
                 hooks.append(p.o_proj.register_forward_pre_hook(
                     lambda m, a, i=p.index: o_in.__setitem__(i, a[0].clone())))
@@ -159,24 +151,55 @@ def test_sparsity_equals_direct_count_exactly(kind, loaded):
         finally:
             for h in hooks:
                 h.remove()
+    L = lm.layout
     means = {}
     for layer in cap.sparsity:
         if cap.gates:
             g = L.gate.scores(gate_out[layer], L.num_heads, L.num_kv_heads, L.head_dim)
             means[layer] = cap.gates[layer].mean()
             assert means[layer] == pytest.approx(float(g.double().mean()), abs=1e-9)
-    state = _PassState()
-    counter = ControlCounter(L, means, SPARSITY_THRESHOLDS, state)
-    with torch.no_grad(), using_probe_attention(lm.model, counter):
-        lm.model(input_ids=ids, use_cache=False)
+    return cap, seen, o_in, means
+
+
+def assert_shares_are_direct_counts(cap, seen, o_in, means, control=None):
     for layer, stats in cap.sparsity.items():
         O = seen[layer]                                          # (B, T, H, D)
-        shares = stats.shares(means.get(layer), counter.hists.get(layer))
+        shares = stats.shares(means.get(layer), (control or {}).get(layer))
         for t in SPARSITY_THRESHOLDS:
             assert shares["ungated"][t] == (count_below(O, t), True), (layer, t)
             assert shares["gated"][t] == (count_below(o_in[layer], t), True), (layer, t)
             if means:
                 assert shares["mean_gate"][t] == (count_below(O, t, means[layer]), True), (layer, t)
+
+
+@pytest.mark.parametrize("kind", GATED + ("qwen3",))
+def test_sparsity_equals_direct_count_exactly(kind, loaded):
+    """Every share equals a direct count on the tensors of the same pass, exactly: ungated O and
+    the dynamic gate in the pass itself, the mean-gate control in the second pass (control.py)
+    once the layer's mean gate is known."""
+    from probe.control import ControlCounter
+    from probe.interventions import _PassState, using_probe_attention
+
+    lm = loaded(kind)
+    ids = ids_for(lm.model, B=3, seed=4)
+    cap, seen, o_in, means = capture_recording_sparsity(lm, ids)
+    counter = ControlCounter(lm.layout, means, SPARSITY_THRESHOLDS, _PassState())
+    with torch.no_grad(), using_probe_attention(lm.model, counter):
+        lm.model(input_ids=ids, use_cache=False)
+    assert_shares_are_direct_counts(cap, seen, o_in, means, counter.hists)
+
+
+@pytest.mark.parametrize("kind", ("official_elementwise", "qwen3_next"))
+def test_sparsity_of_a_bfloat16_model_is_exact_in_one_pass(kind, checkpoint):
+    """bfloat16 outputs: every share, the mean-gate control included, is an exact count from the
+    one pass (the histogram holds each bfloat16 value)."""
+    import probe
+
+    lm = probe.load(checkpoint(kind), dtype="bfloat16")
+    ids = ids_for(lm.model, B=3, seed=4)
+    cap, seen, o_in, means = capture_recording_sparsity(lm, ids)
+    assert all(x.dtype == torch.bfloat16 for x in (*seen.values(), *o_in.values()))
+    assert_shares_are_direct_counts(cap, seen, o_in, means)
 
 
 @pytest.mark.parametrize("kind", ALL)

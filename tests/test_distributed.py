@@ -63,7 +63,7 @@ def assert_same_interventions(a: pd.DataFrame, b: pd.DataFrame) -> None:
 def test_torchrun_two_processes_equal_one(checkpoint, loaded, text_file, tmp_path):
     ckpt = str(checkpoint("official_headwise"))
     args = ["analyze", ckpt, "--data", str(text_file), "--seq-len", "32", "--batch-size", "2", "--quiet",
-            "--interventions", "all"]
+            "--interventions", "all", "--exact-control"]
     one, two = tmp_path / "one", tmp_path / "two"
     with tiny.single_thread():                           # each torchrun worker has one thread too
         assert main([*args, "--out", str(one)]) == 0
@@ -72,6 +72,8 @@ def test_torchrun_two_processes_equal_one(checkpoint, loaded, text_file, tmp_pat
 
     meta1, meta2 = (json.loads((d / "meta.json").read_text()) for d in (one, two))
     assert meta1["processes"] == 1 and meta2["processes"] == 2
+    assert meta1["sparsity_control"] == meta2["sparsity_control"] == "second pass"   # merged too
+    assert meta2["sparsity_exact"] == {"ungated": True, "gated": True, "mean_gate": True}
     assert meta1["sequences"] == meta2["sequences"] >= 4     # at least one batch per rank
     for table in TABLES:
         a, b = pd.read_csv(one / f"{table}.csv"), pd.read_csv(two / f"{table}.csv")

@@ -268,6 +268,9 @@ def test_bfloat16_model_within_stated_tolerance_of_float32(kind, seq_len, checkp
         assert own_f_attn_drift(path, ids) <= BF16_TOL["f_attn"]
     f, b = runs["float32"], runs["bfloat16"]
     assert b.meta["dtype"] == "bfloat16" and f.meta["dtype"] == "float32"
+    # One pass counts the mean-gate control exactly only where the histogram holds every value.
+    assert b.meta["sparsity_exact"] == {"ungated": True, "gated": True, "mean_gate": True}
+    assert f.meta["sparsity_exact"] == {"ungated": True, "gated": True, "mean_gate": False}
     assert f.summary["tokens"] == b.summary["tokens"]
 
     def values(a, frame, **where):
