@@ -5,7 +5,7 @@ anything that loads a model.
 
     import reports
     reports.plot_first_token_heatmap("runs/baseline")          # -> Figure
-    reports.plot_first_token_by_layer(["runs/base", "runs/gated"])  # -> Axes
+    reports.plot_first_token_by_layer(["runs/base", "runs/gated"])  # -> Figure (every plot)
     reports.build_report(["runs/base", "runs/gated"], "out")   # -> {"html": ..., "pdf": ...}
     reports.claims_table("runs/base", "runs/gated")             # the paper's claims, checked
 """

@@ -35,11 +35,11 @@ COLUMN_WIDTH_IN = (TEXT_WIDTH_IN - COLUMN_GAP_IN) / 2  # 13.0 cm
 MIN_FIGURE_WIDTH_IN = 12 / 2.54
 NARROW_IN = 7.2  # figures whose natural width is at most this share a row with another
 COVER_TITLE_SIZE = 22
-HEADING_SIZE = 14
-TEXT_SIZE = 9
-CAPTION_SIZE = 8.5
+HEADING_SIZE = 13
+TEXT_SIZE = 8.5
+CAPTION_SIZE = 8
 TABLE_SIZE = 7.5
-ROW_GAP_IN = 0.22
+ROW_GAP_IN = 0.16
 SHORT_TABLE_ROWS = 10
 CELL_PAD_PT = 3.0
 _VERDICT_COLORS = ((CONSISTENT, "#1a7f37"), (NOT_CONSISTENT, "#b42318"),
@@ -159,7 +159,7 @@ def _draw_caption(page: Figure, x_in: float, top: float, label: str, lines: list
 
 
 # A figure drawn shorter than its own aspect, to fill a page, keeps at least this share.
-MIN_SHRINK = 0.72
+MIN_SHRINK = 0.55
 
 
 def _figure_row(items: list[tuple[FigureItem, tuple[float, float]]], section: Section,
@@ -204,7 +204,7 @@ def _table_rows(item: TableItem, section: Section) -> list[_Row]:
     columns = [item.index_label, *map(str, item.frame.columns)]
     body = [[str(label), *map(str, values)]
             for label, values in zip(item.frame.index, item.frame.itertuples(index=False))]
-    size = TABLE_SIZE - (0.5 if item.free_text else 0.0)
+    size = TABLE_SIZE - (1.0 if item.free_text else 0.0)
     widths = _column_widths([columns, *body], size)
     right = [False, *numeric_columns(item.frame)]
     header = _cells_row(columns, widths, right, size, section, item, header=True)

@@ -200,7 +200,7 @@ def test_source_date_epoch_sets_the_timestamp(all_runs, monkeypatch):
 def test_svg_ids_get_a_per_figure_prefix(all_runs):
     import reports.plots as plots
 
-    svg = figure_svg(plots.plot_gate_saturation(all_runs).figure, prefix="fig-x")
+    svg = figure_svg(plots.plot_gate_saturation(all_runs), prefix="fig-x")
     ids = re.findall(r'\bid="([^"]+)"', svg)
     assert ids and all(i.startswith("fig-x-") for i in ids)
     references = re.findall(r'(?:href="#|url\(#)([^")]+)', svg)
