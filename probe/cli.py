@@ -71,6 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="folder for report.html / report.pdf")
     r.add_argument("--format", default="html,pdf", help="html, pdf or html,pdf")
     r.add_argument("--title")
+    r.add_argument("--figures", metavar="DIR",
+                   help="also write every figure as its own PDF and SVG with its caption into DIR")
     r.add_argument("--force", action="store_true")
 
     c = sub.add_parser("compare", help="analyse several checkpoints on the same tokens, one report")
@@ -78,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", required=True, help="folder for one run directory per model and the report")
     c.add_argument("--format", default="html,pdf", help="report formats: html, pdf or html,pdf; \"\" for none")
     c.add_argument("--title")
+    c.add_argument("--figures", metavar="DIR",
+                   help="also write every figure as its own PDF and SVG with its caption into DIR")
     _analysis_options(c)
 
     t = sub.add_parser("train", help="train a small no-gate / headwise / elementwise model to analyse")
@@ -196,14 +200,27 @@ def cmd_report(args, command_line) -> int:
     for fmt in formats:
         if (out / f"report.{fmt}").exists() and not args.force:
             raise ProbeError(f"{out / f'report.{fmt}'} already exists; pass --force to replace it")
+    _check_figures_dir(args.figures, args.force)
     for run in args.runs:
         if not (Path(run) / "summary.json").exists():
             raise ProbeError(f"{run} is not a probe run directory (no summary.json); "
                              "create it with probe analyze")
-    for path in build_report([Path(r) for r in args.runs], out, formats=formats, title=args.title).values():
+    for path in build_report([Path(r) for r in args.runs], out, formats=formats, title=args.title,
+                             figures=args.figures).values():
         print(f"wrote {path}")
     print_claims([Path(r) for r in args.runs])
     return 0
+
+
+def _check_figures_dir(figures: str | None, force: bool) -> None:
+    """--figures DIR: refuse to overwrite figures of an earlier report without --force."""
+    if figures is None:
+        return
+    target = Path(figures)
+    if target.exists() and not target.is_dir():
+        raise ProbeError(f"--figures {figures} is a file; give a folder")
+    if not force and target.is_dir() and any(target.glob("figure-*")):
+        raise ProbeError(f"{figures} already holds figures; pass --force to replace them")
 
 
 def cmd_compare(args, command_line) -> int:
@@ -216,6 +233,7 @@ def cmd_compare(args, command_line) -> int:
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     if main_rank:
         check_output_dir(out, args.force)
+        _check_figures_dir(args.figures, args.force)
     names = unique_names(args.checkpoints)
     analyses = [_run_analysis(ckpt, args, name, command_line) for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
@@ -235,8 +253,13 @@ def cmd_compare(args, command_line) -> int:
     if formats:
         from reports import build_report
 
-        for path in build_report([out / n for n in names], out, formats=formats, title=args.title).values():
+        for path in build_report([out / n for n in names], out, formats=formats, title=args.title,
+                                 figures=args.figures).values():
             print(f"wrote {path}")
+    elif args.figures:
+        from reports import write_figures
+
+        print(f"wrote {write_figures([out / n for n in names], args.figures)}")
     print(f"wrote {out}/")
     return 0
 
