@@ -34,7 +34,8 @@ def first_key_weight(runs: Runs, model: str, layer: int) -> float:
     """Mean weight on key 0 over the display prompt's queries t >= 1 (head mean)."""
     matrix = attention_pattern(runs, model, layer)
     column = matrix[1:, 0] if matrix.shape[0] > 1 else matrix[:, 0]
-    return float(np.nanmean(column)) if column.size else 0.0
+    finite = column[np.isfinite(column)]  # a NaN in the model leaves no finite weight
+    return float(finite.mean()) if finite.size else 0.0
 
 
 def display_tokens(runs: Runs, model: str, size: int) -> list[str]:
