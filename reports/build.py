@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.html import render_html
-from reports.pdf import figure_size, natural_size, render_figure, write_pdf
+from reports.pdf import render_formats, write_pdf
 from reports.runs import Runs, load_runs
 from reports.sections import FigureItem, Section, build_sections, shown
 
@@ -69,9 +69,7 @@ def write_figures(sections_or_runs: Any, out_dir: str | os.PathLike) -> Path:
             if not isinstance(item, FigureItem):
                 continue
             stem = figure_file_stem(item)
-            size = figure_size(natural_size(item))
-            for fmt in ("pdf", "svg"):
-                data = render_figure(item, size, fmt)
+            for fmt, data in render_formats(item).items():
                 _write_atomically(out / f"{stem}.{fmt}", lambda path, d=data: path.write_bytes(d))
             caption = f"{item.label}. {item.title}. {item.caption}\n"
             _write_atomically(out / f"{stem}.txt",

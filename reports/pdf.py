@@ -75,14 +75,23 @@ def natural_size(item: FigureItem) -> tuple[float, float]:
 def render_figure(item: FigureItem, size: tuple[float, float] | None = None,
                   fmt: str = "pdf") -> bytes:
     """The figure alone as PDF or SVG bytes, at `size` (default: `figure_size` of its own)."""
+    return render_formats(item, size, (fmt,))[fmt]
+
+
+def render_formats(item: FigureItem, size: tuple[float, float] | None = None,
+                   formats: Sequence[str] = ("pdf", "svg")) -> dict[str, bytes]:
+    """The figure drawn and laid out once, saved in each of `formats`."""
     with report_style():
         figure = item.draw()
         figure.set_size_inches(size or figure_size(tuple(figure.get_size_inches())))
         freeze_layout(figure)
-        buffer = io.BytesIO()
-        metadata = _FIGURE_METADATA if fmt == "pdf" else {"Date": None}
-        figure.savefig(buffer, format=fmt, metadata=metadata)
-    return buffer.getvalue()
+        saved = {}
+        for fmt in formats:
+            buffer = io.BytesIO()
+            metadata = _FIGURE_METADATA if fmt == "pdf" else {"Date": None}
+            figure.savefig(buffer, format=fmt, metadata=metadata)
+            saved[fmt] = buffer.getvalue()
+    return saved
 
 
 # --- Rows: what flows down the pages ----------------------------------------------------
