@@ -167,8 +167,16 @@ def _draw_caption(page: Figure, x_in: float, top: float, label: str, lines: list
               color="#444444")
 
 
-# A figure drawn shorter than its own aspect, to fill a page, keeps at least this share.
-MIN_SHRINK = 0.55
+# A figure drawn shorter than its own aspect, to fill a page, keeps at least this share of
+# its height: wide figures (one row of panels) can give more than tall, stacked ones, whose
+# panels and labels would run into each other.
+MIN_SHRINK = {"wide": 0.6, "tall": 0.85}
+WIDE_ASPECT = 1.5
+
+
+def _min_shrink(naturals: Sequence[tuple[float, float]]) -> float:
+    wide = all(width / height >= WIDE_ASPECT for width, height in naturals)
+    return MIN_SHRINK["wide" if wide else "tall"]
 
 
 def _figure_row(items: list[tuple[FigureItem, tuple[float, float]]], section: Section,
@@ -199,13 +207,14 @@ def _figure_row(items: list[tuple[FigureItem, tuple[float, float]]], section: Se
         return stamps
 
     plots = max(size[1] for _, size, _, _ in slots)
+    least = _min_shrink([natural for _, natural in items])
 
     def shrink(available: float) -> _Row:
-        factor = max(MIN_SHRINK, min(1.0, 1 - (height - available) / plots))
+        factor = max(least, min(1.0, 1 - (height - available) / plots))
         return _figure_row(items, section, scale * factor)
 
     return _Row(height, draw, section, shrink=shrink if scale == 1.0 else None,
-                min_height=height - plots * (1 - MIN_SHRINK))
+                min_height=height - plots * (1 - least))
 
 
 def _table_rows(item: TableItem, section: Section) -> list[_Row]:
@@ -371,9 +380,11 @@ def _chain_height(rows: list[_Row], index: int) -> float:
     shortest a shrinkable figure can be drawn."""
     total = 0.0
     while rows[index].keep_with_next and index + 1 < len(rows):
+        same_table = rows[index].table is not None and rows[index + 1].table is rows[index].table
         index += 1
         following = rows[index]
-        total += (following.min_height if following.shrink else following.height) + ROW_GAP_IN
+        total += ((following.min_height if following.shrink else following.height)
+                  + (0.0 if same_table else ROW_GAP_IN))
     return total
 
 

@@ -52,7 +52,7 @@ def plot_training(runs: Any, *, fig: Figure | SubFigure | None = None) -> Figure
                         zorder=5, label="_spike")
         grad_ax.scatter(spikes["step"], spikes["grad_norm"], marker="x", color="black",
                         zorder=5, label="_spike")
-    loss_ax.set_ylabel("loss (solid: train, dashed: eval)")
+    loss_ax.set_ylabel("loss")  # the legend says which line is held-out
     if log["eval_loss"].notna().any():
         loss_ax.plot([], [], linestyle="--", marker="o", markersize=4, color=REFERENCE_COLOR,
                      markeredgecolor="black", markeredgewidth=0.6, label="held-out (eval)")
