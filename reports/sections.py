@@ -224,7 +224,8 @@ def _attention_patterns(runs: Runs) -> Section:
         if tokens:
             text = " ".join(visible_token(token, 24) for token in tokens)
             prompts.setdefault(text, []).append(model)
-    shown = "; ".join(f"{model}: layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))}"
+    shown = "; ".join(f"{model}: layer{'s' if len(layers) > 1 else ''} "
+                      f"{', '.join(map(str, layers))}"
                       for model in runs.models
                       if (layers := choose_pattern_layers(runs, model)))
     caption = ("Softmax attention of a short display prompt, averaged over heads, one panel "

@@ -93,7 +93,8 @@ def _draw_uniform_references(ax: Axes, references: dict[str, float | None],
 
 
 @styled
-def plot_first_token_by_bucket(runs: Any, *, ax: Axes | None = None, log: bool = True) -> Figure | SubFigure:
+def plot_first_token_by_bucket(runs: Any, *,
+                                ax: Axes | None = None, log: bool = True) -> Figure | SubFigure:
     """F-Attn by query position, one line per model, with the uniform reference.
 
     Each point pools the queries of one bucket of positions (probe writes powers of two,

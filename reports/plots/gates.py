@@ -74,7 +74,8 @@ def histogram_layers(runs: Runs, max_layers: int = 12) -> list[int]:
 
 
 @styled
-def plot_gate_stats_by_layer(runs: Any, *, ax: Axes | None = None, group: str = "all") -> Figure | SubFigure:
+def plot_gate_stats_by_layer(runs: Any, *,
+                              ax: Axes | None = None, group: str = "all") -> Figure | SubFigure:
     """Per layer: mean gate score (line), ±1 std (band), min and max (thin dashed lines)."""
     runs = load_runs(runs)
     ax = axes_or_new(ax, 6.4, 3.6)
@@ -121,7 +122,8 @@ def plot_gate_heatmap(runs: Any, *, fig: Figure | SubFigure | None = None,
 
 
 @styled
-def plot_gate_saturation(runs: Any, *, ax: Axes | None = None, group: str = "all") -> Figure | SubFigure:
+def plot_gate_saturation(runs: Any, *,
+                          ax: Axes | None = None, group: str = "all") -> Figure | SubFigure:
     """Cumulative share of gate scores below 0.01, 0.1, 0.5, 0.9 and 0.99, one line per model,
     pooled over layers and heads with their element counts; logit x axis, on which the five
     thresholds are evenly spaced.
