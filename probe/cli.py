@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, help="folder for report.html / report.pdf")
     r.add_argument("--format", default="html,pdf", help="html, pdf or html,pdf")
     r.add_argument("--title")
+    r.add_argument("--figures", metavar="DIR",
+                   help="also write every figure as its own PDF and SVG with its caption into DIR")
     r.add_argument("--force", action="store_true")
 
     c = sub.add_parser("compare", help="analyse several checkpoints on the same tokens, one report")
@@ -96,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--name", nargs="+", metavar="NAME",
                    help="the models' names in tables, reports and run folders, one per checkpoint "
                         "(default: the folder names)")
+    c.add_argument("--figures", metavar="DIR",
+                   help="also write every figure as its own PDF and SVG with its caption into DIR")
     _analysis_options(c)
 
     t = sub.add_parser("train", help="train a small no-gate / headwise / elementwise model to analyse")
@@ -311,15 +315,28 @@ def cmd_report(args, command_line) -> int:
 
     formats = _formats(args.format)
     out = Path(args.out)
+    _check_figures_dir(args.figures, args.force)
     for run in args.runs:
         if not (Path(run) / "summary.json").exists():
             raise ProbeError(f"{run} is not a probe run directory (no summary.json); "
                              "create it with probe analyze")
     runs = load_run_dirs([Path(r) for r in args.runs])      # a run that does not fit: one line, now
-    for path in write_report(runs, out, formats=formats, title=args.title, force=args.force).values():
+    for path in write_report(runs, out, formats=formats, title=args.title, force=args.force,
+                             figures=args.figures).values():
         print(f"wrote {path}")
     print_claims(runs)
     return 0
+
+
+def _check_figures_dir(figures: str | None, force: bool) -> None:
+    """--figures DIR: refuse to overwrite figures of an earlier report without --force."""
+    if figures is None:
+        return
+    target = Path(figures)
+    if target.exists() and not target.is_dir():
+        raise ProbeError(f"--figures {figures} is a file; give a folder")
+    if not force and target.is_dir() and any(target.glob("figure-*")):
+        raise ProbeError(f"{figures} already holds figures; pass --force to replace them")
 
 
 def cmd_compare(args, command_line) -> int:
@@ -335,6 +352,7 @@ def cmd_compare(args, command_line) -> int:
     if main_rank:
         check_output_dir(out, args.force)
         check_writable(out)
+        _check_figures_dir(args.figures, args.force)
     names = compare_names(args.checkpoints, args.name)
     analyses = [_run_analysis(ckpt, args, options, name, command_line)
                 for ckpt, name in zip(args.checkpoints, names)]
@@ -342,7 +360,7 @@ def cmd_compare(args, command_line) -> int:
         return 0
     _raise_if_interrupted()
     reports = write_runs(dict(zip(names, analyses)), out, force=args.force, formats=formats,
-                         title=args.title)
+                         title=args.title, figures=args.figures)
     print_summary(analyses)
     if len({a.meta.get("tokens_sha256") for a in analyses}) > 1:
         print("probe: warning: the models did not see the same token ids (their tokenizers or BOS "
@@ -351,6 +369,10 @@ def cmd_compare(args, command_line) -> int:
     print_claims(analyses)
     for path in reports.values():
         print(f"wrote {path}")
+    if args.figures and not formats:
+        from reports import write_figures
+
+        print(f"wrote {write_figures([out / n for n in names], args.figures)}")
     print(f"wrote {out}/")
     return 0
 

@@ -5,13 +5,14 @@ anything that loads a model.
 
     import reports
     reports.plot_first_token_heatmap("runs/baseline")          # -> Figure
-    reports.plot_first_token_by_layer(["runs/base", "runs/gated"])  # -> Axes
+    reports.plot_first_token_by_layer(["runs/base", "runs/gated"])  # -> Figure (every plot)
     reports.build_report(["runs/base", "runs/gated"], "out")   # -> {"html": ..., "pdf": ...}
+    reports.write_figures(["runs/base", "runs/gated"], "figs")  # each figure: PDF, SVG, caption
     reports.claims_table("runs/base", "runs/gated")             # the paper's claims, checked
 """
 
 from reports import plots
-from reports.build import build_report
+from reports.build import build_report, write_figures
 from reports.claims import claims_table
 # Every plot function is public here too; reports.plots.__all__ is the one list of them.
 from reports.plots import *  # noqa: F401,F403
@@ -23,4 +24,5 @@ from reports.tables import (gate_position_table, gate_token_type_table, inferenc
 _TABLES = ["claims_table", "gate_position_table", "gate_token_type_table", "inference_table",
            "interventions_table", "massive_top_table", "provenance_table", "summary_table"]
 
-__all__ = sorted(["Runs", "build_report", "load_runs", *_TABLES, *plots.__all__])
+__all__ = sorted(["Runs", "build_report", "load_runs", "write_figures", *_TABLES,
+                  *plots.__all__])

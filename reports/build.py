@@ -10,17 +10,21 @@ from pathlib import Path
 from typing import Any
 
 from reports.html import render_html
-from reports.pdf import write_pdf
+from reports.pdf import render_formats, write_pdf
 from reports.runs import Runs, load_runs
-from reports.sections import build_sections
+from reports.sections import FigureItem, Section, build_sections, shown
 
 FORMATS = ("html", "pdf")
 
 
 def build_report(run_dirs_or_analyses: Any, out_dir: str | os.PathLike,
                  formats: Iterable[str] = FORMATS, title: str | None = None, *,
-                 generated_at: datetime | None = None) -> dict[str, Path]:
+                 generated_at: datetime | None = None,
+                 figures: str | os.PathLike | None = None) -> dict[str, Path]:
     """Write report.html and/or report.pdf into `out_dir`; return {format: path}.
+
+    `figures`: a folder that also gets every figure on its own (`write_figures`), returned
+    under "figures".
 
     `generated_at` is the timestamp printed in the provenance, the only part of the output
     that changes between two builds of the same runs. It defaults to $SOURCE_DATE_EPOCH
@@ -41,7 +45,41 @@ def build_report(run_dirs_or_analyses: Any, out_dir: str | os.PathLike,
         "pdf": lambda path: write_pdf(sections, path, title=title, subtitle=subtitle,
                                       generated_at=stamp),
     }
-    return {fmt: _write_atomically(out / f"report.{fmt}", writers[fmt]) for fmt in formats}
+    written = {fmt: _write_atomically(out / f"report.{fmt}", writers[fmt]) for fmt in formats}
+    if figures is not None:
+        written["figures"] = write_figures(sections, figures)
+    return written
+
+
+def write_figures(sections_or_runs: Any, out_dir: str | os.PathLike) -> Path:
+    """Every figure of the report as its own vector PDF and SVG, for a paper's LaTeX, with its
+    caption beside it: figure-03-f-attn-by-position.{pdf,svg,txt} in `out_dir`.
+
+    Numbers and captions are the report's; each figure has the size it has in the PDF report
+    (at least 12 cm wide), so its text is at its own size when included at that width.
+    Accepts the sections of `build_sections` or what `load_runs` accepts.
+    """
+    sections = (sections_or_runs if isinstance(sections_or_runs, list)
+                and all(isinstance(s, Section) for s in sections_or_runs)
+                else build_sections(load_runs(sections_or_runs)))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for section in shown(sections):
+        for item in section.items:
+            if not isinstance(item, FigureItem):
+                continue
+            stem = figure_file_stem(item)
+            for fmt, data in render_formats(item).items():
+                _write_atomically(out / f"{stem}.{fmt}", lambda path, d=data: path.write_bytes(d))
+            caption = f"{item.label}. {item.title}. {item.caption}\n"
+            _write_atomically(out / f"{stem}.txt",
+                              lambda path: path.write_text(caption, encoding="utf-8"))
+    return out
+
+
+def figure_file_stem(item: FigureItem) -> str:
+    """"figure-03-f-attn-by-position": the number first, so the files sort in report order."""
+    return f"figure-{item.number:02d}-{item.id}"
 
 
 def default_title(runs: Runs) -> str:

@@ -274,7 +274,8 @@ def nonfinite_reason(runs: Runs, models: Sequence[str]) -> str | None:
     for model in models:
         layers = _nonfinite_layers(runs, model)
         if layers:
-            parts.append(f"{model} has NaN/inf activations at layer{'s' if len(layers) > 1 else ''} "
+            plural = "s" if len(layers) > 1 else ""
+            parts.append(f"{model} has NaN/inf activations at layer{plural} "
                          f"{join_layers(layers)}")
     if not parts:
         return None

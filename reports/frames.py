@@ -72,6 +72,8 @@ def gate_stats_by_layer(runs: Runs, group: str = "all") -> pd.DataFrame:
     for (model, layer), heads in wide.groupby(["model", "layer"], sort=True):
         weights = heads["count"].to_numpy(float)
         total = weights.sum()
+        if not total > 0:
+            continue  # no finite gate score in this layer (a NaN in the model): no point
         mean = np.sum(weights * heads["mean"]) / total
         second_moment = np.sum(weights * (heads["std"] ** 2 + heads["mean"] ** 2)) / total
         records.append({

@@ -35,11 +35,11 @@ COLUMN_WIDTH_IN = (TEXT_WIDTH_IN - COLUMN_GAP_IN) / 2  # 13.0 cm
 MIN_FIGURE_WIDTH_IN = 12 / 2.54
 NARROW_IN = 7.2  # figures whose natural width is at most this share a row with another
 COVER_TITLE_SIZE = 22
-HEADING_SIZE = 14
-TEXT_SIZE = 9
-CAPTION_SIZE = 8.5
+HEADING_SIZE = 13
+TEXT_SIZE = 8.5
+CAPTION_SIZE = 8
 TABLE_SIZE = 7.5
-ROW_GAP_IN = 0.22
+ROW_GAP_IN = 0.16
 SHORT_TABLE_ROWS = 10
 CELL_PAD_PT = 3.0
 _VERDICT_COLORS = ((CONSISTENT, "#1a7f37"), (NOT_CONSISTENT, "#b42318"),
@@ -75,14 +75,23 @@ def natural_size(item: FigureItem) -> tuple[float, float]:
 def render_figure(item: FigureItem, size: tuple[float, float] | None = None,
                   fmt: str = "pdf") -> bytes:
     """The figure alone as PDF or SVG bytes, at `size` (default: `figure_size` of its own)."""
+    return render_formats(item, size, (fmt,))[fmt]
+
+
+def render_formats(item: FigureItem, size: tuple[float, float] | None = None,
+                   formats: Sequence[str] = ("pdf", "svg")) -> dict[str, bytes]:
+    """The figure drawn and laid out once, saved in each of `formats`."""
     with report_style():
         figure = item.draw()
         figure.set_size_inches(size or figure_size(tuple(figure.get_size_inches())))
         freeze_layout(figure)
-        buffer = io.BytesIO()
-        metadata = _FIGURE_METADATA if fmt == "pdf" else {"Date": None}
-        figure.savefig(buffer, format=fmt, metadata=metadata)
-    return buffer.getvalue()
+        saved = {}
+        for fmt in formats:
+            buffer = io.BytesIO()
+            metadata = _FIGURE_METADATA if fmt == "pdf" else {"Date": None}
+            figure.savefig(buffer, format=fmt, metadata=metadata)
+            saved[fmt] = buffer.getvalue()
+    return saved
 
 
 # --- Rows: what flows down the pages ----------------------------------------------------
@@ -158,8 +167,16 @@ def _draw_caption(page: Figure, x_in: float, top: float, label: str, lines: list
               color="#444444")
 
 
-# A figure drawn shorter than its own aspect, to fill a page, keeps at least this share.
-MIN_SHRINK = 0.72
+# A figure drawn shorter than its own aspect, to fill a page, keeps at least this share of
+# its height: wide figures (one row of panels) can give more than tall, stacked ones, whose
+# panels and labels would run into each other.
+MIN_SHRINK = {"wide": 0.6, "tall": 0.85}
+WIDE_ASPECT = 1.5
+
+
+def _min_shrink(naturals: Sequence[tuple[float, float]]) -> float:
+    wide = all(width / height >= WIDE_ASPECT for width, height in naturals)
+    return MIN_SHRINK["wide" if wide else "tall"]
 
 
 def _figure_row(items: list[tuple[FigureItem, tuple[float, float]]], section: Section,
@@ -190,13 +207,14 @@ def _figure_row(items: list[tuple[FigureItem, tuple[float, float]]], section: Se
         return stamps
 
     plots = max(size[1] for _, size, _, _ in slots)
+    least = _min_shrink([natural for _, natural in items])
 
     def shrink(available: float) -> _Row:
-        factor = max(MIN_SHRINK, min(1.0, 1 - (height - available) / plots))
+        factor = max(least, min(1.0, 1 - (height - available) / plots))
         return _figure_row(items, section, scale * factor)
 
     return _Row(height, draw, section, shrink=shrink if scale == 1.0 else None,
-                min_height=height - plots * (1 - MIN_SHRINK))
+                min_height=height - plots * (1 - least))
 
 
 def _table_rows(item: TableItem, section: Section) -> list[_Row]:
@@ -204,7 +222,7 @@ def _table_rows(item: TableItem, section: Section) -> list[_Row]:
     columns = [item.index_label, *map(str, item.frame.columns)]
     body = [[str(label), *map(str, values)]
             for label, values in zip(item.frame.index, item.frame.itertuples(index=False))]
-    size = TABLE_SIZE - (0.5 if item.free_text else 0.0)
+    size = TABLE_SIZE - (1.0 if item.free_text else 0.0)
     widths = _column_widths([columns, *body], size)
     right = [False, *numeric_columns(item.frame)]
     header = _cells_row(columns, widths, right, size, section, item, header=True)
@@ -362,9 +380,11 @@ def _chain_height(rows: list[_Row], index: int) -> float:
     shortest a shrinkable figure can be drawn."""
     total = 0.0
     while rows[index].keep_with_next and index + 1 < len(rows):
+        same_table = rows[index].table is not None and rows[index + 1].table is rows[index].table
         index += 1
         following = rows[index]
-        total += (following.min_height if following.shrink else following.height) + ROW_GAP_IN
+        total += ((following.min_height if following.shrink else following.height)
+                  + (0.0 if same_table else ROW_GAP_IN))
     return total
 
 

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 import pandas as pd
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from reports import claims, notes, plots, tables
@@ -115,9 +114,9 @@ def _left_out(section_id: str, title: str, reason: str) -> Section:
     return Section(id=section_id, title=title, intro="", items=[], omitted=reason)
 
 
-def _axes(plot: Callable[[], Axes]) -> Draw:
-    """An axes-level plot as a figure maker."""
-    return lambda: plot().figure
+def _axes(plot: Callable[[], Figure]) -> Draw:
+    """An axes-level plot as a figure maker (plot functions return the figure)."""
+    return plot
 
 
 def _claims(runs: Runs) -> Section:
@@ -225,11 +224,13 @@ def _attention_patterns(runs: Runs) -> Section:
         if tokens:
             text = " ".join(visible_token(token, 24) for token in tokens)
             prompts.setdefault(text, []).append(model)
-    shown = "; ".join(f"{model}: layers {', '.join(map(str, layers))}"
+    shown = "; ".join(f"{model}: layer{'s' if len(layers) > 1 else ''} "
+                      f"{', '.join(map(str, layers))}"
                       for model in runs.models
                       if (layers := choose_pattern_layers(runs, model)))
-    caption = ("Softmax attention of a short display prompt, averaged over heads, for the "
-               "first, middle and last attention layer with a saved pattern, one row per model"
+    caption = ("Softmax attention of a short display prompt, averaged over heads, one panel "
+               "per model at its layer with the most weight on the first key (mean over "
+               "queries t ≥ 1, among the attention layers with a saved pattern)"
                f"{' (' + shown + ')' if shown else ''}. Rows are query tokens, columns key "
                "tokens; a bright first column is a sink. Colour: square root of the weight, "
                "0 to 1, shared by all panels. Grey cells above the diagonal are masked by "
@@ -262,10 +263,12 @@ def _massive(runs: Runs) -> Section:
     top = TableItem(
         "m-act-top", "Largest activations",
         tables.massive_top_display(runs),
-        "The largest |activation| values of each model over all layers and sites, with the "
-        "token at that position, its position in the sequence, the sequence index and the "
-        "hidden dimension. Massive activations concentrate on few dimensions and often on the "
-        "first token.")
+        "The largest |activation| values of each model over all layers and sites, grouped by "
+        "layer, site, position in the sequence and hidden dimension: value is the largest "
+        "there (signed), count how many of the values saved in massive_top.csv (the largest "
+        "few per layer and site, over all sequences) fall on that place, token the token of "
+        "the largest. Massive activations concentrate on few dimensions and often on the "
+        "first token, which then recurs with a high count.")
     return Section(
         id="massive-activations", title="Massive activations (M-Act)",
         intro=("Massive activations are a few hidden-state values orders of magnitude above the "
@@ -298,9 +301,11 @@ def _gates(runs: Runs) -> Section:
                    "output gate on softmax attention (linear attention)."),
         FigureItem("gate-saturation", "Gate saturation",
                    _axes(partial(plots.plot_gate_saturation, runs)),
-                   "Share of all gate scores below 0.01, 0.1, 0.5 and above 0.9, 0.99, pooled "
-                   "over layers and heads with their element counts. Many scores near 0 with "
-                   "few near 1 is the sparse gating the paper reports."),
+                   "Cumulative share of gate scores below x at x = 0.01, 0.1, 0.5, 0.9 and "
+                   "0.99 (logit x axis; below 0.9 and 0.99 as 1 − the share above), pooled "
+                   "over layers and heads with their element counts, one line per model. A "
+                   "line that rises early (many scores near 0) and reaches 1 before 0.9 (few "
+                   "near 1) is the sparse gating the paper reports."),
         TableItem("gate-position", "Gate score by position",
                   tables.gate_position_display(runs),
                   "Mean gate score over all positions, at position 0 (the first token) and at "
@@ -370,8 +375,10 @@ def _training(runs: Runs) -> Section:
     figure = FigureItem(
         "training-curves", "Training curves",
         partial(plots.plot_training, runs),
-        "Training loss per step (solid), held-out loss where evaluated (dashed, markers) and "
-        "the gradient norm, per model; black crosses mark steps flagged as loss "
+        "Left: training loss per step, right: gradient norm, per model (training.csv): faint, "
+        "the raw value of every logged step; solid, its centred moving average over 2% of "
+        "the logged steps. Dashed with black-edged markers, drawn on top: the held-out loss "
+        "at the steps where it was evaluated. Black crosses mark steps flagged as loss "
         "spikes in training.csv.")
     return Section(
         id="training", title="Training",

@@ -47,12 +47,15 @@ def report_style() -> Iterator[None]:
 
 
 def styled(function: F) -> F:
-    """Run a plot function inside `report_style`, so notebook and report figures look alike."""
+    """Run a plot function inside `report_style`, so notebook and report figures look alike,
+    and hand back the Figure it drew on (an axes-level plot's Axes becomes its figure), so
+    that every plot function returns something `.savefig` works on and Jupyter displays."""
 
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         with report_style():
-            return function(*args, **kwargs)
+            result = function(*args, **kwargs)
+        return result.figure if isinstance(result, Axes) else result
 
     return wrapper  # type: ignore[return-value]
 

@@ -72,26 +72,38 @@ def summary_display(runs: Any) -> pd.DataFrame:
     return display.rename(columns=SUMMARY_COLUMNS)
 
 
-def massive_top_table(runs: Any, per_model: int = 8) -> pd.DataFrame:
-    """The largest |h| of each model over all layers and sites, with where they sit."""
+def massive_top_table(runs: Any, per_model: int = 6) -> pd.DataFrame:
+    """The largest |h| of each model, grouped by where they sit: one row per (layer, site,
+    position, dim) with the largest value there and `count`, how many of the saved top
+    values (massive_top.csv, the k largest per layer and site) fall on it, over sequences.
+
+    The same first-token value recurs in sequence after sequence; grouped, it is one row
+    with its count instead of a table of repeats. `token` is the token of the largest value.
+    """
     runs = load_runs(runs)
     top = runs.massive_top
-    columns = ["model", "layer", "site", "value", "token", "position", "sequence", "dim"]
+    columns = ["model", "layer", "site", "position", "dim", "value", "count", "token"]
     if top.empty:
         return pd.DataFrame(columns=columns)
-    ordered = top.sort_values(["model", "abs_value", "layer", "site", "rank"],
-                              ascending=[True, False, True, True, True], kind="stable")
-    picked = ordered.groupby("model", sort=False).head(per_model)
+    keys = ["model", "layer", "site", "position", "dim"]
+    ordered = top.sort_values(["abs_value", "sequence"], ascending=[False, True], kind="stable")
+    grouped = ordered.groupby(keys, sort=False)
+    table = grouped.first()[["value", "abs_value", "token"]]
+    table["count"] = grouped.size()
+    table = table.reset_index()
+    table = table.sort_values(["abs_value", "layer", "dim"], ascending=[False, True, True],
+                              kind="stable")
+    picked = table.groupby("model", sort=False).head(per_model)
     picked = picked.assign(model=pd.Categorical(picked["model"], categories=list(runs.models)))
     picked = picked.sort_values(["model", "abs_value"], ascending=[True, False], kind="stable")
     picked = picked.assign(model=picked["model"].astype(str))
     return picked[columns].reset_index(drop=True)
 
 
-def massive_top_display(runs: Any, per_model: int = 8) -> pd.DataFrame:
+def massive_top_display(runs: Any, per_model: int = 6) -> pd.DataFrame:
     frame = massive_top_table(runs, per_model)
     display = as_display(frame, {"value": _significant, "layer": _count, "position": _count,
-                                 "sequence": _count, "dim": _count})
+                                 "dim": _count, "count": _count})
     display["site"] = [SITE_LABELS.get(site, site) for site in frame["site"]]
     display["token"] = [repr_token(token) for token in frame["token"]]
     return display.set_index("model")

@@ -9,8 +9,8 @@ the tier out.
 
 Every number is checked against a computation that does not use probe's capture code: eager
 softmax attention (`output_attentions=True`), the model's own hidden states and loss from the
-same forward pass, the attention outputs recorded by a separate SDPA back-end (reference.py),
-and direct searches / counts on those full tensors.
+same forward pass, the attention outputs o_proj read in that pass (the models are ungated), and
+direct searches / counts on those full tensors.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ pytest.importorskip("gguf")
 
 from probe import Capture, real_models  # noqa: E402
 from probe.corpus import sample_texts  # noqa: E402
-from reference import eager_attentions, recorded  # noqa: E402
+from reference import eager_attentions  # noqa: E402
 
 F_ATTN_TOL = 1e-5        # per layer and head, against eager softmax
 LENGTHS = {"smollm2": 384, "gemma3": 640}        # Gemma 3: above its 512-token window
@@ -50,11 +50,25 @@ class Measured:
         ids = lm.tokenizer("\n\n".join(sample_texts()), add_special_tokens=False).input_ids
         bos = [lm.tokenizer.bos_token_id] if name == "gemma3" else []    # Gemma expects its <bos>
         self.ids = ids = torch.tensor([bos + ids[: T - len(bos)]])       # (1, T)
+        # These models are ungated: what o_proj reads is the attention output probe counted, so
+        # the sparsity reference is taken from the very tensors of probe's pass.
+        self.sdpa = {}
+
+        def keep(i):
+            def hook(module, args):
+                self.sdpa[i] = args[0].detach().clone().unflatten(-1, (layout.num_heads, -1))  # (1, T, H, D)
+            return hook
+        handles = [p.o_proj.register_forward_pre_hook(keep(p.index))
+                   for p in layout.layers if p.index in layout.attention_layers]
         with torch.inference_mode():
-            with Capture(model, layout) as cap, cap.batch(ids):
-                # The model's own layer outputs and loss, from the very pass probe observed.
-                out = model(input_ids=ids, labels=ids, output_hidden_states=True, use_cache=False)
-                cap.observe_logits(out.logits)
+            try:
+                with Capture(model, layout) as cap, cap.batch(ids):
+                    # The model's own layer outputs and loss, from the very pass probe observed.
+                    out = model(input_ids=ids, labels=ids, output_hidden_states=True, use_cache=False)
+                    cap.observe_logits(out.logits)
+            finally:
+                for handle in handles:
+                    handle.remove()
             self.seconds["probe pass"] = time.perf_counter() - start - sum(self.seconds.values())
             self.cap, self.loss, self.hidden = cap, float(out.loss), out.hidden_states
             self.loss64 = float64_loss(out.logits[0], ids[0])
@@ -63,10 +77,6 @@ class Measured:
             self.window = {i: int((eager[i][0, 0, -1] > 0).sum()) for i in layout.attention_layers}
             del eager
             self.seconds["eager"] = time.perf_counter() - start - sum(self.seconds.values())
-            with recorded(model, layout) as rec:
-                model(input_ids=ids, use_cache=False)
-            self.sdpa = {i: o.clone() for i, o in rec["sdpa"].items()}  # (1, T, H, D) pre-gate output
-        self.seconds["sdpa"] = time.perf_counter() - start - sum(self.seconds.values())
         _timings[name] = self.seconds
 
 

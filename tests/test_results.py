@@ -1,6 +1,7 @@
 """The Analysis object: summary definitions, save / load round trip, atomic writes."""
 from __future__ import annotations
 
+import inspect
 import json
 import math
 
@@ -89,8 +90,18 @@ def test_every_report_figure_is_an_analysis_method():
     from probe.plotting import NOT_METHODS, PLOTS
 
     assert sorted(f"plot_{n}" for n in PLOTS + NOT_METHODS) == sorted(reports.plots.__all__)
+    assert NOT_METHODS == ()  # every reports.plot_* has its twin
     for name in PLOTS:
-        assert callable(getattr(probe.Analysis, f"plot_{name}"))
+        method = getattr(probe.Analysis, f"plot_{name}")
+        function = getattr(reports, f"plot_{name}")
+        # The same keyword arguments, defaults and annotations (self for runs)
+        mine = list(inspect.signature(method).parameters.values())[1:]
+        theirs = list(inspect.signature(function).parameters.values())[1:]
+        assert [(p.name, p.default, str(p.annotation)) for p in mine] \
+            == [(p.name, p.default, str(p.annotation)) for p in theirs], name
+        # ... and a docstring that opens with what the figure draws.
+        first = " ".join(inspect.getdoc(function).split("\n\n")[0].split())
+        assert " ".join(inspect.getdoc(method).split("\n\n")[0].split()) == first, name
 
 
 def test_plot_methods_return_figures_for_notebooks(analyses):

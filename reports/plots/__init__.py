@@ -1,4 +1,5 @@
-"""Plot functions: each takes runs (paths, analyses or `Runs`) and returns Axes or a Figure."""
+"""Plot functions: each takes runs (paths, analyses or `Runs`) and returns the Figure it drew
+(with `ax=` or `fig=` given, the figure that holds it)."""
 
 from reports.plots.attention_patterns import plot_attention_patterns
 from reports.plots.first_token import (plot_first_token_by_bucket, plot_first_token_by_layer,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure, SubFigure
 from matplotlib.image import AxesImage
@@ -17,12 +18,24 @@ from reports.text import plain, visible_token
 
 
 def choose_pattern_layers(runs: Runs, model: str, layers: Sequence[int] | None = None,
-                          max_layers: int = 3) -> list[int]:
-    """The requested layers that the model saved, or its first, middle and last ones."""
+                          max_layers: int = 1) -> list[int]:
+    """The requested layers that the model saved; else, for one layer, the saved layer whose
+    pattern puts the most weight on the first key (its strongest sink), for more, layers
+    spread from the first to the last."""
     saved = pattern_layers(runs, model)
     if layers is not None:
         return [layer for layer in layers if layer in saved]
+    if max_layers == 1 and saved:
+        return [max(saved, key=lambda layer: (first_key_weight(runs, model, layer), -layer))]
     return spread(saved, max_layers)
+
+
+def first_key_weight(runs: Runs, model: str, layer: int) -> float:
+    """Mean weight on key 0 over the display prompt's queries t >= 1 (head mean)."""
+    matrix = attention_pattern(runs, model, layer)
+    column = matrix[1:, 0] if matrix.shape[0] > 1 else matrix[:, 0]
+    finite = column[np.isfinite(column)]  # a NaN in the model leaves no finite weight
+    return float(finite.mean()) if finite.size else 0.0
 
 
 def display_tokens(runs: Runs, model: str, size: int) -> list[str]:
@@ -36,30 +49,31 @@ def display_tokens(runs: Runs, model: str, size: int) -> list[str]:
 @styled
 def plot_attention_patterns(runs: Any, *, fig: Figure | SubFigure | None = None,
                             layers: Sequence[int] | None = None,
-                            max_layers: int = 3) -> Figure | SubFigure:
-    """One row per model with saved patterns, one column per chosen layer: query x key.
+                            max_layers: int = 1) -> Figure | SubFigure:
+    """One query x key panel per model and chosen layer, models in reading order, at most
+    three panels to a row.
 
+    By default one layer per model, its strongest sink (`choose_pattern_layers`), so that
+    each panel is large enough to label every token; `layers=` or `max_layers=` show more.
     All panels share one square-root colour scale from 0 to 1, so that small weights off the
     first column stay visible next to a sink.
     """
     runs = load_runs(runs)
-    chosen = {model: picked for model in runs.models
-              if (picked := choose_pattern_layers(runs, model, layers, max_layers))}
-    columns = max((len(picked) for picked in chosen.values()), default=1)
-    fig = figure_or_new(fig, 1.0 + 2.9 * columns, 0.4 + 2.9 * max(len(chosen), 1))
-    if not chosen:
+    panels = [(model, layer) for model in runs.models
+              for layer in choose_pattern_layers(runs, model, layers, max_layers)]
+    columns = min(max(len(panels), 1), 3)
+    rows = -(-max(len(panels), 1) // columns)
+    fig = figure_or_new(fig, 1.2 + 3.3 * columns, 0.5 + 3.5 * rows)
+    if not panels:
         not_applicable(fig.add_subplot(), "No run saved attention patterns of a display prompt.")
         return fig
     norm = PowerNorm(gamma=0.5, vmin=0.0, vmax=1.0)
-    axes = fig.subplots(len(chosen), columns, squeeze=False)
-    for row, (model, picked) in enumerate(chosen.items()):
-        for column in range(columns):
-            ax = axes[row][column]
-            if column >= len(picked):
-                ax.set_visible(False)  # this model has fewer attention layers to show
-                continue
-            image = _draw_pattern(ax, runs, model, picked[column], norm)
-    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.7,
+    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    for ax, (model, layer) in zip(axes, panels):
+        image = _draw_pattern(ax, runs, model, layer, norm)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    fig.colorbar(image, ax=list(axes[:len(panels)]), shrink=0.8,
                  label="attention weight (head mean, √ scale)")
     return fig
 
@@ -69,12 +83,12 @@ def _draw_pattern(ax, runs: Runs, model: str, layer: int, norm) -> AxesImage:
     image = ax.imshow(matrix, cmap=_cmap(), norm=norm, aspect="equal", interpolation="none")
     labels = display_tokens(runs, model, matrix.shape[0])
     positions = range(len(labels))
-    ax.set_xticks(positions, labels=labels, rotation=90, fontsize=6.5)
-    ax.set_yticks(positions, labels=labels, fontsize=6.5)
+    ax.set_xticks(positions, labels=labels, rotation=90, fontsize=6)
+    ax.set_yticks(positions, labels=labels, fontsize=6)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     ax.grid(False)
-    ax.set_title(f"{plain(model)}\nlayer {layer}", fontsize=8.5)
+    ax.set_title(f"{plain(model)}, layer {layer}", fontsize=9)
     return image
 
 

@@ -41,7 +41,7 @@ def plot_first_token_heatmap(runs: Any, *, fig: Figure | SubFigure | None = None
 
 @styled
 def plot_first_token_by_layer(runs: Any, *, ax: Axes | None = None,
-                              metric: str = "f_attn") -> Axes:
+                              metric: str = "f_attn") -> Figure | SubFigure:
     """Head-mean F-Attn per layer, models overlaid, each model's uniform reference dashed.
 
     The uniform reference mean_t 1/(t+1) is what F-Attn would be if every query spread its
@@ -93,7 +93,8 @@ def _draw_uniform_references(ax: Axes, references: dict[str, float | None],
 
 
 @styled
-def plot_first_token_by_bucket(runs: Any, *, ax: Axes | None = None, log: bool = True) -> Axes:
+def plot_first_token_by_bucket(runs: Any, *,
+                                ax: Axes | None = None, log: bool = True) -> Figure | SubFigure:
     """F-Attn by query position, one line per model, with the uniform reference.
 
     Each point pools the queries of one bucket of positions (probe writes powers of two,
@@ -129,7 +130,7 @@ def plot_first_token_by_bucket(runs: Any, *, ax: Axes | None = None, log: bool =
     if len(starts) == 1:
         ax.set_xlim(starts[0] / 2, starts[0] * 2)
     ax.set_xlabel("query position t (first position of each bucket)")
-    ax.set_ylabel("F-Attn (head-mean, mean over layers)")
+    ax.set_ylabel("F-Attn (mean over heads, layers)")
     values = np.concatenate([buckets["value"].to_numpy(), buckets["uniform"].to_numpy()])
     values = values[np.isfinite(values) & (values > 0)]
     if log and len(values) and values.max() / values.min() > 10:  # log only over decades

@@ -12,9 +12,8 @@ from matplotlib.figure import Figure, SubFigure
 from reports.frames import gate_hist_by_layer, gate_matrix, gate_saturation, gate_stats_by_layer
 from reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, legend_entries,
                                    legend_outside, model_heatmaps, not_applicable,
-                                   set_layer_ticks, side_by_side, spread)
+                                   set_layer_ticks, spread)
 from reports.runs import Runs, load_runs
-from reports.schema import SATURATION_LABELS, SATURATION_METRICS
 from reports.style import model_colors, styled
 from reports.text import plain
 
@@ -54,6 +53,8 @@ def plot_gate_histograms(runs: Any, *, fig: Figure | SubFigure | None = None,
                       linewidth=1.2, label=plain(model))
         ax.set_title(f"layer {layer}", fontsize=8.5)
         ax.set_xlim(0, 1)
+        # "0", "0.5", "1": short enough that one panel's 1 and the next one's 0 never touch
+        ax.set_xticks([0, 0.5, 1], labels=["0", "0.5", "1"])
     for ax in axes[len(shown):]:
         ax.set_visible(False)
     if log:
@@ -73,7 +74,8 @@ def histogram_layers(runs: Runs, max_layers: int = 12) -> list[int]:
 
 
 @styled
-def plot_gate_stats_by_layer(runs: Any, *, ax: Axes | None = None, group: str = "all") -> Axes:
+def plot_gate_stats_by_layer(runs: Any, *,
+                              ax: Axes | None = None, group: str = "all") -> Figure | SubFigure:
     """Per layer: mean gate score (line), ±1 std (band), min and max (thin dashed lines)."""
     runs = load_runs(runs)
     ax = axes_or_new(ax, 6.4, 3.6)
@@ -120,8 +122,15 @@ def plot_gate_heatmap(runs: Any, *, fig: Figure | SubFigure | None = None,
 
 
 @styled
-def plot_gate_saturation(runs: Any, *, ax: Axes | None = None, group: str = "all") -> Axes:
-    """Share of gate scores near 0 and near 1, pooled over layers and heads, per model."""
+def plot_gate_saturation(runs: Any, *,
+                          ax: Axes | None = None, group: str = "all") -> Figure | SubFigure:
+    """Cumulative share of gate scores below 0.01, 0.1, 0.5, 0.9 and 0.99, one line per model,
+    pooled over layers and heads with their element counts; logit x axis, on which the five
+    thresholds are evenly spaced.
+
+    gates.csv saves the shares below 0.01, 0.1, 0.5 and above 0.9, 0.99; the last two enter as
+    1 - share above, so every point is "share of scores below x" and the line only rises.
+    """
     runs = load_runs(runs)
     ax = axes_or_new(ax, 6.4, 3.4)
     shares = gate_saturation(runs, group)
@@ -129,17 +138,33 @@ def plot_gate_saturation(runs: Any, *, ax: Axes | None = None, group: str = "all
         return not_applicable(ax, no_gate_message(runs))
     models = [model for model in runs.models if model in set(shares["model"])]
     colors = model_colors(runs.models)
-    positions = np.arange(len(SATURATION_METRICS))
-    for model, (offset, width) in zip(models, side_by_side(len(models))):
-        rows = shares[shares["model"] == model].set_index("metric")["value"]
-        values = [rows.get(metric, np.nan) for metric in SATURATION_METRICS]
-        bars = ax.bar(positions + offset, values, width, color=colors[model], label=plain(model))
-        ax.bar_label(bars, fmt="%.3f", fontsize=6, padding=1)
-    ax.set_xticks(positions, labels=[SATURATION_LABELS[m] for m in SATURATION_METRICS])
-    ax.grid(axis="x", visible=False)
-    ax.set_xlabel("gate score")
-    ax.set_ylabel("share of gate scores")
-    ax.set_ylim(0, min(1.0, float(np.nanmax(shares["value"])) * 1.18 + 0.02))
-    ax.legend(title="model")
+    for model in models:
+        points = cumulative_saturation(shares[shares["model"] == model])
+        ax.plot(list(points), list(points.values()), marker="o", color=colors[model],
+                label=plain(model))
+    ax.set_xscale("logit")
+    thresholds = list(SATURATION_THRESHOLDS.values())
+    ax.set_xticks(thresholds, labels=[f"{t:g}" for t in thresholds])
+    ax.minorticks_off()
+    ax.set_xlim(0.005, 0.995)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("gate score x (logit scale)")
+    ax.set_ylabel("share below x")
+    ax.legend(title="model", loc="upper left")
     return ax
 
+
+# The gate score each saturation metric of gates.csv is about.
+SATURATION_THRESHOLDS = {"frac_lt_0.01": 0.01, "frac_lt_0.1": 0.1, "frac_lt_0.5": 0.5,
+                         "frac_gt_0.9": 0.9, "frac_gt_0.99": 0.99}
+
+
+def cumulative_saturation(rows) -> dict[float, float]:
+    """{threshold: share of scores below it} from one model's gate_saturation rows."""
+    values = dict(zip(rows["metric"], rows["value"]))
+    points = {}
+    for metric, threshold in SATURATION_THRESHOLDS.items():
+        if metric in values:
+            share = float(values[metric])
+            points[threshold] = 1.0 - share if metric.startswith("frac_gt") else share
+    return points

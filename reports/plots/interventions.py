@@ -24,7 +24,7 @@ DELTA_LABEL = "Δ loss (intervened − unmodified)"
 
 
 @styled
-def plot_interventions(runs: Any, *, ax: Axes | None = None) -> Axes:
+def plot_interventions(runs: Any, *, ax: Axes | None = None) -> Figure | SubFigure:
     """Δ loss of each intervention applied to all layers at once, one bar per model."""
     runs = load_runs(runs)
     ax = axes_or_new(ax, 8.0, 3.8)

@@ -19,7 +19,7 @@ from reports.text import plain
 @styled
 def plot_massive_by_layer(runs: Any, *, site: str = "resid_post", ax: Axes | None = None,
                           show_median: bool = True, legend: bool = True,
-                          max_layer_ticks: int = 24) -> Axes:
+                          max_layer_ticks: int = 24) -> Figure | SubFigure:
     """max |h| per layer at one site, models overlaid, log y; median |h| dotted beside it.
 
     The median shows the typical magnitude, so the gap between the lines is how "massive" the

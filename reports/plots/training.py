@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
@@ -16,8 +17,9 @@ from reports.text import plain
 
 @styled
 def plot_training(runs: Any, *, fig: Figure | SubFigure | None = None) -> Figure | SubFigure:
-    """Left: train loss (line) and eval loss (dashed, markers); right: gradient norm.
+    """Left: train loss and eval loss (dashed, markers, drawn on top); right: gradient norm.
 
+    Raw per-step values are faint, their centred moving average over 2% of the steps solid.
     Steps flagged as spikes in training.csv are marked with a black x on both panels.
     """
     runs = load_runs(runs)
@@ -33,18 +35,27 @@ def plot_training(runs: Any, *, fig: Figure | SubFigure | None = None) -> Figure
         if rows.empty:
             continue
         color = colors[model]
-        loss_ax.plot(rows["step"], rows["train_loss"], color=color, label=plain(model))
+        window = smoothing_window(len(rows))
+        for ax, column in ((loss_ax, "train_loss"), (grad_ax, "grad_norm")):
+            # Raw steps faint, their moving average solid: three raw curves on top of each
+            # other hide one another and the eval line.
+            ax.plot(rows["step"], rows[column], color=color, linewidth=0.5, alpha=0.3,
+                    label="_raw")
+            ax.plot(rows["step"], smoothed(rows[column], window), color=color, linewidth=1.3,
+                    label=plain(model))
         evals = rows.dropna(subset=["eval_loss"])
         loss_ax.plot(evals["step"], evals["eval_loss"], linestyle="--", marker="o",
-                     markersize=3, color=color, label="_eval")
-        grad_ax.plot(rows["step"], rows["grad_norm"], color=color, linewidth=0.9,
-                     label=plain(model))
+                     markersize=4, markeredgecolor="black", markeredgewidth=0.6,
+                     linewidth=1.3, color=color, zorder=4, label="_eval")
         spikes = rows[rows["spike"]]
         loss_ax.scatter(spikes["step"], spikes["train_loss"], marker="x", color="black",
-                        zorder=3, label="_spike")
+                        zorder=5, label="_spike")
         grad_ax.scatter(spikes["step"], spikes["grad_norm"], marker="x", color="black",
-                        zorder=3, label="_spike")
-    loss_ax.set_ylabel("loss (solid: train, dashed: eval)")
+                        zorder=5, label="_spike")
+    loss_ax.set_ylabel("loss")  # the legend says which line is held-out
+    if log["eval_loss"].notna().any():
+        loss_ax.plot([], [], linestyle="--", marker="o", markersize=4, color=REFERENCE_COLOR,
+                     markeredgecolor="black", markeredgewidth=0.6, label="held-out (eval)")
     grad_ax.set_ylabel("gradient norm")
     for ax in (loss_ax, grad_ax):
         ax.set_xlabel("step")
@@ -52,8 +63,17 @@ def plot_training(runs: Any, *, fig: Figure | SubFigure | None = None) -> Figure
     return fig
 
 
+def smoothing_window(steps: int) -> int:
+    """Steps of the centred moving average: 2% of the logged steps, at least 1."""
+    return max(1, round(steps / 50))
+
+
+def smoothed(values: pd.Series, window: int) -> pd.Series:
+    return values.rolling(window, min_periods=1, center=True).mean()
+
+
 @styled
-def plot_loss_by_length(runs: Any, *, ax: Axes | None = None) -> Axes:
+def plot_loss_by_length(runs: Any, *, ax: Axes | None = None) -> Figure | SubFigure:
     """Held-out loss by input length (inference.csv of trained runs), one line per model.
 
     The dotted vertical line marks the analysed sequence length (meta.json seq_len), which

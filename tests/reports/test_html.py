@@ -200,7 +200,7 @@ def test_source_date_epoch_sets_the_timestamp(all_runs, monkeypatch):
 def test_svg_ids_get_a_per_figure_prefix(all_runs):
     import reports.plots as plots
 
-    svg = figure_svg(plots.plot_gate_saturation(all_runs).figure, prefix="fig-x")
+    svg = figure_svg(plots.plot_gate_saturation(all_runs), prefix="fig-x")
     ids = re.findall(r'\bid="([^"]+)"', svg)
     assert ids and all(i.startswith("fig-x-") for i in ids)
     references = re.findall(r'(?:href="#|url\(#)([^")]+)', svg)
@@ -215,6 +215,23 @@ def test_html_of_a_single_baseline_says_gates_do_not_apply(run_dirs):
     text = render_html(sections, title="t", subtitle="s", generated_at="now")
     assert "baseline has no attention-output gate" in text
     assert "No run has a training log" not in text  # the baseline has one
+
+
+def test_sections_without_data_are_left_out_with_one_line(run_dirs):
+    """headwise alone has no training log, interventions, patterns or inference.csv."""
+    runs = reports.load_runs(run_dirs["headwise"])
+    sections = build_sections(runs)
+    left_out = {section.id: section.omitted for section in sections if section.omitted}
+    assert set(left_out) == {"attention-patterns", "interventions", "training", "inference"}
+    text = render_html([replace(section, items=[]) for section in sections], title="t",
+                       subtitle="s", generated_at="now")
+    for section in sections:
+        if section.omitted:
+            assert f'<section id="{section.id}">' not in text  # no empty box
+            assert f"Not in this report: {section.title} ({section.omitted})." in text
+        else:
+            assert f'<section id="{section.id}">' in text
+    assert "training log (training.csv)" in left_out["training"]
 
 
 def test_unknown_format_is_refused(run_dirs, tmp_path):

@@ -135,11 +135,11 @@ def test_long_tables_continue_on_the_next_page(tmp_path):
 
 def _rendered_width_pt(text: str, size: float, bold: bool) -> float:
     """The width matplotlib draws, independently of reports.measure."""
-    figure = Figure(dpi=72)
+    figure = Figure(dpi=288)  # fine pixels: hinting and rounding well below a point
     canvas = FigureCanvasAgg(figure)
     artist = figure.text(0, 0, text, fontsize=size, parse_math=False,
                          fontweight="bold" if bold else "normal", family="DejaVu Sans")
-    return artist.get_window_extent(canvas.get_renderer()).width
+    return artist.get_window_extent(canvas.get_renderer()).width * 72 / 288
 
 
 def test_cell_text_stays_inside_its_cell(sections):
@@ -150,7 +150,7 @@ def test_cell_text_stays_inside_its_cell(sections):
             *[[label, *values] for label, values in zip(table.frame.index,
                                                           table.frame.itertuples(index=False))]]
     rows = [[str(cell) for cell in row] for row in rows]
-    size = report_pdf.TABLE_SIZE - 0.5
+    size = report_pdf.TABLE_SIZE - 1.0
     widths = report_pdf._column_widths(rows, size)
     assert sum(widths) <= report_pdf.TEXT_WIDTH_IN * 72 + 1e-6
     for r, row in enumerate(rows):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -75,7 +76,7 @@ def test_first_token_heatmap_hatches_linear_attention_layers(all_runs, specs):
 
 
 def test_first_token_by_layer_overlays_models_with_uniform_reference(all_runs):
-    ax = reports.plot_first_token_by_layer(all_runs)
+    ax = reports.plot_first_token_by_layer(all_runs).axes[0]
     # The three runs read the same queries: one grey reference, not three coinciding lines.
     assert legend_labels(ax) == [*all_runs.models, "uniform 1/(t+1)"]
     assert tick_labels(ax) == layer_labels(range(6))  # union of 4- and 6-layer models
@@ -92,7 +93,7 @@ def test_different_uniform_references_get_one_line_per_model(run_dirs):
 
     runs = reports.load_runs([run_dirs["baseline"], run_dirs["headwise"]])
     summary = {**runs.summary, "headwise": {**runs.summary["headwise"], "f_attn_uniform": 0.02}}
-    ax = reports.plot_first_token_by_layer(replace(runs, summary=summary))
+    ax = reports.plot_first_token_by_layer(replace(runs, summary=summary)).axes[0]
     dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
     assert [line.get_ydata()[0] for line in dashed] == [0.0068, 0.02]
     assert legend_labels(ax)[2:] == ["uniform 1/(t+1), baseline", "uniform 1/(t+1), headwise"]
@@ -101,18 +102,27 @@ def test_different_uniform_references_get_one_line_per_model(run_dirs):
 def test_plots_accept_paths_analyses_and_a_given_axes(run_dirs):
     fig = Figure()
     ax = fig.add_subplot()
-    assert reports.plot_first_token_by_layer(run_dirs["baseline"], ax=ax) is ax
+    assert reports.plot_first_token_by_layer(run_dirs["baseline"], ax=ax) is fig
     assert legend_labels(ax) == ["baseline", "uniform 1/(t+1)"]
     heatmap = reports.plot_first_token_heatmap([str(run_dirs["headwise"])])
     assert [a.get_title() for a in panels(heatmap)] == ["headwise"]
 
 
-def test_attention_patterns_show_token_labels_per_model_and_layer(all_runs, display_tokens):
+def strongest_sink_layer(run) -> int:
+    """The saved layer whose head-mean pattern puts most weight on key 0 (queries t >= 1)."""
+    rows = pd.read_csv(run / "attention_patterns.csv")
+    first = rows[(rows["key"] == 0) & (rows["query"] >= 1)]
+    means = first.groupby("layer")["value"].mean()
+    return int(means.idxmax())
+
+
+def test_attention_patterns_show_token_labels_per_model_and_layer(all_runs, display_tokens,
+                                                                  run_dirs):
     fig = reports.plot_attention_patterns(all_runs)
     titles = [ax.get_title() for ax in panels(fig)]
-    # headwise saved no patterns; the hybrid model has two attention layers only
-    assert titles == ["baseline\nlayer 0", "baseline\nlayer 2", "baseline\nlayer 3",
-                      "hybrid\nlayer 3", "hybrid\nlayer 5"]
+    # headwise saved no patterns; by default one panel per model, its strongest sink
+    assert titles == [f"{name}, layer {strongest_sink_layer(run_dirs[name])}"
+                      for name in ("baseline", "hybrid")]
     expected = [visible_token(token).replace("$", r"\$") for token in display_tokens]
     for ax in panels(fig):
         (image,) = images(ax)
@@ -120,11 +130,16 @@ def test_attention_patterns_show_token_labels_per_model_and_layer(all_runs, disp
         assert tick_labels(ax, "x") == expected
         assert tick_labels(ax, "y") == expected
     fig.canvas.draw()  # "$" in a token must not be read as mathtext
+    # More layers on request: first, middle and last of each model
+    fig = reports.plot_attention_patterns(all_runs, max_layers=3)
+    assert [ax.get_title() for ax in panels(fig)] == [
+        "baseline, layer 0", "baseline, layer 2", "baseline, layer 3", "hybrid, layer 3",
+        "hybrid, layer 5"]
 
 
 def test_attention_patterns_choose_requested_layers(all_runs):
     fig = reports.plot_attention_patterns(all_runs, layers=[3])
-    assert [ax.get_title() for ax in panels(fig)] == ["baseline\nlayer 3", "hybrid\nlayer 3"]
+    assert [ax.get_title() for ax in panels(fig)] == ["baseline, layer 3", "hybrid, layer 3"]
 
 
 def test_massive_activations_four_sites_log_scale(all_runs):
@@ -141,7 +156,7 @@ def test_massive_activations_four_sites_log_scale(all_runs):
 
 
 def test_massive_by_layer_single_site(all_runs):
-    ax = reports.plot_massive_by_layer(all_runs, site="attn_out")
+    ax = reports.plot_massive_by_layer(all_runs, site="attn_out").axes[0]
     baseline = next(line for line in ax.get_lines() if line.get_label() == "baseline")
     expected = all_runs.massive.query(
         "model == 'baseline' and site == 'attn_out' and metric == 'max_abs'")["value"]
@@ -163,7 +178,7 @@ def test_gate_histograms_one_panel_per_gated_layer(all_runs):
 
 
 def test_gate_stats_by_layer(all_runs):
-    ax = reports.plot_gate_stats_by_layer(all_runs)
+    ax = reports.plot_gate_stats_by_layer(all_runs).axes[0]
     assert legend_labels(ax) == ["headwise", "hybrid"]
     assert tick_labels(ax) == layer_labels(range(6))
     hybrid = next(line for line in ax.get_lines() if line.get_label() == "hybrid")
@@ -182,11 +197,22 @@ def test_gate_heatmap_only_gated_models(all_runs, specs):
     assert "no gate" in axes[1].get_xlabel()
 
 
-def test_gate_saturation_bars(all_runs):
-    ax = reports.plot_gate_saturation(all_runs)
-    assert tick_labels(ax) == ["< 0.01", "< 0.1", "< 0.5", "> 0.9", "> 0.99"]
+def test_gate_saturation_is_cumulative(all_runs, run_dirs):
+    ax = reports.plot_gate_saturation(all_runs).axes[0]
+    assert tick_labels(ax) == ["0.01", "0.1", "0.5", "0.9", "0.99"]
     assert legend_labels(ax) == ["headwise", "hybrid"]
-    assert len(ax.patches) == 2 * 5
+    assert ax.get_xscale() == "logit" and not ax.patches  # lines, not bins
+    # Against gates.csv read directly: count-weighted share below x, 1 - share above for 0.9+.
+    gates = pd.read_csv(run_dirs["headwise"] / "gates.csv")
+    wide = gates[gates["group"] == "all"].pivot_table(index=["layer", "head"], columns="metric",
+                                                      values="value")
+    share = {m: np.average(wide[m], weights=wide["count"]) for m in wide.columns}
+    expected = [share["frac_lt_0.01"], share["frac_lt_0.1"], share["frac_lt_0.5"],
+                1 - share["frac_gt_0.9"], 1 - share["frac_gt_0.99"]]
+    line = next(line for line in ax.get_lines() if line.get_label() == "headwise")
+    assert list(line.get_xdata()) == [0.01, 0.1, 0.5, 0.9, 0.99]
+    assert np.allclose(line.get_ydata(), expected, rtol=1e-12)
+    assert all(np.diff(line.get_ydata()) >= 0)
 
 
 def test_sparsity_by_layer_bars_per_model_and_threshold(all_runs):
@@ -217,8 +243,16 @@ def test_sparsity_sweep_log_threshold(all_runs):
 def test_training_curves_and_spikes(all_runs):
     fig = reports.plot_training(all_runs)
     loss_ax, grad_ax = panels(fig)
-    assert legend_labels(grad_ax) == ["baseline", "hybrid"]
+    assert legend_labels(grad_ax) == ["baseline", "hybrid", "held-out (eval)"]
     assert loss_ax.get_xlabel() == "step"
+    # The solid line is the centred moving average of the raw losses (pandas, window 2%).
+    log = all_runs.training[all_runs.training["model"] == "baseline"].sort_values("step")
+    window = max(1, round(len(log) / 50))
+    solid = next(line for line in loss_ax.get_lines() if line.get_label() == "baseline")
+    assert np.allclose(solid.get_ydata(),
+                       log["train_loss"].rolling(window, min_periods=1, center=True).mean())
+    evals = [line for line in loss_ax.get_lines() if line.get_label() == "_eval"]
+    assert evals and min(line.get_zorder() for line in evals) > solid.get_zorder()
     spikes = [c for c in loss_ax.collections if c.get_label() == "_spike"]
     assert sum(len(c.get_offsets()) for c in spikes) == 4
 
@@ -235,13 +269,24 @@ def test_gate_figures_say_when_no_model_has_a_gate(run_dirs, plot):
     reports.plot_gate_stats_by_layer, reports.plot_gate_saturation,
 ])
 def test_gate_axes_say_when_no_model_has_a_gate(run_dirs, plot):
-    ax = plot(run_dirs["baseline"])
-    assert any("No gated model" in text.get_text() for text in ax.texts)
+    fig = plot(run_dirs["baseline"])
+    assert any("No gated model" in text for text in not_applicable_texts(fig))
 
 
 def test_missing_training_and_patterns_are_said(run_dirs):
     assert not_applicable_texts(reports.plot_training(run_dirs["headwise"]))
     assert not_applicable_texts(reports.plot_attention_patterns(run_dirs["headwise"]))
+
+
+def test_every_plot_returns_a_figure_that_saves(all_runs, tmp_path):
+    """Notebooks call .savefig on what a plot returns (issue: 7 of 17 returned an Axes)."""
+    for name in reports.plots.__all__:
+        figure = getattr(reports, name)(all_runs)
+        assert isinstance(figure, Figure), name
+        figure.savefig(tmp_path / f"{name}.png")
+    fig = Figure()
+    ax = fig.add_subplot()
+    assert reports.plot_gate_saturation(all_runs, ax=ax) is fig
 
 
 def test_every_plot_draws(all_runs):
@@ -254,7 +299,7 @@ def test_every_plot_draws(all_runs):
     for plot in (reports.plot_first_token_by_layer, reports.plot_gate_stats_by_layer,
                  reports.plot_gate_saturation, reports.plot_interventions,
                  reports.plot_first_token_by_bucket, reports.plot_loss_by_length):
-        plot(all_runs).figure.canvas.draw()
+        plot(all_runs).canvas.draw()
 
 
 def test_gate_by_token_type_is_layers_by_types_for_models_with_the_table(all_runs, specs):
@@ -278,7 +323,7 @@ def test_gate_by_token_type_is_layers_by_types_for_models_with_the_table(all_run
 
 
 def test_interventions_bars_per_model_all_layers(all_runs):
-    ax = reports.plot_interventions(all_runs)
+    ax = reports.plot_interventions(all_runs).axes[0]
     assert legend_labels(ax) == ["baseline", "hybrid"]  # headwise has no interventions.csv
     assert [label.replace("\n", " ") for label in tick_labels(ax)] == [
         "gate → layer mean", "gate = 1 (ungated)", "gate = 0 (attention off)",
@@ -303,7 +348,7 @@ def test_interventions_by_layer_one_panel_per_intervention(all_runs):
 
 
 def test_first_token_by_bucket_lines_with_uniform_reference(all_runs):
-    ax = reports.plot_first_token_by_bucket(all_runs)
+    ax = reports.plot_first_token_by_bucket(all_runs).axes[0]
     # hybrid has no buckets; both others share the uniform reference: one grey line
     assert legend_labels(ax) == ["baseline", "headwise", "uniform 1/(t+1)"]
     assert tick_labels(ax) == ["1", "1K", "4K"]  # each bucket at its first position
@@ -327,7 +372,7 @@ def test_powers_of_two_buckets_of_a_short_run(run_dirs, tmp_path):
              "bucket_hi": 2 ** (k + 1), "value": 0.1, "n_queries": 2 ** k, "uniform": 0.05}
             for layer in range(4) for head in range(4) for k in range(7)]
     pd.DataFrame(rows).to_csv(run / "first_token_buckets.csv", index=False)
-    ax = reports.plot_first_token_by_bucket(run)
+    ax = reports.plot_first_token_by_bucket(run).axes[0]
     assert tick_labels(ax) == ["1", "2", "4", "8", "16", "32", "64"]
     figure = next(item for section in build_sections(reports.load_runs(run))
                   for item in section.items if item.id == "f-attn-by-position")
@@ -336,7 +381,7 @@ def test_powers_of_two_buckets_of_a_short_run(run_dirs, tmp_path):
 
 
 def test_loss_by_length_and_training_length(all_runs):
-    ax = reports.plot_loss_by_length(all_runs)
+    ax = reports.plot_loss_by_length(all_runs).axes[0]
     assert legend_labels(ax) == ["baseline"]
     assert tick_labels(ax) == ["16", "64", "128", "256", "512"]
     assert ax.get_xlabel() == "input length (tokens)"
@@ -348,14 +393,14 @@ def test_loss_by_length_and_training_length(all_runs):
 def test_new_plots_say_when_no_run_has_the_table(run_dirs):
     headwise, baseline = run_dirs["headwise"], run_dirs["baseline"]
     assert any("interventions.csv" in t.get_text()
-               for t in reports.plot_interventions(headwise).texts)
+               for t in reports.plot_interventions(headwise).axes[0].texts)
     assert not_applicable_texts(reports.plot_interventions_by_layer(headwise))
     assert any("gates_by_token_type.csv" in text
                for text in not_applicable_texts(reports.plot_gate_by_token_type(baseline)))
     assert any("first_token_buckets.csv" in t.get_text()
-               for t in reports.plot_first_token_by_bucket(run_dirs["hybrid"]).texts)
+               for t in reports.plot_first_token_by_bucket(run_dirs["hybrid"]).axes[0].texts)
     assert any("inference.csv" in t.get_text()
-               for t in reports.plot_loss_by_length(headwise).texts)
+               for t in reports.plot_loss_by_length(headwise).axes[0].texts)
 
 
 def test_deep_models_get_round_layer_ticks():
