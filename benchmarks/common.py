@@ -80,19 +80,3 @@ def child_args() -> dict | None:
     if len(sys.argv) == 3 and sys.argv[1] == "--child":
         return json.loads(sys.argv[2])
     return None
-
-
-def ratio_table(script: str, methods, lengths, *, repeat: int, timeout: float, memory_gb: float) -> None:
-    """Each method at each length in its own child process; time and peak memory added, and
-    their ratios against the method called "plain", printed as they come."""
-    print(f"{'T':>6} {'method':>6} {'time s':>8} {'x plain':>8} {'peak MB':>9} {'x plain':>8}", flush=True)
-    for T in lengths:
-        rows = {m: run_child(script, {"method": m, "T": T, "repeat": repeat}, timeout, memory_gb) for m in methods}
-        plain = rows["plain"]
-        for m, r in rows.items():
-            if "error" in r:
-                print(f"{T:>6} {m:>6} {'did not finish: ' + r['error']:>36}")
-                continue
-            tr = r["seconds"] / plain["seconds"] if "seconds" in plain else float("nan")
-            mr = r["peak_mb"] / plain["peak_mb"] if plain.get("peak_mb") else float("nan")
-            print(f"{T:>6} {m:>6} {r['seconds']:>8.3f} {tr:>8.2f} {r['peak_mb']:>9.0f} {mr:>8.2f}", flush=True)

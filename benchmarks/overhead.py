@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import build_model, child_args, ratio_table, timed, token_ids  # noqa: E402
+from common import build_model, child_args, run_child, timed, token_ids  # noqa: E402
 
 METHODS = ("plain", "probe", "eager")
 # The README's table was measured on the common model with one KV head per query head (no GQA).
@@ -64,8 +64,19 @@ def main() -> None:
     # eager at T = 8192 adds ~11 GB of RSS; its address space is somewhat larger.
     parser.add_argument("--memory-gb", type=float, default=16, help="address-space cap per process")
     args = parser.parse_args()
-    ratio_table(__file__, METHODS, args.lengths, repeat=args.repeat, timeout=args.timeout,
-                memory_gb=args.memory_gb)
+    print(f"{'T':>6} {'method':>6} {'time s':>8} {'x plain':>8} {'peak MB':>9} {'x plain':>8}")
+    for T in args.lengths:
+        rows = {m: run_child(__file__, {"method": m, "T": T, "repeat": args.repeat}, args.timeout,
+                             args.memory_gb)
+                for m in METHODS}
+        plain = rows["plain"]
+        for m, r in rows.items():
+            if "error" in r:
+                print(f"{T:>6} {m:>6} {'did not finish: ' + r['error']:>36}")
+                continue
+            tr = r["seconds"] / plain["seconds"] if "seconds" in plain else float("nan")
+            mr = r["peak_mb"] / plain["peak_mb"] if plain.get("peak_mb") else float("nan")
+            print(f"{T:>6} {m:>6} {r['seconds']:>8.3f} {tr:>8.2f} {r['peak_mb']:>9.0f} {mr:>8.2f}")
 
 
 if __name__ == "__main__":
