@@ -259,6 +259,7 @@ def test_readme_selects_the_head_column_by_key():
     assert '["head"]' in readme
     assert not re.search(r"\b(?:ft|frame|df|first_token|gates)\.head\b(?!\()", readme)
 
+
 def test_gemma3_multimodal_wrapper_is_registered():
     """Gemma 3 checkpoints with a vision tower (model_type gemma3) keep the text layers at
     model.language_model.layers; the residual after attention is pre_feedforward_layernorm's input."""
