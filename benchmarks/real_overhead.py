@@ -6,8 +6,9 @@ At T = 512, 2048 and 8192 (its longest context), one thread, prints time and pea
   probe   - probe's full pass through Capture: gates (none here), F-Attn, M-Act at four sites,
             sparsity histograms, loss
 as ratios against `plain`. At each length a fresh, niced process (common.run_child) times the
-two side by side, alternating plain / probe `--repeat` times and keeping the best of each (so
-that load from other jobs on a shared machine hits both alike); two more fresh processes, one
+two side by side, alternating plain / probe `--repeat` times and keeping the best of each; time
+is the thread's CPU time (process_time), with wall time beside it: on a shared machine a niced
+process waits for the CPU, which inflates wall time at random; two more fresh processes, one
 per method, measure the peak memory each pass adds.
 `--profile T` prints instead where the probe pass spends its time beyond the plain forward
 (torch.profiler, self CPU time by operator, both passes).
@@ -97,12 +98,13 @@ def measure(method: str, T: int, repeat: int) -> dict:
     with torch.inference_mode():
         if method != "time":
             return {"method": method, "T": T, "peak_mb": timed_from_here(fns[method], 1)[1]}
-        best = {name: float("inf") for name in METHODS}
+        best = {f"{name}_{clock}": float("inf") for name in METHODS for clock in ("wall", "cpu")}
         for _ in range(repeat):
             for name in METHODS:
-                start = time.perf_counter()
+                wall, cpu = time.perf_counter(), time.process_time()
                 fns[name]()
-                best[name] = min(best[name], time.perf_counter() - start)
+                best[f"{name}_cpu"] = min(best[f"{name}_cpu"], time.process_time() - cpu)
+                best[f"{name}_wall"] = min(best[f"{name}_wall"], time.perf_counter() - wall)
     return {"method": method, "T": T, **best}
 
 
@@ -137,7 +139,8 @@ def main() -> None:
         profile(args.profile)
         return
     print(MODEL_TEXT)
-    print(f"{'T':>6} {'plain s':>8} {'probe s':>8} {'x plain':>8} {'plain MB':>9} {'probe MB':>9} {'x plain':>8}",
+    print("time: CPU seconds of the one thread (wall seconds, which other jobs on a shared machine inflate)")
+    print(f"{'T':>6} {'plain s':>16} {'probe s':>16} {'x plain':>13} {'plain MB':>9} {'probe MB':>9} {'x plain':>8}",
           flush=True)
     for T in args.lengths:
         r = {m: run_child(__file__, {"method": m, "T": T, "repeat": args.repeat}, args.timeout, args.memory_gb)
@@ -147,7 +150,9 @@ def main() -> None:
             print(f"{T:>6} did not finish: {'; '.join(errors)}", flush=True)
             continue
         t, mem = r["time"], {m: r[m]["peak_mb"] for m in METHODS}
-        print(f"{T:>6} {t['plain']:>8.3f} {t['probe']:>8.3f} {t['probe'] / t['plain']:>8.2f} "
+        cells = [f"{t[m + '_cpu']:.2f} ({t[m + '_wall']:.2f})" for m in METHODS]
+        ratio = f"{t['probe_cpu'] / t['plain_cpu']:.2f} ({t['probe_wall'] / t['plain_wall']:.2f})"
+        print(f"{T:>6} {cells[0]:>16} {cells[1]:>16} {ratio:>13} "
               f"{mem['plain']:>9.0f} {mem['probe']:>9.0f} {mem['probe'] / mem['plain']:>8.2f}", flush=True)
 
 

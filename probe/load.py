@@ -62,9 +62,10 @@ def check_checkpoint_dir(path: Path) -> dict:
     """Fail early, in one line, on a path that is not a usable checkpoint. Returns config.json."""
     if not path.exists():
         raise ProbeError(f"checkpoint {path} does not exist; pass a local checkpoint directory "
-                         "(config.json + *.safetensors)")
+                         "(config.json + *.safetensors) or a .gguf file")
     if not path.is_dir():
-        raise ProbeError(f"checkpoint {path} is a file; pass the directory that holds config.json")
+        raise ProbeError(f"checkpoint {path} is a file; pass the directory that holds config.json, "
+                         "or a .gguf file")
     config_file = path / "config.json"
     if not config_file.exists():
         raise ProbeError(f"{path} has no config.json; is it a Hugging Face checkpoint directory?")
@@ -79,7 +80,7 @@ def check_checkpoint_dir(path: Path) -> dict:
                          "the checkpoint is corrupt: re-download it")
     weights = sorted(path.glob("*.safetensors")) + sorted(path.glob("pytorch_model*.bin"))
     if not weights:
-        raise ProbeError(f"{path} holds no weights (*.safetensors or pytorch_model.bin)")
+        raise ProbeError(f"{path} holds no weights (*.safetensors, pytorch_model.bin or one .gguf file)")
     for file in path.glob("*.safetensors"):
         check_safetensors(file)
     check_shard_index(path)
