@@ -176,12 +176,25 @@ def _fits(spec, layout, rec, layer, tol) -> bool:
     return diff <= tol * max(scale, 1.0)
 
 
+def refuse_non_finite_weights(model) -> None:
+    """Every check compares two forward passes; with a NaN or inf weight both are NaN and each
+    check would fail as if the gate layout were wrong. Say what is wrong instead."""
+    bad = [(name, int((~torch.isfinite(p)).sum())) for name, p in model.named_parameters()
+           if p.is_floating_point() and not bool(torch.isfinite(p).all())]
+    if bad:
+        name, count = bad[0]
+        more = f" and {len(bad) - 1} more tensors" if len(bad) > 1 else ""
+        raise ProbeError(f"the weights are not finite ({name} holds {count} NaN/inf values{more}), so no "
+                         "gate check can run: fix or re-download the checkpoint")
+
+
 def run_checks(loaded, *, seq_len: int = 16, batch_size: int = 2, seed: int = 0,
                input_ids: torch.Tensor | None = None) -> CheckReport:
     """Run the implementation checks on `loaded` (a `probe.load(...)` result)."""
     model, layout = loaded.model, loaded.layout
     if not layout.gated:
         return CheckReport(pd.DataFrame(columns=COLUMNS), gated=False, suggestions=[])
+    refuse_non_finite_weights(model)
     spec = layout.gate
     dev = next(model.parameters()).device
     if input_ids is None:

@@ -98,3 +98,21 @@ def test_hooks_are_removed_when_a_pass_fails(loaded, monkeypatch):
     assert calls["n"] == 2
     assert hook_count(lm.model) == before
     assert attention._observer is None and lm.model.config._attn_implementation == "sdpa"
+
+
+def test_nan_weights_are_named_not_blamed_on_the_gate_layout(checkpoint, tmp_path, capsys):
+    """One NaN weight makes every compared pass NaN; the check used to fail each comparison and
+    suggest another gate layout. It now refuses in one line naming the tensor."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    path = shutil.copytree(checkpoint("official_headwise"), tmp_path / "nan")
+    weights = load_file(path / "model.safetensors")
+    name = "model.layers.1.mlp.down_proj.weight"
+    weights[name][0, 0] = float("nan")
+    save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("probe: error: the weights are not finite")
+    assert name in err[0] and "layout" not in err[0]
