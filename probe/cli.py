@@ -438,8 +438,11 @@ def unique_names(checkpoints) -> list[str]:
 def print_summary(analyses) -> None:
     import pandas as pd
 
-    frame = pd.concat([a.summary_frame() for a in analyses])
-    with pd.option_context("display.float_format", lambda v: f"{v:.4g}", "display.width", 120):
+    # A baseline's mean gate is None: numeric columns print it as "-", not "None".
+    frame = pd.concat([a.summary_frame() for a in analyses]).apply(pd.to_numeric, errors="coerce")
+    # Real models' M-Act runs to tens of thousands: whole numbers there, not 1.446e+04.
+    with pd.option_context("display.float_format", lambda v: f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}",
+                           "display.width", 120):
         print(frame.to_string(na_rep="-"))
 
 
