@@ -267,7 +267,7 @@ def cmd_analyze(args, command_line) -> int:
     from .atomic import check_output_dir, check_writable
     from .distributed import is_main
     from .outputs import write_runs
-    from .resume import claim, partial_dir, refuse_waiting_run, release
+    from .resume import claim, holds_state, partial_dir, refuse_waiting_run, release
 
     formats = _formats(args.report)
     options = _checked_options(args)
@@ -279,6 +279,10 @@ def cmd_analyze(args, command_line) -> int:
         print(f"probe: {out} is a finished run; there is nothing to resume (pass --force instead of "
               "--resume to run it again)", file=sys.stderr)
         return 0
+    if args.resume and main_rank and not holds_state(partial):
+        # A mistyped --out would otherwise start over without a word.
+        print(f"probe: no saved state in {partial}/; --resume starts from the beginning",
+              file=sys.stderr)
     if main_rank:
         check_output_dir(out, args.force)      # refuse before spending time on the model
         check_writable(out)

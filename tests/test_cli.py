@@ -194,3 +194,11 @@ def test_resume_on_a_finished_run_says_it_is_finished(checkpoint, text_file, tmp
     assert main(args + ["--resume"]) == 0
     assert "is a finished run; there is nothing to resume" in capsys.readouterr().err
     assert (out / "summary.json").read_text() == before
+
+
+def test_resume_with_nothing_saved_says_it_starts_over(checkpoint, text_file, tmp_path, capsys):
+    out = tmp_path / "never-run"
+    assert main(["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--seq-len", "16",
+                 "--max-sequences", "1", "--quiet", "--out", str(out), "--resume"]) == 0
+    assert f"no saved state in {out}.partial/; --resume starts from the beginning" in capsys.readouterr().err
+    assert (out / "summary.json").exists()
