@@ -56,7 +56,10 @@ def main(argv=None) -> int:
     parser.add_argument("--no-real", action="store_true",
                         help="leave out the part on the two real pretrained models")
     args = parser.parse_args(argv)
-    out = Path(args.out)
+    # Paths below the working directory stay relative, so that the reports' provenance and
+    # command lines read demo-out/runs/none, not this machine's folders.
+    out = below_cwd(args.out)
+    args.checkpoints = str(below_cwd(args.checkpoints))
     start = time.time()
     out.mkdir(parents=True, exist_ok=True)
 
@@ -116,6 +119,14 @@ def main(argv=None) -> int:
     if (real / "report.html").exists():
         print(f"[demo]         {(real / 'report.html').resolve()}  (real models: sinks, massive activations)")
     return 0
+
+
+def below_cwd(path) -> Path:
+    path = Path(path).resolve()
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
 
 
 def report_without_claims(argv) -> int:
