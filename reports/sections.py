@@ -205,7 +205,8 @@ def _bucket_caption(runs: Runs) -> str:
         pooled = ("each point pools the query positions of one bucket ("
                   + ", ".join(bucket_label(lo, hi) for lo, hi in edges)
                   + "), drawn at its first position on a log2 axis")
-    return ("F-Attn by query position: " + pooled + "; per bucket the attention probability "
+    # The figure's title already says "F-Attn by query position"; the caption goes on from it.
+    return (pooled[0].upper() + pooled[1:] + "; per bucket the attention probability "
             "on the first token, averaged over the bucket's queries and over heads per "
             "attention layer, then over layers; one solid line per model. Dashed: the "
             "uniform reference, mean 1/(t+1) over the same queries (grey where all models "
