@@ -383,7 +383,8 @@ def _training(runs: Runs) -> Section:
         "spikes in training.csv.")
     return Section(
         id="training", title="Training",
-        intro="Runs trained with probe log loss and gradient norm; the gate should damp spikes.",
+        intro=("The training log of each run (probe train records loss and gradient norm per "
+               "step); the paper finds that the gate damps loss spikes."),
         items=[figure],
         notes=notes.training_notes(runs),
     )
