@@ -246,7 +246,7 @@ def _attention_patterns(runs: Runs) -> Section:
                         caption)
     return Section(
         id="attention-patterns", title="Attention patterns",
-        intro="What the heads attend to on one short prompt, baseline and gated side by side.",
+        intro="What the heads attend to on one short prompt, one panel per model side by side.",
         items=[figure],
         notes=notes.pattern_notes(runs) + notes.linear_layer_notes(runs, "an attention pattern"),
     )
