@@ -10,6 +10,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -204,7 +205,14 @@ def provenance_table(runs: Any) -> pd.DataFrame:
             if key not in used[model] and value is not None:  # null reads "—", as above
                 rows.setdefault(key, {})[model] = format_value(value)
     frame = pd.DataFrame.from_dict(rows, orient="index", columns=list(runs.models))
-    return frame.fillna("—")
+    return frame.fillna("—").map(_home_as_tilde)
+
+
+def _home_as_tilde(cell: str) -> str:
+    """~/.cache/probe-models/... in a report, not the user name of the machine it ran on
+    (meta.json keeps the full path)."""
+    home = str(Path.home())
+    return cell.replace(home + "/", "~/") if len(home) > 1 else cell
 
 
 def _head_shape(meta: Mapping[str, Any]) -> str | None:
