@@ -57,7 +57,7 @@ def run(out: Path, report) -> int:
 
 def print_findings(runs: Path, names) -> None:
     print("\n[demo] real models on Python documentation text (F-Attn: attention on position 0, "
-          "queries t >= 1; sink rate: share of heads above 0.3)")
+          "queries t >= 1; sink rate: share of heads above 0.3; position 0: of the first sequence)")
     print(f"{'model':<20}{'position 0':<14}{'F-Attn':>8}{'uniform':>9}{'sink rate':>10}{'M-Act':>10}{'loss':>7}")
     summaries = {}
     for name in names:
@@ -84,7 +84,7 @@ def print_massive(run: Path, name: str) -> None:
     positions = Counter((r["position"], r["token"]) for r in rows if r["rank"] == "1")
     common_dims = ", ".join(f"{d} ({n})" for d, n in dims.most_common(3))
     common_pos = ", ".join(f"{p} {t!r} ({n})" for (p, t), n in positions.most_common(3))
-    print(f"[demo] {name}: largest |h| {float(top['abs_value']):.0f} at layer {top['layer']}, position "
-          f"{top['position']} ({top['token']!r}), dim {top['dim']}\n"
+    print(f"[demo] {name}: largest |h| {float(top['abs_value']):.0f} at layer {top['layer']}, sequence "
+          f"{top['sequence']}, position {top['position']} ({top['token']!r}), dim {top['dim']}\n"
           f"         the largest value of each of {layers} layers' output sits in dim {common_dims}, "
           f"at position {common_pos} (number of layers in brackets)")

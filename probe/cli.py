@@ -267,7 +267,7 @@ def cmd_analyze(args, command_line) -> int:
     from .atomic import check_output_dir, check_writable
     from .distributed import is_main
     from .outputs import write_runs
-    from .resume import claim, partial_dir, refuse_waiting_run, release
+    from .resume import claim, holds_state, partial_dir, refuse_waiting_run, release
 
     formats = _formats(args.report)
     options = _checked_options(args)
@@ -279,6 +279,10 @@ def cmd_analyze(args, command_line) -> int:
         print(f"probe: {out} is a finished run; there is nothing to resume (pass --force instead of "
               "--resume to run it again)", file=sys.stderr)
         return 0
+    if args.resume and main_rank and not holds_state(partial):
+        # A mistyped --out would otherwise start over without a word.
+        print(f"probe: no saved state in {partial}/; --resume starts from the beginning",
+              file=sys.stderr)
     if main_rank:
         check_output_dir(out, args.force)      # refuse before spending time on the model
         check_writable(out)
@@ -438,8 +442,11 @@ def unique_names(checkpoints) -> list[str]:
 def print_summary(analyses) -> None:
     import pandas as pd
 
-    frame = pd.concat([a.summary_frame() for a in analyses])
-    with pd.option_context("display.float_format", lambda v: f"{v:.4g}", "display.width", 120):
+    # A baseline's mean gate is None: numeric columns print it as "-", not "None".
+    frame = pd.concat([a.summary_frame() for a in analyses]).apply(pd.to_numeric, errors="coerce")
+    # Real models' M-Act runs to tens of thousands: whole numbers there, not 1.446e+04.
+    with pd.option_context("display.float_format", lambda v: f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}",
+                           "display.width", 120):
         print(frame.to_string(na_rep="-"))
 
 

@@ -7,7 +7,7 @@ and are removed in `finally`, whatever happens (`installed`). What each one does
 
   mean_gate     every gate score of a layer replaced by that layer's mean gate score over the
                 same data: the input-independent uniform-scaling control, run through the model
-                instead of only read off a histogram (DESIGN.md section 4, sparsity)
+                instead of only read off a histogram (the paper's sparsity definition)
   gate_one      gate scores forced to 1: the layer's attention passes ungated
   gate_zero     gate scores forced to 0: the attention branch is removed, the residual stream
                 and the MLP still run

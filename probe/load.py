@@ -5,6 +5,8 @@ the user gets one line that says what is wrong instead of a traceback.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import warnings
@@ -320,7 +322,8 @@ def load_gguf(file: Path, *, dtype: str, device: str, device_map: str | None,
         config = AutoConfig.from_pretrained(folder, gguf_file=name)
     except Exception as err:
         raise ProbeError(f"transformers cannot read the metadata of {file} ({first_line(err)})") from None
-    model = from_pretrained(file, config, dtype=dtype, device_map=device_map, gguf_file=name)
+    with no_gguf_progress_bar():
+        model = from_pretrained(file, config, dtype=dtype, device_map=device_map, gguf_file=name)
     if tokenizer:
         tok = load_tokenizer(Path(tokenizer))
     else:
@@ -344,6 +347,25 @@ def quiet_transformers() -> None:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+
+
+@contextlib.contextmanager
+def no_gguf_progress_bar():
+    """transformers draws a tqdm bar of its own while it dequantises GGUF tensors, one that
+    disable_progress_bar() does not reach (and --quiet should): switch it off while loading."""
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:
+        gguf_utils = None
+    original = getattr(gguf_utils, "tqdm", None)
+    if original is None:
+        yield
+        return
+    gguf_utils.tqdm = functools.partial(original, disable=True)
+    try:
+        yield
+    finally:
+        gguf_utils.tqdm = original
 
 
 def from_pretrained(source: Path, config, *, dtype: str, device_map: str | None, official: bool = False,

@@ -139,7 +139,7 @@ def _mean(values) -> float | None:
 def build_summary(a: Analysis, *, layer_types: list[str], gated: bool, gate_layout: str,
                   num_heads: int, f_attn_uniform: float | None, loss: float | None,
                   tokens: int, sequences: int) -> dict:
-    """Model-level numbers (paper definitions, DESIGN.md section 4) and per-layer / head detail."""
+    """Model-level numbers (the paper's definitions; README "What a run directory holds") and per-layer / head detail."""
     ft = a.first_token
     attn = ft[ft.layer_type == "attention"] if len(ft) else ft
     head_f = attn[attn.metric == "f_attn"] if len(attn) else attn

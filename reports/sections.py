@@ -205,7 +205,8 @@ def _bucket_caption(runs: Runs) -> str:
         pooled = ("each point pools the query positions of one bucket ("
                   + ", ".join(bucket_label(lo, hi) for lo, hi in edges)
                   + "), drawn at its first position on a log2 axis")
-    return ("F-Attn by query position: " + pooled + "; per bucket the attention probability "
+    # The figure's title already says "F-Attn by query position"; the caption goes on from it.
+    return (pooled[0].upper() + pooled[1:] + "; per bucket the attention probability "
             "on the first token, averaged over the bucket's queries and over heads per "
             "attention layer, then over layers; one solid line per model. Dashed: the "
             "uniform reference, mean 1/(t+1) over the same queries (grey where all models "
@@ -245,7 +246,7 @@ def _attention_patterns(runs: Runs) -> Section:
                         caption)
     return Section(
         id="attention-patterns", title="Attention patterns",
-        intro="What the heads attend to on one short prompt, baseline and gated side by side.",
+        intro="What the heads attend to on one short prompt, one panel per model side by side.",
         items=[figure],
         notes=notes.pattern_notes(runs) + notes.linear_layer_notes(runs, "an attention pattern"),
     )
@@ -382,7 +383,8 @@ def _training(runs: Runs) -> Section:
         "spikes in training.csv.")
     return Section(
         id="training", title="Training",
-        intro="Runs trained with probe log loss and gradient norm; the gate should damp spikes.",
+        intro=("The training log of each run (probe train records loss and gradient norm per "
+               "step); the paper finds that the gate damps loss spikes."),
         items=[figure],
         notes=notes.training_notes(runs),
     )

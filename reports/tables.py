@@ -10,6 +10,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -161,6 +162,19 @@ PROVENANCE_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("versions", ("versions", "package_versions")),
     ("command line", ("command", "command_line", "argv")),
     ("analysed at", ("timestamp", "created", "created_at")),
+    ("weights file", ("weights",)),
+    ("layout note", ("layout_note",)),
+    ("longest sequence", ("longest_sequence",)),
+    ("windows", ("windows",)),
+    ("token ids sha256", ("tokens_sha256",)),
+    ("token groups", ("token_groups",)),
+    ("processes", ("processes",)),
+    ("sparsity control", ("sparsity_control",)),
+    ("sparsity exact", ("sparsity_exact",)),
+    ("sparsity error bound", ("sparsity_error_bound",)),
+    ("non-finite activations", ("nonfinite_activations",)),
+    ("F-Attn dropped queries", ("f_attn_dropped_queries",)),
+    ("rows per table", ("tables",)),
 )
 # Shown elsewhere (layer notes, the attention-pattern caption, the table header) or composed.
 _PROVENANCE_SKIP = {"display_tokens", "layer_types", "model", "name", "num_layers", "num_heads",
@@ -188,10 +202,17 @@ def provenance_table(runs: Any) -> pd.DataFrame:
                 rows.setdefault(label, {})[model] = format_value(value)
     for model in runs.models:
         for key, value in runs.meta[model].items():
-            if key not in used[model]:
+            if key not in used[model] and value is not None:  # null reads "—", as above
                 rows.setdefault(key, {})[model] = format_value(value)
     frame = pd.DataFrame.from_dict(rows, orient="index", columns=list(runs.models))
-    return frame.fillna("—")
+    return frame.fillna("—").map(_home_as_tilde)
+
+
+def _home_as_tilde(cell: str) -> str:
+    """~/.cache/probe-models/... in a report, not the user name of the machine it ran on
+    (meta.json keeps the full path)."""
+    home = str(Path.home())
+    return cell.replace(home + "/", "~/") if len(home) > 1 else cell
 
 
 def _head_shape(meta: Mapping[str, Any]) -> str | None:

@@ -97,6 +97,19 @@ def test_report_prints_the_claims_table_of_its_runs(checkpoint, text_file, tmp_p
         assert f"[{row['claim']}] {row['statement']} ({row['models']}): {row['verdict']}" in printed
 
 
+def test_summary_prints_a_missing_gate_as_a_dash_and_large_values_whole(capsys):
+    from probe.cli import print_summary
+    from probe.results import Analysis
+
+    base = {"model": "base", "mean_gate": None, "f_attn": 0.36, "m_act": 14461.2, "tokens": 1024}
+    gated = {**base, "model": "gated", "mean_gate": 0.25, "m_act": 98.5}
+    print_summary([Analysis({}, base), Analysis({}, gated)])
+    lines = capsys.readouterr().out.splitlines()
+    base_row = next(line.split() for line in lines if line.startswith("base"))
+    assert base_row[1] == "-" and "14,461" in base_row and "None" not in lines[1]
+    assert next(line for line in lines if line.startswith("gated")).split()[1] == "0.25"
+
+
 def test_compare_says_when_the_models_saw_different_tokens(checkpoint, text_file, tmp_path, capsys):
     """Different tokenizers turn the same text into different token ids: compare says so (and
     the report's summary carries a note); the same tokenizer family says nothing."""
@@ -181,3 +194,11 @@ def test_resume_on_a_finished_run_says_it_is_finished(checkpoint, text_file, tmp
     assert main(args + ["--resume"]) == 0
     assert "is a finished run; there is nothing to resume" in capsys.readouterr().err
     assert (out / "summary.json").read_text() == before
+
+
+def test_resume_with_nothing_saved_says_it_starts_over(checkpoint, text_file, tmp_path, capsys):
+    out = tmp_path / "never-run"
+    assert main(["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--seq-len", "16",
+                 "--max-sequences", "1", "--quiet", "--out", str(out), "--resume"]) == 0
+    assert f"no saved state in {out}.partial/; --resume starts from the beginning" in capsys.readouterr().err
+    assert (out / "summary.json").exists()

@@ -48,6 +48,13 @@ def test_f32_gguf_gives_the_model_it_was_written_from(gguf_files, loaded_f32):
     assert loaded_f32.name == "tiny-f32"
 
 
+def test_loading_a_gguf_file_draws_no_progress_bar(gguf_files, capfd):
+    """transformers' own dequantisation bar would break `--quiet` and the demo's output."""
+    probe.load(gguf_files["Q8_0"][0])
+    err = capfd.readouterr().err
+    assert "GGUF tensors" not in err and "it/s" not in err
+
+
 def test_q8_gguf_is_dequantised_to_the_dtype_asked(gguf_files):
     """Quantised matrices: probe measures the dequantised weights, equal to gguf's own
     dequantisation of the quantised source weight, in the dtype asked for."""

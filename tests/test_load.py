@@ -103,7 +103,7 @@ QWEN3_NEXT_80B = dict(  # Qwen3-Next-80B-A3B's published config, the fields that
     linear_num_key_heads=16, linear_key_head_dim=128, linear_value_head_dim=128, num_experts=512,
     num_experts_per_tok=10, moe_intermediate_size=512, shared_expert_intermediate_size=512,
     full_attention_interval=4, partial_rotary_factor=0.25)
-OFFICIAL_1B = dict(  # the paper's 1B release as described in DESIGN.md section 2
+OFFICIAL_1B = dict(  # the paper's 1B release: 28 layers, 16 query / 8 KV heads of 128, as third parties report it
     vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
     num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)
 

@@ -80,7 +80,7 @@ TINY = dict(
     max_position_embeddings=2048,
     initializer_range=INIT_STD,
 )
-# Gated DeltaNet sizes for the hybrid kinds (DESIGN.md section 7).
+# Gated DeltaNet sizes for the hybrid kinds (Qwen3-Next's linear-attention layers, scaled down).
 LINEAR = dict(
     linear_num_key_heads=2,
     linear_num_value_heads=4,

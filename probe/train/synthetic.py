@@ -1,6 +1,6 @@
 """Synthetic training data in which attention heads often have nothing to read.
 
-`--data synthetic:noise-copy` and `--data synthetic:noise-copy-marked` (DESIGN.md section 8).
+`--data synthetic:noise-copy` and `--data synthetic:noise-copy-marked` (the data on which docs/training.md's pilot runs grew a baseline sink).
 Every row is one of two kinds, drawn independently per row (a share `noise_frac` are noise):
 
   noise  i.i.d. uniform content tokens: nothing earlier in the row helps predict the next one,

@@ -72,7 +72,11 @@ def plot_sparsity_sweep(runs: Any, *, fig: Figure | SubFigure | None = None
     """Share of |x| below each threshold of the sweep (log x), one panel per variant."""
     runs = load_runs(runs)
     sweep = sparsity_sweep(runs)
-    variants = [variant for variant in VARIANTS if variant in set(sweep["variant"])]
+    # A baseline's "gated" is its ungated output again and it has no mean-gate control: a
+    # panel for a variant that no gated model has would stay empty.
+    drawn = {(model, variant) for model, variant in zip(sweep["model"], sweep["variant"])
+             if variant == "ungated" or runs.is_gated(model)}
+    variants = [variant for variant in VARIANTS if any(v == variant for _, v in drawn)]
     fig = figure_or_new(fig, 0.8 + 3.2 * max(len(variants), 1), 3.3)
     if not variants:
         not_applicable(fig.add_subplot(), "No sparsity table in these runs.")
@@ -81,8 +85,8 @@ def plot_sparsity_sweep(runs: Any, *, fig: Figure | SubFigure | None = None
     colors = model_colors(runs.models)
     for ax, variant in zip(axes, variants):
         for model in runs.models:
-            if variant != "ungated" and not runs.is_gated(model):
-                continue  # a baseline's "gated" is its ungated output again
+            if (model, variant) not in drawn:
+                continue
             rows = sweep[(sweep["model"] == model) & (sweep["variant"] == variant)]
             if rows.empty:
                 continue

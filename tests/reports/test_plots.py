@@ -240,6 +240,14 @@ def test_sparsity_sweep_log_threshold(all_runs):
     assert legend_labels(axes[-1]) == list(all_runs.models)
 
 
+def test_sparsity_sweep_of_baselines_only_has_no_empty_panels(run_dirs):
+    # Ungated models have neither a mean-gate control nor a gated output of their own.
+    fig = reports.plot_sparsity_sweep(run_dirs["baseline"])
+    (ax,) = panels(fig)
+    assert ax.get_title() == "ungated O"
+    assert [line.get_label() for line in ax.get_lines()] == ["baseline"]
+
+
 def test_training_curves_and_spikes(all_runs):
     fig = reports.plot_training(all_runs)
     loss_ax, grad_ax = panels(fig)
