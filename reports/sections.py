@@ -18,7 +18,7 @@ from reports.plots.attention_patterns import choose_pattern_layers
 from reports.plots.gates import histogram_layers
 from reports.reference import figure5_caption, table4_caption
 from reports.runs import Runs
-from reports.schema import ATTENTION, HEADLINE_THRESHOLDS
+from reports.schema import ATTENTION, HEADLINE_THRESHOLDS, LINEAR_ATTENTION
 from reports.text import join_layers, visible_token
 
 # Makes a new figure of the plot's own size; each format saves (or resizes) it as it needs.
@@ -159,14 +159,20 @@ def _sink_epsilon(runs: Runs) -> float:
     return float(saved.pop()) if len(saved) == 1 else 0.3
 
 
+def _has_linear_attention(runs: Runs) -> bool:
+    """Whether any model has linear-attention layers (drawn hatched in the layer x head maps)."""
+    return any(runs.layers_of_type(model, LINEAR_ATTENTION) for model in runs.models)
+
+
 def _first_token(runs: Runs) -> Section:
     heatmap = FigureItem(
         "f-attn-heatmap", "F-Attn per layer and head",
         partial(plots.plot_first_token_heatmap, runs),
         "Attention probability on the first token (key 0), averaged over sequences and over "
         "query positions t ≥ 1, for every layer (rows) and head (columns); one panel per "
-        "model, one colour scale shared by all panels. Hatched rows are linear-attention "
-        "layers, where F-Attn does not apply.")
+        "model, one colour scale shared by all panels."
+        + (" Hatched rows are linear-attention layers, where F-Attn does not apply."
+           if _has_linear_attention(runs) else ""))
     by_layer = FigureItem(
         "f-attn-by-layer", "F-Attn per layer",
         _axes(partial(plots.plot_first_token_by_layer, runs)),
@@ -298,8 +304,9 @@ def _gates(runs: Runs) -> Section:
         FigureItem("gate-heatmap", "Mean gate score per layer and head",
                    partial(plots.plot_gate_heatmap, runs),
                    "Mean gate score for every layer (rows) and head (columns) of each gated "
-                   "model, one colour scale for all panels. Hatched rows are layers without an "
-                   "output gate on softmax attention (linear attention)."),
+                   "model, one colour scale for all panels."
+                   + (" Hatched rows are layers without an output gate on softmax attention "
+                      "(linear attention)." if _has_linear_attention(runs) else "")),
         FigureItem("gate-saturation", "Gate saturation",
                    _axes(partial(plots.plot_gate_saturation, runs)),
                    "Cumulative share of gate scores below x at x = 0.01, 0.1, 0.5, 0.9 and "
@@ -379,8 +386,9 @@ def _training(runs: Runs) -> Section:
         "Left: training loss per step, right: gradient norm, per model (training.csv): faint, "
         "the raw value of every logged step; solid, its centred moving average over 2% of "
         "the logged steps. Dashed with black-edged markers, drawn on top: the held-out loss "
-        "at the steps where it was evaluated. Black crosses mark steps flagged as loss "
-        "spikes in training.csv.")
+        "at the steps where it was evaluated."
+        + (" Black crosses mark steps flagged as loss spikes in training.csv."
+           if bool(runs.training["spike"].astype(bool).any()) else " No step was flagged as a loss spike."))
     return Section(
         id="training", title="Training",
         intro=("The training log of each run (probe train records loss and gradient norm per "
