@@ -371,13 +371,13 @@ def cmd_compare(args, command_line) -> int:
               "policies differ), so per-token comparisons do not apply; pass token ids (.npy / .pt) "
               "to compare on identical input", file=sys.stderr)
     print_claims(analyses)
+    print(f"wrote {out}/")                     # the run folders first, as probe analyze prints them
     for path in reports.values():
         print(f"wrote {path}")
     if args.figures and not formats:
         from reports import write_figures
 
         print(f"wrote {write_figures([out / n for n in names], args.figures)}")
-    print(f"wrote {out}/")
     return 0
 
 

@@ -56,11 +56,13 @@ def test_figures_are_the_same_bytes_each_time(all_runs):
             assert render_figure(item, fmt=fmt) == render_figure(item, fmt=fmt), (item.id, fmt)
 
 
-def test_compare_writes_figures_without_a_report(checkpoint, text_file, tmp_path):
+def test_compare_writes_figures_without_a_report(checkpoint, text_file, tmp_path, capsys):
     out, figures = tmp_path / "cmp", tmp_path / "figs"
     assert main(["compare", str(checkpoint("official_headwise")),
                  "--data", str(text_file), "--seq-len", "32", "--out", str(out),
                  "--format", "", "--figures", str(figures), "--quiet"]) == 0
+    wrote = [line for line in capsys.readouterr().out.splitlines() if line.startswith("wrote ")]
+    assert wrote == [f"wrote {out}/", f"wrote {figures}"]         # run folders first, as analyze
     names = sorted(path.name for path in figures.iterdir())
     assert names[0].startswith("figure-01-") and names[0].endswith(".pdf")
     assert len(names) == 3 * len(figure_items(out))
