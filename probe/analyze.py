@@ -85,7 +85,6 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
                               partial=partial, resume=resume, checkpoint_seconds=checkpoint_seconds,
                               exact_control=exact_control)
     torch.manual_seed(seed)
-    thresholds = DEFAULT_THRESHOLDS if thresholds is None else tuple(float(t) for t in thresholds)
     from . import distributed
 
     if not isinstance(model, (str, Path)):
