@@ -1,17 +1,19 @@
 """Shared pieces of the benchmarks: the tiny model, one child process per measurement, peak RSS.
 
-Every measurement runs in its own process (so ru_maxrss is its own), niced, under a wall-clock
+Every measurement runs in its own process, niced, under a wall-clock
 timeout and an address-space cap (RLIMIT_AS), so that a peer that would need 34 GB for one T x T
 tensor fails alone with "out of memory" instead of taking a shared machine down.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 VOCAB = 1024
 MODEL = dict(vocab_size=VOCAB, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
@@ -37,24 +39,41 @@ def token_ids(T: int, seed: int = 0):
     return torch.randint(0, VOCAB, (1, T), generator=torch.Generator().manual_seed(seed))
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def status_mb(field: str) -> float:
+    """A field of /proc/self/status (VmRSS, VmHWM) in MB (Linux)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise KeyError(field)
 
 
 def timed(fn, repeat: int) -> tuple[float, float]:
-    """(best seconds, peak RSS added in MB) over `repeat` calls, from the RSS peak before them."""
-    base = peak_rss_mb()
+    """(best seconds, peak RSS added in MB over the resident size before the calls).
+
+    The kernel's high-water mark is reset first (/proc/self/clear_refs), so an earlier, higher
+    peak (loading or dequantising the model, a warm-up) cannot hide the calls' own."""
+    gc.collect()
+    Path("/proc/self/clear_refs").write_text("5")
+    base = status_mb("VmRSS")
     times = []
     for _ in range(repeat):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return min(times), peak_rss_mb() - base
+    return min(times), status_mb("VmHWM") - base
 
 
-def run_child(script: str, args: dict, timeout: float, memory_gb: float) -> dict:
+# glibc raises its mmap threshold as large blocks are freed, after which freed tensors stay in
+# the heap and where a peak lands depends on the heap's history (the same pass read 400 or
+# 650 MB). With the threshold fixed, every large tensor is mapped and unmapped, so the peak
+# resident size is the peak of live memory: what memory children run under.
+STEADY_HEAP = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536"}
+
+
+def run_child(script: str, args: dict, timeout: float, memory_gb: float, *, steady_heap: bool = False) -> dict:
     """Run `script --child JSON` in a niced process with an address-space cap; its last stdout
-    line is a JSON object. Failures come back as {"error": why}."""
+    line is a JSON object. Failures come back as {"error": why}. steady_heap: run under
+    STEADY_HEAP, for a child that measures peak memory."""
     cap = int(memory_gb * 2 ** 30)
 
     def limits():
@@ -62,7 +81,7 @@ def run_child(script: str, args: dict, timeout: float, memory_gb: float) -> dict
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
     cmd = [sys.executable, script, "--child", json.dumps(args)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **(STEADY_HEAP if steady_heap else {}))
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, preexec_fn=limits, env=env)
     except subprocess.TimeoutExpired:

@@ -1,6 +1,8 @@
 """probe against the other ways of getting the same numbers, as ratios against a plain forward.
 
-On the tiny GQA model of common.py and the same random tokens, at T = 512, 2048, 8192, 32768:
+On the tiny GQA model of common.py and the same random tokens, at T = 512, 2048, 8192, 32768, or
+(--model smollm2) on SmolLM2-135M (probe.real_models; 30 layers, 9 query / 3 KV heads) and real
+text repeated up to T:
 
   plain      Hugging Face forward, SDPA attention, no hooks (the reference, 1.00)
   probe      probe.analyze: the full pass (gates, F-Attn, M-Act at 4 sites with top-3 and median,
@@ -18,9 +20,11 @@ Each peer also reports the numbers it got (F-Attn and M-Act of every layer, spar
 the `agree` column is the largest difference from probe's at the same T. Every measurement
 runs in its own niced process, one thread, under a timeout and an address-space cap; a peer
 that does not fit is reported as such. Time: best of --repeat (--repeat-long at T >= 8192);
-memory: peak RSS added over a warm-up at T = 64. nnsight is optional (pip install nnsight).
+memory: peak RSS added over a warm-up at T = 64 (common.timed, under common.STEADY_HEAP: every
+method, time included, runs with glibc's heap held steady). nnsight is optional (pip install nnsight).
 
     python benchmarks/peers.py [--lengths 512 2048 8192 32768] [--memory-gb 12] [--timeout 900]
+    python benchmarks/peers.py --model smollm2 --lengths 512 2048 --memory-gb 20
 """
 from __future__ import annotations
 
@@ -31,16 +35,44 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import MODEL, MODEL_TEXT, build_model, child_args, run_child, timed, token_ids  # noqa: E402
+from common import MODEL_TEXT, build_model, child_args, run_child, timed, token_ids  # noqa: E402
 
 METHODS = ("plain", "probe", "probe_pass", "tl_cache", "tl_hooks", "nnsight", "eager")
-LAYERS = MODEL["num_hidden_layers"]
+MODELS = {"tiny": MODEL_TEXT,
+          "smollm2": "SmolLM2-135M-Instruct Q4_1 GGUF, dequantised to float32: 30 layers, 9 query / 3 KV heads"}
 SITES = ("hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
 TAU = 1e-2
 
 
-def metrics_store() -> dict:
-    return {"f_attn": [None] * LAYERS, "m_act": [None] * LAYERS, "sparsity": [None] * LAYERS, "site_max": {}}
+def metrics_store(layers: int) -> dict:
+    return {"f_attn": [None] * layers, "m_act": [None] * layers, "sparsity": [None] * layers, "site_max": {}}
+
+
+def load_model(which: str, attn: str):
+    """The benchmark's model with the given attention implementation."""
+    if which == "tiny":
+        return build_model(attn)
+    import probe
+    from probe import real_models
+
+    model = probe.load(real_models.fetch(which)).model
+    model.set_attn_implementation(attn)
+    return model
+
+
+def token_ids_for(which: str, T: int):
+    """(1, T) token ids: random ones for the tiny model, real text repeated for a real one."""
+    if which == "tiny":
+        return token_ids(T)
+    import torch
+
+    import probe
+    from probe import real_models
+    from probe.corpus import sample_texts
+
+    tokenizer = probe.load(real_models.fetch(which)).tokenizer
+    ids = tokenizer("\n\n".join(sample_texts()), add_special_tokens=False).input_ids
+    return torch.tensor([(ids * (T // len(ids) + 1))[:T]])
 
 
 def child(args: dict) -> dict:
@@ -50,10 +82,14 @@ def child(args: dict) -> dict:
     method, T, repeat = args["method"], args["T"], args["repeat"]
     ids = torch.load(args["ids"])
     small = ids[:, :64]
-    out = metrics_store()
+    which = args.get("model", "tiny")
 
     if method in ("plain", "eager", "nnsight", "probe", "probe_pass"):
-        model = build_model("eager" if method in ("eager", "nnsight") else "sdpa")
+        model = load_model(which, "eager" if method in ("eager", "nnsight") else "sdpa")
+    else:
+        model = load_model(which, "sdpa")
+    LAYERS = model.config.num_hidden_layers
+    out = metrics_store(LAYERS)
 
     if method == "plain":
         def run(x):
@@ -119,8 +155,9 @@ def child(args: dict) -> dict:
     elif method in ("tl_cache", "tl_hooks"):
         from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
 
-        hf = build_model("sdpa")
-        bridge = build_bridge_from_module(hf, "Qwen3ForCausalLM", hf_config=hf.config)
+        hf = model
+        arch = (getattr(hf.config, "architectures", None) or [type(hf).__name__])[0]
+        bridge = build_bridge_from_module(hf, arch, hf_config=hf.config)
         wanted = ("attn.hook_pattern", "attn.hook_z", *SITES)
 
         if method == "tl_cache":
@@ -177,22 +214,23 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900, help="seconds per measurement")
     parser.add_argument("--memory-gb", type=float, default=12, help="address-space cap per process")
     parser.add_argument("--json", help="also write every row to this file")
+    parser.add_argument("--model", choices=tuple(MODELS), default="tiny")
     args = parser.parse_args()
     import torch
 
-    print(f"{MODEL_TEXT}; one thread; ratios against plain SDPA forward; cap {args.memory_gb:g} GB, "
+    print(f"{MODELS[args.model]}; one thread; ratios against plain SDPA forward; cap {args.memory_gb:g} GB, "
           f"timeout {args.timeout:.0f} s")
     print(f"{'T':>6} {'method':>9} {'time s':>8} {'x plain':>8} {'peak MB':>9} {'x plain':>8}  agree with probe")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for T in args.lengths:
             ids_file = str(Path(tmp) / f"ids{T}.pt")
-            torch.save(token_ids(T), ids_file)
+            torch.save(token_ids_for(args.model, T), ids_file)
             repeat = args.repeat if T < 8192 else args.repeat_long
             results = {}
             for m in args.methods:
-                results[m] = run_child(__file__, {"method": m, "T": T, "repeat": repeat, "ids": ids_file},
-                                       args.timeout, args.memory_gb)
+                results[m] = run_child(__file__, {"method": m, "T": T, "repeat": repeat, "ids": ids_file,
+                                                  "model": args.model}, args.timeout, args.memory_gb, steady_heap=True)
                 r, plain = results[m], results.get("plain", {})
                 rows.append(r)
                 if "error" in r:

@@ -9,7 +9,8 @@ as ratios against `plain`. At each length a fresh, niced process (common.run_chi
 two side by side, alternating plain / probe `--repeat` times and keeping the best of each; time
 is the thread's CPU time (process_time), with wall time beside it: on a shared machine a niced
 process waits for the CPU, which inflates wall time at random; two more fresh processes, one
-per method, measure the peak memory each pass adds.
+per method, measure the peak memory each pass adds (common.timed: the high-water mark reset
+after loading, which peaks higher than a pass; glibc's heap held steady, common.STEADY_HEAP).
 `--profile T` prints instead where the probe pass spends its time beyond the plain forward
 (torch.profiler, self CPU time by operator, both passes).
 
@@ -25,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).parent))
-from common import child_args, run_child  # noqa: E402
+from common import child_args, run_child, timed  # noqa: E402
 
 METHODS = ("plain", "probe")
 MODEL_TEXT = "SmolLM2-135M-Instruct Q4_1 GGUF, dequantised to float32: 30 layers, hidden 576, 9 query / 3 KV heads"
@@ -60,33 +61,6 @@ def passes(lm, ids):
     return {"plain": plain, "probe": probed}
 
 
-def status_mb(field: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise KeyError(field)
-
-
-def timed_from_here(fn, repeat: int) -> tuple[float, float]:
-    """(best seconds, peak RSS added in MB over the resident size before the calls).
-
-    Dequantising the GGUF file peaks higher than a forward pass, so the process's lifetime
-    peak (ru_maxrss, common.timed) would hide the pass: the kernel's high-water mark is reset
-    first (/proc/self/clear_refs, Linux)."""
-    import gc
-    import time
-
-    gc.collect()
-    Path("/proc/self/clear_refs").write_text("5")
-    base = status_mb("VmRSS")
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times), status_mb("VmHWM") - base
-
-
 def measure(method: str, T: int, repeat: int) -> dict:
     """method "time": best seconds of each pass, alternating; "plain" / "probe": peak MB added."""
     import time
@@ -97,7 +71,7 @@ def measure(method: str, T: int, repeat: int) -> dict:
     fns = passes(lm, ids)
     with torch.inference_mode():
         if method != "time":
-            return {"method": method, "T": T, "peak_mb": timed_from_here(fns[method], 1)[1]}
+            return {"method": method, "T": T, "peak_mb": timed(fns[method], 1)[1]}
         best = {f"{name}_{clock}": float("inf") for name in METHODS for clock in ("wall", "cpu")}
         for _ in range(repeat):
             for name in METHODS:
@@ -143,8 +117,8 @@ def main() -> None:
     print(f"{'T':>6} {'plain s':>16} {'probe s':>16} {'x plain':>13} {'plain MB':>9} {'probe MB':>9} {'x plain':>8}",
           flush=True)
     for T in args.lengths:
-        r = {m: run_child(__file__, {"method": m, "T": T, "repeat": args.repeat}, args.timeout, args.memory_gb)
-             for m in ("time", *METHODS)}
+        r = {m: run_child(__file__, {"method": m, "T": T, "repeat": args.repeat}, args.timeout, args.memory_gb,
+                          steady_heap=m != "time") for m in ("time", *METHODS)}
         errors = [f"{m}: {x['error']}" for m, x in r.items() if "error" in x]
         if errors:
             print(f"{T:>6} did not finish: {'; '.join(errors)}", flush=True)

@@ -58,7 +58,7 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
            the pass is complete.
     thresholds: the sparsity sweep; every share below one is an exact count, except the
            mean-gate control of float32 / float16 outputs, which one pass can only read from a
-           histogram (interpolated inside one 0.54% bin; meta.json `sparsity_exact`):
+           histogram (interpolated inside one bin, 0.39-0.78% wide; meta.json `sparsity_exact`):
            exact_control=True counts it exactly in a second pass over the data (control.py).
     """
     from .bridge import analyze_bridge, is_bridge

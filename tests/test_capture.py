@@ -116,7 +116,7 @@ def test_massive_activations_equal_direct_max(kind, loaded):
         b, pos, dim = stats.top[0][2], stats.top[0][3], stats.top[0][4]
         assert float(a[b, pos, dim]) == pytest.approx(stats.top[0][0], rel=1e-6)
         assert stats.top[0][5] == int(ids[b, pos])
-        assert stats.median_abs() == pytest.approx(float(a.flatten().median()), rel=0.006)
+        assert stats.median_abs() == pytest.approx(float(a.flatten().median()), rel=0.008)
 
 
 SPARSITY_THRESHOLDS = (1e-1, 3e-2, 1e-2, 1e-3, 2e-3, 0.0031)

@@ -330,7 +330,7 @@ def test_reducers_keep_full_precision_on_bfloat16_input():
     m.update(h, torch.zeros(500, dtype=torch.long), n, n)
     top = h.float().abs().flatten().topk(3).values.tolist()
     assert [t[0] for t in m.top] == top and int(m.count) == h.numel()
-    assert m.median_abs() == pytest.approx(float(h.float().abs().median()), rel=0.006)
+    assert m.median_abs() == pytest.approx(float(h.float().abs().median()), rel=0.008)
 
 
 def test_loss_in_blocks_equals_full_log_softmax(monkeypatch):
