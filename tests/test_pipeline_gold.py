@@ -6,7 +6,7 @@ then `.save(...)`; the CLI where that is what the case tests) and compares the r
 with tests/gold_runs/<case>/: every CSV byte for byte, summary.json and meta.json as JSON with
 the keys that legitimately vary removed (VARYING_META) and the temporary folder written ROOT.
 
-The cases cover every family the registry knows (probe/adapters/families.py), gated and not,
+The cases cover every family the registry knows (probe/adapters/registry.py), gated and not,
 the official grouped layout, the hybrids with linear-attention layers, Gemma 2 soft-capping,
 Gemma 3 sliding windows, gpt-oss sinks, a model outside the registry, GGUF, the
 TransformerLens bridge, padding (per-document sequences of unequal length), sliding windows
@@ -292,9 +292,9 @@ def test_every_gold_folder_is_a_case():
 
 def test_every_registered_family_has_a_case():
     """The registry's families, each analysed by at least one case (read from the gold meta)."""
-    from probe.adapters.families import FAMILIES
+    from probe.adapters.registry import ADAPTERS
 
     if REGENERATE:
         return
     seen = {json.loads((GOLD / name / "meta.json").read_text())["family"] for name in BY_NAME}
-    assert {family.name for family in FAMILIES} <= seen, seen
+    assert {adapter.name for adapter in ADAPTERS} <= seen, seen

@@ -5,11 +5,11 @@ transformers passes the sinks (H,) to the attention back-end as the `s_aux` keyw
 folds them into the log-sum-exp (attention.add_sink), so F-Attn is the share key 0 keeps after
 the sink took its part, as the model computes it. Layers alternate between sliding-window and
 full attention (attention.layer_window), and the MLP is a mixture of experts.
+
+gpt-oss is not in the registry: its layout shows no gate (unregistered.py), so it is analysed
+as ungated, with a note saying why (or declare `gate="none"` / `--gate none`).
 """
 from __future__ import annotations
-
-MODEL_TYPES = ("gpt_oss",)
-NOTE = "gpt-oss: learned per-head attention sinks, folded into the attention's log-sum-exp"
 
 
 def sinks(attention_kwargs: dict):

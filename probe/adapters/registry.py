@@ -3,7 +3,8 @@
 An adapter says whether and how a family's attention output is gated, and which class loads
 its checkpoints when transformers' own would not; everything else about the model is
 discovered by `layout.discover_layout`. A family that needs more than a line here has a
-module of its own: official.py (the paper's checkpoints), qwen_next.py, gemma.py, gpt_oss.py.
+module of its own: official.py (the paper's checkpoints), qwen_next.py, gemma.py (and
+gpt_oss.py, for a family outside the registry whose attention needs a word).
 To support a new gated architecture, add an `Adapter` here (or, without changing probe, pass a
 `GateSpec` to `probe.analyze(gate=...)` / `--gate MODULE:LAYOUT:GRANULARITY` on the command line).
 """
@@ -14,7 +15,7 @@ from typing import Callable
 
 from ..errors import ProbeError, flag
 from ..gates import GateSpec
-from . import gemma, gpt_oss, official, qwen_next
+from . import gemma, official, qwen_next
 
 
 def no_gate(model, config) -> None:
@@ -46,7 +47,6 @@ ADAPTERS = (
     Adapter("llama", ("llama",)),
     Adapter("mistral", ("mistral", "mixtral")),
     Adapter("gemma", gemma.MODEL_TYPES, note=gemma.NOTE),
-    Adapter("gpt_oss", gpt_oss.MODEL_TYPES, note=gpt_oss.NOTE),
     Adapter("olmo2", ("olmo2",), note="OLMo 2: norms after attention and after the MLP (post-norm)"),
     Adapter("phi3", ("phi3",), note="Phi-3: q, k and v from one fused qkv_proj"),
     Adapter("gpt2", ("gpt2",)),
