@@ -7,6 +7,10 @@ module of its own: official.py (the paper's checkpoints), qwen_next.py, gemma.py
 gpt_oss.py, for a family outside the registry whose attention needs a word).
 To support a new gated architecture, add an `Adapter` here (or, without changing probe, pass a
 `GateSpec` to `probe.analyze(gate=...)` / `--gate MODULE:LAYOUT:GRANULARITY` on the command line).
+
+Adding a family touches: this file (and a module of its own when it needs more than a gate and
+a class), a tiny case in tests/test_adapters.py CASES (test_every_registered_model_type_has_a_case
+fails without one), a gold case in tests/test_pipeline_gold.py, and README's supported models.
 """
 from __future__ import annotations
 
