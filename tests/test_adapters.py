@@ -11,6 +11,7 @@ from the family's documented layout, not through probe's GateSpec).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import pytest
@@ -88,7 +89,7 @@ CASES = {c.model_type if not c.flags else f"qwen3+{next(iter(c.flags))}": c for 
     Case("mistral", "mistral", SIZES),
     Case("mixtral", "mistral", dict(SIZES, num_local_experts=4, num_experts_per_tok=2)),
     Case("gemma", "gemma", SIZES),
-    Case("gemma2", "gemma", dict(SIZES, sliding_window=16, attn_logit_softcapping=5.0),
+    Case("gemma2", "gemma", dict(SIZES, sliding_window=16, attn_logit_softcapping=1.0),   # a cap that binds
          resid_mid="pre_feedforward_layernorm"),
     Case("gemma3_text", "gemma", GEMMA3, resid_mid="pre_feedforward_layernorm"),
     Case("gemma3", "gemma", GEMMA3, GEMMA_VISION, resid_mid="pre_feedforward_layernorm"),
@@ -96,6 +97,10 @@ CASES = {c.model_type if not c.flags else f"qwen3+{next(iter(c.flags))}": c for 
     Case("phi3", "phi3", PHI3),
     Case("gpt2", "gpt2", GPT2, resid_mid="ln_2"),
 )}
+# Outside the registry, analysed as ungated from its layout (with a note): gpt-oss, whose
+# attention sinks probe's back-end folds into the log-sum-exp.
+OUTSIDE = {"gpt_oss": Case("gpt_oss", "unregistered", dict(SIZES, intermediate_size=64, sliding_window=16,
+                                                          num_local_experts=4, num_experts_per_tok=2))}
 
 
 def build(case: Case):
@@ -114,7 +119,12 @@ def build(case: Case):
         from probe.models.official_qwen3 import OfficialGatedQwen3ForCausalLM
 
         return OfficialGatedQwen3ForCausalLM(config).eval()
-    return tf.AutoModelForCausalLM.from_config(config).eval()
+    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    if case.model_type == "gpt_oss":
+        with torch.no_grad():                             # sinks large enough to matter
+            for layer in model.model.layers:
+                layer.self_attn.sinks.normal_(0.0, 2.0, generator=torch.Generator().manual_seed(3))
+    return model
 
 
 @dataclass
@@ -132,8 +142,9 @@ def family(tmp_path_factory):
 
     def get(name: str) -> Run:
         if name not in runs:
-            case = CASES[name]
-            with tiny.single_thread():
+            case = {**CASES, **OUTSIDE}[name]
+            with tiny.single_thread(), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "architecture .* is not in probe's registry")
                 model = build(case)
                 folder = root / name
                 model.save_pretrained(folder)
@@ -187,10 +198,11 @@ def f_attn_table(analysis):
     return {(int(r.layer), int(r.head)): r.value for r in rows.itertuples()}
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", list(CASES) + list(OUTSIDE))
 def test_first_token_attention_is_the_models_own(name, family):
     """F-Attn (probe's back-end, from the log-sum-exp) against the model's eager softmax, with
-    Gemma 2's soft-capping, sliding windows and Qwen4-Exp's token selection as the model does them."""
+    Gemma 2's soft-capping, sliding windows, gpt-oss's sinks and Qwen4-Exp's token selection as
+    the model does them."""
     run = family(name)
     layout = run.loaded.layout
     with tiny.single_thread():
@@ -283,3 +295,11 @@ def test_official_checkpoint_is_decided_by_model_type_and_flag():
     moe = Qwen3MoeConfig(**SIZES, headwise_attn_output_gate=True)
     assert not official.is_official(moe) and registry.model_class(moe) is None
     assert registry.registered("qwen3_moe").gate(None, moe) is None
+
+
+def test_gpt_oss_outside_the_registry_is_analysed_as_ungated_with_a_note(family):
+    run = family("gpt_oss")
+    layout = run.loaded.layout
+    assert layout.family == "unregistered" and not layout.gated
+    assert "no attention-output gate" in layout.note and run.analysis.meta["layout_note"] == layout.note
+    assert layout.attention_layers == [0, 1]
