@@ -24,6 +24,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
+from .adapters import gemma, gpt_oss
 from .masks import probe_mask
 
 NAME = "probe"
@@ -279,9 +280,9 @@ def probe_attention(module, query, key, value, attention_mask, scaling=None, dro
     if mask is None and kwargs.get("is_causal") is False:
         raise ValueError("probe attention computes causal attention; this layer asked for "
                          "bidirectional attention without a mask")
-    softcap = kwargs.get("softcap")                     # Gemma 2
+    softcap = gemma.softcap(kwargs)                     # Gemma 2
     out, lse = attention_with_lse(query, key, value, mask, scale, softcap)
-    sinks = kwargs.get("s_aux")                         # gpt-oss
+    sinks = gpt_oss.sinks(kwargs)                       # gpt-oss
     if sinks is not None:
         out, lse = add_sink(out, lse, sinks)
     if _observer is not None:

@@ -42,9 +42,9 @@ from .attention import expand_kv
 from .capture import Capture
 from .data import build_dataset
 from .errors import ProbeError
-from .gates import GateSpec
 from .load import LoadedModel, config_hash, describe, load, text_config
-from .reorder import ORIGINAL_ATTR, is_official, is_reordered, reorder_official_q_proj
+from .adapters.official import checkpoint_gate, granularity, is_official, is_reordered
+from .reorder import reorder_official_q_proj
 from .results import Analysis
 
 __all__ = ["BridgeCapture", "analyze_bridge", "build_bridge", "check_bridge", "hook_names", "is_bridge",
@@ -106,9 +106,9 @@ def check_bridge(bridge) -> None:
     if not is_bridge(bridge):
         raise ProbeError(f"expected a TransformerLens TransformerBridge, got {type(bridge).__name__}")
     config = text_config(bridge.original_model.config)
-    if is_official(config) and not is_reordered(config):
+    if is_official(config) and not is_reordered(bridge.original_model):
         heads, kv = config.num_attention_heads, config.num_key_value_heads
-        headwise = bool(getattr(config, "headwise_attn_output_gate", False))
+        headwise = granularity(config) == "headwise"
         if headwise or heads != kv:       # elementwise with G = 1: both layouts are the same rows
             gran = "headwise" if headwise else "elementwise"
             raise ProbeError(
@@ -126,11 +126,9 @@ def bridge_layout(bridge):
     hf = bridge.original_model
     layout = describe(hf)
     gate_dim = layout.head_dim
-    reordered_from = getattr(text_config(hf.config), ORIGINAL_ATTR, None)
-    if reordered_from:                    # report the checkpoint's own layout, as the HF path does
-        _, granularity = reordered_from.split("_", 1)
-        layout.gate = GateSpec("q_proj", "grouped", granularity, "sigmoid")
-        gate_dim = 1 if granularity == "headwise" else layout.head_dim   # D copies of one logit
+    if is_reordered(hf):                  # report the checkpoint's own layout, as the HF path does
+        layout.gate = checkpoint_gate(text_config(hf.config))
+        gate_dim = layout.gate.gate_dim(layout.head_dim)   # headwise: 1 of the D copies of one logit
     if layout.gate is not None and layout.gate.activation != "sigmoid":
         raise ProbeError(f"TransformerLens applies a sigmoid gate; this model's gate is {layout.gate.activation}")
     return layout, gate_dim
@@ -389,13 +387,12 @@ def bridge_meta(bridge) -> dict:
         version = md.version("transformer-lens")
     except md.PackageNotFoundError:
         version = None
-    config = text_config(bridge.original_model.config)
     return {
         "backend": "transformer_lens",
         "transformer_lens_version": version,
         "bridge_architecture": getattr(bridge.cfg, "architecture", None),
         "bridge_compatibility_mode": bool(getattr(bridge, "compatibility_mode", False)),
-        "q_proj_reordered": is_reordered(config),
+        "q_proj_reordered": is_reordered(bridge.original_model),
         "f_attn_source": "hook_pattern[..., 0] (TransformerLens forms the T x T pattern)",
     }
 

@@ -258,21 +258,3 @@ def test_readme_selects_the_head_column_by_key():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert '["head"]' in readme
     assert not re.search(r"\b(?:ft|frame|df|first_token|gates)\.head\b(?!\()", readme)
-
-
-def test_gemma3_multimodal_wrapper_is_registered():
-    """Gemma 3 checkpoints with a vision tower (model_type gemma3) keep the text layers at
-    model.language_model.layers; the residual after attention is pre_feedforward_layernorm's input."""
-    import transformers as tf
-
-    text = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=2, head_dim=16, sliding_window=16)
-    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                  image_size=28, patch_size=14)
-    model = tf.Gemma3ForConditionalGeneration(tf.Gemma3Config(
-        text_config=text, vision_config=vision, mm_tokens_per_image=4, image_token_index=299,
-        boi_token_index=297, eoi_token_index=298)).eval()
-    layout = describe(model)
-    layers = model.model.language_model.layers
-    assert layout.family == "gemma" and not layout.gated and len(layout.layers) == 2
-    assert all(p.resid_mid is layer.pre_feedforward_layernorm for p, layer in zip(layout.layers, layers))

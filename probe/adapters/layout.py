@@ -112,7 +112,7 @@ def find_layers(model: nn.Module, num_layers: int) -> nn.ModuleList:
         return candidates[0]
     raise ProbeError(
         f"cannot find the {num_layers} decoder layers in {type(model).__name__}; "
-        "this architecture needs an adapter (see probe/adapters/families.py)"
+        "this architecture needs an adapter (see probe/adapters/registry.py)"
     )
 
 

@@ -6,7 +6,8 @@ transformers >= 5. Their weights differ from a stock Qwen3 only in `q_proj`, whi
 the gate logits, grouped per KV head: viewed as (..., KV, -1), each group holds
 [G*D query rows | G*Dg gate rows] with G = H / KV and Dg = 1 (headwise) or D (elementwise).
 This module subclasses transformers' Qwen3 so that everything else (RoPE, QK-norm, masks,
-caches, attention back-ends) is transformers' own code.
+caches, attention back-ends) is transformers' own code. Which checkpoints take these classes,
+and the row reordering for TransformerLens, are decided in probe.adapters.official.
 """
 from __future__ import annotations
 
@@ -20,13 +21,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
     eager_attention_forward,
 )
 
-
-def official_gate_granularity(config) -> str | None:
-    if getattr(config, "headwise_attn_output_gate", False):
-        return "headwise"
-    if getattr(config, "elementwise_attn_output_gate", False):
-        return "elementwise"
-    return None
+from ..adapters.official import granularity as official_gate_granularity
 
 
 def adapt_official_config(config: Qwen3Config) -> Qwen3Config:
@@ -53,8 +48,8 @@ class OfficialGatedQwen3Attention(Qwen3Attention):
     def split_query_gate(self, projected: torch.Tensor):
         """q_proj output (B, T, rows) -> queries (B, T, H, D) and gate logits (B, T, H, Dg).
 
-        The one place that knows the row layout: probe.reorder overrides it for the per-head
-        order, so both layouts share the forward below.
+        The one place that knows the row layout: InterleavedGatedQwen3Attention overrides it
+        for the per-head order, so both layouts share the forward below.
         """
         lead = projected.shape[:-1]
         group = self.num_heads // self.num_kv_heads
@@ -88,6 +83,19 @@ class OfficialGatedQwen3Attention(Qwen3Attention):
         attn_output = attn_output * torch.sigmoid(gate)
         attn_output = attn_output.reshape(*lead, -1).contiguous()
         return self.o_proj(attn_output), attn_weights
+
+
+class InterleavedGatedQwen3Attention(OfficialGatedQwen3Attention):
+    """The official gated attention, reading q_proj per head as [D query | D gate] rows (the
+    order probe.adapters.official.reorder_q_proj writes). Only the split differs; the forward
+    (and so the numbers) is the official one.
+    """
+
+    def split_query_gate(self, projected: torch.Tensor):
+        # (B, T, H, 2D) -> queries (B, T, H, D) and gate logits (B, T, H, D)
+        per_head = projected.view(*projected.shape[:-1], self.num_heads, 2 * self.head_dim)
+        query, gate = per_head.split([self.head_dim, self.head_dim], dim=-1)
+        return query, gate
 
 
 class OfficialGatedQwen3ForCausalLM(Qwen3ForCausalLM):

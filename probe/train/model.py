@@ -22,7 +22,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from ..errors import ProbeError
-from ..models.official_qwen3 import OfficialGatedQwen3ForCausalLM
+from ..adapters import official
 from .config import ARMS
 
 MATCH_TOLERANCE = 0.01
@@ -86,11 +86,9 @@ def model_config(arm: str, shape: Shape, *, bos_token_id: int, eos_token_id: int
 def build_model(config: Qwen3Config, seed: int) -> torch.nn.Module:
     """A freshly initialised model; the same seed and config give the same weights."""
     torch.manual_seed(seed)
-    gated = config.headwise_attn_output_gate or config.elementwise_attn_output_gate
-    # Stock Qwen3 always has QK-norm: without it the baseline takes the official class too,
-    # which (like probe.load) honours use_qk_norm and adds no gate when no gate flag is set.
-    official = gated or not getattr(config, "use_qk_norm", True)
-    cls = OfficialGatedQwen3ForCausalLM if official else Qwen3ForCausalLM
+    # The class probe.load takes for this config: the official one for a gate flag, and for the
+    # baseline without QK-norm (stock Qwen3 always has it; the official class honours use_qk_norm).
+    cls = official.model_class(config) or Qwen3ForCausalLM
     model = cls(config)
     model.config.architectures = ["Qwen3ForCausalLM"]
     return model
