@@ -1,4 +1,5 @@
-"""What the report's captions say follows what the runs hold (reports/sections.py)."""
+"""What the report's captions say follows what the runs hold (reports/sections.py and the
+sections it assembles: sections_attention.py, sections_gates.py, sections_loss.py; items.py)."""
 from __future__ import annotations
 
 import reports
