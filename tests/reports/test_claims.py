@@ -1,4 +1,5 @@
-"""reports.claims: verdicts on the paper's four claims, recomputed here from the CSV files.
+"""reports.claims (with claim_numbers.py, the numbers judged, and claims_paper.py, the paper's
+side): verdicts on the paper's four claims, recomputed here from the CSV files.
 
 The numbers below are read with plain pandas from the run directories, not through reports,
 and the rules are applied here again; every verdict is then pushed across its rule by editing
