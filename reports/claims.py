@@ -114,7 +114,7 @@ def claims_caption() -> str:
         f"\"{NOT_CONSISTENT}\" (the run moves against the paper); \"{NOT_TESTABLE}\" (with "
         "the reason, e.g. NaN/inf activations in a model). "
         f"Thresholds (reports/claims.py): (1) mean gate ≤ {MEAN_GATE_MAX:g} "
-        f"(MEAN_GATE_MAX; 0.5 is a gate without preference) and share of gate scores below "
+        f"(MEAN_GATE_MAX; {NO_PREFERENCE_GATE:g} is a gate without preference) and share of gate scores below "
         f"{LOW_GATE:g} ≥ {LOW_GATE_SHARE_MIN:g} (LOW_GATE_SHARE_MIN; a uniform spread puts "
         f"{LOW_GATE:g} there), count-weighted over all gated layers and heads; (2) share of "
         f"|attention output| below τ = {SPARSITY_THRESHOLD:g}, mean over the layers of "

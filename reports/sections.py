@@ -57,7 +57,7 @@ def _summary(runs: Runs) -> Section:
                "averaged over heads per layer, then over attention layers, for query positions "
                "t ≥ 1; paper-style also counts t = 0, where it is 1 by causality; uniform: "
                "mean_t 1/(t+1), the value without any preference. Sink rate: share of (layer, "
-               f"head) with F-Attn > {_sink_epsilon(runs):g}. Loss / perplexity: held-out "
+               f"head) with F-Attn > {_sink_epsilon(runs)}. Loss / perplexity: held-out "
                "next-token loss. "
                f"n/a: does not apply or was not measured. {table4_caption()}")
     return Section(
@@ -71,10 +71,21 @@ def _summary(runs: Runs) -> Section:
     )
 
 
-def _sink_epsilon(runs: Runs) -> float:
-    """The F-Attn threshold of the sink rate (Gu et al. 2024 use 0.3), as the runs saved it."""
-    saved = {runs.summary[model].get("sink_epsilon") for model in runs.models} - {None}
-    return float(saved.pop()) if len(saved) == 1 else 0.3
+# probe's F-Attn threshold of the sink rate (Gu et al. 2024 use 0.3), for runs whose
+# summary.json does not say (probe.results.SINK_EPSILON; tests/reports/test_sections.py checks
+# that they agree: the report layer imports nothing of probe).
+DEFAULT_SINK_EPSILON = 0.3
+
+
+def _sink_epsilon(runs: Runs) -> str:
+    """The F-Attn threshold of the sink rate as the runs saved it: one number, or each model's."""
+    saved = {model: runs.summary[model].get("sink_epsilon", DEFAULT_SINK_EPSILON)
+             for model in runs.models}
+    saved = {model: DEFAULT_SINK_EPSILON if value is None else float(value)
+             for model, value in saved.items()}
+    if len(set(saved.values())) == 1:
+        return f"{next(iter(saved.values())):g}"
+    return "ε (" + ", ".join(f"{model}: {value:g}" for model, value in saved.items()) + ")"
 
 
 def _provenance(runs: Runs) -> Section:

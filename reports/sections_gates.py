@@ -6,7 +6,7 @@ from functools import partial
 
 from reports import notes, plots, tables
 from reports.items import FigureItem, Item, Section, TableItem, axes_level, left_out
-from reports.plots.gates import histogram_layers
+from reports.plots.gates import SATURATION_THRESHOLDS, histogram_layers
 from reports.reference import figure5_caption
 from reports.runs import Runs
 from reports.schema import HEADLINE_THRESHOLDS
@@ -20,7 +20,7 @@ def gates(runs: Runs) -> Section:
     items: list[Item] = [
         FigureItem("gate-histograms", "Gate score distributions per layer",
                    partial(plots.plot_gate_histograms, runs),
-                   "Histogram of sigmoid gate scores (50 equal bins on [0, 1]) per gated layer "
+                   f"Histogram of sigmoid gate scores ({gate_bins(runs)}) per gated layer "
                    f"(layers {join_layers(histogram_layers(runs))}), summed over heads and "
                    "shown as the share of all scores of that layer; log y scale. Mass near 0 "
                    "means the gate mostly closes, which is what makes the gated output sparse."),
@@ -37,11 +37,12 @@ def gates(runs: Runs) -> Section:
                       "(linear attention)." if has_linear_attention(runs) else "")),
         FigureItem("gate-saturation", "Gate saturation",
                    axes_level(partial(plots.plot_gate_saturation, runs)),
-                   "Cumulative share of gate scores below x at x = 0.01, 0.1, 0.5, 0.9 and "
-                   "0.99 (logit x axis; below 0.9 and 0.99 as 1 − the share above), pooled "
-                   "over layers and heads with their element counts, one line per model. A "
-                   "line that rises early (many scores near 0) and reaches 1 before 0.9 (few "
-                   "near 1) is the sparse gating the paper reports."),
+                   "Cumulative share of gate scores below x at x = "
+                   f"{_listed(SATURATION_THRESHOLDS)} (logit x axis; below {_listed(_ABOVE)} as "
+                   "1 − the share above), pooled over layers and heads with their element "
+                   "counts, one line per model. A line that rises early (many scores near 0) "
+                   f"and reaches 1 before {min(_ABOVE.values()):g} (few near 1) is the sparse "
+                   "gating the paper reports."),
         TableItem("gate-position", "Gate score by position",
                   tables.gate_position_display(runs),
                   "Mean gate score over all positions, at position 0 (the first token) and at "
@@ -76,6 +77,37 @@ def gates(runs: Runs) -> Section:
         notes=(notes.no_gate_notes(runs) + notes.linear_layer_notes(runs, "the output gate")
                + notes.token_type_notes(runs)),
     )
+
+
+# The saturation thresholds gates.csv saves as a share above (frac_gt_*).
+_ABOVE = {m: t for m, t in SATURATION_THRESHOLDS.items() if m.startswith("frac_gt")}
+
+
+def _listed(thresholds: dict[str, float]) -> str:
+    """0.01, 0.1 and 0.5"""
+    values = [f"{t:g}" for t in thresholds.values()]
+    return ", ".join(values[:-1]) + " and " + values[-1] if len(values) > 1 else "".join(values)
+
+
+def gate_bins(runs: Runs) -> str:
+    """The bins of the gate score histograms, as gate_hist.csv saved them: "50 equal bins on
+    [0, 1]" (each model's bins, when they differ)."""
+    hist = runs.gate_hist
+    described = {}
+    for model in runs.gated_models:
+        rows = hist[hist["model"] == model]
+        edges = sorted(set(zip(rows["bin_lo"].astype(float), rows["bin_hi"].astype(float))))
+        if not edges:
+            continue
+        widths = [hi - lo for lo, hi in edges]
+        equal = max(widths) - min(widths) <= 1e-6 * max(widths)
+        described[model] = (f"{len(edges)}{' equal' if equal else ''} bins on "
+                            f"[{edges[0][0]:.3g}, {edges[-1][1]:.3g}]")
+    if len(set(described.values())) == 1:
+        return next(iter(described.values()))
+    if not described:
+        return "no gate_hist.csv"
+    return "; ".join(f"{model}: {text}" for model, text in described.items())
 
 
 def sparsity(runs: Runs) -> Section:

@@ -7,7 +7,15 @@ from functools import partial
 from reports import notes, plots, tables
 from reports.frames import interventions_by_layer
 from reports.items import FigureItem, Item, Section, TableItem, axes_level, left_out
+from reports.plots.training import SMOOTHING_DIVISOR
 from reports.runs import Runs
+
+# The criterion of probe's massive_zero intervention (probe/interventions.py, after Sun et al.
+# 2024): |h| >= max(MASSIVE_MIN_ABS, MASSIVE_RATIO x the layer's median |h|). The report layer
+# imports nothing of probe, so it holds the two numbers too; tests/reports/test_sections.py
+# checks that they are probe's.
+MASSIVE_MIN_ABS = 100.0
+MASSIVE_RATIO = 1000.0
 
 
 def training(runs: Runs) -> Section:
@@ -18,8 +26,8 @@ def training(runs: Runs) -> Section:
         "training-curves", "Training curves",
         partial(plots.plot_training, runs),
         "Left: training loss per step, right: gradient norm, per model (training.csv): faint, "
-        "the raw value of every logged step; solid, its centred moving average over 2% of "
-        "the logged steps. Dashed with black-edged markers, drawn on top: the held-out loss "
+        "the raw value of every logged step; solid, its centred moving average over "
+        f"{100 / SMOOTHING_DIVISOR:g}% of the logged steps. Dashed with black-edged markers, drawn on top: the held-out loss "
         "at the steps where it was evaluated."
         + (" Black crosses mark steps flagged as loss spikes in training.csv."
            if bool(runs.training["spike"].astype(bool).any()) else " No step was flagged as a loss spike."))
@@ -40,8 +48,8 @@ def interventions(runs: Runs) -> Section:
                  "same data, the input-independent scaling control run through the model; "
                  "gate = 1: gates forced open (the model without its gate); gate = 0: gates "
                  "forced shut (the attention branch removed, residual stream and MLP kept); "
-                 "massive activations → 0: layer-output elements with |h| ≥ max(100, 1000 × "
-                 "the layer's median |h|) set to 0.")
+                 "massive activations → 0: layer-output elements with |h| ≥ "
+                 f"max({MASSIVE_MIN_ABS:g}, {MASSIVE_RATIO:g} × the layer's median |h|) set to 0.")
     items: list[Item] = [FigureItem(
         "interventions-figure", "Loss change under interventions, all layers",
         axes_level(partial(plots.plot_interventions, runs)),

@@ -289,6 +289,12 @@ def test_thresholds_live_in_the_named_constants(run_dirs, monkeypatch):
     assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in claims.claims_caption()
 
 
+def test_caption_quotes_the_no_preference_gate_from_its_constant(monkeypatch):
+    assert f"{claims.NO_PREFERENCE_GATE:g} is a gate without preference" in claims.claims_caption()
+    monkeypatch.setattr(claims, "NO_PREFERENCE_GATE", 0.45)
+    assert "(MEAN_GATE_MAX; 0.45 is a gate without preference)" in claims.claims_caption()
+
+
 def test_caption_quotes_every_threshold():
     caption = claims.claims_caption()
     for name in ("MEAN_GATE_MAX", "LOW_GATE_SHARE_MIN", "SPARSITY_MIN_STEP", "SINK_MIN_RATIO",
