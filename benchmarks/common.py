@@ -48,8 +48,10 @@ def status_mb(field: str) -> float:
 
 
 def timed(fn, repeat: int) -> tuple[float, float]:
-    """(best seconds, peak RSS added in MB over the resident size before the calls).
+    """(best CPU seconds, peak RSS added in MB over the resident size before the calls).
 
+    CPU time of the process (its one thread): on a shared machine a niced process waits for
+    the CPU, which inflates wall time at random.
     The kernel's high-water mark is reset first (/proc/self/clear_refs), so an earlier, higher
     peak (loading or dequantising the model, a warm-up) cannot hide the calls' own."""
     gc.collect()
@@ -57,9 +59,9 @@ def timed(fn, repeat: int) -> tuple[float, float]:
     base = status_mb("VmRSS")
     times = []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = time.process_time()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(time.process_time() - start)
     return min(times), status_mb("VmHWM") - base
 
 

@@ -64,7 +64,7 @@ def main() -> None:
     # eager at T = 8192 adds ~11 GB of RSS; its address space is somewhat larger.
     parser.add_argument("--memory-gb", type=float, default=16, help="address-space cap per process")
     args = parser.parse_args()
-    print(f"{'T':>6} {'method':>6} {'time s':>8} {'x plain':>8} {'peak MB':>9} {'x plain':>8}")
+    print(f"{'T':>6} {'method':>6} {'CPU s':>8} {'x plain':>8} {'peak MB':>9} {'x plain':>8}")
     for T in args.lengths:
         rows = {m: run_child(__file__, {"method": m, "T": T, "repeat": args.repeat}, args.timeout,
                              args.memory_gb)

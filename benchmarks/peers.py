@@ -19,7 +19,7 @@ text repeated up to T:
 Each peer also reports the numbers it got (F-Attn and M-Act of every layer, sparsity at 1e-2):
 the `agree` column is the largest difference from probe's at the same T. Every measurement
 runs in its own niced process, one thread, under a timeout and an address-space cap; a peer
-that does not fit is reported as such. Time: best of --repeat (--repeat-long at T >= 8192);
+that does not fit is reported as such. Time: CPU seconds (one thread), best of --repeat (--repeat-long at T >= 8192);
 memory: peak RSS added over a warm-up at T = 64 (common.timed, under common.STEADY_HEAP: every
 method, time included, runs with glibc's heap held steady). nnsight is optional (pip install nnsight).
 
@@ -220,7 +220,7 @@ def main() -> None:
 
     print(f"{MODELS[args.model]}; one thread; ratios against plain SDPA forward; cap {args.memory_gb:g} GB, "
           f"timeout {args.timeout:.0f} s")
-    print(f"{'T':>6} {'method':>9} {'time s':>8} {'x plain':>8} {'peak MB':>9} {'x plain':>8}  agree with probe")
+    print(f"{'T':>6} {'method':>9} {'CPU s':>8} {'x plain':>8} {'peak MB':>9} {'x plain':>8}  agree with probe")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for T in args.lengths:
