@@ -18,22 +18,12 @@ from .data import Dataset, build_dataset, read_data
 from .errors import ProbeError, flag
 from .load import (DTYPES, LoadedModel, check_tokenizer_dir, describe, load, load_tokenizer, text_config,
                    warn_if_gate_declared_away)
-from .options import check_analysis_options
-from .reducers import THRESHOLDS as DEFAULT_THRESHOLDS
-from .results import Analysis, build_summary
-
-DISPLAY_LEN = 24
+from .options import AnalysisOptions
+from .results import SINK_EPSILON, Analysis, build_summary
 
 
-def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None, name: str | None = None,
-            seq_len: int = 512, batch_size: int = 4, bos: str = "auto", per_document: bool = False,
-            max_sequences: int | None = None, dtype: str | None = None, device: str | None = None,
-            device_map: str | None = None, gate=None, thresholds=DEFAULT_THRESHOLDS,
-            display_len: int = DISPLAY_LEN, progress: bool = True, seed: int = 0,
-            on_long: str | None = None, text_field: str = "text", command: str | None = None,
-            token_groups=None, interventions=None, max_length: int | None = None,
-            stride: int | None = None, partial: str | Path | None = None, resume: bool = False,
-            checkpoint_seconds: float = 30.0, exact_control: bool = False) -> Analysis:
+def analyze(model, data=None, *, texts: list[str] | None = None, options: AnalysisOptions | None = None,
+            **overrides) -> Analysis:
     """Measure gates, first-token attention, massive activations, sparsity and loss.
 
     model: a checkpoint directory, a loaded Hugging Face causal LM, a `LoadedModel`, or a
@@ -41,55 +31,28 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
     data:  a path (text, folder, JSONL, .npy/.pt token ids); token ids in memory (a torch tensor
            or numpy array: 1-D a stream cut into seq_len, 2-D (N, T) N sequences as given; a
            list of lists of ints: one sequence each); a list of strings; or pass `texts=[...]`.
-    max_length, stride, on_long: per-document sequences up to max_length tokens; longer
-           documents are covered by sliding windows (on_long "slide", the default when
-           max_length or stride is given), truncated ("truncate") or refused ("error"); data.py.
-    dtype: the model's dtype when loading (float32, the default, bfloat16, float16); statistics
-           accumulate in float64 / int64 whatever it is. device / device_map: "cuda", or "auto"
-           (accelerate); default cpu. A model object (HF model, LoadedModel, bridge) is measured
-           as it is: a dtype or device given for it must match it (check_model_as_is).
-    Under torchrun the batches are shared out over the processes and the statistics merged
-    (distributed.py); every process returns the same Analysis.
-    token_groups: extra token groups for gates_by_token_type (JSON file or dict, token_types.py).
-    interventions: None, "all", or a list of interventions.INTERVENTIONS to run after the pass.
-    partial, resume, checkpoint_seconds: save the pass's state into the folder `partial` every
-           checkpoint_seconds (0: after every batch) so that an interrupted analysis continues
-           with resume=True and gives the same numbers (resume.py); the folder is removed when
-           the pass is complete.
-    thresholds: the sparsity sweep; every share below one is an exact count, except the
-           mean-gate control of float32 / float16 outputs, which one pass can only read from a
-           histogram (interpolated inside one 0.54% bin; meta.json `sparsity_exact`):
-           exact_control=True counts it exactly in a second pass over the data (control.py).
+    options: an `AnalysisOptions` (probe/options.py: every option, its default and its meaning);
+           keyword arguments (seq_len=..., batch_size=..., ...) override its fields, checked.
+    A model object (HF model, LoadedModel, bridge) is measured as it is: a dtype or device given
+    for it must match it (check_model_as_is). Under torchrun the batches are shared out over the
+    processes and the statistics merged (distributed.py); every process returns the same Analysis.
+    With `partial`, the pass's state is saved into that folder every `checkpoint_seconds` so that
+    an interrupted analysis continues with resume=True and gives the same numbers (resume.py).
     """
     from .bridge import analyze_bridge, is_bridge
 
     # Every option and the data are checked before the model is loaded or anything written.
-    thresholds = DEFAULT_THRESHOLDS if thresholds is None else thresholds
-    display_len = DISPLAY_LEN if display_len is None else display_len
-    thresholds = check_analysis_options(
-        seq_len=seq_len, batch_size=batch_size, bos=bos, per_document=per_document,
-        max_sequences=max_sequences, on_long=on_long, max_length=max_length, stride=stride,
-        thresholds=thresholds, display_len=display_len, checkpoint_seconds=checkpoint_seconds,
-        interventions=interventions, token_groups=token_groups, gate=gate, dtype=dtype,
-        text_field=text_field, resume=resume, partial=partial, seed=seed)
-    data, texts = read_data(data, texts=texts, text_field=text_field), None
+    o = (AnalysisOptions() if options is None else options).replace(**overrides)
+    data, texts = read_data(data, texts=texts, text_field=o.text_field), None
     if is_bridge(model):
-        # Every option, by name: analyze_bridge honours or refuses each one (tests/test_bridge.py).
-        return analyze_bridge(model, data, texts=texts, tokenizer=tokenizer, name=name, seq_len=seq_len,
-                              batch_size=batch_size, bos=bos, per_document=per_document,
-                              max_sequences=max_sequences, dtype=dtype, device=device,
-                              device_map=device_map, gate=gate, thresholds=thresholds,
-                              display_len=display_len, progress=progress, seed=seed, on_long=on_long,
-                              text_field=text_field, command=command, token_groups=token_groups,
-                              interventions=interventions, max_length=max_length, stride=stride,
-                              partial=partial, resume=resume, checkpoint_seconds=checkpoint_seconds,
-                              exact_control=exact_control)
-    torch.manual_seed(seed)
+        return analyze_bridge(model, data, options=o)      # honours or refuses every option
+    torch.manual_seed(o.seed)
     from . import distributed
 
+    dtype, device = o.dtype, o.device
     if not isinstance(model, (str, Path)):
         held = model.model if isinstance(model, LoadedModel) else model
-        check_model_as_is(held, dtype=dtype, device=device, device_map=device_map)
+        check_model_as_is(held, dtype=dtype, device=device, device_map=o.device_map)
         # What it holds, for the resume fingerprint too (a float32 partial run must not be
         # continued with the bfloat16 copy of the same model).
         params = next(held.parameters())
@@ -97,41 +60,38 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
         dtype = dtype or str(params.dtype).replace("torch.", "")
     dtype, device = dtype or "float32", device or "cpu"
     rank, world, device = distributed.setup(device)
-    if world > 1 and device_map:
+    if world > 1 and o.device_map:
         raise ProbeError(f"{flag('device_map')} shards one model over this process's GPUs; under "
                          f"torchrun each process holds a whole model: pass {flag('device', 'cuda')} instead")
-    loaded = as_loaded(model, dtype=dtype, device=device, device_map=device_map, gate=gate, tokenizer=tokenizer)
+    loaded = as_loaded(model, dtype=dtype, device=device, device_map=o.device_map, gate=o.gate,
+                       tokenizer=o.tokenizer)
     model, layout = loaded.model, loaded.layout
     from .interventions import validate_gate
 
     validate_gate(layout)                      # a declared layout that cannot fit: one line, now
-    warn_if_gate_declared_away(model, layout, gate)
+    warn_if_gate_declared_away(model, layout, o.gate)
     config = text_config(model.config)
-    dataset = build_dataset(data, loaded.tokenizer, seq_len=seq_len, bos=bos, per_document=per_document,
-                            max_sequences=max_sequences, on_long=on_long, text_field=text_field,
-                            max_positions=getattr(config, "max_position_embeddings", None)
-                            or getattr(config, "n_positions", None), texts=texts,
-                            max_length=max_length, stride=stride)
-    check_vocab(dataset, config)
-    name = name or loaded.name or type(model).__name__
+    dataset = dataset_for(data, texts, loaded.tokenizer, config, o)
+    name = o.name or loaded.name or type(model).__name__
     dev = next(model.parameters()).device
 
-    groups = token_group_table(layout, loaded.tokenizer, config, dataset, token_groups)
-    cap = Capture(model, layout, token_groups=groups, thresholds=thresholds)
+    groups = token_group_table(layout, loaded.tokenizer, config, dataset, o.token_groups)
+    cap = Capture(model, layout, token_groups=groups, thresholds=o.thresholds)
     saver = None
-    if partial is not None:
+    if o.partial is not None:
         from .resume import PassCheckpoint, fingerprint
 
-        saver = PassCheckpoint(partial, fingerprint(loaded, dataset, batch_size=batch_size, world=world,
-                                                    dtype=dtype, gate=layout.gate_layout, seq_len=seq_len),
-                               rank=rank, every_seconds=checkpoint_seconds,
-                               resume_hint=(command or "probe analyze ...") + ("" if "--resume" in (command or "") else " --resume"))
+        command = o.command or "probe analyze ..."
+        saver = PassCheckpoint(o.partial, fingerprint(loaded, dataset, world=world, dtype=dtype,
+                                                      gate=layout.gate_layout, **o.resume_fields()),
+                               rank=rank, every_seconds=o.checkpoint_seconds,
+                               resume_hint=command + ("" if "--resume" in command else " --resume"))
     pad_id = 0
     with torch.inference_mode(), cap, saver or contextlib.nullcontext():
-        done = saver.start(cap, resume) if saver else 0
-        bar = _progress(total=dataset.shard_tokens(batch_size, rank, world),
-                        disable=not progress or rank != 0, desc=f"analyse {name}")
-        for n, (ids, valid, seq_index) in enumerate(dataset.batches(batch_size, pad_id, rank=rank, world=world)):
+        done = saver.start(cap, o.resume) if saver else 0
+        bar = _progress(total=dataset.shard_tokens(o.batch_size, rank, world),
+                        disable=not o.progress or rank != 0, desc=f"analyse {name}")
+        for n, (ids, valid, seq_index) in enumerate(dataset.batches(o.batch_size, pad_id, rank=rank, world=world)):
             if n < done:                           # counted before an interruption (--resume)
                 bar.update(int(valid.sum()))
                 continue
@@ -147,29 +107,29 @@ def analyze(model, data=None, *, texts: list[str] | None = None, tokenizer=None,
         bar.close()
     distributed.merge_reducers(cap.reducers())     # no-op in one process
     control = None
-    if exact_control and layout.gated:
+    if o.exact_control and layout.gated:
         from .control import count_control
 
-        control = count_control(loaded, dataset, cap, batch_size=batch_size)
+        control = count_control(loaded, dataset, cap, batch_size=o.batch_size)
     cap.to("cpu")
 
-    analysis = frames_from_capture(cap, name, loaded.tokenizer, thresholds, control=control)
+    analysis = frames_from_capture(cap, name, loaded.tokenizer, o.thresholds, control=control)
     from .token_types import describe_groups, gate_frame
 
     analysis.gates_by_token_type = gate_frame(cap, name)
-    analysis.attention_patterns = display_patterns(model, layout, dataset, name, display_len, dev)
-    analysis.meta = build_meta(loaded, dataset, name, dtype, dev, thresholds, seed, seq_len, command)
-    analysis.meta["display_tokens"] = display_tokens(dataset, loaded.tokenizer, display_len)
+    analysis.attention_patterns = display_patterns(model, layout, dataset, name, o.display_len, dev)
+    analysis.meta = build_meta(loaded, dataset, name, dev, o)
+    analysis.meta["display_tokens"] = display_tokens(dataset, loaded.tokenizer, o.display_len)
     analysis.meta["windows"] = dataset.windows
     analysis.meta["processes"] = world
-    analysis.meta["token_groups"] = describe_groups(token_groups)
+    analysis.meta["token_groups"] = describe_groups(o.token_groups)
     summarise_capture(analysis, cap, layout, dataset, control=control)
-    if interventions:
+    if o.interventions:
         from . import interventions as _interventions
 
-        analysis.interventions = _interventions.run(loaded, dataset, name=name, kinds=interventions,
-                                                    batch_size=batch_size, reference=cap, progress=progress)
-        analysis.meta["interventions"] = list(_interventions.parse_kinds(interventions))
+        analysis.interventions = _interventions.run(loaded, dataset, name=name, kinds=o.interventions,
+                                                    batch_size=o.batch_size, reference=cap, progress=o.progress)
+        analysis.meta["interventions"] = list(_interventions.parse_kinds(o.interventions))
         # Who evaluated what: under torchrun each process's share of the intervention passes.
         analysis.meta["intervention_passes"] = analysis.interventions.attrs["passes"]
         analysis.meta["intervention_tokens_per_process"] = analysis.interventions.attrs["tokens_per_process"]
@@ -208,6 +168,17 @@ def summarise_capture(analysis: Analysis, cap: Capture, layout, dataset: Dataset
         analysis, layer_types=analysis.meta["layer_types"], gated=layout.gated,
         gate_layout=layout.gate_layout, num_heads=layout.num_heads, f_attn_uniform=uniform,
         loss=cap.loss.loss(), tokens=dataset.tokens, sequences=len(dataset.sequences))
+
+
+def dataset_for(data, texts, tokenizer, config, o: AnalysisOptions) -> Dataset:
+    """The sequences the options ask for (both paths), their token ids checked against the vocabulary."""
+    dataset = build_dataset(data, tokenizer, seq_len=o.seq_len, bos=o.bos, per_document=o.per_document,
+                            max_sequences=o.max_sequences, on_long=o.on_long, text_field=o.text_field,
+                            max_positions=getattr(config, "max_position_embeddings", None)
+                            or getattr(config, "n_positions", None), texts=texts,
+                            max_length=o.max_length, stride=o.stride)
+    check_vocab(dataset, config)
+    return dataset
 
 
 def as_loaded(model, *, dtype, device, device_map, gate, tokenizer) -> LoadedModel:
@@ -407,7 +378,7 @@ def display_patterns(model, layout, dataset: Dataset, name: str, n: int, dev) ->
     return pd.DataFrame(rows)
 
 
-def build_meta(loaded: LoadedModel, dataset: Dataset, name, dtype, dev, thresholds, seed, seq_len, command) -> dict:
+def build_meta(loaded: LoadedModel, dataset: Dataset, name, dev, options: AnalysisOptions) -> dict:
     import transformers
 
     from . import __version__
@@ -436,17 +407,14 @@ def build_meta(loaded: LoadedModel, dataset: Dataset, name, dtype, dev, threshol
         "tokens": dataset.tokens,
         "tokens_sha256": dataset.digest(),     # runs with equal digests saw the same token ids
         "sequences": len(dataset.sequences),
-        "seq_len": seq_len,
         # What was used: --max-length or the model's positions may lower --seq-len.
         "longest_sequence": max((len(x) for x in dataset.sequences), default=0),
         "bos_policy": dataset.bos_policy,
         "bos_token_id": dataset.bos_token_id,
         "position0": dataset.position0,
         "data_notes": dataset.notes,
-        "thresholds": list(thresholds),
-        "sink_epsilon": 0.3,
-        "seed": seed,
-        "command": command,
+        **options.meta_fields(),               # seq_len, thresholds, seed, command
+        "sink_epsilon": SINK_EPSILON,
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "versions": {"probe": __version__, "torch": torch.__version__,
                      "transformers": transformers.__version__, "python": sys.version.split()[0],

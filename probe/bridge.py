@@ -36,15 +36,15 @@ from pathlib import Path
 
 import torch
 
-from .analyze import (DEFAULT_THRESHOLDS, DISPLAY_LEN, _progress, build_meta, check_model_as_is, check_vocab,
-                      display_tokens, frames_from_capture, summarise_capture, token_group_table)
+from .analyze import (_progress, build_meta, check_model_as_is, dataset_for, display_tokens, frames_from_capture,
+                      summarise_capture, token_group_table)
 from .attention import expand_kv
 from .capture import Capture
-from .data import build_dataset
-from .errors import ProbeError
+from .errors import ProbeError, flag
 from .gates import GateSpec
 from .load import LoadedModel, config_hash, describe, load, text_config
 from .reorder import ORIGINAL_ATTR, is_official, is_reordered, reorder_official_q_proj
+from .options import THRESHOLDS, AnalysisOptions
 from .results import Analysis
 
 __all__ = ["BridgeCapture", "analyze_bridge", "build_bridge", "check_bridge", "hook_names", "is_bridge",
@@ -58,8 +58,6 @@ SITE_HOOKS = {
 }
 # Hybrid models: the token mixer of a linear-attention block has no hook_attn_out alias.
 LINEAR_ATTN_OUT = "blocks.{i}.linear_attn.hook_out"
-# probe.analyze's default; any other value asks for checkpointing, which this path refuses.
-CHECKPOINT_SECONDS = 30.0
 
 
 def is_bridge(obj) -> bool:
@@ -153,7 +151,7 @@ class BridgeCapture(Capture):
     """
 
     def __init__(self, bridge, layout, *, gate_dim: int | None = None, top_k: int = 3, token_groups=None,
-                 thresholds=DEFAULT_THRESHOLDS):
+                 thresholds=THRESHOLDS):
         super().__init__(bridge.original_model, layout, top_k=top_k, token_groups=token_groups,
                          thresholds=thresholds)
         self.bridge = bridge
@@ -276,56 +274,39 @@ class BridgeCapture(Capture):
 
 # -- the analysis -------------------------------------------------------------------------------
 
-def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None, tokenizer=None,
-                   name: str | None = None, seq_len: int = 512, batch_size: int = 4, bos: str = "auto",
-                   per_document: bool = False, max_sequences: int | None = None, dtype: str | None = None,
-                   device: str | None = None, device_map: str | None = None, gate=None,
-                   thresholds=DEFAULT_THRESHOLDS, display_len: int = DISPLAY_LEN, progress: bool = True,
-                   seed: int = 0, on_long: str | None = None, text_field: str = "text",
-                   command: str | None = None, token_groups=None, interventions=None,
-                   max_length: int | None = None, stride: int | None = None,
-                   partial: str | Path | None = None, resume: bool = False,
-                   checkpoint_seconds: float = CHECKPOINT_SECONDS, exact_control: bool = False) -> Analysis:
+def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None,
+                   options: AnalysisOptions | None = None, **overrides) -> Analysis:
     """`probe.analyze` for a TransformerLens TransformerBridge: same tables, same definitions.
 
-    Takes every option of probe.analyze by name (no **kwargs, so a new option cannot slip
-    through unseen): most are honoured as there; dtype and device must describe the bridge as it
-    is; the rest are refused with one line (module docstring).
+    Every field of AnalysisOptions is honoured as there, or refused with one line (module
+    docstring, HF_ONLY); dtype and device must describe the bridge as it is.
 
     bos="auto" follows the bridge's tokenizer, i.e. TransformerLens's convention (it may add a
     BOS token where the Hugging Face tokenizer does not, e.g. GPT-2); pass bos="none" or
     "prepend" to fix what sits at position 0.
     """
+    o = (AnalysisOptions() if options is None else options).replace(**overrides)
     check_bridge(bridge)
     hf = bridge.original_model
-    refuse_hf_only_options(hf, dtype=dtype, device=device, device_map=device_map, gate=gate,
-                           interventions=interventions, partial=partial, resume=resume,
-                           checkpoint_seconds=checkpoint_seconds, exact_control=exact_control)
-    thresholds = DEFAULT_THRESHOLDS if thresholds is None else thresholds
-    display_len = DISPLAY_LEN if display_len is None else display_len
-    torch.manual_seed(seed)
+    refuse_hf_only_options(hf, o)
+    torch.manual_seed(o.seed)
     layout, gate_dim = bridge_layout(bridge)
     config = text_config(hf.config)
-    tokenizer = tokenizer if tokenizer is not None else getattr(bridge, "tokenizer", None)
+    tokenizer = o.tokenizer if o.tokenizer is not None else getattr(bridge, "tokenizer", None)
     if isinstance(data, (list, tuple)) and data and isinstance(data[0], str):
         texts, data = list(data), None
     # build_dataset is model-agnostic, so sliding windows (max_length / stride) come out as on
     # the HF path: window context is marked not-valid and the hooks below skip it via Batch.
-    dataset = build_dataset(data, tokenizer, seq_len=seq_len, bos=bos, per_document=per_document,
-                            max_sequences=max_sequences, on_long=on_long, text_field=text_field,
-                            max_positions=getattr(config, "max_position_embeddings", None)
-                            or getattr(config, "n_positions", None), texts=texts,
-                            max_length=max_length, stride=stride)
-    check_vocab(dataset, config)
+    dataset = dataset_for(data, texts, tokenizer, config, o)
     path = getattr(config, "_name_or_path", None) or getattr(bridge.cfg, "model_name", None)
-    name = name or (Path(path).name if path and path != "external" else type(hf).__name__)
+    name = o.name or (Path(path).name if path and path != "external" else type(hf).__name__)
     dev = next(hf.parameters()).device
-    groups = token_group_table(layout, tokenizer, config, dataset, token_groups)
+    groups = token_group_table(layout, tokenizer, config, dataset, o.token_groups)
 
-    cap = BridgeCapture(bridge, layout, gate_dim=gate_dim, token_groups=groups, thresholds=thresholds)
+    cap = BridgeCapture(bridge, layout, gate_dim=gate_dim, token_groups=groups, thresholds=o.thresholds)
     with torch.inference_mode(), cap:
-        bar = _progress(total=dataset.tokens, disable=not progress, desc=f"analyse {name} (TransformerLens)")
-        for ids, valid, seq_index in dataset.batches(batch_size, 0):
+        bar = _progress(total=dataset.tokens, disable=not o.progress, desc=f"analyse {name} (TransformerLens)")
+        for ids, valid, seq_index in dataset.batches(o.batch_size, 0):
             ids, valid = ids.to(dev), valid.to(dev)
             with cap.batch(ids, valid, seq_index.to(dev)):
                 # Right padding, no mask: under causal attention no real token sees a pad.
@@ -334,19 +315,19 @@ def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None, tokeniz
         bar.close()
     cap.check_fired()
 
-    analysis = frames_from_capture(cap, name, tokenizer, thresholds)
+    analysis = frames_from_capture(cap, name, tokenizer, o.thresholds)
     from .token_types import describe_groups, gate_frame
 
     analysis.gates_by_token_type = gate_frame(cap, name)
-    analysis.attention_patterns = display_patterns(bridge, layout, dataset, name, display_len, dev)
+    analysis.attention_patterns = display_patterns(bridge, layout, dataset, name, o.display_len, dev)
     ckpt = path if path and (Path(str(path)) / "config.json").exists() else None
     loaded = LoadedModel(hf, layout, tokenizer, ckpt, config_hash(Path(ckpt)) if ckpt else None)
-    analysis.meta = build_meta(loaded, dataset, name, bridge_dtype(hf), dev, thresholds, seed, seq_len, command)
+    analysis.meta = build_meta(loaded, dataset, name, dev, o)
     analysis.meta.update(bridge_meta(bridge))
-    analysis.meta["display_tokens"] = display_tokens(dataset, tokenizer, display_len)
+    analysis.meta["display_tokens"] = display_tokens(dataset, tokenizer, o.display_len)
     analysis.meta["windows"] = dataset.windows
     analysis.meta["processes"] = 1         # the bridge path does not share batches under torchrun
-    analysis.meta["token_groups"] = describe_groups(token_groups)
+    analysis.meta["token_groups"] = describe_groups(o.token_groups)
     summarise_capture(analysis, cap, layout, dataset)
     return analysis
 
@@ -358,28 +339,32 @@ def bridge_dtype(hf) -> str:
     return str(next(hf.parameters()).dtype).replace("torch.", "")
 
 
-def refuse_hf_only_options(hf, *, dtype, device, device_map, gate, interventions, partial, resume,
-                           checkpoint_seconds, exact_control=False) -> None:
+# Options only the Hugging Face path honours: name -> why (each refused in one line when set).
+HF_ONLY = {
+    "gate": "TransformerLens decides where the gate is",
+    "interventions": "interventions need the Hugging Face path",
+    "exact_control": "the exact mean-gate control (a second pass) needs the Hugging Face path",
+    "device_map": "probe does not shard a bridge (place the bridge's model yourself before building it)",
+    "partial": "saving and resuming an interrupted pass needs the Hugging Face path",
+    "resume": "saving and resuming an interrupted pass needs the Hugging Face path",
+    "checkpoint_seconds": "saving and resuming an interrupted pass needs the Hugging Face path",
+}
+
+
+def refuse_hf_only_options(hf, o: AnalysisOptions) -> None:
     """One ProbeError line for an option this path cannot honour, before any work is done."""
-    if gate is not None:
-        raise ProbeError("gate= does not apply to a TransformerBridge: TransformerLens decides where the gate is")
-    if interventions:
-        raise ProbeError(f"interventions need the Hugging Face path: {HF_PATH}")
-    if exact_control:
-        raise ProbeError(f"exact_control=True (a second pass) needs the Hugging Face path: {HF_PATH}")
+    defaults = AnalysisOptions()
+    for option, why in HF_ONLY.items():
+        value = getattr(o, option)
+        if value != getattr(defaults, option) and value is not False:
+            raise ProbeError(f"{flag(option)} does not apply to a TransformerBridge: {why}; {HF_PATH}")
     from . import distributed
 
     if distributed.world()[1] > 1:  # every process would repeat the whole pass
         raise ProbeError(f"sharing the data over torchrun processes needs the Hugging Face path: {HF_PATH}")
-    if device_map is not None:
-        raise ProbeError(f"device_map={device_map!r} needs the Hugging Face path (probe does not shard a "
-                         f"bridge): {HF_PATH}, or place the bridge's model yourself before building it")
-    if partial is not None or resume or checkpoint_seconds != CHECKPOINT_SECONDS:
-        what = "partial" if partial is not None else "resume" if resume else "checkpoint_seconds"
-        raise ProbeError(f"{what}= (saving and resuming an interrupted pass) needs the Hugging Face path: {HF_PATH}")
     # A bridge is already built: converting or moving it here would change the user's model
     # behind their back, so a dtype or device asked for must be what it holds.
-    check_model_as_is(hf, dtype=dtype, device=device, device_map=None)
+    check_model_as_is(hf, dtype=o.dtype, device=o.device, device_map=None)
 
 
 def bridge_meta(bridge) -> dict:

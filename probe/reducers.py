@@ -530,7 +530,7 @@ class MaxAbsStats(Reducer):
 
 
 # The sparsity sweep: 13 thresholds 10^(k/2), 1e-6 .. 1, each counted exactly (LogHistogram cuts).
-THRESHOLDS = tuple(float(f"{10 ** (k / 2):.6g}") for k in range(-12, 1))
+from .options import THRESHOLDS  # noqa: E402  (the sweep is an analysis option)
 
 
 class SparsityStats(Reducer):

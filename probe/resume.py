@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from .atomic import describe_os_error, shared_mode, write_text, write_torch
-from .errors import ProbeError
+from .errors import ProbeError, flag, on_command_line
 
 LOCK = "lock"
 PROGRESS = "progress.json"
@@ -138,8 +138,8 @@ def release(folder: Path, *, discard: bool = False) -> None:
 def refuse_waiting_run(folder: Path, resume: bool) -> None:
     """A run that is not --resume must not start over state an interrupted one saved."""
     if not resume and holds_state(folder):
-        raise ProbeError(f"an interrupted run is waiting in {folder}; pass --resume to continue it "
-                         "or --force to start again")
+        raise ProbeError(f"an interrupted run is waiting in {folder}; pass {flag('resume', True)} to continue it "
+                         f"or {flag('force', True) if on_command_line() else f'delete {folder}'} to start again")
 
 
 def _clear(folder: Path) -> None:
@@ -349,7 +349,7 @@ class PassCheckpoint:
             raise ProbeError(f"{self.state_file} is damaged ({_short(err)}); {START_AGAIN}") from None
         if progress.get("fingerprint") != self.fingerprint:
             raise ProbeError(f"{self.folder} was made with another model, weights, data or options; "
-                             f"rerun the same command with --resume, or {START_AGAIN}")
+                             f"rerun the same command with {flag('resume', True)}, or {START_AGAIN}")
         if not isinstance(state, dict) or state.get("fingerprint") != self.fingerprint:
             raise ProbeError(f"{self.state_file} was not saved by this run (another model, weights, "
                              f"data or options); {START_AGAIN}")
