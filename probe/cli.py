@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -86,17 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command_line = "probe " + " ".join(shlex.quote(a) for a in argv)
-    # transformers' own warnings and log lines would add lines to probe's one-line messages;
-    # probe says what matters itself. (Read when transformers is first imported.)
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    warnings.simplefilter("ignore", FutureWarning)
-    warnings.filterwarnings("ignore", module=r"(transformers|huggingface_hub|tokenizers)(\.|$)")
-    warnings.formatwarning = lambda msg, *a, **k: f"probe: warning: {msg}\n"
     # Everything, imports included, runs inside the try: a Ctrl-C while torch loads is one line.
     global _WATCH
     interrupt = _WATCH = _InterruptWatch()
     try:
-        with errors.command_line(), interrupt:
+        with errors.command_line(), _console(), interrupt:
             args = build_parser().parse_args(argv)
             return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
                     "train": cmd_train, "check": cmd_check}[args.command](args, command_line)
@@ -119,6 +114,40 @@ def main(argv: list[str] | None = None) -> int:
 
 
 _WATCH = None
+
+
+@contextlib.contextmanager
+def _console():
+    """For one command, and restored after it (main may run inside a notebook or a test):
+    transformers' own warnings and log lines would add lines to probe's one-line messages, so
+    they are off, and a warning prints as one `probe: warning: ...` line."""
+    env = os.environ.get("TRANSFORMERS_VERBOSITY")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")     # read when transformers is first imported
+    verbosity = _hf_logging().get_verbosity() if "transformers" in sys.modules else None
+    if verbosity is not None:
+        _hf_logging().set_verbosity_error()
+    formatwarning = warnings.formatwarning
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.filterwarnings("ignore", module=r"(transformers|huggingface_hub|tokenizers)(\.|$)")
+            warnings.formatwarning = lambda msg, *a, **k: f"probe: warning: {msg}\n"
+            yield
+    finally:
+        warnings.formatwarning = formatwarning
+        if env is None:
+            os.environ.pop("TRANSFORMERS_VERBOSITY", None)
+        else:
+            os.environ["TRANSFORMERS_VERBOSITY"] = env
+        if "transformers" in sys.modules:       # imported before or during the command
+            hf = _hf_logging()
+            hf.set_verbosity(verbosity if verbosity is not None else hf._get_default_logging_level())
+
+
+def _hf_logging():
+    from transformers.utils import logging as hf_logging
+
+    return hf_logging
 
 
 def _raise_if_interrupted() -> None:

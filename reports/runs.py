@@ -20,8 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reports.schema import (ADDED_COLUMNS, ATTENTION, LINEAR_ATTENTION, MANIFEST_KEY, META_FILE,
-                            SUMMARY_FILE, TABLES)
+from reports.schema import ATTENTION, LINEAR_ATTENTION, MANIFEST_KEY, META_FILE, SUMMARY_FILE, TABLES
 
 
 class RunDirectoryError(ValueError):
@@ -266,16 +265,13 @@ def _coerce(frame: pd.DataFrame | None, name: str, where: str = "") -> pd.DataFr
     that is not of its column's kind is a RunDirectoryError naming `where`."""
     if frame is None or len(frame.columns) == 0:
         return _empty(name)
-    added = ADDED_COLUMNS.get(name, ())
-    missing = [column for column in TABLES[name] if column not in frame.columns and column not in added]
+    missing = [column for column in TABLES[name] if column not in frame.columns]
     if missing:
         raise RunDirectoryError(f"{where} lacks the column{'s' if len(missing) > 1 else ''} "
                                 f"{', '.join(missing)} (expected {', '.join(TABLES[name])})")
     frame = frame.copy()
     for column, kind in TABLES[name].items():
-        if column not in frame.columns:                 # one of ADDED_COLUMNS, from an older run
-            frame[column] = _missing_column(kind, len(frame))
-        elif kind in ("int", "float"):
+        if kind in ("int", "float"):
             frame[column] = _to_number(frame[column], kind, where, column)
         elif kind == "bool":
             frame[column] = _to_bool(frame[column])

@@ -228,7 +228,7 @@ def test_hooks_removed_on_exit_and_on_exception(loaded):
                 raise RuntimeError("boom")
     assert _hook_count(lm.model) == before
     assert lm.model.config._attn_implementation == impl
-    assert attention._observer is None
+    assert not attention.observed(lm.model)
 
 
 def test_loss_equals_model_loss(loaded):
