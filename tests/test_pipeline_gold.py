@@ -1,0 +1,300 @@
+"""Gold run directories: the same numbers, byte for byte, from a fixed set of tiny checkpoints.
+
+Every case builds a tiny random checkpoint (tests/tiny.py, or a config of a registered family
+tiny.py has no kind for), analyses a few dozen tokens with the public API (`probe.analyze(...)`
+then `.save(...)`; the CLI where that is what the case tests) and compares the run directory
+with tests/gold_runs/<case>/: every CSV byte for byte, summary.json and meta.json as JSON with
+the keys that legitimately vary removed (VARYING_META) and the temporary folder written ROOT.
+
+The cases cover every family the registry knows (probe/adapters/families.py), gated and not,
+the official grouped layout, the hybrids with linear-attention layers, Gemma 2 soft-capping,
+Gemma 3 sliding windows, gpt-oss sinks, a model outside the registry, GGUF, the
+TransformerLens bridge, padding (per-document sequences of unequal length), sliding windows
+over long documents, interventions, token groups and the exact mean-gate control (CASES says
+which case covers what). A restructure of the pipeline must leave every file unchanged.
+
+After an intended change of numbers, regenerate and review the diff:
+
+    PROBE_REGENERATE_GOLD=1 python -m pytest tests/test_pipeline_gold.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+import tiny
+from samples import TEXT
+
+GOLD = Path(__file__).parent / "gold_runs"
+REGENERATE = os.environ.get("PROBE_REGENERATE_GOLD") == "1"
+# meta.json keys that differ between two runs of the same analysis: when, with which versions,
+# from which command line, and the hash of config.json (which records the transformers version).
+VARYING_META = ("timestamp", "versions", "command", "config_hash")
+ROOT = "ROOT"  # the temporary folder of the checkpoints and runs, as the gold files write it
+
+# Few tokens, few layers: every case runs in well under a second once its checkpoint exists.
+# 2 layers of 2 query heads sharing 1 KV head (1 layer where a family has nothing that differs
+# by layer). The official elementwise case keeps 2 KV heads (4 query heads): the official q_proj
+# is grouped per KV head.
+SMALL = dict(num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+ONE = dict(SMALL, num_hidden_layers=1)
+HYBRID = dict(SMALL, full_attention_interval=2)  # layer 0 linear attention, layer 1 full
+MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+HYBRID_MOE = dict(HYBRID, **tiny.LINEAR, **MOE,
+                  shared_expert_intermediate_size=32, rope_parameters=dict(tiny.QWEN3_5_ROPE))
+NAME = "tiny"  # the model column of every row: short, the gold is mostly that column
+COMMON = dict(seq_len=32, batch_size=2, max_sequences=2, display_len=8, progress=False)
+UNEQUAL = [TEXT[:70], TEXT[:190], TEXT[:120]]          # per-document: padded to the longest
+LONG = [TEXT[:420], TEXT[:60]]                         # one document needs sliding windows
+GROUPS = {"gate words": [" gate", " head", "The"], "id five": [5]}
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+
+def tiny_kind(kind: str, **overrides) -> Callable[[Path], Path]:
+    return lambda path: tiny.make_checkpoint(kind, path, **overrides)
+
+
+def _save(model, path: Path, style: str) -> Path:
+    """A model built here from a config, saved with the tiny tokenizer of `style` (a tiny kind)."""
+    model.save_pretrained(path)
+    tiny.make_tokenizer(style).save_pretrained(path)
+    return path
+
+
+def _sizes(style: str, **extra) -> dict:
+    return {**tiny.TINY, **SMALL, **tiny.special_token_ids(style), **extra}
+
+
+
+def from_config(config_class: str, style: str, **extra) -> Callable[[Path], Path]:
+    """A registered family tiny.py builds no kind of (phi3, mixtral, qwen3_moe, ...), random init,
+    one layer unless `extra` says otherwise."""
+    def build(path: Path) -> Path:
+        import transformers as tf
+
+        torch.manual_seed(0)
+        config = getattr(tf, config_class)(**_sizes(style, **{**ONE, **extra}))
+        model = tf.AutoModelForCausalLM.from_config(config).eval()
+        return _save(model, path, style)
+    return build
+
+
+def gemma2(path: Path) -> Path:
+    """Gemma 2 with attention-logit soft-capping that bites (as tests/test_attention.py)."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    model = tf.Gemma2ForCausalLM(tf.Gemma2Config(
+        **_sizes("llama", sliding_window=16, attn_logit_softcapping=0.5))).eval()
+    with torch.no_grad():                     # random-init scores are ~0.01: make them reach the cap
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(8.0)
+            layer.self_attn.k_proj.weight.mul_(8.0)
+    return _save(model, path, "llama")
+
+
+def gpt_oss(path: Path) -> Path:
+    """gpt-oss: attention sinks (large enough to matter), sliding layers, a tiny MoE."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    sizes = _sizes("qwen3", intermediate_size=64, sliding_window=16, num_local_experts=4,
+                   num_experts_per_tok=2)
+    model = tf.GptOssForCausalLM(tf.GptOssConfig(**sizes)).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 2.0, generator=torch.Generator().manual_seed(3))
+    return _save(model, path, "qwen3")
+
+
+def gguf(path: Path) -> Path:
+    path.mkdir(parents=True)
+    file, _ = tiny.make_gguf(path / "tiny-llama.gguf", **ONE)
+    return file
+
+
+# -- cases ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    covers: str
+    build: Callable[[Path], Path]
+    options: dict = field(default_factory=dict)   # probe.analyze keyword arguments
+    cli: tuple[str, ...] | None = None            # run `probe analyze CHECKPOINT ...` instead
+    bridge: bool = False                          # analyse through a TransformerLens bridge
+
+
+CASES = (
+    Case("qwen3_next_groups", "Qwen3-Next hybrid (linear + gated full attention), token groups",
+         tiny_kind("qwen3_next", **HYBRID), dict(texts=[TEXT], token_groups=GROUPS)),
+    Case("qwen3_5_padding", "Qwen3.5 hybrid, per-document sequences of unequal length (padding)",
+         tiny_kind("qwen3_5", **HYBRID),
+         dict(texts=UNEQUAL, per_document=True, seq_len=48, batch_size=3, max_sequences=None)),
+    Case("qwen3_5_vl", "Qwen3.5 release format (ForConditionalGeneration, text_config)",
+         tiny_kind("qwen3_5_vl", **HYBRID), dict(texts=[TEXT])),
+    Case("official_headwise_interventions", "official grouped layout, headwise gate, every intervention",
+         tiny_kind("official_headwise", **SMALL), dict(texts=[TEXT], interventions="all")),
+    Case("official_elementwise_exact", "official grouped layout, elementwise gate, exact control",
+         tiny_kind("official_elementwise", num_hidden_layers=1), dict(texts=[TEXT], exact_control=True)),
+    Case("official_baseline", "official gate-free baseline (stock Qwen3), interventions on a baseline",
+         tiny_kind("official_baseline", **ONE), dict(texts=[TEXT], interventions="all")),
+    Case("qwen3", "Qwen3 ungated", tiny_kind("qwen3", **ONE), dict(texts=[TEXT])),
+    Case("qwen2", "Qwen2 ungated", tiny_kind("qwen2", **ONE), dict(texts=[TEXT])),
+    Case("llama_padding", "Llama (tokenizer adds BOS), per-document padding",
+         tiny_kind("llama", **SMALL),
+         dict(texts=UNEQUAL, per_document=True, seq_len=48, batch_size=3, max_sequences=None)),
+    Case("mistral_windows", "Mistral, sliding windows over a long document (max_length / stride)",
+         tiny_kind("mistral", **SMALL),
+         dict(texts=LONG, per_document=True, max_length=24, stride=16, batch_size=3,
+              max_sequences=None)),
+    Case("gpt2", "GPT-2 (Conv1D projections, no GQA), bos prepend",
+         tiny_kind("gpt2", n_layer=1, n_head=2), dict(texts=[TEXT], bos="prepend")),
+    Case("olmo2", "OLMo 2 (post-norm)", tiny_kind("olmo2", **ONE), dict(texts=[TEXT])),
+    Case("gemma3_windows", "Gemma 3 sliding-window layers, documents longer than the window",
+         tiny_kind("gemma3", **SMALL),
+         dict(texts=LONG, per_document=True, max_length=40, stride=24, batch_size=3,
+              max_sequences=None)),
+    Case("gemma2_softcap", "Gemma 2 attention-logit soft-capping", gemma2, dict(texts=[TEXT])),
+    Case("gpt_oss_sinks", "gpt-oss attention sinks (outside the registry: gate none)", gpt_oss,
+         dict(texts=[TEXT], gate="none")),
+    Case("granite_unregistered", "a decoder outside the registry, analysed as ungated",
+         tiny_kind("granite", **ONE), dict(texts=[TEXT], gate="none")),
+    Case("phi3", "Phi-3 (fused qkv_proj)", from_config("Phi3Config", "llama"), dict(texts=[TEXT])),
+    Case("mixtral", "Mixtral (MoE, mistral family)", from_config("MixtralConfig", "llama",
+         num_local_experts=4, num_experts_per_tok=2), dict(texts=[TEXT])),
+    Case("qwen3_moe", "Qwen3-MoE (qwen3 family, no gate)", from_config("Qwen3MoeConfig", "qwen3",
+         **MOE), dict(texts=[TEXT])),
+    Case("qwen2_moe", "Qwen2-MoE (qwen2 family)", from_config("Qwen2MoeConfig", "qwen3",
+         **MOE, shared_expert_intermediate_size=32), dict(texts=[TEXT])),
+    Case("qwen3_5_moe", "Qwen3.5-MoE hybrid (qwen3_next family, gated)",
+         from_config("Qwen3_5MoeTextConfig", "qwen3", **HYBRID_MOE), dict(texts=[TEXT])),
+    Case("gemma", "Gemma 1", from_config("GemmaConfig", "llama"), dict(texts=[TEXT])),
+    Case("gguf_llama", "a GGUF file (llama.cpp format) read through transformers", gguf,
+         dict(texts=[TEXT])),
+    Case("bridge_qwen3_next", "the TransformerLens bridge path, hybrid gated model",
+         tiny_kind("qwen3_next", **HYBRID), dict(texts=[TEXT]), bridge=True),
+    Case("cli_qwen3_next", "probe analyze on the command line: data file, token groups "
+         "file, two interventions (hybrid gated model)", tiny_kind("qwen3_next", **HYBRID),
+         cli=("--name", NAME, "--seq-len", "32", "--batch-size", "2", "--max-sequences", "2", "--quiet",
+              "--token-groups", "{root}/groups.json", "--interventions", "mean_gate,gate_zero",
+              "--data", "{root}/sample.txt")),
+)
+BY_NAME = {case.name: case for case in CASES}
+
+
+# -- running a case ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def gold_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("gold")
+    (root / "sample.txt").write_text(TEXT, encoding="utf-8")
+    (root / "groups.json").write_text(json.dumps(GROUPS), encoding="utf-8")
+    return root
+
+
+def run_case(case: Case, root: Path) -> Path:
+    """Build the case's checkpoint under root/checkpoints and write its run directory; return it."""
+    import probe
+
+    out = root / "runs" / case.name
+    shutil.rmtree(out, ignore_errors=True)
+    with tiny.single_thread():          # one thread: the same float sums whatever the machine
+        checkpoint = case.build(root / "checkpoints" / case.name)
+        if case.cli is not None:
+            from probe.cli import main
+
+            args = [arg.format(root=root) for arg in case.cli]
+            assert main(["analyze", str(checkpoint), "--out", str(out), *args]) == 0
+        else:
+            model = checkpoint
+            if case.bridge:
+                from probe.bridge import build_bridge
+
+                model = build_bridge(checkpoint)
+            probe.analyze(model, name=NAME, **{**COMMON, **case.options}).save(out)
+    return out
+
+
+def normalised_json(path: Path, root: Path, *, meta: bool) -> str:
+    """A run's JSON file as the gold keeps it: varying meta keys dropped, root written ROOT."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if meta:
+        data = {key: value for key, value in data.items() if key not in VARYING_META}
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    return text.replace(str(root), ROOT)
+
+
+def run_files(run: Path, root: Path) -> dict[str, str]:
+    """{file name: text as compared}: every table, summary.json and meta.json."""
+    files = {}
+    for path in sorted(run.iterdir()):
+        if path.suffix == ".csv":
+            files[path.name] = path.read_text(encoding="utf-8")
+        elif path.suffix == ".json":
+            files[path.name] = normalised_json(path, root, meta=path.name == "meta.json")
+        else:
+            raise AssertionError(f"{run.name}: unexpected file {path.name} in the run directory")
+    return files
+
+
+def first_difference(gold: str, now: str) -> str:
+    gold_lines, now_lines = gold.splitlines(), now.splitlines()
+    for number, (want, got) in enumerate(zip(gold_lines, now_lines), start=1):
+        if want != got:
+            return f"line {number}:\n  gold: {want}\n  now:  {got}"
+    number = min(len(gold_lines), len(now_lines)) + 1
+    return (f"line {number}: gold has {len(gold_lines)} lines, now {len(now_lines)}"
+            + (f"\n  gold: {gold_lines[number - 1]}" if len(gold_lines) >= number else "")
+            + (f"\n  now:  {now_lines[number - 1]}" if len(now_lines) >= number else ""))
+
+
+def compare_with_gold(name: str, files: dict[str, str]) -> None:
+    folder, covers = GOLD / name, BY_NAME[name].covers
+    if REGENERATE:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for file, text in files.items():
+            (folder / file).write_text(text, encoding="utf-8")
+        return
+    assert folder.is_dir(), f"{folder} is missing; PROBE_REGENERATE_GOLD=1 writes it"
+    gold_files = sorted(path.name for path in folder.iterdir())
+    assert sorted(files) == gold_files, (
+        f"case {name} ({covers}): the run directory has files {sorted(files)}, the gold {gold_files}")
+    for file, text in files.items():
+        gold = (folder / file).read_text(encoding="utf-8")
+        if gold != text:
+            pytest.fail(f"case {name} ({covers}): {file} differs from tests/gold_runs/{name}/{file} "
+                        f"(PROBE_REGENERATE_GOLD=1 to accept) at {first_difference(gold, text)}",
+                        pytrace=False)
+
+
+@pytest.mark.parametrize("name", list(BY_NAME))
+def test_run_directory_matches_gold(name, gold_root):
+    case = BY_NAME[name]
+    compare_with_gold(name, run_files(run_case(case, gold_root), gold_root))
+
+
+def test_every_gold_folder_is_a_case():
+    if REGENERATE:
+        return
+    assert sorted(path.name for path in GOLD.iterdir()) == sorted(BY_NAME)
+
+
+def test_every_registered_family_has_a_case():
+    """The registry's families, each analysed by at least one case (read from the gold meta)."""
+    from probe.adapters.families import FAMILIES
+
+    if REGENERATE:
+        return
+    seen = {json.loads((GOLD / name / "meta.json").read_text())["family"] for name in BY_NAME}
+    assert {family.name for family in FAMILIES} <= seen, seen
