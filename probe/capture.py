@@ -56,8 +56,9 @@ class Capture(Pass):
 
     def _install(self) -> None:
         # The back-end tells this capture (and no other) of this model's attention calls.
-        self._observing = attention.observing(self.model, self)
-        self._observing.__enter__()
+        observing = attention.observing(self.model, self)
+        observing.__enter__()
+        self._observing = observing
         hook = self._handles.append
         # Hooks only read: under no_grad, so that a forward with autograd on (a notebook user
         # who forgot inference_mode) does not chain every batch's graph into the reducers.

@@ -2,14 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import shlex
 import sys
-import warnings
 from pathlib import Path
 
-from . import errors
+from . import console, errors
 from .errors import ProbeError
 
 EXIT_USAGE = 2
@@ -88,10 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command_line = "probe " + " ".join(shlex.quote(a) for a in argv)
     # Everything, imports included, runs inside the try: a Ctrl-C while torch loads is one line.
-    global _WATCH
-    interrupt = _WATCH = _InterruptWatch()
+    interrupt = console.watch_interrupts()
     try:
-        with errors.command_line(), _console(), interrupt:
+        with errors.command_line(), console.scoped(), interrupt:
             args = build_parser().parse_args(argv)
             return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
                     "train": cmd_train, "check": cmd_check}[args.command](args, command_line)
@@ -111,93 +107,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if "probe.distributed" in sys.modules:      # only a command that ran can have set it up
             sys.modules["probe.distributed"].finish()
-
-
-_WATCH = None
-
-
-@contextlib.contextmanager
-def _console():
-    """For one command, and restored after it (main may run inside a notebook or a test):
-    transformers' own warnings and log lines would add lines to probe's one-line messages, so
-    they are off, and a warning prints as one `probe: warning: ...` line."""
-    env = os.environ.get("TRANSFORMERS_VERBOSITY")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")     # read when transformers is first imported
-    verbosity = _hf_logging().get_verbosity() if "transformers" in sys.modules else None
-    if verbosity is not None:
-        _hf_logging().set_verbosity_error()
-    formatwarning = warnings.formatwarning
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            warnings.filterwarnings("ignore", module=r"(transformers|huggingface_hub|tokenizers)(\.|$)")
-            warnings.formatwarning = lambda msg, *a, **k: f"probe: warning: {msg}\n"
-            yield
-    finally:
-        warnings.formatwarning = formatwarning
-        if env is None:
-            os.environ.pop("TRANSFORMERS_VERBOSITY", None)
-        else:
-            os.environ["TRANSFORMERS_VERBOSITY"] = env
-        if "transformers" in sys.modules:       # imported before or during the command
-            hf = _hf_logging()
-            hf.set_verbosity(verbosity if verbosity is not None else hf._get_default_logging_level())
-
-
-def _hf_logging():
-    from transformers.utils import logging as hf_logging
-
-    return hf_logging
-
-
-def _raise_if_interrupted() -> None:
-    """A library that catches everything (a bare `except:` around an optional import) can
-    swallow the KeyboardInterrupt of a Ctrl-C: the command then stops here, before it writes."""
-    if _WATCH is not None and _WATCH.seen:
-        raise KeyboardInterrupt
-
-
-class _InterruptWatch:
-    """Notes that SIGINT arrived (then raises KeyboardInterrupt as Python does), so that main
-    knows an error that follows it comes from the interrupt. Only in the main thread, and only
-    over Python's own handler."""
-
-    def __init__(self):
-        self.seen = False
-        self._previous = None
-        self._unraisable = None
-
-    def _handler(self, signum, frame):
-        self.seen = True
-        raise KeyboardInterrupt
-
-    def __enter__(self):
-        import signal
-
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            try:
-                self._previous = signal.signal(signal.SIGINT, self._handler)
-            except ValueError:                   # not the main thread
-                self._previous = None
-        if self._previous is not None:
-            # A Ctrl-C that lands in a callback Python cannot raise from (an import lock's
-            # weakref callback) is printed as "Exception ignored in ..." with a traceback:
-            # keep it quiet; _raise_if_interrupted stops the command at the next safe point.
-            self._unraisable = sys.unraisablehook
-            sys.unraisablehook = self._quiet_interrupt
-        return self
-
-    def _quiet_interrupt(self, unraisable):
-        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
-            self._unraisable(unraisable)
-
-    def __exit__(self, *exc):
-        import signal
-
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            sys.unraisablehook = self._unraisable
-        return False
 
 
 def _formats(text: str | None) -> tuple[str, ...]:
@@ -251,7 +160,7 @@ def cmd_analyze(args, command_line) -> int:
 
     formats = _formats(args.report)
     options, data = _checked_options(args)
-    _raise_if_interrupted()
+    console.raise_if_interrupted()
     out = Path(args.out or Path("runs") / _run_name(args.checkpoint))
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     partial = partial_dir(out)
@@ -282,7 +191,7 @@ def cmd_analyze(args, command_line) -> int:
             return 130
         if not main_rank:
             return 0
-        _raise_if_interrupted()
+        console.raise_if_interrupted()
         reports = write_runs(analysis, out, force=args.force, formats=formats)
     finally:
         if main_rank:
@@ -330,7 +239,7 @@ def cmd_compare(args, command_line) -> int:
 
     formats = _formats(args.format)
     options, data = _checked_options(args)
-    _raise_if_interrupted()
+    console.raise_if_interrupted()
     out = Path(args.out)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     if main_rank:
@@ -342,7 +251,7 @@ def cmd_compare(args, command_line) -> int:
                 for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
         return 0
-    _raise_if_interrupted()
+    console.raise_if_interrupted()
     reports = write_runs(dict(zip(names, analyses)), out, force=args.force, formats=formats,
                          title=args.title, figures=args.figures)
     print_summary(analyses)

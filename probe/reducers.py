@@ -65,6 +65,16 @@ class Reducer:
         return self
 
 
+def flatten(reducers) -> list[Reducer]:
+    """Every reducer of `reducers` and, after each, the reducers it holds (depth first): the
+    fixed order in which torchrun merges them and --resume saves them."""
+    out = []
+    for r in reducers:
+        out.append(r)
+        out += flatten(r.children().values())
+    return out
+
+
 def float32_bits(value: float) -> int:
     """The bit pattern of the float32 nearest to value (a non-negative float)."""
     return int(torch.tensor(value, dtype=torch.float32).view(torch.int32))
