@@ -41,7 +41,7 @@ def analyze(model, data=None, *, texts: list[str] | None = None, options: Analys
     from .bridge import analyze_bridge, is_bridge
 
     # Every option and the data are checked before the model is loaded or anything written.
-    o = (AnalysisOptions() if options is None else options).replace(**overrides)
+    o = AnalysisOptions.of(options, **overrides)
     data, texts = read_data(data, texts=texts, text_field=o.text_field), None
     if is_bridge(model):
         return analyze_bridge(model, data, options=o)      # honours or refuses every option

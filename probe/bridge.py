@@ -265,7 +265,7 @@ def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None,
     BOS token where the Hugging Face tokenizer does not, e.g. GPT-2); pass bos="none" or
     "prepend" to fix what sits at position 0.
     """
-    o = (AnalysisOptions() if options is None else options).replace(**overrides)
+    o = AnalysisOptions.of(options, **overrides)
     check_bridge(bridge)
     hf = bridge.original_model
     refuse_hf_only_options(hf, o)

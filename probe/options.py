@@ -222,6 +222,17 @@ class AnalysisOptions:
                 if kept is not None:
                     object.__setattr__(self, f.name, kept)
 
+    @classmethod
+    def of(cls, options: "AnalysisOptions | None" = None, **overrides) -> "AnalysisOptions":
+        """`options` (default: every field's default) with `overrides`, checked: what
+        probe.analyze(model, data, options, **overrides) analyses with."""
+        if options is None:
+            return cls(**overrides) if overrides.keys() <= NAMES else cls().replace(**overrides)
+        if not isinstance(options, cls):
+            raise TypeError(f"options= takes a probe.AnalysisOptions, not a {type(options).__name__} "
+                            "(pass the options as keyword arguments instead)")
+        return options.replace(**overrides)
+
     def replace(self, **changes) -> "AnalysisOptions":
         """A copy with `changes`, checked again; an unknown name is a TypeError naming it."""
         unknown = sorted(set(changes) - NAMES)

@@ -69,3 +69,12 @@ def test_meta_and_fingerprint_fields_come_from_the_options():
     o = AnalysisOptions(seq_len=64, thresholds=[0.5], seed=3, command="probe analyze x")
     assert o.meta_fields() == {"seq_len": 64, "thresholds": [0.5], "seed": 3, "command": "probe analyze x"}
     assert o.resume_fields() == {"seq_len": 64, "batch_size": 4, "thresholds": [0.5]}
+
+
+def test_of_builds_once_and_refuses_what_is_not_options():
+    assert AnalysisOptions.of(None, seq_len=64) == AnalysisOptions(seq_len=64)
+    assert AnalysisOptions.of(AnalysisOptions(seq_len=64), batch_size=2) == AnalysisOptions(seq_len=64, batch_size=2)
+    with pytest.raises(TypeError, match="AnalysisOptions"):
+        AnalysisOptions.of({"seq_len": 64})
+    with pytest.raises(TypeError, match="seq_length="):
+        AnalysisOptions.of(None, seq_length=64)
