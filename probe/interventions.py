@@ -30,16 +30,18 @@ from __future__ import annotations
 
 import math
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pandas as pd
 import torch
 from torch import nn
 
-from . import attention, distributed
+from . import distributed
 from .errors import ProbeError
-from .gates import GateSpec
+# The hook plumbing and the gate logits live in hooks.py and gate_logits.py; check.py, control.py
+# and analyze.py import these names from here.
+from .gate_logits import gate_channels, gate_logit, set_gate_logits, validate_gate  # noqa: F401
+from .hooks import first_output, installed, replace_first, using_probe_attention  # noqa: F401
 from .reducers import I64, LossStats, Reducer
 
 INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero", "massive_zero")
@@ -51,120 +53,6 @@ NOTHING_ZEROED = "no activation reached the threshold: nothing was zeroed, the l
 # Sun et al. 2024 call an activation massive when |h| > 100 and about 1000x the median |h|.
 MASSIVE_MIN_ABS = 100.0
 MASSIVE_RATIO = 1000.0
-
-
-# -- hook plumbing ---------------------------------------------------------------------------
-@contextmanager
-def installed(registrations):
-    """Register hooks for the duration of the block; every one is removed on exit.
-
-    registrations: iterable of (module, kind, fn) with kind "forward", "pre" or "pre_kwargs".
-    """
-    handles = []
-    try:
-        for module, kind, fn in registrations:
-            if kind == "forward":
-                handles.append(module.register_forward_hook(fn))
-            elif kind == "pre":
-                handles.append(module.register_forward_pre_hook(fn))
-            elif kind == "pre_kwargs":
-                handles.append(module.register_forward_pre_hook(fn, with_kwargs=True))
-            else:
-                raise ValueError(f"unknown hook kind {kind!r}")
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def using_probe_attention(model: nn.Module, observer=None):
-    """Run the model on probe's attention back-end (optionally with an observer), then restore."""
-    return attention.observing(model, observer)
-
-
-def first_output(output):
-    return output[0] if isinstance(output, (tuple, list)) else output
-
-
-def replace_first(output, value):
-    if isinstance(output, tuple):
-        return (value, *output[1:])
-    if isinstance(output, list):
-        return [value, *output[1:]]
-    return value
-
-
-# -- gate logits -----------------------------------------------------------------------------
-def gate_channels(spec: GateSpec, width: int, heads: int, kv_heads: int, head_dim: int) -> torch.Tensor:
-    """Which channel of the gate module's output holds each gate logit: (H, Dg) long.
-
-    Found by carving the logits out of a row of channel numbers with the spec itself, so it is
-    right for every layout `GateSpec.logits` knows. Raises ProbeError when the layout does not
-    fit the module's output width (e.g. headwise declared on an elementwise checkpoint).
-    """
-    dg = spec.gate_dim(head_dim)
-    try:
-        channels = spec.logits(torch.arange(width).view(1, width), heads, kv_heads, head_dim)[0]
-        if channels.shape == (heads, dg):
-            return channels
-    except RuntimeError:
-        pass
-    need = heads * dg if spec.layout == "plain" else heads * (head_dim + dg)
-    raise ProbeError(
-        f"the gate layout {spec.name} does not fit {spec.module}: its output has {width} "
-        f"channels, the layout needs {need} ({heads} heads, {kv_heads} KV heads, head_dim "
-        f"{head_dim}); the gate is declared wrongly for this checkpoint (probe check CHECKPOINT "
-        "names the layouts that fit)")
-
-
-def validate_gate(layout) -> None:
-    """Refuse, in one line, a gate layout that cannot be carved out of its module's output."""
-    if layout.gate is None:
-        return
-    for p in layout.layers:
-        width = getattr(p.gate_module, "out_features", None)
-        if width is not None:
-            gate_channels(layout.gate, width, layout.num_heads, layout.num_kv_heads, layout.head_dim)
-
-
-def gate_logit(activation: str, score: float) -> float:
-    """The logit whose activation is `score` (+-inf for scores 1 and 0 under the sigmoid)."""
-    if activation == "sigmoid":
-        if score >= 1.0:
-            return math.inf
-        if score <= 0.0:
-            return -math.inf
-        return math.log(score) - math.log1p(-score)
-    if activation == "softplus":
-        if score <= 0.0:
-            return -math.inf
-        return score + math.log(-math.expm1(-score))      # log(exp(s) - 1), stable
-    raise ProbeError(f"cannot force a {activation} gate to a value; no inverse is known")
-
-
-def set_gate_logits(layout, logits: dict[int, float]) -> list:
-    """Hooks that overwrite the gate logits of the given layers with constants."""
-    spec = layout.gate
-    if spec is None:
-        raise ProbeError("this model has no attention-output gate to intervene on")
-    regs = []
-    for p in layout.layers:
-        if p.index not in logits or p.gate_module is None:
-            continue
-        value = logits[p.index]
-        cache: dict[int, torch.Tensor] = {}
-
-        def hook(module, args, output, value=value, cache=cache):
-            out = first_output(output)
-            width = out.shape[-1]
-            if width not in cache:
-                cache[width] = gate_channels(spec, width, layout.num_heads, layout.num_kv_heads,
-                                             layout.head_dim).reshape(-1).to(out.device)
-            out = out.clone()
-            out[..., cache[width]] = value
-            return replace_first(output, out)
-        regs.append((p.gate_module, "forward", hook))
-    return regs
 
 
 # -- massive activations ---------------------------------------------------------------------

@@ -15,16 +15,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
-from reports.frames import (first_token_by_layer, gate_mean_by_group, gate_saturation,
-                            sparsity_at)
-from reports.reference import FIGURE5, TABLE4
+# nonfinite_reason is imported from here by notes.py.
+from reports.claim_numbers import (f_attn_of, gate_numbers, m_act_of,  # noqa: F401
+                                   nonfinite_reason, sparsity_numbers, uniform_of)
+from reports.claims_paper import paper_sparsity, table4
 from reports.runs import Runs, load_runs
 from reports.schema import HEADLINE_THRESHOLDS, VARIANT_LABELS
-from reports.text import join_layers
 
 # --- The rules' thresholds ----------------------------------------------------------------
 # Claim 1. 0.3 lies below every variant the paper calls non-sparse (input-independent gate
@@ -64,7 +64,6 @@ STATEMENTS = {
     4: "The gate removes massive activations",
 }
 COLUMNS = ["claim", "statement", "models", "paper", "these runs", "verdict", "rule", "numbers"]
-MASSIVE_SITE = "resid_post"  # the paper's M-Act: each layer's output hidden state
 
 
 @dataclass
@@ -115,7 +114,7 @@ def claims_caption() -> str:
         f"\"{NOT_CONSISTENT}\" (the run moves against the paper); \"{NOT_TESTABLE}\" (with "
         "the reason, e.g. NaN/inf activations in a model). "
         f"Thresholds (reports/claims.py): (1) mean gate ≤ {MEAN_GATE_MAX:g} "
-        f"(MEAN_GATE_MAX; 0.5 is a gate without preference) and share of gate scores below "
+        f"(MEAN_GATE_MAX; {NO_PREFERENCE_GATE:g} is a gate without preference) and share of gate scores below "
         f"{LOW_GATE:g} ≥ {LOW_GATE_SHARE_MIN:g} (LOW_GATE_SHARE_MIN; a uniform spread puts "
         f"{LOW_GATE:g} there), count-weighted over all gated layers and heads; (2) share of "
         f"|attention output| below τ = {SPARSITY_THRESHOLD:g}, mean over the layers of "
@@ -146,31 +145,12 @@ def claims_text(table: pd.DataFrame) -> str:
 
 # --- The paper's side and the rules, as text ----------------------------------------------
 
-_TABLE4_INDEX = {"mean gate": 1, "M-Act": 2, "F-Attn": 3}  # positions in TABLE4's rows
-
-
-def _table4(column: str, fmt: Callable[[float], str]) -> str:
-    """One column of the paper's Table 4: "baseline 1053 → elementwise 94, headwise 98"."""
-    index = _TABLE4_INDEX[column]
-    # "baseline (no gate)" -> "baseline", "elementwise gate (G1)" -> "elementwise"
-    values = [(row[0].split()[0], row[index]) for row in TABLE4 if row[index] is not None]
-    baseline = [f"{name} {fmt(value)}" for name, value in values if name == "baseline"]
-    gated = ", ".join(f"{name} {fmt(value)}" for name, value in values if name != "baseline")
-    return " → ".join([*baseline, gated])
-
-
-def _paper_sparsity() -> str:
-    shares = FIGURE5[SPARSITY_THRESHOLD]
-    return (f"τ = {SPARSITY_THRESHOLD:g}: ungated {shares['ungated']:g} < mean-gate control "
-            f"{shares['mean_gate']:g} < dynamic gate {shares['gated']:g} (Figure 5)")
-
-
 PAPER_VALUES: dict[int, Callable[[], str]] = {
-    1: lambda: (f"mean gate {_table4('mean gate', lambda v: f'{v:.3f}')} (Table 4); most "
+    1: lambda: (f"mean gate {table4('mean gate', lambda v: f'{v:.3f}')} (Table 4); most "
                 "scores near 0 (Figure 3)"),
-    2: _paper_sparsity,
-    3: lambda: f"F-Attn {_table4('F-Attn', lambda v: f'{v:.3f}')} (Table 4)",
-    4: lambda: f"M-Act {_table4('M-Act', lambda v: f'{v:g}')} (Table 4)",
+    2: lambda: paper_sparsity(SPARSITY_THRESHOLD),
+    3: lambda: f"F-Attn {table4('F-Attn', lambda v: f'{v:.3f}')} (Table 4)",
+    4: lambda: f"M-Act {table4('M-Act', lambda v: f'{v:g}')} (Table 4)",
 }
 
 # Built when asked, so that they always quote the constants' current values.
@@ -183,54 +163,6 @@ RULES: dict[int, Callable[[], str]] = {
                 f"then gated F-Attn ÷ uniform ≤ 1/{F_ATTN_MIN_REDUCTION:g} of the baseline's"),
     4: lambda: f"gated M-Act ≤ 1/{M_ACT_MIN_REDUCTION:g} of the baseline's",
 }
-
-
-# --- The numbers of one model, from the tables (summary.json where a table is missing) -----
-
-def _number(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _gate_numbers(runs: Runs, model: str) -> tuple[float, float]:
-    """Count-weighted mean gate and share of gate scores below LOW_GATE, all gated layers."""
-    means = gate_mean_by_group(runs)
-    mean = means[(means["model"] == model) & (means["group"] == "all")]["mean"]
-    shares = gate_saturation(runs)
-    share = shares[(shares["model"] == model) & (shares["metric"] == f"frac_lt_{LOW_GATE:g}")]
-    return (_number(mean.iloc[0]) if len(mean) else _number(runs.summary[model].get("mean_gate")),
-            _number(share["value"].iloc[0]) if len(share) else math.nan)
-
-
-def _sparsity_numbers(runs: Runs, model: str) -> tuple[dict[str, float], int]:
-    """Share below SPARSITY_THRESHOLD per variant, mean over layers (equal element counts)."""
-    rows = sparsity_at(runs, SPARSITY_THRESHOLD)
-    rows = rows[rows["model"] == model]
-    return rows.groupby("variant")["value"].mean().to_dict(), rows["layer"].nunique()
-
-
-def _f_attn(runs: Runs, model: str) -> float:
-    per_layer = first_token_by_layer(runs)
-    values = per_layer[per_layer["model"] == model]["value"]
-    return float(values.mean()) if len(values) else _number(runs.summary[model].get("f_attn"))
-
-
-def _uniform(runs: Runs, model: str) -> float:
-    saved = _number(runs.summary[model].get("f_attn_uniform"))
-    if not math.isnan(saved):
-        return saved
-    # Older summaries: the query-weighted uniform reference of the position buckets.
-    rows = runs.rows("first_token_buckets", model).dropna(subset=["uniform", "n_queries"])
-    weights = rows["n_queries"].sum()
-    return float((rows["uniform"] * rows["n_queries"]).sum() / weights) if weights else math.nan
-
-
-def _m_act(runs: Runs, model: str) -> float:
-    rows = runs.rows("massive", model)
-    maxima = rows[(rows["site"] == MASSIVE_SITE) & (rows["metric"] == "max_abs")]["value"]
-    return float(maxima.mean()) if len(maxima) else _number(runs.summary[model].get("m_act"))
 
 
 # --- The four claims ----------------------------------------------------------------------
@@ -246,42 +178,6 @@ def _judge(holds: bool, same_direction: bool) -> str:
     return BELOW_THRESHOLD if same_direction else NOT_CONSISTENT
 
 
-def _nonfinite_layers(runs: Runs, model: str) -> list[int]:
-    """Layers where the run saw NaN/inf activations (meta.json nonfinite_activations, the
-    `nonfinite` rows of massive.csv) or that have no layer-output M-Act although the model has
-    them (a layer all NaN leaves no finite value to summarise)."""
-    layers = set()
-    for key, count in (runs.meta[model].get("nonfinite_activations") or {}).items():
-        head = str(key).split(":")[0]
-        if head.isdigit() and _number(count) > 0:
-            layers.add(int(head))
-    rows = runs.rows("massive", model)
-    if len(rows):
-        flagged = rows[(rows["metric"] == "nonfinite") & (rows["value"] > 0)]
-        layers.update(int(layer) for layer in flagged["layer"])
-        maxima = rows[(rows["site"] == MASSIVE_SITE) & (rows["metric"] == "max_abs")]
-        finite = {int(layer) for layer, value in zip(maxima["layer"], maxima["value"])
-                  if math.isfinite(_number(value))}
-        layers.update(set(runs.layers(model)) - finite)
-    return sorted(layers)
-
-
-def nonfinite_reason(runs: Runs, models: Sequence[str]) -> str | None:
-    """Why a verdict on `models` cannot be given when one of them saw NaN/inf values: its
-    statistics then cover fewer layers (or values) than the model has, and a comparison
-    with a model that has all of them would be between different things."""
-    parts = []
-    for model in models:
-        layers = _nonfinite_layers(runs, model)
-        if layers:
-            plural = "s" if len(layers) > 1 else ""
-            parts.append(f"{model} has NaN/inf activations at layer{plural} "
-                         f"{join_layers(layers)}")
-    if not parts:
-        return None
-    return "; ".join(parts) + " (its statistics leave those values out)"
-
-
 def _no_gated_rows(runs: Runs, claim: int) -> list[_Row]:
     return [_Row(claim, ", ".join(runs.models), "; ".join(f"{m}: no gate" for m in runs.models),
                  _untestable("no gated model in this report"))]
@@ -292,7 +188,7 @@ def _sparse_gate(runs: Runs) -> list[_Row]:
         return _no_gated_rows(runs, 1)
     rows = []
     for model in runs.gated_models:
-        mean, share = _gate_numbers(runs, model)
+        mean, share = gate_numbers(runs, model, LOW_GATE)
         numbers = {"mean_gate": mean, f"share_below_{LOW_GATE:g}": share}
         measured = f"{model}: mean gate {_fmt(mean)}, share < {LOW_GATE:g} {_fmt(share)}"
         if (broken := nonfinite_reason(runs, [model])) is not None:
@@ -312,7 +208,7 @@ def _sparse_output(runs: Runs) -> list[_Row]:
         return _no_gated_rows(runs, 2)
     rows = []
     for model in runs.gated_models:
-        shares, layers = _sparsity_numbers(runs, model)
+        shares, layers = sparsity_numbers(runs, model, SPARSITY_THRESHOLD)
         order = ("ungated", "mean_gate", "gated")
         numbers = {variant: shares.get(variant, math.nan) for variant in order}
         missing = [VARIANT_LABELS[v] for v in order if math.isnan(numbers[v])]
@@ -360,14 +256,15 @@ def _ratio(numerator: float, denominator: float) -> float:
 
 def _sink(runs: Runs) -> list[_Row]:
     def measure(model: str) -> str:
-        f_attn, uniform = _f_attn(runs, model), _uniform(runs, model)
+        f_attn, uniform = f_attn_of(runs, model), uniform_of(runs, model)
         return (f"{model}: F-Attn {_fmt(f_attn)} = {_fmt(_ratio(f_attn, uniform))}× uniform "
                 f"{_fmt(uniform)}")
 
     rows = _unpaired(runs, 3, measure)
     for base, gated in ([] if rows else _pairs(runs)):
-        numbers = {"baseline_f_attn": _f_attn(runs, base), "baseline_uniform": _uniform(runs, base),
-                   "gated_f_attn": _f_attn(runs, gated), "gated_uniform": _uniform(runs, gated)}
+        numbers = {"baseline_f_attn": f_attn_of(runs, base),
+                   "baseline_uniform": uniform_of(runs, base),
+                   "gated_f_attn": f_attn_of(runs, gated), "gated_uniform": uniform_of(runs, gated)}
         base_ratio = _ratio(numbers["baseline_f_attn"], numbers["baseline_uniform"])
         gated_ratio = _ratio(numbers["gated_f_attn"], numbers["gated_uniform"])
         numbers.update(baseline_ratio=base_ratio, gated_ratio=gated_ratio)
@@ -392,11 +289,11 @@ def _sink(runs: Runs) -> list[_Row]:
 
 def _massive(runs: Runs) -> list[_Row]:
     def measure(model: str) -> str:
-        return f"{model}: M-Act {_fmt(_m_act(runs, model))}"
+        return f"{model}: M-Act {_fmt(m_act_of(runs, model))}"
 
     rows = _unpaired(runs, 4, measure)
     for base, gated in ([] if rows else _pairs(runs)):
-        numbers = {"baseline_m_act": _m_act(runs, base), "gated_m_act": _m_act(runs, gated)}
+        numbers = {"baseline_m_act": m_act_of(runs, base), "gated_m_act": m_act_of(runs, gated)}
         factor = _ratio(numbers["baseline_m_act"], numbers["gated_m_act"])
         numbers["factor"] = factor
         measured = f"{measure(base)}; {measure(gated)} ({_fmt(factor)}× smaller)"

@@ -116,6 +116,20 @@ def gpt_oss(path: Path) -> Path:
     return _save(model, path, "qwen3")
 
 
+def massive(path: Path) -> Path:
+    """Qwen3 with one massive activation: hidden dimension 7 of the text's first token set to
+    10^4 in the embedding, which the residual stream carries into every layer output (far above
+    max(100, 1000 x the median |h|), so that massive_zero zeroes it)."""
+    model = tiny._build_hf("qwen3", seed=0, overrides=dict(SMALL))
+    tokenizer = tiny.make_tokenizer("qwen3")
+    first = tokenizer(TEXT, add_special_tokens=False)["input_ids"][0]
+    with torch.no_grad():
+        model.get_input_embeddings().weight[first, 7] = 1e4
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 def gguf(path: Path) -> Path:
     path.mkdir(parents=True)
     file, _ = tiny.make_gguf(path / "tiny-llama.gguf", **ONE)
@@ -149,6 +163,8 @@ CASES = (
     Case("official_baseline", "official gate-free baseline (stock Qwen3), interventions on a baseline",
          tiny_kind("official_baseline", **ONE), dict(texts=[TEXT], interventions="all")),
     Case("qwen3", "Qwen3 ungated", tiny_kind("qwen3", **ONE), dict(texts=[TEXT])),
+    Case("qwen3_massive_zero", "a massive activation that massive_zero zeroes", massive,
+         dict(texts=[TEXT], interventions="massive_zero")),
     Case("qwen2", "Qwen2 ungated", tiny_kind("qwen2", **ONE), dict(texts=[TEXT])),
     Case("llama_padding", "Llama (tokenizer adds BOS), per-document padding",
          tiny_kind("llama", **SMALL),

@@ -23,8 +23,8 @@ from probe.cli import main
 from probe.errors import ProbeError
 from probe.train import ARMS, TrainConfig
 from probe.train import corpus as corpus_mod
-from probe.train.config import SPIKE_K, SPIKE_MIN_HISTORY
-from probe.train.loop import is_spike, lr_factor, read_log, train
+from probe.train.log import read_log
+from probe.train.loop import train
 from probe.train.model import (Shape, build_model, check_matched, count_parameters,
                                expected_parameters, model_config)
 
@@ -335,25 +335,7 @@ def test_probe_check_passes_on_trained_arms(arms, arm):
     assert len(report.frame) and report.passed, report.frame
 
 
-# ------------------------------------------------------------------ schedule, spikes, corpus
-
-def test_warmup_then_cosine_to_min_lr():
-    cfg = TrainConfig(tokens=100 * 16 * 128, warmup=10, min_lr_ratio=0.1)
-    factors = [lr_factor(s, cfg) for s in range(cfg.steps)]
-    assert factors[:10] == pytest.approx([(s + 1) / 10 for s in range(10)])
-    assert factors[10] == pytest.approx(1.0)
-    assert all(a >= b for a, b in zip(factors[10:], factors[11:]))
-    assert factors[-1] == pytest.approx(0.1, abs=1e-3)
-
-
-def test_spike_rule():
-    flat = [2.0 + 0.01 * (i % 3) for i in range(60)]
-    std = torch.tensor(flat[-50:]).std(unbiased=False).item()
-    assert not is_spike(2.01, flat)
-    assert is_spike(2.01 + (SPIKE_K + 1) * std + 0.01, flat)
-    assert not is_spike(100.0, flat[: SPIKE_MIN_HISTORY - 1])     # too little history to judge
-    assert is_spike(float("nan"), flat)
-
+# ------------------------------------------------------------------ corpus (schedule: test_train_schedule.py, spikes: test_train_log.py)
 
 def test_default_corpus_is_fixed_and_split_by_name():
     docs = corpus_mod.stdlib_documents()

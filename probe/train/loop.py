@@ -1,5 +1,5 @@
-"""The training loop: AdamW, linear warmup then cosine decay, gradient clipping, a per-step log,
-held-out evaluation, loss-spike flags and resumable checkpoints.
+"""The training loop: AdamW steps with gradient clipping, a per-step log, held-out evaluation,
+loss-spike flags and resumable checkpoints.
 
 Reproducibility: the model is initialised from `torch.manual_seed(seed)`; the order of the
 training rows is a fixed function of (seed, epoch) (a fresh permutation per epoch, no iterator
@@ -7,10 +7,8 @@ state); the checkpoint holds the weights, AdamW's moments, the scheduler and tor
 On the same machine with the same thread count, a run that is interrupted and resumed with
 `--resume` ends with bit-identical weights to one that ran straight through (tested).
 
-Loss spike (the `spike` column of training.csv): step s is a spike when its training loss
-exceeds the mean of the previous SPIKE_WINDOW steps' training losses by more than SPIKE_K of
-their standard deviations; it needs at least SPIKE_MIN_HISTORY previous steps. The rule reads
-only the log, so a resumed run flags the same steps.
+The pieces it runs: prepare.py (data and tokenizer), schedule.py (lr, optimizer, row order),
+log.py (training.csv, the spike rule, the held-out loss).
 """
 from __future__ import annotations
 
@@ -18,7 +16,6 @@ import json
 import math
 import os
 import shutil
-import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -28,112 +25,14 @@ import torch
 
 from ..atomic import check_writable, describe_os_error, write_text, write_torch
 from ..errors import ProbeError
-from . import corpus as corpus_mod
 from .config import SPIKE_K, SPIKE_MIN_HISTORY, SPIKE_WINDOW, TrainConfig
+from .log import heldout_loss, is_spike, read_log, write_log
 from .model import ARMS, Shape, build_model, check_matched, count_parameters, model_config
+from .prepare import Prepared, prepare_data, python_version
+from .schedule import batch_indices, make_optimizer
 
 CHECKPOINT = "checkpoint"
 STATE_FILE = "trainer_state.pt"
-LOG_COLUMNS = ("model", "step", "tokens", "lr", "train_loss", "eval_loss", "grad_norm", "spike")
-
-
-@dataclass
-class Prepared:
-    """Tokenizer and packed corpus, shared by the arms of one `--arm all` run."""
-    tokenizer: object
-    corpus: corpus_mod.Corpus
-
-
-def prepare_data(cfg: TrainConfig, tokenizer=None) -> Prepared:
-    """Read the documents, train (or reuse) the tokenizer, split and pack."""
-    if cfg.synthetic_task:
-        from .synthetic import build
-
-        return Prepared(*build(cfg, tokenizer))
-    docs = corpus_mod.file_documents(cfg.data) if cfg.data else corpus_mod.stdlib_documents()
-    source = ", ".join(cfg.data) if cfg.data else f"python {_python()} stdlib sources"
-    if tokenizer is None:
-        train_docs, _ = corpus_mod.split_documents(docs, cfg.heldout_permille)
-        texts = [d.text for d in (train_docs or docs)]
-        tokenizer = corpus_mod.train_tokenizer(texts, cfg.vocab_size, cfg.bos)
-    data = corpus_mod.build_corpus(docs, tokenizer, seq_len=cfg.seq_len, bos=cfg.bos,
-                                   heldout_permille=cfg.heldout_permille, source=source)
-    return Prepared(tokenizer, data)
-
-
-def _python() -> str:
-    import sys
-
-    return ".".join(map(str, sys.version_info[:3]))
-
-
-# ------------------------------------------------------------------------------- schedule
-
-def lr_factor(step: int, cfg: TrainConfig) -> float:
-    """Multiplier of the peak lr at 0-based `step`: linear warmup, then cosine to min_lr_ratio."""
-    warm, total = cfg.warmup_steps, cfg.steps
-    if step < warm:
-        return (step + 1) / warm
-    progress = (step - warm) / max(1, total - warm)
-    return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
-def make_optimizer(model, cfg: TrainConfig):
-    params = {id(p): p for p in model.parameters() if p.requires_grad}.values()
-    decay = [p for p in params if p.dim() >= 2]          # matrices and the embedding
-    no_decay = [p for p in params if p.dim() < 2]        # RMSNorm weights
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=1e-8)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, cfg))
-    return opt, sched
-
-
-def batch_indices(step: int, n_rows: int, batch_size: int, seed: int) -> torch.Tensor:
-    """Rows of training step `step`: a fixed function of (seed, epoch), no iterator state."""
-    start = step * batch_size
-    out = []
-    for i in range(start, start + batch_size):
-        epoch, pos = divmod(i, n_rows)
-        out.append(_permutation(seed, epoch, n_rows)[pos])
-    return torch.stack(out)
-
-
-_PERM_CACHE: dict = {}
-
-
-def _permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
-    key = (seed, epoch, n)
-    if key not in _PERM_CACHE:
-        _PERM_CACHE.clear()
-        gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        _PERM_CACHE[key] = torch.randperm(n, generator=gen)
-    return _PERM_CACHE[key]
-
-
-# ------------------------------------------------------------------------------- evaluation
-
-@torch.no_grad()
-def heldout_loss(model, rows: torch.Tensor, batch_size: int) -> float:
-    """Mean next-token loss over every prediction of `rows` (N, T)."""
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    for start in range(0, len(rows), batch_size):
-        ids = rows[start:start + batch_size]
-        out = model(input_ids=ids, labels=ids, use_cache=False)
-        n = ids.numel() - ids.shape[0]
-        total += float(out.loss) * n
-        count += n
-    model.train(was_training)
-    return total / count
-
-
-def is_spike(loss: float, history: list[float]) -> bool:
-    past = history[-SPIKE_WINDOW:]
-    if len(past) < SPIKE_MIN_HISTORY or not math.isfinite(loss):
-        return not math.isfinite(loss)
-    return loss > statistics.fmean(past) + SPIKE_K * statistics.pstdev(past)
 
 
 # ------------------------------------------------------------------------------- checkpoints
@@ -156,34 +55,6 @@ def _fix_architectures(folder: Path) -> None:
     config = json.loads(path.read_text())
     config["architectures"] = ["Qwen3ForCausalLM"]
     write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
-
-
-def write_log(rows: list[dict], path: Path) -> None:
-    lines = [",".join(LOG_COLUMNS)]
-    for r in rows:
-        lines.append(",".join(_cell(r[c]) for c in LOG_COLUMNS))
-    write_text(path, "\n".join(lines) + "\n")
-
-
-def _cell(v) -> str:
-    if isinstance(v, bool):
-        return "True" if v else "False"
-    if isinstance(v, float):
-        return "" if math.isnan(v) else repr(v)
-    return str(v)
-
-
-def read_log(path: Path) -> list[dict]:
-    import csv
-
-    rows = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            rows.append({"model": r["model"], "step": int(r["step"]), "tokens": int(r["tokens"]),
-                         "lr": float(r["lr"]), "train_loss": float(r["train_loss"]),
-                         "eval_loss": float(r["eval_loss"]) if r["eval_loss"] else math.nan,
-                         "grad_norm": float(r["grad_norm"]), "spike": r["spike"] == "True"})
-    return rows
 
 
 def save_checkpoint(out: Path, model, tokenizer, opt, sched, step: int, rows, cfg: TrainConfig,
@@ -473,7 +344,7 @@ def _settings(cfg: TrainConfig, shape: Shape, counts, data, n_params, command) -
         "corpus": data.description,
         "threads": torch.get_num_threads(),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": _python()},
+                     "python": python_version()},
     }
 
 

@@ -63,9 +63,14 @@ def plot_training(runs: Any, *, fig: Figure | SubFigure | None = None) -> Figure
     return fig
 
 
+# The centred moving average spans 1/SMOOTHING_DIVISOR of the logged steps (the caption says
+# how much, from this constant).
+SMOOTHING_DIVISOR = 50
+
+
 def smoothing_window(steps: int) -> int:
     """Steps of the centred moving average: 2% of the logged steps, at least 1."""
-    return max(1, round(steps / 50))
+    return max(1, round(steps / SMOOTHING_DIVISOR))
 
 
 def smoothed(values: pd.Series, window: int) -> pd.Series:

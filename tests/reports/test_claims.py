@@ -1,4 +1,5 @@
-"""reports.claims: verdicts on the paper's four claims, recomputed here from the CSV files.
+"""reports.claims (with claim_numbers.py, the numbers judged, and claims_paper.py, the paper's
+side): verdicts on the paper's four claims, recomputed here from the CSV files.
 
 The numbers below are read with plain pandas from the run directories, not through reports,
 and the rules are applied here again; every verdict is then pushed across its rule by editing
@@ -286,6 +287,12 @@ def test_thresholds_live_in_the_named_constants(run_dirs, monkeypatch):
     assert verdict(table, 1, "headwise") == BELOW_THRESHOLD
     assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in table["rule"].iloc[0]
     assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in claims.claims_caption()
+
+
+def test_caption_quotes_the_no_preference_gate_from_its_constant(monkeypatch):
+    assert f"{claims.NO_PREFERENCE_GATE:g} is a gate without preference" in claims.claims_caption()
+    monkeypatch.setattr(claims, "NO_PREFERENCE_GATE", 0.45)
+    assert "(MEAN_GATE_MAX; 0.45 is a gate without preference)" in claims.claims_caption()
 
 
 def test_caption_quotes_every_threshold():

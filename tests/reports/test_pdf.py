@@ -1,4 +1,5 @@
-"""reports.pdf: numbered figures and tables that fit their slots, few pages, stable bytes."""
+"""reports.pdf (with pdf_page.py, pdf_figures.py, pdf_tables.py): numbered figures and tables
+that fit their slots, few pages, stable bytes."""
 
 from __future__ import annotations
 
@@ -151,7 +152,7 @@ def test_cell_text_stays_inside_its_cell(sections):
                                                           table.frame.itertuples(index=False))]]
     rows = [[str(cell) for cell in row] for row in rows]
     size = report_pdf.TABLE_SIZE - 1.0
-    widths = report_pdf._column_widths(rows, size)
+    widths = report_pdf.column_widths(rows, size)
     assert sum(widths) <= report_pdf.TEXT_WIDTH_IN * 72 + 1e-6
     for r, row in enumerate(rows):
         for c, (cell, width) in enumerate(zip(row, widths)):

@@ -1,4 +1,5 @@
-"""What the report's captions say follows what the runs hold (reports/sections.py)."""
+"""What the report's captions say follows what the runs hold (reports/sections.py and the
+sections it assembles: sections_attention.py, sections_gates.py, sections_loss.py; items.py)."""
 from __future__ import annotations
 
 import reports
@@ -25,3 +26,72 @@ def test_loss_spike_markers_are_mentioned_only_when_a_step_was_flagged(run_dirs)
     runs.training["spike"] = False
     caption = _captions(runs)["training-curves"]
     assert "Black crosses" not in caption and "No step was flagged as a loss spike." in caption
+
+
+# -- numbers in captions come from the runs or from the constants the code uses ---------------
+
+def _gate_hist(edges, models=("headwise",)):
+    import pandas as pd
+
+    return pd.DataFrame([{"model": model, "layer": 0, "head": 0, "bin_lo": lo, "bin_hi": hi,
+                          "count": 10} for model in models for lo, hi in zip(edges, edges[1:])])
+
+
+def test_gate_histogram_caption_counts_the_bins_the_runs_saved(run_dirs):
+    runs = reports.load_runs([run_dirs["baseline"], run_dirs["headwise"]])
+    assert "(50 equal bins on [0, 1])" in _captions(runs)["gate-histograms"]
+    runs.gate_hist = _gate_hist([i / 20 for i in range(21)])
+    assert "(20 equal bins on [0, 1])" in _captions(runs)["gate-histograms"]
+    runs.gate_hist = _gate_hist([0.0, 0.5, 0.9, 1.0])
+    assert "(3 bins on [0, 1])" in _captions(runs)["gate-histograms"]
+
+
+def test_sink_rate_caption_quotes_each_runs_threshold(run_dirs):
+    from reports.sections import DEFAULT_SINK_EPSILON
+
+    runs = reports.load_runs([run_dirs["baseline"], run_dirs["headwise"]])
+    assert all(runs.summary[model].get("sink_epsilon") is None for model in runs.models)
+    assert f"with F-Attn > {DEFAULT_SINK_EPSILON:g}. " in _captions(runs)["summary-table"]
+    runs.summary["headwise"]["sink_epsilon"] = 0.2
+    assert (f"with F-Attn > ε (baseline: {DEFAULT_SINK_EPSILON:g}, headwise: 0.2). "
+            in _captions(runs)["summary-table"])
+    runs.summary["baseline"]["sink_epsilon"] = 0.2
+    assert "with F-Attn > 0.2. " in _captions(runs)["summary-table"]
+
+
+def test_the_report_layers_copies_of_probes_numbers_agree():
+    """reports imports nothing of probe (tests/reports/test_runs.py), so it holds the
+    massive-activation criterion and the default sink threshold itself: they must be probe's."""
+    import probe.interventions
+    import probe.results
+    from reports import sections, sections_loss
+
+    assert sections_loss.MASSIVE_MIN_ABS == probe.interventions.MASSIVE_MIN_ABS
+    assert sections_loss.MASSIVE_RATIO == probe.interventions.MASSIVE_RATIO
+    assert sections.DEFAULT_SINK_EPSILON == probe.results.SINK_EPSILON
+
+
+def test_caption_numbers_follow_the_constants(run_dirs, monkeypatch):
+    from reports import sections_gates, sections_loss
+    from reports.plots.gates import SATURATION_THRESHOLDS
+    from reports.plots.training import SMOOTHING_DIVISOR, smoothing_window
+
+    runs = reports.load_runs([run_dirs["baseline"], run_dirs["hybrid"]])
+    captions = _captions(runs)
+    assert "max(100, 1000 × the layer's median |h|)" in captions["interventions-figure"]
+    assert smoothing_window(1000) == round(1000 / SMOOTHING_DIVISOR)
+    assert f"moving average over {100 / SMOOTHING_DIVISOR:g}% of" in captions["training-curves"]
+    assert ("x = 0.01, 0.1, 0.5, 0.9 and 0.99 (logit x axis; below 0.9 and 0.99 as 1 − the share "
+            "above)" in captions["gate-saturation"])
+    assert list(SATURATION_THRESHOLDS.values()) == [0.01, 0.1, 0.5, 0.9, 0.99]
+    monkeypatch.setattr(sections_loss, "MASSIVE_RATIO", 500.0)
+    monkeypatch.setattr(sections_loss, "SMOOTHING_DIVISOR", 20)
+    monkeypatch.setattr(sections_gates, "SATURATION_THRESHOLDS",
+                        {"frac_lt_0.2": 0.2, "frac_gt_0.8": 0.8})
+    monkeypatch.setattr(sections_gates, "_ABOVE", {"frac_gt_0.8": 0.8})
+    captions = _captions(runs)
+    assert "max(100, 500 × the layer's median |h|)" in captions["interventions-figure"]
+    assert "moving average over 5% of" in captions["training-curves"]
+    assert "x = 0.2 and 0.8 (logit x axis; below 0.8 as 1 − the share above)" \
+        in captions["gate-saturation"]
+    assert "reaches 1 before 0.8 (few near 1)" in captions["gate-saturation"]

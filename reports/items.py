@@ -1,0 +1,89 @@
+"""The report's building blocks, independent of its format: figures, tables and sections, and
+their numbering in reading order. sections.py fills them; html.py and pdf.py render them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+# Makes a new figure of the plot's own size; each format saves (or resizes) it as it needs.
+Draw = Callable[[], Figure]
+
+
+@dataclass(frozen=True)
+class FigureItem:
+    id: str
+    title: str
+    draw: Draw
+    caption: str
+    number: int = 0  # set by build_sections: "Figure 3" in HTML, PDF and --figures alike
+
+    @property
+    def label(self) -> str:
+        return f"Figure {self.number}"
+
+
+@dataclass(frozen=True)
+class TableItem:
+    id: str
+    title: str
+    frame: pd.DataFrame  # display strings; the index is the first column
+    caption: str
+    index_label: str = "model"
+    free_text: bool = False  # long strings (paths, command lines) rather than numbers
+    number: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"Table {self.number}"
+
+
+Item = FigureItem | TableItem
+
+
+@dataclass(frozen=True)
+class Section:
+    id: str
+    title: str
+    intro: str
+    items: list[Item]
+    notes: list[str] = field(default_factory=list)
+    # Why a section with nothing to show is left out; it then has no items and the contents
+    # carry this one line instead of a page of empty boxes.
+    omitted: str | None = None
+
+
+PROVENANCE = "provenance"  # the section that also carries the report's own timestamp
+
+
+def shown(sections: list[Section]) -> list[Section]:
+    return [section for section in sections if section.omitted is None]
+
+
+def left_out_line(section: Section) -> str:
+    """The contents' one line for a section left out."""
+    return f"Not in this report: {section.title} ({section.omitted})."
+
+
+def numbered(sections: list[Section]) -> list[Section]:
+    counts = {FigureItem: 0, TableItem: 0}
+    result = []
+    for section in sections:
+        items = []
+        for item in section.items:
+            counts[type(item)] += 1
+            items.append(replace(item, number=counts[type(item)]))
+        result.append(replace(section, items=items))
+    return result
+
+
+def left_out(section_id: str, title: str, reason: str) -> Section:
+    return Section(id=section_id, title=title, intro="", items=[], omitted=reason)
+
+
+def axes_level(plot: Callable[[], Figure]) -> Draw:
+    """An axes-level plot as a figure maker (plot functions return the figure)."""
+    return plot
