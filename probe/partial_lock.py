@@ -17,6 +17,11 @@ LOCK = "lock"
 PROGRESS = "progress.json"
 
 
+def another_folder() -> str:
+    """What to change to write elsewhere: --out on the command line, the partial= folder in Python."""
+    return "another --out" if on_command_line() else f"another {flag('partial')} folder"
+
+
 _held: dict[str, list] = {}        # resolved folder -> [open lock file descriptor, claims]
 
 
@@ -79,7 +84,7 @@ def _lock(folder: Path) -> int:
     for _ in range(5):
         if folder.exists() and not folder.is_dir():
             raise ProbeError(f"{folder} is a file, not a partial run folder; remove it or choose "
-                             "another --out")
+                             f"{another_folder()}")
         if folder.is_dir():
             fd = _open_lock(folder / LOCK)
             try:
@@ -87,7 +92,7 @@ def _lock(folder: Path) -> int:
             except BlockingIOError:
                 os.close(fd)
                 raise ProbeError(f"another probe run{_owner(folder)} is writing {folder}; wait for it "
-                                 "to finish or choose another --out") from None
+                                 f"to finish or choose {another_folder()}") from None
             try:
                 same = os.stat(folder / LOCK).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -103,7 +108,7 @@ def _lock(folder: Path) -> int:
             tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
         except OSError as err:
             raise ProbeError(f"cannot write {folder} ({describe_os_error(err)}); "
-                             "choose another --out") from None
+                             f"choose {another_folder()}") from None
         shared_mode(tmp, folder=True)
         fd = _open_lock(tmp / LOCK)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -123,7 +128,7 @@ def _open_lock(path: Path) -> int:
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as err:
         raise ProbeError(f"cannot write {path} ({describe_os_error(err)}); "
-                         "choose another --out") from None
+                         f"choose {another_folder()}") from None
 
 
 def _write_pid(fd: int) -> None:

@@ -23,11 +23,13 @@ from pathlib import Path
 import torch
 
 from .atomic import describe_os_error, write_text, write_torch
-from .errors import ProbeError, flag
-from .partial_lock import LOCK, PROGRESS, claim, holds_state, refuse_waiting_run, release  # noqa: F401  (the CLI's)
+from .errors import ProbeError, flag, on_command_line
+from .partial_lock import LOCK, PROGRESS, another_folder, claim, holds_state, refuse_waiting_run, release  # noqa: F401  (the CLI's)
 from .reducers import flatten
 
-START_AGAIN = "pass --force to start again"
+def start_again() -> str:
+    """How to throw the saved state away, in the user's terms."""
+    return "pass --force to start again" if on_command_line() else f"delete the {flag('partial')} folder to start again"
 
 
 def partial_dir(out: Path) -> Path:
@@ -110,7 +112,7 @@ def snapshot(cap) -> list[dict]:
 def restore(cap, state: list[dict], where: Path | str = "the saved partial state") -> None:
     """Load saved state into cap's reducers, after checking that every tensor fits."""
     reducers = _all_reducers(cap)
-    misfit = f"{where} does not fit this model; {START_AGAIN}"
+    misfit = f"{where} does not fit this model; {start_again()}"
     if not isinstance(state, list) or len(reducers) != len(state):
         raise ProbeError(misfit)
     for r, saved in zip(reducers, state):
@@ -209,24 +211,24 @@ class PassCheckpoint:
                 warnings.simplefilter("ignore")
                 state = torch.load(self.state_file, weights_only=True)
         except Exception as err:        # truncated, garbage, or not a state file at all
-            raise ProbeError(f"{self.state_file} is damaged ({_short(err)}); {START_AGAIN}") from None
+            raise ProbeError(f"{self.state_file} is damaged ({_short(err)}); {start_again()}") from None
         if progress.get("fingerprint") != self.fingerprint:
             raise ProbeError(f"{self.folder} was made with another model, weights, data or options; "
-                             f"rerun the same command with {flag('resume', True)}, or {START_AGAIN}")
+                             f"rerun the same command with {flag('resume', True)}, or {start_again()}")
         if not isinstance(state, dict) or state.get("fingerprint") != self.fingerprint:
             raise ProbeError(f"{self.state_file} was not saved by this run (another model, weights, "
-                             f"data or options); {START_AGAIN}")
+                             f"data or options); {start_again()}")
         done, total, listed = state.get("batches_done"), self.total_batches, progress.get("batches_done")
         if type(done) is not int or not 0 <= done <= total:
             raise ProbeError(f"{self.state_file} says {done!r} batches are done but this data makes "
-                             f"{total}; the saved state is damaged: {START_AGAIN}")
+                             f"{total}; the saved state is damaged: {start_again()}")
         # progress.json is written after the state, so it never lists more batches than it.
         if self.rank == 0 and (type(listed) is not int or not 0 <= listed <= done):
             raise ProbeError(f"{self.folder / PROGRESS} says {listed!r} batches are done but the "
-                             f"saved state holds {done}; the folder was edited: {START_AGAIN}")
+                             f"saved state holds {done}; the folder was edited: {start_again()}")
         if state.get("digest") != state_digest(done, state.get("reducers")):
             raise ProbeError(f"{self.state_file} does not match its own checksum: it was edited or is "
-                             f"damaged; {START_AGAIN}")
+                             f"damaged; {start_again()}")
         restore(cap, state.get("reducers"), self.state_file)
         return done
 
@@ -248,7 +250,7 @@ class PassCheckpoint:
             write()
         except OSError as err:
             raise ProbeError(f"could not save the analysis state in {path} ({describe_os_error(err)}); "
-                             "free space or choose another --out") from None
+                             f"free space or choose {another_folder()}") from None
 
     def finish(self) -> None:
         if self.rank == 0 and self._claimed:
@@ -262,10 +264,10 @@ def _read_progress(path: Path) -> dict:
     try:
         progress = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ProbeError(f"{path} is damaged ({_short(err)}); {START_AGAIN}") from None
+        raise ProbeError(f"{path} is damaged ({_short(err)}); {start_again()}") from None
     if not isinstance(progress, dict):
         raise ProbeError(f"{path} holds a JSON {type(progress).__name__}, not the object a run "
-                         f"saves; {START_AGAIN}")
+                         f"saves; {start_again()}")
     return progress
 
 
