@@ -8,6 +8,7 @@ from pathlib import Path
 
 from . import console, errors
 from .errors import ProbeError
+from .options import DTYPE_NAMES
 
 EXIT_USAGE = 2
 
@@ -73,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("check", help="check that probe reads the gate the model applies (pass/fail table)")
     k.add_argument("checkpoint", help="local Hugging Face checkpoint directory, or a .gguf file")
     k.add_argument("--gate", help="declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none")
-    k.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    k.add_argument("--dtype", choices=DTYPE_NAMES, default="float32")
     k.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     k.add_argument("--seq-len", type=int, default=16, help="tokens per random test sequence (default 16)")
     k.add_argument("--batch-size", type=int, default=2)
