@@ -19,9 +19,9 @@ __version__ = "0.1.0"
 from .errors import ProbeError  # noqa: E402  (no dependencies)
 
 _LAZY = {"GateSpec": "gates", "load": "load", "Analysis": "results", "Capture": "capture",
-         "analyze": "analyze"}
+         "analyze": "analyze", "AnalysisOptions": "options"}
 
-__all__ = ["Analysis", "Capture", "GateSpec", "ProbeError", "analyze", "load", "__version__"]
+__all__ = ["Analysis", "AnalysisOptions", "Capture", "GateSpec", "ProbeError", "analyze", "load", "__version__"]
 
 
 class _Package(types.ModuleType):

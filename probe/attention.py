@@ -16,8 +16,10 @@ into a `SlidingWindow`: banded attention over blocks of queries, O(T (W + block)
 """
 from __future__ import annotations
 
+import contextvars
 import numbers
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -28,12 +30,36 @@ from .adapters import gemma, gpt_oss
 from .masks import probe_mask
 
 NAME = "probe"
-_observer = None  # the active Capture, if any (see capture.py)
+# id(module) -> the observer of the model that module belongs to (a Capture, a check, ...):
+# per model, so that two captures on two models never see each other's layers; a context
+# variable, so that nothing outside an `observing` block is touched.
+_OBSERVERS: contextvars.ContextVar[dict] = contextvars.ContextVar("probe_attention_observers", default={})
 
 
-def set_observer(observer) -> None:
-    global _observer
-    _observer = observer
+@contextmanager
+def observing(model, observer=None):
+    """Run `model` on this back-end, telling `observer` (if any) of each of its attention calls
+    (`observer.on_attention(module, query, key, out, lse, mask, scale, softcap=...)`); on exit
+    the model's previous attention implementation and the previous observers are back.
+    A model already observed is refused: its reducers would be fed twice."""
+    current = _OBSERVERS.get()
+    modules = {id(m) for m in model.modules()}
+    if modules & current.keys():
+        raise RuntimeError("another probe Capture or check is already active on this model")
+    previous = model.config._attn_implementation
+    model.set_attn_implementation(NAME)
+    _OBSERVERS.set({**current, **dict.fromkeys(modules, observer)})
+    try:
+        yield
+    finally:
+        # Not ContextVar.reset: captures may end in another order than they began.
+        _OBSERVERS.set({k: v for k, v in _OBSERVERS.get().items() if k not in modules})
+        model.set_attn_implementation(previous)
+
+
+def observed(model) -> bool:
+    """Whether `model` runs inside an `observing` block now."""
+    return any(id(m) in _OBSERVERS.get() for m in model.modules())
 
 
 @dataclass(frozen=True)
@@ -285,8 +311,9 @@ def probe_attention(module, query, key, value, attention_mask, scaling=None, dro
     sinks = gpt_oss.sinks(kwargs)                       # gpt-oss
     if sinks is not None:
         out, lse = add_sink(out, lse, sinks)
-    if _observer is not None:
-        _observer.on_attention(module, query, key, out, lse, mask, scale, softcap=softcap)
+    observer = _OBSERVERS.get().get(id(module))
+    if observer is not None:
+        observer.on_attention(module, query, key, out, lse, mask, scale, softcap=softcap)
     return out.transpose(1, 2).contiguous(), None
 
 

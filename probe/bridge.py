@@ -4,15 +4,16 @@
     analysis = probe.analyze(bridge, texts=["..."])           # dispatches to analyze_bridge
 
 TransformerLens recomputes every softmax-attention layer as an explicit T x T pattern, so here
-F-Attn is read straight from `hook_pattern[..., 0]`. Everything is folded into probe's reducers
-inside the hooks (`run_with_hooks`); no activation cache is kept. Hook points used, per layer L:
+F-Attn is read straight from `hook_pattern[..., 0]`. The hooks (`run_with_hooks`) emit the same
+events as the Hugging Face source (probe/events.py) and the same metrics fold them into their
+reducers; no activation cache is kept. Hook points used, per layer L, and the events they give:
 
-    blocks.L.attn.hook_q_gate      gate logits (B, T, H*D)        -> gate scores (sigmoid)
-    blocks.L.attn.hook_pattern     attention (B, H, T, T)         -> F-Attn (key 0)
-    blocks.L.attn.hook_v           values (B, T, KV*D)            -> with the pattern: ungated output
-    blocks.L.attn.hook_z           o_proj input (after the gate)  -> gated sparsity
+    blocks.L.attn.hook_q_gate      gate logits (B, T, H*D)        -> attn.hook_gate (sigmoid scores)
+    blocks.L.attn.hook_pattern     attention (B, H, T, T)         -> attn.hook_first_key (key 0)
+    blocks.L.attn.hook_v           values (B, T, KV*D)            -> with the pattern: attn.hook_sdpa
+    blocks.L.attn.hook_z           o_proj input (after the gate)  -> attn.hook_z
     blocks.L.hook_attn_out / linear_attn.hook_out, hook_resid_mid, hook_mlp_out, hook_resid_post
-                                                                  -> M-Act at the four sites
+                                                                  -> the four M-Act site events
 
 The paper's official checkpoints pack q_proj per KV head; TransformerLens reads it per query
 head and computes wrong logits there unless the rows are reordered first
@@ -25,7 +26,7 @@ none can be dropped without a word):
              thresholds, display_len, progress, seed, command, token_groups
              (gates_by_token_type, fed from hook_q_gate)
   checked    dtype, device: when given, must name what the bridge already holds (it is not
-             converted or moved here; analyze.check_model_as_is); anything else is refused
+             converted or moved here; pipeline.check_model_as_is); anything else is refused
   refused    gate, device_map, interventions, partial / resume / checkpoint_seconds: they need
              the Hugging Face path (pass the checkpoint path or the HF model instead)
 """
@@ -36,15 +37,15 @@ from pathlib import Path
 
 import torch
 
-from .analyze import (DEFAULT_THRESHOLDS, DISPLAY_LEN, _progress, build_meta, check_model_as_is, check_vocab,
-                      display_tokens, frames_from_capture, summarise_capture, token_group_table)
 from .attention import expand_kv
-from .capture import Capture
-from .data import build_dataset
-from .errors import ProbeError
+from .events import FIRST_KEY, GATE, SDPA, SITE_EVENTS, Z, Pass
+from .errors import ProbeError, flag
+from .gates import ACTIVATIONS
 from .load import LoadedModel, config_hash, describe, load, text_config
 from .adapters.official import checkpoint_gate, granularity, is_official, is_reordered
 from .reorder import reorder_official_q_proj
+from .options import THRESHOLDS, AnalysisOptions
+from .pipeline import assemble, check_model_as_is, checkpoint_of, dataset_for, head_averaged_rows, run_pass, token_group_table
 from .results import Analysis
 
 __all__ = ["BridgeCapture", "analyze_bridge", "build_bridge", "check_bridge", "hook_names", "is_bridge",
@@ -58,8 +59,6 @@ SITE_HOOKS = {
 }
 # Hybrid models: the token mixer of a linear-attention block has no hook_attn_out alias.
 LINEAR_ATTN_OUT = "blocks.{i}.linear_attn.hook_out"
-# probe.analyze's default; any other value asks for checkpointing, which this path refuses.
-CHECKPOINT_SECONDS = 30.0
 
 
 def is_bridge(obj) -> bool:
@@ -143,26 +142,25 @@ def hook_names(bridge) -> list[str]:
 
 # -- capture ----------------------------------------------------------------------------------
 
-class BridgeCapture(Capture):
-    """probe's reducers (see capture.Capture), fed from a TransformerBridge's hook points.
+class BridgeCapture(Pass):
+    """The TransformerLens source: a bridge's hook points emit the pass's events (events.py).
 
     Nothing is installed on the model: `forward(ids)` passes the hooks to `run_with_hooks`,
     which removes them when the call returns (also on an exception).
     """
 
     def __init__(self, bridge, layout, *, gate_dim: int | None = None, top_k: int = 3, token_groups=None,
-                 thresholds=DEFAULT_THRESHOLDS):
-        super().__init__(bridge.original_model, layout, top_k=top_k, token_groups=token_groups,
-                         thresholds=thresholds)
+                 thresholds=THRESHOLDS):
+        super().__init__(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds)
         self.bridge = bridge
         self.gate_dim = layout.head_dim if gate_dim is None else gate_dim
         self._values: dict[int, torch.Tensor] = {}      # one layer's V, until its pattern fires
         self.fwd_hooks = self._hooks()
 
-    def _install(self) -> None:       # hooks live only inside run_with_hooks
-        pass
+    def __enter__(self) -> "BridgeCapture":            # hooks live only inside run_with_hooks
+        return self
 
-    def _uninstall(self) -> None:
+    def __exit__(self, *exc) -> None:
         self._values.clear()
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -189,13 +187,13 @@ class BridgeCapture(Capture):
                 name = pattern.format(i=i)
                 if site == "attn_out" and name not in names and p.layer_type == "linear_attention":
                     name = LINEAR_ATTN_OUT.format(i=i)
-                want(name, self._site_hook(i, site), required=site == "resid_post")
+                want(name, self._emitter(SITE_EVENTS[site], i), required=site == "resid_post")
             if p.layer_type != "attention":
                 continue
             attn = f"blocks.{i}.attn."
             want(attn + "hook_v", self._value_hook(i))
             want(attn + "hook_pattern", self._pattern_hook(i))
-            want(attn + "hook_z", self._gated_output_hook(i))
+            want(attn + "hook_z", self._emitter(Z, i))
             if self.layout.gated:
                 want(attn + "hook_q_gate", self._gate_hook(i))
         if missing:
@@ -205,28 +203,19 @@ class BridgeCapture(Capture):
         return hooks
 
     # -- hooks: fn(activation, hook) -> None leaves the activation as it is ---------------------
-    def _site_hook(self, layer: int, site: str):
+    def _emitter(self, event: str, layer: int):
         def hook(x, hook):
-            self._massive(layer, site, x)
+            self.emit(event, layer, x)
         return hook
 
     def _gate_hook(self, layer: int):
         L = self.layout
 
         def hook(x, hook):
-            b = self._batch
-            if b is None:
+            if self._batch is None:
                 return
             logits = x.reshape(*x.shape[:2], L.num_heads, L.head_dim)[..., : self.gate_dim]
-            scores = torch.sigmoid(logits.float().contiguous())                   # (B, T, H, Dg)
-            first = scores[:, 0] if b.all_valid else scores[:, 0][b.valid[:, 0]]
-            self.gates[layer].update(first, b.rest_rows(scores))
-            if self.gates_by_token:
-                # The same scores, by token type: (N, H, Dg) valid rows with their (N, G) groups,
-                # exactly as capture.Capture feeds them from q_proj on the HF path.
-                _, pos, tok = b.where(scores.device)
-                self.gates_by_token[layer].follow(scores.device).update(
-                    b.rows(scores), self.token_groups.membership(tok, pos))
+            self.emit(GATE, layer, ACTIVATIONS[L.gate.activation](logits.float().contiguous()))   # (B, T, H, Dg)
         return hook
 
     def _value_hook(self, layer: int):
@@ -238,26 +227,16 @@ class BridgeCapture(Capture):
         L = self.layout
 
         def hook(pattern, hook):                                                  # (B, H, T, S)
-            b = self._batch
-            if b is None:
+            if self._batch is None:
                 return
-            self.first_token[layer].update(pattern[..., 0], None if b.all_valid else b.valid)
+            self.emit(FIRST_KEY, layer, pattern[..., 0])
             v = self._values.pop(layer, None)
             if v is None:
                 return
             B, T = v.shape[:2]
             v = v.reshape(B, T, -1, L.head_dim).transpose(1, 2)                   # (B, KV, T, D)
             out = torch.matmul(pattern, expand_kv(v, pattern.shape[1]))           # (B, H, T, D) pre-gate
-            x = out if b.all_valid else b.rows(out.transpose(1, 2))
-            self.sparsity[layer].ungated.update(x.abs())
-        return hook
-
-    def _gated_output_hook(self, layer: int):
-        def hook(z, hook):                                                        # (B, T, H*D) or (B, T, H, D)
-            b = self._batch
-            if b is not None:
-                x = z if b.all_valid else b.rows(z)
-                self.sparsity[layer].gated.update(x.abs())
+            self.emit(SDPA, layer, out.transpose(1, 2))                           # (B, T, H, D)
         return hook
 
     def check_fired(self) -> None:
@@ -274,78 +253,45 @@ class BridgeCapture(Capture):
 
 # -- the analysis -------------------------------------------------------------------------------
 
-def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None, tokenizer=None,
-                   name: str | None = None, seq_len: int = 512, batch_size: int = 4, bos: str = "auto",
-                   per_document: bool = False, max_sequences: int | None = None, dtype: str | None = None,
-                   device: str | None = None, device_map: str | None = None, gate=None,
-                   thresholds=DEFAULT_THRESHOLDS, display_len: int = DISPLAY_LEN, progress: bool = True,
-                   seed: int = 0, on_long: str | None = None, text_field: str = "text",
-                   command: str | None = None, token_groups=None, interventions=None,
-                   max_length: int | None = None, stride: int | None = None,
-                   partial: str | Path | None = None, resume: bool = False,
-                   checkpoint_seconds: float = CHECKPOINT_SECONDS, exact_control: bool = False) -> Analysis:
+def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None,
+                   options: AnalysisOptions | None = None, **overrides) -> Analysis:
     """`probe.analyze` for a TransformerLens TransformerBridge: same tables, same definitions.
 
-    Takes every option of probe.analyze by name (no **kwargs, so a new option cannot slip
-    through unseen): most are honoured as there; dtype and device must describe the bridge as it
-    is; the rest are refused with one line (module docstring).
+    Every field of AnalysisOptions is honoured as there, or refused with one line (module
+    docstring, HF_ONLY); dtype and device must describe the bridge as it is.
 
     bos="auto" follows the bridge's tokenizer, i.e. TransformerLens's convention (it may add a
     BOS token where the Hugging Face tokenizer does not, e.g. GPT-2); pass bos="none" or
     "prepend" to fix what sits at position 0.
     """
+    o = AnalysisOptions.of(options, **overrides)
     check_bridge(bridge)
     hf = bridge.original_model
-    refuse_hf_only_options(hf, dtype=dtype, device=device, device_map=device_map, gate=gate,
-                           interventions=interventions, partial=partial, resume=resume,
-                           checkpoint_seconds=checkpoint_seconds, exact_control=exact_control)
-    thresholds = DEFAULT_THRESHOLDS if thresholds is None else thresholds
-    display_len = DISPLAY_LEN if display_len is None else display_len
-    torch.manual_seed(seed)
+    refuse_hf_only_options(hf, o)
+    torch.manual_seed(o.seed)
     layout, gate_dim = bridge_layout(bridge)
     config = text_config(hf.config)
-    tokenizer = tokenizer if tokenizer is not None else getattr(bridge, "tokenizer", None)
+    tokenizer = o.tokenizer if o.tokenizer is not None else getattr(bridge, "tokenizer", None)
     if isinstance(data, (list, tuple)) and data and isinstance(data[0], str):
         texts, data = list(data), None
     # build_dataset is model-agnostic, so sliding windows (max_length / stride) come out as on
     # the HF path: window context is marked not-valid and the hooks below skip it via Batch.
-    dataset = build_dataset(data, tokenizer, seq_len=seq_len, bos=bos, per_document=per_document,
-                            max_sequences=max_sequences, on_long=on_long, text_field=text_field,
-                            max_positions=getattr(config, "max_position_embeddings", None)
-                            or getattr(config, "n_positions", None), texts=texts,
-                            max_length=max_length, stride=stride)
-    check_vocab(dataset, config)
+    dataset = dataset_for(data, texts, tokenizer, config, o)
     path = getattr(config, "_name_or_path", None) or getattr(bridge.cfg, "model_name", None)
-    name = name or (Path(path).name if path and path != "external" else type(hf).__name__)
+    name = o.name or (Path(path).name if path and path != "external" else type(hf).__name__)
     dev = next(hf.parameters()).device
-    groups = token_group_table(layout, tokenizer, config, dataset, token_groups)
+    groups = token_group_table(layout, tokenizer, config, dataset, o.token_groups)
 
-    cap = BridgeCapture(bridge, layout, gate_dim=gate_dim, token_groups=groups, thresholds=thresholds)
-    with torch.inference_mode(), cap:
-        bar = _progress(total=dataset.tokens, disable=not progress, desc=f"analyse {name} (TransformerLens)")
-        for ids, valid, seq_index in dataset.batches(batch_size, 0):
-            ids, valid = ids.to(dev), valid.to(dev)
-            with cap.batch(ids, valid, seq_index.to(dev)):
-                # Right padding, no mask: under causal attention no real token sees a pad.
-                cap.observe_logits(cap.forward(ids))
-            bar.update(int(valid.sum()))
-        bar.close()
+    cap = BridgeCapture(bridge, layout, gate_dim=gate_dim, token_groups=groups, thresholds=o.thresholds)
+    run_pass(cap, cap.forward, dataset, o, dev=dev, desc=f"analyse {name} (TransformerLens)")
     cap.check_fired()
+    cap.to("cpu")
 
-    analysis = frames_from_capture(cap, name, tokenizer, thresholds)
-    from .token_types import describe_groups, gate_frame
-
-    analysis.gates_by_token_type = gate_frame(cap, name)
-    analysis.attention_patterns = display_patterns(bridge, layout, dataset, name, display_len, dev)
-    ckpt = path if path and (Path(str(path)) / "config.json").exists() else None
-    loaded = LoadedModel(hf, layout, tokenizer, ckpt, config_hash(Path(ckpt)) if ckpt else None)
-    analysis.meta = build_meta(loaded, dataset, name, bridge_dtype(hf), dev, thresholds, seed, seq_len, command)
+    ckpt = checkpoint_of(path)
+    loaded = LoadedModel(hf, layout, tokenizer, path if ckpt else None, config_hash(ckpt) if ckpt else None)
+    analysis = assemble(cap, loaded, dataset, name, dev, o,       # processes: 1, no sharing under torchrun
+                        patterns=display_patterns(bridge, layout, dataset, name, o.display_len, dev))
     analysis.meta.update(bridge_meta(bridge))
-    analysis.meta["display_tokens"] = display_tokens(dataset, tokenizer, display_len)
-    analysis.meta["windows"] = dataset.windows
-    analysis.meta["processes"] = 1         # the bridge path does not share batches under torchrun
-    analysis.meta["token_groups"] = describe_groups(token_groups)
-    summarise_capture(analysis, cap, layout, dataset)
     return analysis
 
 
@@ -356,28 +302,32 @@ def bridge_dtype(hf) -> str:
     return str(next(hf.parameters()).dtype).replace("torch.", "")
 
 
-def refuse_hf_only_options(hf, *, dtype, device, device_map, gate, interventions, partial, resume,
-                           checkpoint_seconds, exact_control=False) -> None:
+# Options only the Hugging Face path honours: name -> why (each refused in one line when set).
+HF_ONLY = {
+    "gate": "TransformerLens decides where the gate is",
+    "interventions": "interventions need the Hugging Face path",
+    "exact_control": "the exact mean-gate control (a second pass) needs the Hugging Face path",
+    "device_map": "probe does not shard a bridge (place the bridge's model yourself before building it)",
+    "partial": "saving and resuming an interrupted pass needs the Hugging Face path",
+    "resume": "saving and resuming an interrupted pass needs the Hugging Face path",
+    "checkpoint_seconds": "saving and resuming an interrupted pass needs the Hugging Face path",
+}
+
+
+def refuse_hf_only_options(hf, o: AnalysisOptions) -> None:
     """One ProbeError line for an option this path cannot honour, before any work is done."""
-    if gate is not None:
-        raise ProbeError("gate= does not apply to a TransformerBridge: TransformerLens decides where the gate is")
-    if interventions:
-        raise ProbeError(f"interventions need the Hugging Face path: {HF_PATH}")
-    if exact_control:
-        raise ProbeError(f"exact_control=True (a second pass) needs the Hugging Face path: {HF_PATH}")
+    defaults = AnalysisOptions()
+    for option, why in HF_ONLY.items():
+        value = getattr(o, option)
+        if value != getattr(defaults, option) and value is not False:
+            raise ProbeError(f"{flag(option)} does not apply to a TransformerBridge: {why}; {HF_PATH}")
     from . import distributed
 
     if distributed.world()[1] > 1:  # every process would repeat the whole pass
         raise ProbeError(f"sharing the data over torchrun processes needs the Hugging Face path: {HF_PATH}")
-    if device_map is not None:
-        raise ProbeError(f"device_map={device_map!r} needs the Hugging Face path (probe does not shard a "
-                         f"bridge): {HF_PATH}, or place the bridge's model yourself before building it")
-    if partial is not None or resume or checkpoint_seconds != CHECKPOINT_SECONDS:
-        what = "partial" if partial is not None else "resume" if resume else "checkpoint_seconds"
-        raise ProbeError(f"{what}= (saving and resuming an interrupted pass) needs the Hugging Face path: {HF_PATH}")
     # A bridge is already built: converting or moving it here would change the user's model
     # behind their back, so a dtype or device asked for must be what it holds.
-    check_model_as_is(hf, dtype=dtype, device=device, device_map=None)
+    check_model_as_is(hf, dtype=o.dtype, device=o.device, device_map=None)
 
 
 def bridge_meta(bridge) -> dict:
@@ -417,8 +367,5 @@ def display_patterns(bridge, layout, dataset, name: str, n: int, dev):
                               return_type=None)
     rows = []
     for layer in layers:
-        mean = maps[layer]
-        for q in range(mean.shape[0]):
-            rows += [{"model": name, "layer": layer, "query": q, "key": k, "value": float(mean[q, k])}
-                     for k in range(q + 1)]
+        rows += head_averaged_rows(name, layer, maps[layer])
     return pd.DataFrame(rows)

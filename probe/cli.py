@@ -2,57 +2,25 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
-import warnings
 from pathlib import Path
 
-from . import errors
+from . import console, errors
 from .errors import ProbeError
+from .options import DTYPE_NAMES
 
 EXIT_USAGE = 2
 
 
-def _analysis_options(p: argparse.ArgumentParser) -> None:
+def _analysis_options(p: argparse.ArgumentParser, *, leave_out=()) -> None:
+    """--data, then one option per command-line field of probe.options.AnalysisOptions."""
+    from .options import add_cli_arguments
+
     p.add_argument("--data", help="text file, folder of text files, JSONL (text or input_ids), "
                                   ".npy/.pt token ids; default: a built-in sample of Python docs")
-    p.add_argument("--seq-len", type=int, default=512, help="tokens per sequence (default 512)")
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--max-sequences", type=int, help="analyse at most this many sequences")
-    p.add_argument("--bos", choices=("auto", "prepend", "none"), default="auto",
-                   help="what sits at position 0: the tokenizer's default, always BOS, or never")
-    p.add_argument("--per-document", action="store_true", help="one sequence per document, padded")
-    p.add_argument("--max-length", type=int, metavar="N",
-                   help="with --per-document: the longest sequence (default --seq-len); longer "
-                        "documents are covered by sliding windows of N tokens (see --stride). "
-                        "Without --per-document: the sequence length is min(--seq-len, N)")
-    p.add_argument("--stride", type=int, metavar="S",
-                   help="sliding windows start every S tokens (default: back to back); tokens an "
-                        "earlier window counted are context only, so each token counts once")
-    p.add_argument("--on-long", choices=("truncate", "slide", "error"),
-                   help="documents longer than --max-length / --seq-len or the model's positions: "
-                        "truncate (with a warning), slide (windows), or refuse; default slide when "
-                        "--max-length or --stride is given, else truncate")
-    p.add_argument("--text-field", default="text", help="JSONL field that holds the text")
-    p.add_argument("--tokenizer", help="directory with tokenizer files, if the checkpoint has none")
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    p.add_argument("--device-map", help="e.g. auto: shard a large model over GPUs with accelerate "
-                                        "(one process; under torchrun use --device cuda)")
-    p.add_argument("--gate", help="declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.add_argument("--token-groups", help="JSON file of extra token groups for gates_by_token_type.csv: "
-                                          '{"name": ["token", 123, ...]}')
-    p.add_argument("--interventions", nargs="?", const="all", metavar="LIST",
-                   help="also measure the loss under gate / massive-activation interventions "
-                        "(all, or a comma list of mean_gate,gate_one,gate_zero,massive_zero): "
-                        "interventions.csv")
-    p.add_argument("--exact-control", action="store_true",
-                   help="count the mean-gate sparsity control exactly in a second pass over the data "
-                        "(one pass counts it exactly only for bfloat16 outputs)")
+    add_cli_arguments(p, leave_out=leave_out)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -75,10 +43,6 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--name", help="the model's name in tables and reports")
     a.add_argument("--report", "--format", dest="report", metavar="FORMATS",
                    help="also write a report: html, pdf or html,pdf (--format, as for compare and report)")
-    a.add_argument("--resume", action="store_true",
-                   help="continue an interrupted analysis from OUT.partial/ (same command otherwise)")
-    a.add_argument("--save-every", type=float, default=30.0, metavar="SECONDS",
-                   help="save the pass's state for --resume at most this often (default 30; 0: every batch)")
     _analysis_options(a)
 
     r = sub.add_parser("report", help="write an HTML/PDF report from saved run directories")
@@ -100,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the folder names)")
     c.add_argument("--figures", metavar="DIR",
                    help="also write every figure as its own PDF and SVG with its caption into DIR")
-    _analysis_options(c)
+    _analysis_options(c, leave_out=("resume", "checkpoint_seconds"))     # compare starts over
 
     t = sub.add_parser("train", help="train a small no-gate / headwise / elementwise model to analyse")
     from .train.cli import add_arguments as add_train_arguments
@@ -110,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("check", help="check that probe reads the gate the model applies (pass/fail table)")
     k.add_argument("checkpoint", help="local Hugging Face checkpoint directory, or a .gguf file")
     k.add_argument("--gate", help="declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none")
-    k.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
+    k.add_argument("--dtype", choices=DTYPE_NAMES, default="float32")
     k.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     k.add_argument("--seq-len", type=int, default=16, help="tokens per random test sequence (default 16)")
     k.add_argument("--batch-size", type=int, default=2)
@@ -121,17 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command_line = "probe " + " ".join(shlex.quote(a) for a in argv)
-    # transformers' own warnings and log lines would add lines to probe's one-line messages;
-    # probe says what matters itself. (Read when transformers is first imported.)
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    warnings.simplefilter("ignore", FutureWarning)
-    warnings.filterwarnings("ignore", module=r"(transformers|huggingface_hub|tokenizers)(\.|$)")
-    warnings.formatwarning = lambda msg, *a, **k: f"probe: warning: {msg}\n"
     # Everything, imports included, runs inside the try: a Ctrl-C while torch loads is one line.
-    global _WATCH
-    interrupt = _WATCH = _InterruptWatch()
+    interrupt = console.watch_interrupts()
     try:
-        with errors.command_line(), interrupt:
+        with errors.command_line(), console.scoped(), interrupt:
             args = build_parser().parse_args(argv)
             return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
                     "train": cmd_train, "check": cmd_check}[args.command](args, command_line)
@@ -153,59 +110,6 @@ def main(argv: list[str] | None = None) -> int:
             sys.modules["probe.distributed"].finish()
 
 
-_WATCH = None
-
-
-def _raise_if_interrupted() -> None:
-    """A library that catches everything (a bare `except:` around an optional import) can
-    swallow the KeyboardInterrupt of a Ctrl-C: the command then stops here, before it writes."""
-    if _WATCH is not None and _WATCH.seen:
-        raise KeyboardInterrupt
-
-
-class _InterruptWatch:
-    """Notes that SIGINT arrived (then raises KeyboardInterrupt as Python does), so that main
-    knows an error that follows it comes from the interrupt. Only in the main thread, and only
-    over Python's own handler."""
-
-    def __init__(self):
-        self.seen = False
-        self._previous = None
-        self._unraisable = None
-
-    def _handler(self, signum, frame):
-        self.seen = True
-        raise KeyboardInterrupt
-
-    def __enter__(self):
-        import signal
-
-        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            try:
-                self._previous = signal.signal(signal.SIGINT, self._handler)
-            except ValueError:                   # not the main thread
-                self._previous = None
-        if self._previous is not None:
-            # A Ctrl-C that lands in a callback Python cannot raise from (an import lock's
-            # weakref callback) is printed as "Exception ignored in ..." with a traceback:
-            # keep it quiet; _raise_if_interrupted stops the command at the next safe point.
-            self._unraisable = sys.unraisablehook
-            sys.unraisablehook = self._quiet_interrupt
-        return self
-
-    def _quiet_interrupt(self, unraisable):
-        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
-            self._unraisable(unraisable)
-
-    def __exit__(self, *exc):
-        import signal
-
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-            sys.unraisablehook = self._unraisable
-        return False
-
-
 def _formats(text: str | None) -> tuple[str, ...]:
     if not text:
         return ()
@@ -224,37 +128,23 @@ def _data(args):
     return None, sample_texts()
 
 
-def _checked_options(args) -> dict:
-    """probe.analyze's options from the command line, every one checked and the data read, so
-    that a mistake is reported before any output directory or partial state is touched."""
+def _checked_options(args):
+    """(AnalysisOptions from the command line, every one checked, and the data read), so that a
+    mistake is reported before any output directory or partial state is touched."""
     from .data import read_data
-    from .options import check_analysis_options
+    from .options import AnalysisOptions
 
-    options = dict(seq_len=args.seq_len, batch_size=args.batch_size, bos=args.bos,
-                   per_document=args.per_document, max_sequences=args.max_sequences,
-                   on_long=args.on_long, max_length=args.max_length, stride=args.stride,
-                   token_groups=args.token_groups, interventions=args.interventions,
-                   gate=args.gate, dtype=args.dtype, text_field=args.text_field, seed=args.seed,
-                   resume=getattr(args, "resume", False),
-                   checkpoint_seconds=getattr(args, "save_every", 30.0))
-    from .analyze import DEFAULT_THRESHOLDS, DISPLAY_LEN
-
-    check_analysis_options(**options, thresholds=DEFAULT_THRESHOLDS, display_len=DISPLAY_LEN,
-                           partial=None if not options["resume"] else "OUT.partial")
-    from .load import check_tokenizer_dir
-
-    check_tokenizer_dir(args.tokenizer)
+    # The partial folder is OUT.partial/ (cmd_analyze); a stand-in here lets --resume be checked.
+    options = AnalysisOptions.from_cli(args, partial="OUT.partial" if getattr(args, "resume", False) else None,
+                                       command=None)
     data, texts = _data(args)
-    options["data"] = read_data(data, texts=texts, text_field=args.text_field)
-    return options
+    return options, read_data(data, texts=texts, text_field=options.text_field)
 
 
-def _run_analysis(checkpoint, args, options, name, command_line, partial=None):
+def _run_analysis(checkpoint, options, data, name, command_line, partial=None):
     from .analyze import analyze
 
-    return analyze(checkpoint, **options, tokenizer=args.tokenizer, name=name,
-                   device=args.device, device_map=args.device_map, progress=not args.quiet,
-                   partial=partial, command=command_line, exact_control=args.exact_control)
+    return analyze(checkpoint, data, options=options, name=name, partial=partial, command=command_line)
 
 
 def _run_name(checkpoint: str) -> str:
@@ -270,8 +160,8 @@ def cmd_analyze(args, command_line) -> int:
     from .resume import claim, holds_state, partial_dir, refuse_waiting_run, release
 
     formats = _formats(args.report)
-    options = _checked_options(args)
-    _raise_if_interrupted()
+    options, data = _checked_options(args)
+    console.raise_if_interrupted()
     out = Path(args.out or Path("runs") / _run_name(args.checkpoint))
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     partial = partial_dir(out)
@@ -292,7 +182,7 @@ def cmd_analyze(args, command_line) -> int:
         if main_rank:
             refuse_waiting_run(partial, args.resume)        # before spending time on the model
         try:
-            analysis = _run_analysis(args.checkpoint, args, options, args.name, command_line,
+            analysis = _run_analysis(args.checkpoint, options, data, args.name, command_line,
                                      partial=partial)
         except KeyboardInterrupt:
             saved = partial / "progress.json"
@@ -302,7 +192,7 @@ def cmd_analyze(args, command_line) -> int:
             return 130
         if not main_rank:
             return 0
-        _raise_if_interrupted()
+        console.raise_if_interrupted()
         reports = write_runs(analysis, out, force=args.force, formats=formats)
     finally:
         if main_rank:
@@ -349,8 +239,8 @@ def cmd_compare(args, command_line) -> int:
     from .outputs import write_runs
 
     formats = _formats(args.format)
-    options = _checked_options(args)
-    _raise_if_interrupted()
+    options, data = _checked_options(args)
+    console.raise_if_interrupted()
     out = Path(args.out)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     if main_rank:
@@ -358,11 +248,11 @@ def cmd_compare(args, command_line) -> int:
         check_writable(out)
         _check_figures_dir(args.figures, args.force)
     names = compare_names(args.checkpoints, args.name)
-    analyses = [_run_analysis(ckpt, args, options, name, command_line)
+    analyses = [_run_analysis(ckpt, options, data, name, command_line)
                 for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
         return 0
-    _raise_if_interrupted()
+    console.raise_if_interrupted()
     reports = write_runs(dict(zip(names, analyses)), out, force=args.force, formats=formats,
                          title=args.title, figures=args.figures)
     print_summary(analyses)

@@ -100,21 +100,14 @@ def finish() -> None:
     _initialized_here = False
 
 
-def _walk(reducer, out: list) -> list:
-    out.append(reducer)
-    for child in reducer.children().values():
-        _walk(child, out)
-    return out
-
-
 def merge_reducers(reducers) -> None:
     """All-reduce the state of `reducers` (the same list, in the same order, on every rank)."""
     dist = _dist()
     if dist is None or not dist.is_initialized() or dist.get_world_size() == 1:
         return
-    everything = []
-    for r in reducers:
-        _walk(r, everything)
+    from .reducers import flatten
+
+    everything = flatten(reducers)
     comm = torch.device("cpu") if dist.get_backend() == "gloo" else \
         torch.device("cuda", torch.cuda.current_device())
     for op, kind in ((dist.ReduceOp.SUM, "summed"), (dist.ReduceOp.MIN, "minimum"),

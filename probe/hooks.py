@@ -33,19 +33,10 @@ def installed(registrations):
             handle.remove()
 
 
-@contextmanager
 def using_probe_attention(model: nn.Module, observer=None):
-    """Run the model on probe's attention back-end (optionally with an observer), then restore."""
-    if attention._observer is not None:
-        raise RuntimeError("another probe Capture or check is already active")
-    previous = model.config._attn_implementation
-    model.set_attn_implementation(attention.NAME)
-    attention.set_observer(observer)
-    try:
-        yield
-    finally:
-        attention.set_observer(None)
-        model.set_attn_implementation(previous)
+    """Run the model on probe's attention back-end (optionally with an observer), then restore
+    (the observer sees this model's attention calls only: attention.observing)."""
+    return attention.observing(model, observer)
 
 
 def first_output(output):

@@ -1,19 +1,32 @@
-"""Every option of an analysis, checked before anything is loaded or written.
+"""Every option of an analysis, once: its default, its check and its help text.
 
-`probe.analyze` calls `check_analysis_options` first thing and the CLI calls it before it
-touches the output directory, so a mistake in any option costs nothing and leaves nothing
-behind (no half-made run, no `OUT.partial/` that blocks the corrected command). Messages name
-the option as the user wrote it (errors.flag).
+`AnalysisOptions` is a frozen dataclass; building one checks every field (in the order of the
+fields), so a mistake in any option costs nothing and leaves nothing behind (no half-made run,
+no `OUT.partial/` that blocks the corrected command). `probe.analyze(model, data, options,
+**overrides)` builds one from its keyword arguments, the CLI builds its argparse options from
+the fields (`add_cli_arguments`) and the options from the parsed arguments (`from_cli`),
+meta.json records `meta_fields()` and the resume fingerprint `resume_fields()`.
+
+Messages name the option as the user wrote it (errors.flag): `seq_len=` from Python,
+`--seq-len` on the command line. This module imports neither torch nor transformers (the CLI
+builds its parser from it, and `probe --help` must answer at once).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from .errors import ProbeError, flag
+from .errors import CLI_NAMES, ProbeError, flag
 
 BOS_POLICIES = ("auto", "prepend", "none")
 ON_LONG = ("truncate", "slide", "error")
+DTYPE_NAMES = ("float32", "bfloat16", "float16")     # probe.load.DTYPES, without importing torch
+# The sparsity sweep: 13 thresholds 10^(k/2), 1e-6 .. 1, each counted exactly (LogHistogram cuts).
+THRESHOLDS = tuple(float(f"{10 ** (k / 2):.6g}") for k in range(-12, 1))
+DISPLAY_LEN = 24
 
 
 def check_int(name: str, value, minimum: int, *, optional: bool = False, why: str = "") -> None:
@@ -54,40 +67,214 @@ def check_thresholds(thresholds) -> tuple[float, ...]:
     return tuple(float(t) for t in values)
 
 
-def check_analysis_options(*, seq_len, batch_size, bos, per_document, max_sequences, on_long,
-                           max_length, stride, thresholds, display_len, checkpoint_seconds,
-                           interventions, token_groups, gate, dtype, text_field, resume,
-                           partial, seed) -> tuple[float, ...]:
-    """Refuse any option that cannot work, in one line; returns the thresholds as floats."""
-    check_data_options(seq_len=seq_len, bos=bos, on_long=on_long, max_length=max_length,
-                       stride=stride, max_sequences=max_sequences)
-    check_int("batch_size", batch_size, 1)
-    check_int("display_len", display_len, 0)
-    check_int("seed", seed, -2 ** 63)
-    if not isinstance(text_field, str) or not text_field:
-        raise ProbeError(f"{flag('text_field')} must name a JSONL field (got {text_field!r})")
-    if isinstance(checkpoint_seconds, bool) or not isinstance(checkpoint_seconds, numbers.Real) \
-            or not checkpoint_seconds >= 0 or math.isnan(checkpoint_seconds):
-        raise ProbeError(f"{flag('checkpoint_seconds')} must be 0 or more seconds (got {checkpoint_seconds!r})")
-    if resume and partial is None:
+# -- checks of single fields: fn(name, value, options) -> the value to keep (or None: as given) --
+
+def _int(minimum: int, *, optional: bool = False, why: str = ""):
+    return lambda name, value, options: check_int(name, value, minimum, optional=optional, why=why)
+
+
+def _choice(choices, *, optional: bool = False):
+    def check(name, value, options):
+        if not (optional and value is None):
+            check_choice(name, value, choices)
+    return check
+
+
+def _text_field(name, value, options):
+    if not isinstance(value, str) or not value:
+        raise ProbeError(f"{flag(name)} must name a JSONL field (got {value!r})")
+
+
+def _seconds(name, value, options):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0 or math.isnan(value):
+        raise ProbeError(f"{flag(name)} must be 0 or more seconds (got {value!r})")
+
+
+def _resume(name, value, options):
+    if value and options.partial is None:
         raise ProbeError(f"{flag('resume', True)} continues the state saved in {flag('partial', metavar='FOLDER')}; "
                          "pass the folder an interrupted run left")
-    if dtype is not None:
-        from .load import DTYPES
 
-        check_choice("dtype", dtype, tuple(DTYPES))
-    if isinstance(gate, str) and gate != "none":
+
+def _gate(name, value, options):
+    if isinstance(value, str) and value != "none":
         from .gates import GateSpec
 
-        GateSpec.parse(gate)
-    if interventions is not None and interventions is not False:
+        GateSpec.parse(value)
+
+
+def _interventions(name, value, options):
+    if value is not None and value is not False:
         from .interventions import parse_kinds
 
-        parse_kinds(interventions)
-    if token_groups is not None:
+        parse_kinds(value)
+
+
+def _token_groups(name, value, options):
+    if value is not None:
         # Read and checked whatever the model: an ungated model does not use them, but a
         # malformed file is a mistake the user wants to hear about now.
         from .token_types import read_groups
 
-        read_groups(token_groups)
-    return check_thresholds(thresholds)
+        read_groups(value)
+
+
+def _tokenizer(name, value, options):
+    if isinstance(value, (str, Path)):
+        from .load import check_tokenizer_dir
+
+        check_tokenizer_dir(value)
+
+
+def _thresholds(name, value, options):
+    return check_thresholds(THRESHOLDS if value is None else value)
+
+
+def _display_len(name, value, options):
+    value = DISPLAY_LEN if value is None else value
+    check_int(name, value, 0)
+    return value
+
+
+def option(default, help: str, *, check=None, cli: dict | None = None, meta: bool = False,
+           resume: bool = False):
+    """A field of AnalysisOptions. cli: argparse keywords (None: not a command-line option);
+    meta: recorded in meta.json under its name; resume: part of the resume fingerprint."""
+    return field(default=default, metadata={"help": help, "check": check, "cli": cli, "meta": meta,
+                                            "resume": resume})
+
+
+INT = {"type": int}
+FLAG = {"action": "store_true"}
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """How to analyse: every option of `probe.analyze` and of `probe analyze` / `compare`.
+
+    Fields are checked in this order when the object is built (also by dataclasses.replace)."""
+
+    # -- how data becomes sequences (data.py) --
+    bos: str = option("auto", "what sits at position 0: the tokenizer's default, always BOS, or never",
+                      check=_choice(BOS_POLICIES), cli={"choices": BOS_POLICIES})
+    on_long: str | None = option(
+        None, "documents longer than --max-length / --seq-len or the model's positions: truncate (with "
+              "a warning), slide (windows), or refuse; default slide when --max-length or --stride is "
+              "given, else truncate", check=_choice(ON_LONG, optional=True), cli={"choices": ON_LONG})
+    seq_len: int = option(512, "tokens per sequence", check=_int(2), cli=INT, meta=True, resume=True)
+    max_length: int | None = option(
+        None, "with --per-document: the longest sequence (default --seq-len); longer documents are "
+              "covered by sliding windows of N tokens (see --stride). Without --per-document: the "
+              "sequence length is min(--seq-len, N)", check=_int(2, optional=True), cli={**INT, "metavar": "N"})
+    stride: int | None = option(
+        None, "sliding windows start every S tokens (default: back to back); tokens an earlier window "
+              "counted are context only, so each token counts once",
+        check=_int(1, optional=True), cli={**INT, "metavar": "S"})
+    max_sequences: int | None = option(
+        None, "analyse at most this many sequences",
+        check=_int(1, optional=True, why=" (leave it out to use every sequence)"), cli=INT)
+    per_document: bool = option(False, "one sequence per document, padded", cli=FLAG)
+    batch_size: int = option(4, "sequences per forward pass", check=_int(1), cli=INT, resume=True)
+    display_len: int = option(DISPLAY_LEN, "tokens of the display prompt of attention_patterns.csv",
+                              check=_display_len)
+    seed: int = option(0, "torch's seed before the pass", check=_int(-2 ** 63), cli=INT, meta=True)
+    text_field: str = option("text", "JSONL field that holds the text", check=_text_field, cli={})
+    # -- saving and resuming an interrupted pass (resume.py) --
+    partial: str | Path | None = option(None, "folder for the pass's saved state (the CLI: OUT.partial/)")
+    checkpoint_seconds: float = option(
+        30.0, "save the pass's state for --resume at most this often (0: every batch)", check=_seconds,
+        cli={"type": float, "metavar": "SECONDS"})
+    resume: bool = option(False, "continue an interrupted analysis from OUT.partial/ (same command otherwise)",
+                          check=_resume, cli=FLAG)
+    # -- the model (load.py) --
+    tokenizer: object = option(None, "directory with tokenizer files, if the checkpoint has none",
+                               check=_tokenizer, cli={})
+    dtype: str | None = option(None, "the model's dtype (default float32; a model object: what it holds)",
+                               check=_choice(DTYPE_NAMES, optional=True), cli={"choices": DTYPE_NAMES})
+    device: str | None = option(None, "cpu, cuda, cuda:1, ... (default cpu; a model object: where it is)", cli={})
+    device_map: str | None = option(None, "e.g. auto: shard a large model over GPUs with accelerate (one "
+                                          "process; under torchrun use --device cuda)", cli={})
+    gate: object = option(None, "declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none",
+                          check=_gate, cli={})
+    # -- what is measured --
+    interventions: object = option(
+        None, "also measure the loss under gate / massive-activation interventions (all, or a comma list "
+              "of mean_gate,gate_one,gate_zero,massive_zero): interventions.csv",
+        check=_interventions, cli={"nargs": "?", "const": "all", "metavar": "LIST"})
+    token_groups: object = option(
+        None, 'JSON file of extra token groups for gates_by_token_type.csv: {"name": ["token", 123, ...]}',
+        check=_token_groups, cli={})
+    thresholds: tuple = option(THRESHOLDS, "the sparsity sweep (sparsity.csv)", check=_thresholds,
+                               meta=True, resume=True)
+    exact_control: bool = option(
+        False, "count the mean-gate sparsity control exactly in a second pass over the data (one pass "
+               "counts it exactly only for bfloat16 outputs)", cli=FLAG)
+    # -- how the run is named and shown --
+    name: str | None = option(None, "the model's name in tables and reports (default: the folder name)")
+    progress: bool = option(True, "show a progress bar", cli={"action": "store_false", "help": "no progress bar"})
+    command: str | None = option(None, "the command line, for meta.json (the CLI sets it)", meta=True)
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            check = f.metadata["check"]
+            if check is not None:
+                kept = check(f.name, getattr(self, f.name), self)
+                if kept is not None:
+                    object.__setattr__(self, f.name, kept)
+
+    @classmethod
+    def of(cls, options: "AnalysisOptions | None" = None, **overrides) -> "AnalysisOptions":
+        """`options` (default: every field's default) with `overrides`, checked: what
+        probe.analyze(model, data, options, **overrides) analyses with."""
+        if options is None:
+            return cls(**overrides) if overrides.keys() <= NAMES else cls().replace(**overrides)
+        if not isinstance(options, cls):
+            raise TypeError(f"options= takes a probe.AnalysisOptions, not a {type(options).__name__} "
+                            "(pass the options as keyword arguments instead)")
+        return options.replace(**overrides)
+
+    def replace(self, **changes) -> "AnalysisOptions":
+        """A copy with `changes`, checked again; an unknown name is a TypeError naming it."""
+        unknown = sorted(set(changes) - NAMES)
+        if unknown:
+            raise TypeError(f"unknown analysis option {unknown[0]}= (AnalysisOptions has "
+                            f"{', '.join(sorted(NAMES))})")
+        return dataclasses.replace(self, **changes) if changes else self
+
+    def meta_fields(self) -> dict:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.metadata["meta"]}
+
+    def resume_fields(self) -> dict:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.metadata["resume"]}
+
+    @classmethod
+    def from_cli(cls, args, **fixed) -> "AnalysisOptions":
+        """The options of a parsed command line (what add_cli_arguments added), with `fixed`."""
+        given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)
+                 if f.metadata["cli"] is not None and hasattr(args, f.name)}
+        return cls(**{**given, **fixed})
+
+
+NAMES = frozenset(f.name for f in dataclasses.fields(AnalysisOptions))
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def cli_flag(name: str) -> str:
+    return "--" + CLI_NAMES.get(name, name).replace("_", "-")
+
+
+def add_cli_arguments(parser, *, leave_out=()) -> None:
+    """One argparse option per command-line field of AnalysisOptions, help text and default from
+    the field; the destination is the field's name (from_cli reads it back)."""
+    for f in dataclasses.fields(AnalysisOptions):
+        cli = f.metadata["cli"]
+        if cli is None or f.name in leave_out:
+            continue
+        kwargs = {"help": f.metadata["help"], **cli}
+        shown = f.default
+        if shown is not None and not isinstance(shown, bool) and "(default" not in kwargs["help"]:
+            kwargs["help"] += f" (default {shown:g})" if isinstance(shown, float) else f" (default {shown})"
+        parser.add_argument(cli_flag(f.name), dest=f.name, default=f.default, **kwargs)

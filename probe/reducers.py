@@ -1,4 +1,7 @@
-"""Streaming statistics: `update` with a batch, `merge` with another reducer, `result`.
+"""Streaming statistics: `update` with a batch, `merge` with another reducer, read the result.
+
+The base class and the generic statistic (LogHistogram); each metric's own reducers are in
+its module under probe/metrics/.
 
 Memory never grows with the number of sequences. Sums are kept in float64 and counts in
 int64 whatever the model dtype, so no statistic loses precision or overflows. Merging is
@@ -61,6 +64,16 @@ class Reducer:
         if self.device != torch.device(device):
             self.to(device)
         return self
+
+
+def flatten(reducers) -> list[Reducer]:
+    """Every reducer of `reducers` and, after each, the reducers it holds (depth first): the
+    fixed order in which torchrun merges them and --resume saves them."""
+    out = []
+    for r in reducers:
+        out.append(r)
+        out += flatten(r.children().values())
+    return out
 
 
 def float32_bits(value: float) -> int:
@@ -306,375 +319,16 @@ class LogHistogram(Reducer):
         return lo * (hi / lo) ** share
 
 
-class GroupedGateStats(Reducer):
-    """Gate-score state kept per (group, head), and the metrics read from it.
-
-    Shared by GateStats (groups: first token / rest) and token_types.TokenGroupGateStats
-    (groups: token types), so both report the same metrics computed the same way.
-    """
-
-    LOW = (0.01, 0.1, 0.5)
-    HIGH = (0.9, 0.99)
-    summed = ("count", "nonfinite", "total", "total_sq", "below", "above")
-    minimum = ("low",)
-    maximum = ("high",)
-
-    def _init_state(self, groups: int, heads: int, device) -> None:
-        self.heads = heads
-        self.count = torch.zeros(groups, heads, dtype=I64, device=device)
-        self.nonfinite = torch.zeros(groups, heads, dtype=I64, device=device)
-        self.total = torch.zeros(groups, heads, dtype=F64, device=device)
-        self.total_sq = torch.zeros(groups, heads, dtype=F64, device=device)
-        self.low = torch.full((groups, heads), math.inf, dtype=F64, device=device)
-        self.high = torch.full((groups, heads), -math.inf, dtype=F64, device=device)
-        self.below = torch.zeros(groups, heads, len(self.LOW), dtype=I64, device=device)
-        self.above = torch.zeros(groups, heads, len(self.HIGH), dtype=I64, device=device)
-
-    def _metrics(self, pool: slice | None = None) -> dict[str, torch.Tensor]:
-        """count, mean, std, min, max and the threshold fractions, in float64.
-
-        Per (group, head) when `pool` is None; per head over the groups `pool` selects otherwise.
-        Where the count is 0 the values are NaN or meaningless: callers blank them.
-        """
-        count, total, total_sq = self.count, self.total, self.total_sq
-        low, high, below, above = self.low, self.high, self.below, self.above
-        if pool is not None:
-            count, total, total_sq = count[pool].sum(0), total[pool].sum(0), total_sq[pool].sum(0)
-            low, high = low[pool].amin(0), high[pool].amax(0)
-            below, above = below[pool].sum(0), above[pool].sum(0)
-        n = count.double()
-        mean = total / n
-        var = (total_sq / n - mean ** 2).clamp_min(0)
-        metrics = {"count": n, "mean": mean, "std": var.sqrt(), "min": low, "max": high}
-        for i, t in enumerate(self.LOW):
-            metrics[f"frac_lt_{t}"] = below[..., i] / n
-        for i, t in enumerate(self.HIGH):
-            metrics[f"frac_gt_{t}"] = above[..., i] / n
-        return metrics
+# The metric-specific reducers live with their metrics (probe/metrics/); these names are kept
+# importable from here, resolved on first use (importing probe.metrics here would be a cycle).
+_MOVED = {"GroupedGateStats": "gates", "GateStats": "gates", "FirstTokenStats": "first_token",
+          "MaxAbsStats": "massive", "SparsityStats": "sparsity", "LossStats": "loss",
+          "THRESHOLDS": "sparsity"}
 
 
-class GateStats(GroupedGateStats):
-    """Gate scores of one layer, per head, for the first token and for the rest."""
+def __getattr__(name):
+    if name in _MOVED:
+        import importlib
 
-    BINS = 50
-    GROUPS = ("first", "rest")
-    BLOCK = 1 << 22             # elements per update step: bounds the temporaries at long T
-    summed = (*GroupedGateStats.summed, "hist")
-
-    def __init__(self, heads: int, device="cpu"):
-        self._init_state(len(self.GROUPS), heads, device)
-        self.hist = torch.zeros(heads, self.BINS, dtype=I64, device=device)
-
-    def update(self, first: torch.Tensor, rest: torch.Tensor) -> None:
-        """first: (N1, H, Dg) scores at position 0; rest: (N2, H, Dg) at positions >= 1.
-
-        Non-finite scores (a NaN in the model) are left out and counted in `nonfinite`.
-        Long inputs are taken in blocks of rows, so the float32 / int64 temporaries stay a few
-        MB even for elementwise gates at 32K tokens.
-        """
-        rows = max(1, self.BLOCK // max(1, first.shape[1] * first.shape[2]))
-        for group, g in enumerate((first, rest)):
-            for start in range(0, g.shape[0], rows):
-                self._update(group, g[start:start + rows])
-
-    def _update(self, group: int, g: torch.Tensor) -> None:
-        g = g.float()
-        finite = None
-        if g.numel() and not bool(torch.isfinite(g.amax() + g.amin())):   # NaN and inf reach them
-            finite = torch.isfinite(g)
-            self.nonfinite[group] += (~finite).sum((0, 2))
-            self.count[group] += finite.sum((0, 2))
-            g = g.masked_fill(~finite, 0.0)
-        else:
-            self.count[group] += g.shape[0] * g.shape[2]
-        # Squares in float64: float32 ones round at 6e-8 relative, which the variance
-        # E[g^2] - mean^2 turns into a std error of ~2e-4 for saturated gates (true std 0).
-        g64 = g.double()
-        self.total[group] += g64.sum((0, 2))
-        self.total_sq[group] += (g64 * g64).sum((0, 2))
-        if finite is not None:
-            g = g.masked_fill(~finite, math.nan)                      # left out from here on
-        lo = g.amin((0, 2)) if finite is None else g.masked_fill(~finite, math.inf).amin((0, 2))
-        hi = g.amax((0, 2)) if finite is None else g.masked_fill(~finite, -math.inf).amax((0, 2))
-        self.low[group] = torch.minimum(self.low[group], lo.double())
-        self.high[group] = torch.maximum(self.high[group], hi.double())
-        for i, t in enumerate(self.LOW):
-            self.below[group, :, i] += (g < t).sum((0, 2))           # NaN compares False
-        for i, t in enumerate(self.HIGH):
-            self.above[group, :, i] += (g > t).sum((0, 2))
-        bins = (g.nan_to_num(0.0) * self.BINS).clamp_(0, self.BINS - 1).long()   # (N, H, Dg)
-        flat = bins + torch.arange(self.heads, device=g.device)[None, :, None] * self.BINS
-        flat = flat.reshape(-1) if finite is None else flat[finite]
-        self.hist += torch.bincount(flat, minlength=self.heads * self.BINS
-                                    ).view(self.heads, self.BINS).to(self.hist.device)
-
-    def mean(self) -> float:
-        n = int(self.count.sum())
-        return float(self.total.sum()) / n if n else math.nan
-
-    def rows(self) -> list[dict]:
-        """Tidy rows: (head, group, metric, value) for groups all / first / rest."""
-        out = []
-        groups = {"all": slice(None), "first": slice(0, 1), "rest": slice(1, 2)}
-        for name, sel in groups.items():
-            metrics = self._metrics(sel)                                      # (H,) each
-            n = metrics["count"]
-            for metric, values in metrics.items():
-                for head, value in enumerate(values.tolist()):
-                    if n[head] == 0 and metric != "count":
-                        value = math.nan
-                    out.append({"head": head, "group": name, "metric": metric, "value": value})
-        return out
-
-
-class FirstTokenStats(Reducer):
-    """Attention probability on key 0 for one attention layer, per head.
-
-    `rest` pools queries t >= 1 (the default F-Attn), `all` includes t = 0 (paper style),
-    `uniform` sums 1/(t+1) over the same queries as `rest` (what uniform attention would
-    give), and buckets split `rest` by query position.
-    """
-
-    # Query positions in powers of two, [1, 2), [2, 4), ..., [2^19, 2^20), [2^20, inf): log-spaced
-    # at any sequence length, so 128 tokens get 7 buckets and 1M tokens 20; only buckets that
-    # hold queries are written.
-    BUCKETS = tuple(2 ** k for k in range(21))
-    summed = ("sum_rest", "n_rest", "sum_all", "n_all", "uniform", "bucket_sum", "bucket_n",
-              "bucket_uniform", "nonfinite")
-
-    def __init__(self, heads: int, device="cpu"):
-        nb = len(self.BUCKETS)
-        self.sum_rest = torch.zeros(heads, dtype=F64, device=device)
-        self.sum_all = torch.zeros(heads, dtype=F64, device=device)
-        self.n_rest = torch.zeros((), dtype=I64, device=device)
-        self.n_all = torch.zeros((), dtype=I64, device=device)
-        self.uniform = torch.zeros((), dtype=F64, device=device)
-        self.bucket_sum = torch.zeros(nb, heads, dtype=F64, device=device)
-        self.bucket_n = torch.zeros(nb, dtype=I64, device=device)
-        self.bucket_uniform = torch.zeros(nb, dtype=F64, device=device)
-        self.nonfinite = torch.zeros((), dtype=I64, device=device)
-
-    def update(self, p0: torch.Tensor, valid: torch.Tensor | None, uniform: torch.Tensor | None = None,
-               finite: torch.Tensor | None = None) -> None:
-        """p0: (B, H, T) probability on key 0 per query; valid: (B, T) bool or None (all);
-        uniform: (B|1, T) what uniform attention over each query's visible keys puts on key 0,
-        None for plain causal attention (1 / (t + 1)); a sliding window gives 0 past the window;
-        finite: (B, T) bool or None (all), queries whose attention output row is finite.
-
-        A query whose probability is not finite in some head (a NaN in the model), or whose
-        output row is not (`finite`: the CPU kernel can return NaN rows next to a finite lse
-        once an activation is inf), is left out in every head and counted in `nonfinite`.
-        """
-        B, H, T = p0.shape
-        pos = torch.arange(T, device=p0.device)
-        w = torch.ones(B, T, dtype=F64, device=p0.device) if valid is None else valid.double()
-        if finite is not None or (p0.numel() and not bool(torch.isfinite(p0.amax()))):
-            finite = torch.isfinite(p0).all(1) & (True if finite is None else finite.to(p0.device))  # (B, T)
-            self.nonfinite += ((~finite) & (w > 0)).sum()
-            w = w * finite
-            p0 = p0.masked_fill(~finite[:, None, :], 0.0)
-        weighted = p0.double() * w[:, None, :]                          # (B, H, T)
-        self.sum_all += weighted.sum((0, 2))
-        self.n_all += w.sum().long()
-        rest = weighted[:, :, 1:]
-        self.sum_rest += rest.sum((0, 2))
-        self.n_rest += w[:, 1:].sum().long()
-        if uniform is None:
-            uniform = w[:, 1:].sum(0) / (pos[1:] + 1).double()            # (T-1,)
-        else:
-            uniform = (w[:, 1:] * uniform[:, 1:].double()).sum(0)         # (T-1,)
-        self.uniform += uniform.sum()
-        bucket = torch.bucketize(pos[1:], torch.tensor(self.BUCKETS, device=p0.device), right=True) - 1
-        self.bucket_sum.index_add_(0, bucket, rest.sum(0).transpose(0, 1))    # (T-1, H) by bucket
-        self.bucket_n.index_add_(0, bucket, w[:, 1:].sum(0).long())
-        self.bucket_uniform.index_add_(0, bucket, uniform)
-
-    def f_attn(self) -> torch.Tensor:
-        return self.sum_rest / self.n_rest.clamp_min(1) if self.n_rest > 0 else self.sum_rest * math.nan
-
-    def f_attn_paper(self) -> torch.Tensor:
-        return self.sum_all / self.n_all.clamp_min(1) if self.n_all > 0 else self.sum_all * math.nan
-
-    def uniform_reference(self) -> float:
-        return float(self.uniform / self.n_rest) if self.n_rest > 0 else math.nan
-
-    def bucket_rows(self) -> list[dict]:
-        """F-Attn by query position: one row per non-empty bucket [bucket_lo, bucket_hi) and
-        head, with the queries it pools and what uniform attention would give on them."""
-        out = []
-        edges = (*self.BUCKETS, math.inf)
-        for b in range(len(self.BUCKETS)):
-            n = int(self.bucket_n[b])
-            if n == 0:
-                continue
-            uniform = float(self.bucket_uniform[b]) / n
-            for head, s in enumerate(self.bucket_sum[b].tolist()):
-                out.append({"head": head, "bucket_lo": edges[b], "bucket_hi": edges[b + 1],
-                            "value": s / n, "n_queries": n, "uniform": uniform})
-        return out
-
-
-class MaxAbsStats(Reducer):
-    """|h| of one site of one layer: max, top-k with where they sit, median, non-finite count."""
-
-    summed = ("count", "nonfinite")
-    gathered = ("top",)
-
-    def __init__(self, k: int = 3, device="cpu"):
-        self.k = k
-        self.count = torch.zeros((), dtype=I64, device=device)
-        self.nonfinite = torch.zeros((), dtype=I64, device=device)
-        self.hist = LogHistogram(device)
-        self.top: list[tuple] = []   # (abs_value, value, sequence, position, dim, token_id)
-
-    def update(self, h: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor, tok: torch.Tensor) -> None:
-        """h: (N, C) valid rows; seq, pos, tok: (N,) where each row sits."""
-        if h.shape[0] == 0:
-            return
-        # Row maxima of |h| from the row max and min: no (N, C) float32 |h| copy is made unless
-        # the activations hold NaN or inf (which reach these maxima).
-        row_max = torch.maximum(h.amax(1), -h.amin(1)).float()       # (N,)
-        if bool(torch.isfinite(row_max).all()):
-            a = None
-            self.hist.update(h)                                       # sign bit ignored
-            self.count += h.numel()
-        else:
-            a = h.float().abs()                                      # (N, C)
-            finite = torch.isfinite(a)
-            self.nonfinite += (~finite).sum()
-            a = a.masked_fill(~finite, -1.0)                         # never selected, never counted
-            self.hist.update(h)                      # counts the non-finite apart, as self.nonfinite
-            self.count += finite.sum()
-            row_max = a.amax(1)
-        # The k largest elements lie in the k rows with the largest row maxima: O(N C) once,
-        # then a top-k over k rows instead of over all N C elements.
-        # One more than k, to see whether the k-th value is tied with the next one.
-        k = min(self.k + 1, h.shape[0])
-        rows = row_max.topk(k).indices                               # (k,)
-        cand = h[rows].float().abs() if a is None else a[rows]       # (k, C)
-        vals, flat = cand.reshape(-1).topk(min(self.k + 1, k * h.shape[1]))
-        rows, dims = rows[flat // h.shape[1]], flat % h.shape[1]
-        if len(vals) > self.k and vals[self.k] == vals[self.k - 1] and vals[self.k - 1] >= 0:
-            a = h.float().abs() if a is None else a
-            rows, dims, vals = self._ties(a, float(vals[self.k - 1]), seq, pos)
-        else:
-            rows, dims, vals = rows[: self.k], dims[: self.k], vals[: self.k]
-        signed = h[rows, dims].float()
-        new = [(v, s, int(seq[r]), int(pos[r]), int(d), int(tok[r]))
-               for v, s, r, d in zip(vals.tolist(), signed.tolist(), rows.tolist(), dims.tolist()) if v >= 0]
-        self.top = self._best(self.top + new)
-
-    def _ties(self, a, kth: float, seq, pos):
-        """Top k when the k-th value is tied: the tied elements that come first by where they sit
-        (sequence, position, dim), as `_best` orders them, so batching never changes the answer."""
-        above = (a > kth).nonzero()                                  # fewer than k elements
-        tied = (a == kth).nonzero()                                  # (R, 2) rows, dims
-        order = torch.argsort(tied[:, 1], stable=True)                # lexicographic: dim, then
-        for key in (pos, seq):                                        # position, then sequence
-            order = order[torch.argsort(key.to(a.device)[tied[order, 0]], stable=True)]
-        chosen = torch.cat([above, tied[order[: self.k - len(above)]]])
-        rows, dims = chosen[:, 0], chosen[:, 1]
-        return rows, dims, a[rows, dims]
-
-    def _best(self, candidates: list[tuple]) -> list[tuple]:
-        # Largest first; ties broken by where they sit so that merge order never matters.
-        return sorted(candidates, key=lambda c: (-c[0], c[2], c[3], c[4]))[: self.k]
-
-    def merge(self, other: "MaxAbsStats") -> "MaxAbsStats":
-        super().merge(other)
-        self.hist.merge(other.hist)
-        self.top = self._best(self.top + other.top)
-        return self
-
-    def merge_gathered(self, name: str, values: list) -> None:
-        self.top = self._best([c for top in values for c in top])
-
-    def max_abs(self) -> float:
-        return self.top[0][0] if self.top else math.nan
-
-    def median_abs(self) -> float:
-        return self.hist.quantile(0.5)
-
-
-# The sparsity sweep: 13 thresholds 10^(k/2), 1e-6 .. 1, each counted exactly (LogHistogram cuts).
-THRESHOLDS = tuple(float(f"{10 ** (k / 2):.6g}") for k in range(-12, 1))
-
-
-class SparsityStats(Reducer):
-    """|attention output| of one layer before and after the gate, as log histograms with
-    exact counts below each threshold (`cuts`).
-
-    The uniform-scaling control counts |O| * m < t, with m the layer's mean gate over the same
-    data, known only after the whole pass. Which values sit below t / m depends on m down to the
-    last bit (for any two float32 values a < b there are m and t with a < t / m <= b), so no
-    bounded one-pass state answers it exactly for every m. What is exact in one pass: bfloat16
-    outputs, which the ungated histogram holds value by value, and every share on a bin edge.
-    Otherwise the control is read from the ungated histogram at t / m, interpolated inside the
-    one bin (0.39-0.78% wide) that holds t / m, and marked so; `control.py` (exact_control=True) counts it
-    exactly in a second pass with m known, into `control`.
-    """
-
-    def __init__(self, device="cpu", thresholds=THRESHOLDS):
-        self.thresholds = tuple(float(t) for t in thresholds)
-        self.ungated = LogHistogram(device, cuts=self.thresholds)
-        self.gated = LogHistogram(device, cuts=self.thresholds)
-
-    def merge(self, other: "SparsityStats") -> "SparsityStats":
-        self.ungated.merge(other.ungated)
-        self.gated.merge(other.gated)
-        return self
-
-    def shares(self, mean_gate: float | None, control: LogHistogram | None = None
-               ) -> dict[str, dict[float, tuple[float, bool]]]:
-        """variant -> threshold -> (share below it, whether it is an exact count).
-
-        control: the second pass's histogram of |O| with scale mean_gate (control.py), if any."""
-        out = {"ungated": {t: self.ungated.share_below(t) for t in self.thresholds},
-               "gated": {t: self.gated.share_below(t) for t in self.thresholds}}
-        if control is not None:                 # counted at the cuts t / m, m its own scale
-            out["mean_gate"] = {t: control.share_below(t) for t in self.thresholds}
-        elif mean_gate is not None and mean_gate > 0:
-            out["mean_gate"] = {t: self.ungated.share_below(t, mean_gate) for t in self.thresholds}
-        return out
-
-    def fractions(self, mean_gate: float | None, control: LogHistogram | None = None
-                  ) -> dict[str, dict[float, float]]:
-        """variant -> threshold -> share below it (see `shares`)."""
-        return {v: {t: share for t, (share, _) in by_t.items()}
-                for v, by_t in self.shares(mean_gate, control).items()}
-
-
-class LossStats(Reducer):
-    """Next-token negative log-likelihood over valid (input, target) pairs."""
-
-    BLOCK = 1 << 20             # logits per step (4 MB of float32 temporaries): no (T, V) copy is made
-    summed = ("nll", "count", "nonfinite")
-
-    def __init__(self, device="cpu"):
-        self.nll = torch.zeros((), dtype=F64, device=device)
-        self.count = torch.zeros((), dtype=I64, device=device)
-        self.nonfinite = torch.zeros((), dtype=I64, device=device)
-
-    def update(self, logits: torch.Tensor, input_ids: torch.Tensor, valid: torch.Tensor) -> None:
-        """logits (B, T, V); the pair (t, t+1) counts when position t + 1 is valid.
-
-        A pair whose loss is not finite (NaN logits) is left out and counted in `nonfinite`.
-        """
-        # A target counts when it is valid: padding sits on the right, so its input is real too,
-        # and a sliding window's context (valid False) still predicts the first counted token.
-        pair = valid[:, 1:].to(logits.device)
-        target = input_ids[:, 1:].to(logits.device)
-        V = logits.shape[-1]
-        rows = max(1, self.BLOCK // V)                 # float32 temporaries of BLOCK elements
-        for b in range(logits.shape[0]):
-            for start in range(0, logits.shape[1] - 1, rows):
-                end = min(start + rows, logits.shape[1] - 1)
-                x = logits[b, start:end].float()
-                nll = torch.logsumexp(x, dim=-1) - x.gather(-1, target[b, start:end, None])[:, 0]
-                keep = pair[b, start:end] & torch.isfinite(nll)
-                self.nll += nll[keep].double().sum().to(self.nll.device)
-                self.count += keep.sum().to(self.count.device)
-                self.nonfinite += (pair[b, start:end] & ~keep).sum().to(self.nonfinite.device)
-
-    def loss(self) -> float:
-        return float(self.nll / self.count) if self.count > 0 else math.nan
+        return getattr(importlib.import_module(f"probe.metrics.{_MOVED[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

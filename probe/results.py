@@ -13,12 +13,12 @@ import pandas as pd
 
 from .atomic import atomic_directory, write_text
 from .errors import ProbeError
+from .metrics import TABLES as SCHEMA
 from .plotting import PlotMethods
 
-TABLES = ("gates", "gate_hist", "first_token", "first_token_buckets", "massive", "massive_top",
-          "sparsity", "attention_patterns", "training", "gates_by_token_type", "interventions")
-HEADLINE_THRESHOLDS = (1e-2, 1e-3)
-SINK_EPSILON = 0.3
+# The tables an Analysis holds: the run directory's (probe.metrics.TABLES, which reports/ reads
+# runs against) but inference.csv, which examples/demo.py adds to trained runs.
+TABLES = tuple(name for name in SCHEMA if name != "inference")
 MANIFEST_KEY = "tables"     # meta.json: {table: rows written}; reports/schema.py reads the same key
 
 
@@ -129,72 +129,3 @@ def _jsonable(obj):
     if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
         return _jsonable(obj.item())
     return obj
-
-
-def _mean(values) -> float | None:
-    values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    return sum(values) / len(values) if values else None
-
-
-def build_summary(a: Analysis, *, layer_types: list[str], gated: bool, gate_layout: str,
-                  num_heads: int, f_attn_uniform: float | None, loss: float | None,
-                  tokens: int, sequences: int) -> dict:
-    """Model-level numbers (the paper's definitions; README "What a run directory holds") and per-layer / head detail."""
-    ft = a.first_token
-    attn = ft[ft.layer_type == "attention"] if len(ft) else ft
-    head_f = attn[attn.metric == "f_attn"] if len(attn) else attn
-    head_fp = attn[attn.metric == "f_attn_paper"] if len(attn) else attn
-    g_all = a.gates[(a.gates.group == "all")] if len(a.gates) else a.gates
-    g_mean = g_all[g_all.metric == "mean"] if len(g_all) else g_all
-    g_count = g_all[g_all.metric == "count"] if len(g_all) else g_all
-    mx = a.massive[a.massive.metric == "max_abs"] if len(a.massive) else \
-        pd.DataFrame(columns=["layer", "site", "value"])    # no finite activation anywhere (NaN model)
-
-    mean_gate = None
-    if gated and len(g_mean):
-        weights = g_count.set_index(["layer", "head"]).value
-        values = g_mean.set_index(["layer", "head"]).value
-        mean_gate = float((values * weights).sum() / weights.sum())
-
-    layers = []
-    for layer, layer_type in enumerate(layer_types):
-        entry = {"layer": layer, "layer_type": layer_type, "f_attn": None, "mean_gate": None,
-                 "m_act": {}, "sparsity": {}, "heads": []}
-        for site, value in mx[mx.layer == layer].set_index("site").value.items():
-            entry["m_act"][site] = value
-        if layer_type == "attention":
-            hf = head_f[head_f.layer == layer].set_index("head").value
-            entry["f_attn"] = _mean(hf.tolist())
-            hg = g_mean[g_mean.layer == layer].set_index("head").value if gated else pd.Series(dtype=float)
-            entry["mean_gate"] = _mean(hg.tolist()) if gated else None
-            entry["heads"] = [{"head": int(h), "f_attn": hf.get(h), "mean_gate": hg.get(h) if gated else None}
-                              for h in range(num_heads)]
-            sp = a.sparsity[a.sparsity.layer == layer] if len(a.sparsity) else a.sparsity
-            for variant, rows in sp.groupby("variant"):
-                entry["sparsity"][variant] = {f"{t:g}": float(rows[rows.threshold == t].value.iloc[0])
-                                              for t in HEADLINE_THRESHOLDS if (rows.threshold == t).any()}
-        layers.append(entry)
-
-    attention_layers = [i for i, t in enumerate(layer_types) if t == "attention"]
-    cells = head_f.value.tolist() if len(head_f) else []
-    resid = [l["m_act"].get("resid_post") for l in layers]
-    return {
-        "model": a.meta.get("name"),
-        "gated": gated,
-        "gate_layout": gate_layout,
-        "num_layers": len(layer_types),
-        "num_heads": num_heads,
-        "attention_layers": attention_layers,
-        "mean_gate": mean_gate,
-        "f_attn": _mean([layers[i]["f_attn"] for i in attention_layers]),
-        "f_attn_paper": _mean([_mean(head_fp[head_fp.layer == i].value.tolist()) for i in attention_layers]),
-        "f_attn_uniform": f_attn_uniform,
-        "sink_rate": (sum(v > SINK_EPSILON for v in cells) / len(cells)) if cells else None,
-        "sink_epsilon": SINK_EPSILON,
-        "m_act": _mean(resid),
-        "loss": loss,
-        "perplexity": math.exp(loss) if loss is not None and math.isfinite(loss) and loss < 700 else None,
-        "tokens": tokens,
-        "sequences": sequences,
-        "layers": layers,
-    }

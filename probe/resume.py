@@ -9,28 +9,27 @@ batch, so a resumed run adds the same numbers in the same order as an uninterrup
 gives identical tables. Each file is written to a temporary and renamed into place, so an
 interruption while saving leaves the previous state whole.
 
-While a run uses `RUN.partial/` it holds an exclusive lock on `RUN.partial/lock` (released by
-the operating system when the process ends, however it ends): a second run on the same --out,
-with --force or --resume or neither, is refused while the first one runs.
+While a run uses `RUN.partial/` it holds an exclusive lock on `RUN.partial/lock`
+(partial_lock.py): a second run on the same --out is refused while the first one runs.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import time
 import warnings
 from pathlib import Path
 
 import torch
 
-from .atomic import describe_os_error, shared_mode, write_text, write_torch
-from .errors import ProbeError
+from .atomic import describe_os_error, write_text, write_torch
+from .errors import ProbeError, flag, on_command_line
+from .partial_lock import LOCK, PROGRESS, another_folder, claim, holds_state, refuse_waiting_run, release  # noqa: F401  (the CLI's)
+from .reducers import flatten
 
-LOCK = "lock"
-PROGRESS = "progress.json"
-START_AGAIN = "pass --force to start again"
+def start_again() -> str:
+    """How to throw the saved state away, in the user's terms."""
+    return "pass --force to start again" if on_command_line() else f"delete the {flag('partial')} folder to start again"
 
 
 def partial_dir(out: Path) -> Path:
@@ -98,144 +97,10 @@ def _as_json(value):
     return json.loads(json.dumps(value, default=str))
 
 
-# -- one run per partial folder ------------------------------------------------------------------
-
-_held: dict[str, list] = {}        # resolved folder -> [open lock file descriptor, claims]
-
-
-def claim(folder: Path, *, clear: bool = False) -> None:
-    """Take the lock on `folder` (made if absent) for this process; re-entrant.
-
-    clear (--force): remove whatever an earlier, finished or dead, run left in it. Raises
-    ProbeError when another process holds the lock."""
-    folder = Path(folder)
-    key = str(folder.resolve())
-    if key not in _held:
-        _held[key] = [_lock(folder), 0]
-    _held[key][1] += 1
-    if clear:
-        _clear(folder)
-
-
-def release(folder: Path, *, discard: bool = False) -> None:
-    """Undo one claim. discard: the run is complete, remove what it saved now. The last claim
-    closes the lock, after removing the folder if it holds nothing worth resuming."""
-    folder = Path(folder)
-    key = str(folder.resolve())
-    if key not in _held:
-        return
-    if discard:
-        _clear(folder)
-    _held[key][1] -= 1
-    if _held[key][1] > 0:
-        return
-    fd, _ = _held.pop(key)
-    if not holds_state(folder):
-        shutil.rmtree(folder, ignore_errors=True)
-    os.close(fd)
-
-
-def refuse_waiting_run(folder: Path, resume: bool) -> None:
-    """A run that is not --resume must not start over state an interrupted one saved."""
-    if not resume and holds_state(folder):
-        raise ProbeError(f"an interrupted run is waiting in {folder}; pass --resume to continue it "
-                         "or --force to start again")
-
-
-def _clear(folder: Path) -> None:
-    """Everything in a folder we hold the lock of, but the lock."""
-    for entry in folder.iterdir():
-        if entry.name != LOCK:
-            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
-
-
-def holds_state(folder: Path) -> bool:
-    """Whether a run saved anything worth resuming in `folder`."""
-    return Path(folder).is_dir() and any(p.name == PROGRESS or p.name.startswith("state-rank")
-                                         for p in Path(folder).iterdir())
-
-
-def _lock(folder: Path) -> int:
-    import fcntl
-    import tempfile
-
-    for _ in range(5):
-        if folder.exists() and not folder.is_dir():
-            raise ProbeError(f"{folder} is a file, not a partial run folder; remove it or choose "
-                             "another --out")
-        if folder.is_dir():
-            fd = _open_lock(folder / LOCK)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise ProbeError(f"another probe run{_owner(folder)} is writing {folder}; wait for it "
-                                 "to finish or choose another --out") from None
-            try:
-                same = os.stat(folder / LOCK).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:                  # its owner finished and removed it meanwhile: again
-                os.close(fd)
-                continue
-            _write_pid(fd)
-            return fd
-        # A new folder appears with its lock already held: made privately, then renamed.
-        try:
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-        except OSError as err:
-            raise ProbeError(f"cannot write {folder} ({describe_os_error(err)}); "
-                             "choose another --out") from None
-        shared_mode(tmp, folder=True)
-        fd = _open_lock(tmp / LOCK)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        _write_pid(fd)
-        try:
-            os.rename(tmp, folder)
-        except OSError:                   # another run made it first: look again
-            os.close(fd)
-            shutil.rmtree(tmp, ignore_errors=True)
-            continue
-        return fd
-    raise ProbeError(f"could not take the lock on {folder}; another probe run keeps replacing it")
-
-
-def _open_lock(path: Path) -> int:
-    try:
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as err:
-        raise ProbeError(f"cannot write {path} ({describe_os_error(err)}); "
-                         "choose another --out") from None
-
-
-def _write_pid(fd: int) -> None:
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-
-
-def _owner(folder: Path) -> str:
-    try:
-        pid = int((folder / LOCK).read_text().strip())
-    except (OSError, ValueError):
-        return ""
-    return f" (process {pid})"
-
-
 # -- reducer state -------------------------------------------------------------------------------
 
-def _walk(reducer, out: list) -> list:
-    out.append(reducer)
-    for child in reducer.children().values():
-        _walk(child, out)
-    return out
-
-
 def _all_reducers(cap) -> list:
-    found = []
-    for r in cap.reducers():
-        _walk(r, found)
-    return found
+    return flatten(cap.reducers())
 
 
 def snapshot(cap) -> list[dict]:
@@ -247,7 +112,7 @@ def snapshot(cap) -> list[dict]:
 def restore(cap, state: list[dict], where: Path | str = "the saved partial state") -> None:
     """Load saved state into cap's reducers, after checking that every tensor fits."""
     reducers = _all_reducers(cap)
-    misfit = f"{where} does not fit this model; {START_AGAIN}"
+    misfit = f"{where} does not fit this model; {start_again()}"
     if not isinstance(state, list) or len(reducers) != len(state):
         raise ProbeError(misfit)
     for r, saved in zip(reducers, state):
@@ -346,24 +211,24 @@ class PassCheckpoint:
                 warnings.simplefilter("ignore")
                 state = torch.load(self.state_file, weights_only=True)
         except Exception as err:        # truncated, garbage, or not a state file at all
-            raise ProbeError(f"{self.state_file} is damaged ({_short(err)}); {START_AGAIN}") from None
+            raise ProbeError(f"{self.state_file} is damaged ({_short(err)}); {start_again()}") from None
         if progress.get("fingerprint") != self.fingerprint:
             raise ProbeError(f"{self.folder} was made with another model, weights, data or options; "
-                             f"rerun the same command with --resume, or {START_AGAIN}")
+                             f"rerun the same command with {flag('resume', True)}, or {start_again()}")
         if not isinstance(state, dict) or state.get("fingerprint") != self.fingerprint:
             raise ProbeError(f"{self.state_file} was not saved by this run (another model, weights, "
-                             f"data or options); {START_AGAIN}")
+                             f"data or options); {start_again()}")
         done, total, listed = state.get("batches_done"), self.total_batches, progress.get("batches_done")
         if type(done) is not int or not 0 <= done <= total:
             raise ProbeError(f"{self.state_file} says {done!r} batches are done but this data makes "
-                             f"{total}; the saved state is damaged: {START_AGAIN}")
+                             f"{total}; the saved state is damaged: {start_again()}")
         # progress.json is written after the state, so it never lists more batches than it.
         if self.rank == 0 and (type(listed) is not int or not 0 <= listed <= done):
             raise ProbeError(f"{self.folder / PROGRESS} says {listed!r} batches are done but the "
-                             f"saved state holds {done}; the folder was edited: {START_AGAIN}")
+                             f"saved state holds {done}; the folder was edited: {start_again()}")
         if state.get("digest") != state_digest(done, state.get("reducers")):
             raise ProbeError(f"{self.state_file} does not match its own checksum: it was edited or is "
-                             f"damaged; {START_AGAIN}")
+                             f"damaged; {start_again()}")
         restore(cap, state.get("reducers"), self.state_file)
         return done
 
@@ -385,7 +250,7 @@ class PassCheckpoint:
             write()
         except OSError as err:
             raise ProbeError(f"could not save the analysis state in {path} ({describe_os_error(err)}); "
-                             "free space or choose another --out") from None
+                             f"free space or choose {another_folder()}") from None
 
     def finish(self) -> None:
         if self.rank == 0 and self._claimed:
@@ -399,10 +264,10 @@ def _read_progress(path: Path) -> dict:
     try:
         progress = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ProbeError(f"{path} is damaged ({_short(err)}); {START_AGAIN}") from None
+        raise ProbeError(f"{path} is damaged ({_short(err)}); {start_again()}") from None
     if not isinstance(progress, dict):
         raise ProbeError(f"{path} holds a JSON {type(progress).__name__}, not the object a run "
-                         f"saves; {START_AGAIN}")
+                         f"saves; {start_again()}")
     return progress
 
 

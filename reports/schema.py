@@ -1,45 +1,20 @@
-"""Names and column types of the run directory (docs/run-directory.md), in one place.
+"""Names, column types and labels of the run directory (docs/run-directory.md) for reports/.
 
-Every other module refers to these constants instead of spelling file or column names, so a
-change of the format touches this file only.
+The tables and their columns come from the metrics that write them (probe.metrics.TABLES);
+this module adds what the reports show of them. Every other module of reports/ refers to
+these constants instead of spelling file or column names.
 """
 
 from __future__ import annotations
 
-# Column kinds: "str" columns are kept verbatim (a token may be "NA" or ""), "int" and "float"
-# are parsed with NaN for empty or "nan" cells.
-TABLES: dict[str, dict[str, str]] = {
-    "gates": {"model": "str", "layer": "int", "head": "int", "group": "str", "metric": "str",
-              "value": "float"},
-    "gate_hist": {"model": "str", "layer": "int", "head": "int", "bin_lo": "float",
-                  "bin_hi": "float", "count": "float"},
-    "first_token": {"model": "str", "layer": "int", "head": "int", "layer_type": "str",
-                    "metric": "str", "value": "float"},
-    "massive": {"model": "str", "layer": "int", "site": "str", "metric": "str", "value": "float"},
-    "massive_top": {"model": "str", "layer": "int", "site": "str", "rank": "int",
-                    "value": "float", "abs_value": "float", "sequence": "int", "position": "int",
-                    "dim": "int", "token_id": "int", "token": "str"},
-    "sparsity": {"model": "str", "layer": "int", "variant": "str", "threshold": "float",
-                 "value": "float"},
-    "attention_patterns": {"model": "str", "layer": "int", "query": "int", "key": "int",
-                           "value": "float"},
-    "training": {"model": "str", "step": "int", "tokens": "float", "lr": "float",
-                 "train_loss": "float", "eval_loss": "float", "grad_norm": "float",
-                 "spike": "bool"},
-    "gates_by_token_type": {"model": "str", "layer": "int", "head": "int", "token_type": "str",
-                            "metric": "str", "value": "float"},
-    "interventions": {"model": "str", "intervention": "str", "layer": "int", "loss": "float",
-                      "delta_loss": "float", "setting": "float", "zeroed": "float", "note": "str"},
-    "first_token_buckets": {"model": "str", "layer": "int", "head": "int", "bucket_lo": "float",
-                            "bucket_hi": "float", "value": "float", "n_queries": "float",
-                            "uniform": "float"},
-    # Written by examples/demo.py for trained checkpoints (probe.train.evaluate.inference_table).
-    "inference": {"model": "str", "metric": "str", "length": "int", "value": "float"},
-}
-
-# Columns added to a table after its first release: a run written before them lacks them, and
-# they read as empty ("" or NaN). Every other column of TABLES must be in the file.
-ADDED_COLUMNS: dict[str, tuple[str, ...]] = {"interventions": ("note",)}
+# Every table of the run directory, name -> column -> kind, as the metrics that write them
+# declare it (probe/metrics/): "str" columns are kept verbatim (a token may be "NA" or ""), "int"
+# and "float" are parsed with NaN for empty or "nan" cells. A run that lacks a column is refused.
+from probe.metrics import TABLES  # noqa: E402
+from probe.metrics.first_token import SINK_EPSILON  # noqa: E402,F401  (the reports' name for it)
+from probe.metrics.massive import SITES  # noqa: E402
+from probe.metrics.sparsity import HEADLINE_THRESHOLDS, VARIANTS  # noqa: E402
+from probe.token_types import BUILTIN as TOKEN_TYPES  # noqa: E402
 
 META_FILE = "meta.json"
 # meta.json's list of the tables written, {name: rows}: a deleted or cut-short CSV is found.
@@ -49,8 +24,7 @@ SUMMARY_FILE = "summary.json"
 ATTENTION = "attention"
 LINEAR_ATTENTION = "linear_attention"
 
-# M-Act sites in the order of the decoder layer's data flow (paper Figure 6).
-SITES = ("attn_out", "resid_mid", "mlp_out", "resid_post")
+# M-Act sites (SITES) in the order of the decoder layer's data flow (paper Figure 6).
 SITE_LABELS = {
     "attn_out": "attention output",
     "resid_mid": "residual after attention",
@@ -58,14 +32,12 @@ SITE_LABELS = {
     "resid_post": "layer output",
 }
 
-# Sparsity variants, from no gate to the dynamic gate (paper Figure 5).
-VARIANTS = ("ungated", "mean_gate", "gated")
+# Sparsity variants (VARIANTS), from no gate to the dynamic gate (paper Figure 5).
 VARIANT_LABELS = {
     "ungated": "ungated O",
     "mean_gate": "O × mean gate (uniform control)",
     "gated": "O ⊙ g (dynamic gate)",
 }
-HEADLINE_THRESHOLDS = (1e-2, 1e-3)
 
 # Gate saturation metrics of gates.csv, low end first.
 SATURATION_METRICS = ("frac_lt_0.01", "frac_lt_0.1", "frac_lt_0.5", "frac_gt_0.9",
@@ -78,9 +50,7 @@ SATURATION_LABELS = {
     "frac_gt_0.99": "> 0.99",
 }
 
-# Built-in token types of gates_by_token_type.csv, in display order; user groups follow them.
-TOKEN_TYPES = ("first", "special", "whitespace", "digits", "punctuation", "word_start",
-               "word_piece", "other")
+# Built-in token types of gates_by_token_type.csv (TOKEN_TYPES) in display order; user groups follow.
 
 # Interventions of interventions.csv, in display order (`none` is the reference loss).
 INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero", "massive_zero")

@@ -318,15 +318,8 @@ class _P0Recorder:
 
 def run_probe(model, ids, attention_mask=None, **kw):
     rec = _P0Recorder()
-    previous = model.config._attn_implementation
-    model.set_attn_implementation(attention.NAME)
-    attention.set_observer(rec)
-    try:
-        with torch.no_grad():
-            logits = model(input_ids=ids, attention_mask=attention_mask, **kw).logits
-    finally:
-        attention.set_observer(None)
-        model.set_attn_implementation(previous)
+    with attention.observing(model, rec), torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attention_mask, **kw).logits
     return logits, rec
 
 

@@ -228,7 +228,7 @@ def test_hooks_removed_on_exit_and_on_exception(loaded):
                 raise RuntimeError("boom")
     assert _hook_count(lm.model) == before
     assert lm.model.config._attn_implementation == impl
-    assert attention._observer is None
+    assert not attention.observed(lm.model)
 
 
 def test_loss_equals_model_loss(loaded):
@@ -374,3 +374,30 @@ def test_residual_after_attention_is_the_residual_stream(kind):
         assert stats.max_abs() == pytest.approx(float(stream.abs().max()), rel=1e-6), (kind, i)
         _, value, seq, pos, dim, _ = stats.top[0]
         assert value == pytest.approx(float(stream[seq, pos, dim]), rel=1e-6)
+
+
+def test_two_captures_on_two_models_each_see_their_own_attention(loaded):
+    """The attention back-end's observer is per model: two captures open at once (two models,
+    interleaved forward passes, closed out of order) count what one capture alone counts."""
+    a, b = loaded("qwen3"), loaded("official_headwise")
+    ids_a, ids_b = ids_for(a.model, seed=2), ids_for(b.model, T=24, seed=3)
+    alone = {"a": run_capture(a, ids_a)[0], "b": run_capture(b, ids_b)[0]}
+    cap_a, cap_b = Capture(a.model, a.layout), Capture(b.model, b.layout)
+    with torch.no_grad():
+        cap_a.__enter__()
+        cap_b.__enter__()
+        with pytest.raises(RuntimeError, match="already active on this model"):
+            Capture(a.model, a.layout).__enter__()
+        with cap_b.batch(ids_b):
+            b.model(input_ids=ids_b, use_cache=False)
+        with cap_a.batch(ids_a):
+            a.model(input_ids=ids_a, use_cache=False)
+        cap_a.__exit__(None, None, None)              # out of order: b is still observed
+        assert not attention.observed(a.model) and attention.observed(b.model)
+        cap_b.__exit__(None, None, None)
+    assert not attention.observed(b.model)
+    for cap, lone in ((cap_a, alone["a"]), (cap_b, alone["b"])):
+        for layer, stats in cap.first_token.items():
+            assert int(stats.n_all) == int(lone.first_token[layer].n_all) > 0
+            torch.testing.assert_close(stats.f_attn(), lone.first_token[layer].f_attn(), atol=0, rtol=0)
+            assert cap.sparsity[layer].ungated.total == lone.sparsity[layer].ungated.total

@@ -21,7 +21,7 @@ def test_checks_pass_on_every_gated_layout(kind, loaded):
     before = (hook_count(lm.model), lm.model.config._attn_implementation)
     report = run_checks(lm)
     assert (hook_count(lm.model), lm.model.config._attn_implementation) == before
-    assert attention._observer is None
+    assert not attention.observed(lm.model)
     frame = report.frame
     assert report.passed, frame[~frame.passed].to_string()
     layers = lm.layout.attention_layers
@@ -58,7 +58,7 @@ def test_a_wrongly_declared_layout_fails_loudly(kind, declared, fits, checkpoint
     assert err.startswith("probe: check failed: ") and "\n" not in err
     assert f"the recorded tensors fit --gate {fits}" in err
     assert "FAIL" in captured.out
-    assert hook_count(model) == before and attention._observer is None
+    assert hook_count(model) == before and not attention.observed(model)
 
 
 def test_wrong_layout_numbers_are_large(checkpoint):
@@ -97,7 +97,7 @@ def test_hooks_are_removed_when_a_pass_fails(loaded, monkeypatch):
         run_checks(lm)
     assert calls["n"] == 2
     assert hook_count(lm.model) == before
-    assert attention._observer is None and lm.model.config._attn_implementation == "sdpa"
+    assert not attention.observed(lm.model) and lm.model.config._attn_implementation == "sdpa"
 
 
 def test_nan_weights_are_named_not_blamed_on_the_gate_layout(checkpoint, tmp_path, capsys):

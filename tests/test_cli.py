@@ -202,3 +202,21 @@ def test_resume_with_nothing_saved_says_it_starts_over(checkpoint, text_file, tm
                  "--max-sequences", "1", "--quiet", "--out", str(out), "--resume"]) == 0
     assert f"no saved state in {out}.partial/; --resume starts from the beginning" in capsys.readouterr().err
     assert (out / "summary.json").exists()
+
+
+def test_main_leaves_no_process_wide_setting_behind(checkpoint, text_file, tmp_path, capsys, monkeypatch):
+    """The warning format, the warning filters, transformers' verbosity and its environment
+    variable are probe's only while a command runs (main may run in a notebook or a test)."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    monkeypatch.delenv("TRANSFORMERS_VERBOSITY", raising=False)
+    hf_logging.set_verbosity_warning()
+    before = (warnings.formatwarning, list(warnings.filters), hf_logging.get_verbosity())
+    assert main(["analyze", str(checkpoint("official_headwise")), "--data", str(text_file),
+                 "--seq-len", "16", "--max-sequences", "1", "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    assert main(["analyze", str(tmp_path / "missing")]) == 2
+    capsys.readouterr()
+    assert (warnings.formatwarning, list(warnings.filters), hf_logging.get_verbosity()) == before
+    assert "TRANSFORMERS_VERBOSITY" not in os.environ

@@ -17,7 +17,8 @@ import torch
 import tiny
 from probe.cli import main
 from probe.data import build_dataset
-from probe.reducers import GateStats, MaxAbsStats
+from probe.metrics.gates import GateStats
+from probe.metrics.massive import MaxAbsStats
 
 TABLES = ("gates", "gate_hist", "first_token", "first_token_buckets", "massive", "massive_top",
           "sparsity", "attention_patterns")

@@ -40,7 +40,7 @@ def frame(official, dataset):
     before = hook_count(official.model)
     out = interventions.run(official, dataset, batch_size=2)
     assert hook_count(official.model) == before
-    assert attention._observer is None and official.model.config._attn_implementation == "sdpa"
+    assert not attention.observed(official.model) and official.model.config._attn_implementation == "sdpa"
     return out
 
 
@@ -234,4 +234,4 @@ def test_hooks_are_removed_when_an_intervention_pass_fails(official, dataset, mo
         interventions.run(official, dataset, batch_size=2)
     assert calls["n"] == 4
     assert hook_count(official.model) == before
-    assert attention._observer is None and official.model.config._attn_implementation == "sdpa"
+    assert not attention.observed(official.model) and official.model.config._attn_implementation == "sdpa"

@@ -46,8 +46,9 @@ def test_interrupted_run_resumes_to_identical_tables(checkpoint, text_file, tmp_
     assert not out.exists() and (partial / "README.txt").exists()
     assert json.loads((partial / "progress.json").read_text())["batches_done"] == 2
 
-    with pytest.raises(ProbeError, match="--resume"):          # a plain rerun does not clobber it
+    with pytest.raises(ProbeError, match="resume=True") as err:   # a plain rerun does not clobber it
         probe.analyze(ckpt, text_file, seq_len=32, batch_size=4, progress=False, partial=partial)
+    assert "--" not in str(err.value)                               # named as in Python, not as flags
     assert main(["analyze", ckpt, "--out", str(out), *common, "--resume"]) == 0
     assert not partial.exists()
     whole, resumed = _tables(tmp_path / "whole"), _tables(out)

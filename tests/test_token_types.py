@@ -9,7 +9,8 @@ import torch
 
 import probe
 from samples import TEXT
-from probe.token_types import BUILTIN, TokenGroups, TokenGroupGateStats, classify
+from probe.metrics.token_types import TokenGroupGateStats
+from probe.token_types import BUILTIN, TokenGroups, classify
 from reference import recorded
 
 
@@ -82,7 +83,7 @@ def test_by_type_means_match_a_direct_computation(kind, loaded):
         return out
 
     direct = direct_type_means(lm, ids, groups_of)
-    frame = probe.token_types.gate_frame(cap, "m")
+    frame = cap.tables("m")["gates_by_token_type"]
     assert list(frame.columns) == ["model", "layer", "head", "token_type", "metric", "value"]
     table = {(int(r.layer), str(r.token_type), int(r.head), str(r.metric)): r.value for r in frame.itertuples()}
     for (layer, group, head), (n, mean) in direct.items():

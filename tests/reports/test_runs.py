@@ -141,9 +141,11 @@ def test_clear_errors_for_what_is_not_a_run(tmp_path):
 
 
 def test_importing_reports_loads_no_model_library():
+    """reports reads the run-directory schema from probe.metrics (torch, for their reducers),
+    but nothing that loads or hooks a model."""
     code = ("import sys, reports, reports.html, reports.pdf; "
-            "print(sorted(m for m in ('torch', 'transformers', 'transformer_lens', 'probe') "
-            "if m in sys.modules))")
+            "print(sorted(m for m in ('transformers', 'transformer_lens', 'probe.load', 'probe.capture', "
+            "'probe.attention', 'probe.analyze', 'probe.bridge') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True, cwd=Path(reports.__file__).parents[1])
     assert result.stdout.strip() == "[]"
@@ -225,16 +227,25 @@ def test_an_in_memory_table_without_a_column_is_refused(run_dirs):
         reports.load_runs(analysis)
 
 
-def test_a_column_added_after_a_run_was_written_reads_as_empty(run_dirs, tmp_path, monkeypatch):
-    """Runs written before a column joined the schema (schema.ADDED_COLUMNS) still load; any other
-    missing column is refused (test_a_damaged_run_directory_is_refused_naming_the_file)."""
-    import reports.runs
+def test_a_run_without_a_column_of_the_schema_is_refused_naming_file_and_column(run_dirs, tmp_path):
+    """No column is filled in with NaN or "": a run that lacks one (an older run, an edited
+    file) is refused in one line naming the file and the column."""
     import shutil
 
     run = tmp_path / "baseline"
     shutil.copytree(run_dirs["baseline"], run)
-    monkeypatch.setitem(reports.runs.TABLES, "interventions", {**TABLES["interventions"], "remark": "str"})
-    monkeypatch.setitem(reports.runs.ADDED_COLUMNS, "interventions",
-                        (*reports.runs.ADDED_COLUMNS.get("interventions", ()), "remark"))
-    frame = reports.load_runs(run).interventions
-    assert len(frame) and (frame["remark"] == "").all()
+    file = run / "interventions.csv"
+    frame = pd.read_csv(file, dtype=str, keep_default_na=False).drop(columns="note")
+    file.write_text(frame.to_csv(index=False))
+    with pytest.raises(ValueError) as err:
+        reports.load_runs(run)
+    message = str(err.value)
+    assert str(file) in message and "lacks the column note" in message and "\n" not in message
+
+
+def test_the_schema_is_the_metrics():
+    import probe.metrics
+
+    assert TABLES is probe.metrics.TABLES
+    for metric in probe.metrics.METRICS:
+        assert set(metric.TABLES) <= set(TABLES)

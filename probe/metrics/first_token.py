@@ -1,0 +1,183 @@
+"""First-token attention (F-Attn): per attention layer and head, the attention probability on
+key 0, mean over query positions t >= 1 (first_token.csv, with the paper's t >= 0 variant), by
+query position in powers of two (first_token_buckets.csv), and summary.json's F-Attn, its
+uniform reference and the sink rate.
+
+Reads attn.hook_first_key: P[t, 0] (B, H, T), which the Hugging Face source computes from the
+attention kernel's log-sum-exp and the TransformerLens source reads from hook_pattern.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import pandas as pd
+import torch
+
+from ..events import FIRST_KEY
+from ..reducers import F64, I64, Reducer
+from .base import Metric, mean
+
+SINK_EPSILON = 0.3      # F-Attn above which a head counts as a sink (summary.json sink_rate)
+
+
+class FirstTokenStats(Reducer):
+    """Attention probability on key 0 for one attention layer, per head.
+
+    `rest` pools queries t >= 1 (the default F-Attn), `all` includes t = 0 (paper style),
+    `uniform` sums 1/(t+1) over the same queries as `rest` (what uniform attention would
+    give), and buckets split `rest` by query position.
+    """
+
+    # Query positions in powers of two, [1, 2), [2, 4), ..., [2^19, 2^20), [2^20, inf): log-spaced
+    # at any sequence length, so 128 tokens get 7 buckets and 1M tokens 20; only buckets that
+    # hold queries are written.
+    BUCKETS = tuple(2 ** k for k in range(21))
+    summed = ("sum_rest", "n_rest", "sum_all", "n_all", "uniform", "bucket_sum", "bucket_n",
+              "bucket_uniform", "nonfinite")
+
+    def __init__(self, heads: int, device="cpu"):
+        nb = len(self.BUCKETS)
+        self.sum_rest = torch.zeros(heads, dtype=F64, device=device)
+        self.sum_all = torch.zeros(heads, dtype=F64, device=device)
+        self.n_rest = torch.zeros((), dtype=I64, device=device)
+        self.n_all = torch.zeros((), dtype=I64, device=device)
+        self.uniform = torch.zeros((), dtype=F64, device=device)
+        self.bucket_sum = torch.zeros(nb, heads, dtype=F64, device=device)
+        self.bucket_n = torch.zeros(nb, dtype=I64, device=device)
+        self.bucket_uniform = torch.zeros(nb, dtype=F64, device=device)
+        self.nonfinite = torch.zeros((), dtype=I64, device=device)
+
+    def update(self, p0: torch.Tensor, valid: torch.Tensor | None, uniform: torch.Tensor | None = None,
+               finite: torch.Tensor | None = None) -> None:
+        """p0: (B, H, T) probability on key 0 per query; valid: (B, T) bool or None (all);
+        uniform: (B|1, T) what uniform attention over each query's visible keys puts on key 0,
+        None for plain causal attention (1 / (t + 1)); a sliding window gives 0 past the window;
+        finite: (B, T) bool or None (all), queries whose attention output row is finite.
+
+        A query whose probability is not finite in some head (a NaN in the model), or whose
+        output row is not (`finite`: the CPU kernel can return NaN rows next to a finite lse
+        once an activation is inf), is left out in every head and counted in `nonfinite`.
+        """
+        B, H, T = p0.shape
+        pos = torch.arange(T, device=p0.device)
+        w = torch.ones(B, T, dtype=F64, device=p0.device) if valid is None else valid.double()
+        if finite is not None or (p0.numel() and not bool(torch.isfinite(p0.amax()))):
+            finite = torch.isfinite(p0).all(1) & (True if finite is None else finite.to(p0.device))  # (B, T)
+            self.nonfinite += ((~finite) & (w > 0)).sum()
+            w = w * finite
+            p0 = p0.masked_fill(~finite[:, None, :], 0.0)
+        weighted = p0.double() * w[:, None, :]                          # (B, H, T)
+        self.sum_all += weighted.sum((0, 2))
+        self.n_all += w.sum().long()
+        rest = weighted[:, :, 1:]
+        self.sum_rest += rest.sum((0, 2))
+        self.n_rest += w[:, 1:].sum().long()
+        if uniform is None:
+            uniform = w[:, 1:].sum(0) / (pos[1:] + 1).double()            # (T-1,)
+        else:
+            uniform = (w[:, 1:] * uniform[:, 1:].double()).sum(0)         # (T-1,)
+        self.uniform += uniform.sum()
+        bucket = torch.bucketize(pos[1:], torch.tensor(self.BUCKETS, device=p0.device), right=True) - 1
+        self.bucket_sum.index_add_(0, bucket, rest.sum(0).transpose(0, 1))    # (T-1, H) by bucket
+        self.bucket_n.index_add_(0, bucket, w[:, 1:].sum(0).long())
+        self.bucket_uniform.index_add_(0, bucket, uniform)
+
+    def f_attn(self) -> torch.Tensor:
+        return self.sum_rest / self.n_rest.clamp_min(1) if self.n_rest > 0 else self.sum_rest * math.nan
+
+    def f_attn_paper(self) -> torch.Tensor:
+        return self.sum_all / self.n_all.clamp_min(1) if self.n_all > 0 else self.sum_all * math.nan
+
+    def uniform_reference(self) -> float:
+        return float(self.uniform / self.n_rest) if self.n_rest > 0 else math.nan
+
+    def bucket_rows(self) -> list[dict]:
+        """F-Attn by query position: one row per non-empty bucket [bucket_lo, bucket_hi) and
+        head, with the queries it pools and what uniform attention would give on them."""
+        out = []
+        edges = (*self.BUCKETS, math.inf)
+        for b in range(len(self.BUCKETS)):
+            n = int(self.bucket_n[b])
+            if n == 0:
+                continue
+            uniform = float(self.bucket_uniform[b]) / n
+            for head, s in enumerate(self.bucket_sum[b].tolist()):
+                out.append({"head": head, "bucket_lo": edges[b], "bucket_hi": edges[b + 1],
+                            "value": s / n, "n_queries": n, "uniform": uniform})
+        return out
+
+
+class FirstToken(Metric):
+    name = "first_token"
+    TABLES = {
+        "first_token": {"model": "str", "layer": "int", "head": "int", "layer_type": "str",
+                        "metric": "str", "value": "float"},
+        "first_token_buckets": {"model": "str", "layer": "int", "head": "int", "bucket_lo": "float",
+                                "bucket_hi": "float", "value": "float", "n_queries": "float",
+                                "uniform": "float"},
+    }
+    SUMMARY_KEYS = ("f_attn", "f_attn_paper", "f_attn_uniform", "sink_rate", "sink_epsilon")
+
+    def __init__(self, layout, **context):
+        super().__init__(layout)
+        self.stats = {i: FirstTokenStats(layout.num_heads) for i in layout.attention_layers}
+
+    def subscribe(self, on) -> None:
+        on(FIRST_KEY, self.update)
+
+    def update(self, layer, p0, b, uniform=None, finite=None) -> None:              # (B, H, T)
+        if layer in self.stats:
+            self.stats[layer].follow(p0.device).update(p0, None if b.all_valid else b.valid.to(p0.device),
+                                                       uniform, finite=finite)
+
+    def frames(self, done) -> dict:
+        first, buckets = [], []
+        for p in self.layout.layers:
+            stats = self.stats.get(p.index)
+            for head in range(self.layout.num_heads):
+                for metric in ("f_attn", "f_attn_paper", "n_queries"):
+                    if stats is None:
+                        value = math.nan
+                    else:
+                        value = {"f_attn": lambda: float(stats.f_attn()[head]),
+                                 "f_attn_paper": lambda: float(stats.f_attn_paper()[head]),
+                                 "n_queries": lambda: int(stats.n_rest)}[metric]()
+                    first.append({"model": done.name, "layer": p.index, "head": head,
+                                  "layer_type": p.layer_type, "metric": metric, "value": value})
+            if stats is not None:
+                buckets += [{"model": done.name, "layer": p.index, **row} for row in stats.bucket_rows()]
+        return {"first_token": pd.DataFrame(first), "first_token_buckets": pd.DataFrame(buckets)}
+
+    def summarise(self, a, layers, done) -> dict:
+        ft = a.first_token
+        attn = ft[ft.layer_type == "attention"] if len(ft) else ft
+        head_f = attn[attn.metric == "f_attn"] if len(attn) else attn
+        head_fp = attn[attn.metric == "f_attn_paper"] if len(attn) else attn
+        attention_layers = [e["layer"] for e in layers if e["layer_type"] == "attention"]
+        for entry in layers:
+            if entry["layer_type"] != "attention":
+                continue
+            hf = head_f[head_f.layer == entry["layer"]].set_index("head").value
+            entry["f_attn"] = mean(hf.tolist())
+            entry["heads"] = [{"head": int(h), "f_attn": hf.get(h), "mean_gate": None}
+                              for h in range(self.layout.num_heads)]
+        # The mean over attention layers, as the summary's F-Attn: windowed layers have their own.
+        references = [s.uniform_reference() for s in self.stats.values()]
+        cells = head_f.value.tolist() if len(head_f) else []
+        return {
+            "f_attn": mean([layers[i]["f_attn"] for i in attention_layers]),
+            "f_attn_paper": mean([mean(head_fp[head_fp.layer == i].value.tolist()) for i in attention_layers]),
+            "f_attn_uniform": sum(references) / len(references) if references else None,
+            "sink_rate": (sum(v > SINK_EPSILON for v in cells) / len(cells)) if cells else None,
+            "sink_epsilon": SINK_EPSILON,
+        }
+
+    def meta(self, done) -> dict:
+        # Queries left out of F-Attn because their attention output row (or P[t, 0]) was not finite.
+        dropped = {str(l): int(r.nonfinite) for l, r in self.stats.items() if int(r.nonfinite)}
+        if dropped:
+            warnings.warn(f"F-Attn left out {sum(dropped.values())} queries whose attention output was not "
+                          f"finite (by layer: {', '.join(f'{l}: {n}' for l, n in dropped.items())}); "
+                          "meta.json f_attn_dropped_queries")
+        return {"f_attn_dropped_queries": dropped, "sink_epsilon": SINK_EPSILON}

@@ -1,0 +1,166 @@
+"""Massive activations (M-Act): per layer and site the largest |h|, its median and the top-3
+with where they sit (massive.csv, massive_top.csv), and summary.json's m_act (the mean over
+layers of the largest |layer output|).
+
+Reads the four site events hook_attn_out, hook_resid_mid, hook_mlp_out, hook_resid_post:
+(B, T, C) activations.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import torch
+
+from ..events import SITE_EVENTS, SITES
+from ..reducers import I64, LogHistogram, Reducer
+from .base import Metric, mean
+
+SITE_ORDER = {s: i for i, s in enumerate(SITES)}
+
+
+class MaxAbsStats(Reducer):
+    """|h| of one site of one layer: max, top-k with where they sit, median, non-finite count."""
+
+    summed = ("count", "nonfinite")
+    gathered = ("top",)
+
+    def __init__(self, k: int = 3, device="cpu"):
+        self.k = k
+        self.count = torch.zeros((), dtype=I64, device=device)
+        self.nonfinite = torch.zeros((), dtype=I64, device=device)
+        self.hist = LogHistogram(device)
+        self.top: list[tuple] = []   # (abs_value, value, sequence, position, dim, token_id)
+
+    def update(self, h: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor, tok: torch.Tensor) -> None:
+        """h: (N, C) valid rows; seq, pos, tok: (N,) where each row sits."""
+        if h.shape[0] == 0:
+            return
+        # Row maxima of |h| from the row max and min: no (N, C) float32 |h| copy is made unless
+        # the activations hold NaN or inf (which reach these maxima).
+        row_max = torch.maximum(h.amax(1), -h.amin(1)).float()       # (N,)
+        if bool(torch.isfinite(row_max).all()):
+            a = None
+            self.hist.update(h)                                       # sign bit ignored
+            self.count += h.numel()
+        else:
+            a = h.float().abs()                                      # (N, C)
+            finite = torch.isfinite(a)
+            self.nonfinite += (~finite).sum()
+            a = a.masked_fill(~finite, -1.0)                         # never selected, never counted
+            self.hist.update(h)                      # counts the non-finite apart, as self.nonfinite
+            self.count += finite.sum()
+            row_max = a.amax(1)
+        # The k largest elements lie in the k rows with the largest row maxima: O(N C) once,
+        # then a top-k over k rows instead of over all N C elements.
+        # One more than k, to see whether the k-th value is tied with the next one.
+        k = min(self.k + 1, h.shape[0])
+        rows = row_max.topk(k).indices                               # (k,)
+        cand = h[rows].float().abs() if a is None else a[rows]       # (k, C)
+        vals, flat = cand.reshape(-1).topk(min(self.k + 1, k * h.shape[1]))
+        rows, dims = rows[flat // h.shape[1]], flat % h.shape[1]
+        if len(vals) > self.k and vals[self.k] == vals[self.k - 1] and vals[self.k - 1] >= 0:
+            a = h.float().abs() if a is None else a
+            rows, dims, vals = self._ties(a, float(vals[self.k - 1]), seq, pos)
+        else:
+            rows, dims, vals = rows[: self.k], dims[: self.k], vals[: self.k]
+        signed = h[rows, dims].float()
+        new = [(v, s, int(seq[r]), int(pos[r]), int(d), int(tok[r]))
+               for v, s, r, d in zip(vals.tolist(), signed.tolist(), rows.tolist(), dims.tolist()) if v >= 0]
+        self.top = self._best(self.top + new)
+
+    def _ties(self, a, kth: float, seq, pos):
+        """Top k when the k-th value is tied: the tied elements that come first by where they sit
+        (sequence, position, dim), as `_best` orders them, so batching never changes the answer."""
+        above = (a > kth).nonzero()                                  # fewer than k elements
+        tied = (a == kth).nonzero()                                  # (R, 2) rows, dims
+        order = torch.argsort(tied[:, 1], stable=True)                # lexicographic: dim, then
+        for key in (pos, seq):                                        # position, then sequence
+            order = order[torch.argsort(key.to(a.device)[tied[order, 0]], stable=True)]
+        chosen = torch.cat([above, tied[order[: self.k - len(above)]]])
+        rows, dims = chosen[:, 0], chosen[:, 1]
+        return rows, dims, a[rows, dims]
+
+    def _best(self, candidates: list[tuple]) -> list[tuple]:
+        # Largest first; ties broken by where they sit so that merge order never matters.
+        return sorted(candidates, key=lambda c: (-c[0], c[2], c[3], c[4]))[: self.k]
+
+    def merge(self, other: "MaxAbsStats") -> "MaxAbsStats":
+        super().merge(other)
+        self.hist.merge(other.hist)
+        self.top = self._best(self.top + other.top)
+        return self
+
+    def merge_gathered(self, name: str, values: list) -> None:
+        self.top = self._best([c for top in values for c in top])
+
+    def max_abs(self) -> float:
+        return self.top[0][0] if self.top else math.nan
+
+    def median_abs(self) -> float:
+        return self.hist.quantile(0.5)
+
+
+class Massive(Metric):
+    name = "massive"
+    TABLES = {
+        "massive": {"model": "str", "layer": "int", "site": "str", "metric": "str", "value": "float"},
+        "massive_top": {"model": "str", "layer": "int", "site": "str", "rank": "int",
+                        "value": "float", "abs_value": "float", "sequence": "int", "position": "int",
+                        "dim": "int", "token_id": "int", "token": "str"},
+    }
+    SUMMARY_KEYS = ("m_act",)
+
+    def __init__(self, layout, *, top_k: int = 3, **context):
+        super().__init__(layout)
+        self.stats = {(p.index, s): MaxAbsStats(top_k) for p in layout.layers for s in SITES}
+
+    def subscribe(self, on) -> None:
+        for site, event in SITE_EVENTS.items():
+            on(event, self._updater(site))
+
+    def _updater(self, site: str):
+        def update(layer, h, b) -> None:                                         # (B, T, C)
+            if h.dim() == 3:
+                self.stats[(layer, site)].follow(h.device).update(b.rows(h), *b.where(h.device))
+        return update
+
+    def frames(self, done) -> dict:
+        massive, top = [], []
+        for (layer, site), stats in self.stats.items():
+            if int(stats.count) == 0:
+                continue
+            for metric, value in (("max_abs", stats.max_abs()), ("median_abs", stats.median_abs()),
+                                  ("count", int(stats.count)), ("nonfinite", int(stats.nonfinite))):
+                massive.append({"model": done.name, "layer": layer, "site": site, "metric": metric,
+                                "value": value})
+            for rank, (absval, value, seq, pos, dim, tok) in enumerate(stats.top):
+                top.append({"model": done.name, "layer": layer, "site": site, "rank": rank + 1,
+                            "value": value, "abs_value": absval, "sequence": seq, "position": pos,
+                            "dim": dim, "token_id": tok, "token": token_text(done.tokenizer, tok)})
+        massive.sort(key=lambda r: (r["layer"], SITE_ORDER[r["site"]]))
+        top.sort(key=lambda r: (r["layer"], SITE_ORDER[r["site"]], r["rank"]))
+        return {"massive": pd.DataFrame(massive), "massive_top": pd.DataFrame(top)}
+
+    def summarise(self, a, layers, done) -> dict:
+        mx = a.massive[a.massive.metric == "max_abs"] if len(a.massive) else \
+            pd.DataFrame(columns=["layer", "site", "value"])    # no finite activation anywhere (NaN model)
+        for entry in layers:
+            for site, value in mx[mx.layer == entry["layer"]].set_index("site").value.items():
+                entry["m_act"][site] = value
+        return {"m_act": mean([entry["m_act"].get("resid_post") for entry in layers])}
+
+    def nonfinite(self) -> dict[str, int]:
+        return {f"{l}:{s}": int(r.nonfinite) for (l, s), r in self.stats.items() if int(r.nonfinite)}
+
+    def reducers(self) -> list:
+        return [self.stats[key] for key in sorted(self.stats)]
+
+
+def token_text(tokenizer, token_id: int) -> str:
+    if tokenizer is None:
+        return str(token_id)
+    try:
+        return tokenizer.decode([token_id])
+    except Exception:
+        return str(token_id)

@@ -1,0 +1,125 @@
+"""Sparsity of the attention output: the share of |x| below each threshold, ungated (the
+pre-gate output O), under the uniform mean-gate control (O x the layer's mean gate) and gated
+(what o_proj receives): sparsity.csv, and the shares at 1e-2 and 1e-3 in summary.json.
+
+Reads attn.hook_sdpa (O, (B, T, H, D)) and attn.hook_z (the o_proj input); the control's
+scale comes from the gates metric once the pass is over (control.py counts it exactly).
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from ..events import SDPA, Z
+from ..options import THRESHOLDS
+from ..reducers import LogHistogram, Reducer
+from .base import Metric
+
+HEADLINE_THRESHOLDS = (1e-2, 1e-3)      # repeated in summary.json
+VARIANTS = ("ungated", "mean_gate", "gated")
+VARIANT_ORDER = {v: i for i, v in enumerate(VARIANTS)}
+
+
+class SparsityStats(Reducer):
+    """|attention output| of one layer before and after the gate, as log histograms with
+    exact counts below each threshold (`cuts`).
+
+    The uniform-scaling control counts |O| * m < t, with m the layer's mean gate over the same
+    data, known only after the whole pass. Which values sit below t / m depends on m down to the
+    last bit (for any two float32 values a < b there are m and t with a < t / m <= b), so no
+    bounded one-pass state answers it exactly for every m. What is exact in one pass: bfloat16
+    outputs, which the ungated histogram holds value by value, and every share on a bin edge.
+    Otherwise the control is read from the ungated histogram at t / m, interpolated inside the
+    one bin (0.39-0.78% wide) that holds t / m, and marked so; `control.py` (exact_control=True) counts it
+    exactly in a second pass with m known, into `control`.
+    """
+
+    def __init__(self, device="cpu", thresholds=THRESHOLDS):
+        self.thresholds = tuple(float(t) for t in thresholds)
+        self.ungated = LogHistogram(device, cuts=self.thresholds)
+        self.gated = LogHistogram(device, cuts=self.thresholds)
+
+    def merge(self, other: "SparsityStats") -> "SparsityStats":
+        self.ungated.merge(other.ungated)
+        self.gated.merge(other.gated)
+        return self
+
+    def shares(self, mean_gate: float | None, control: LogHistogram | None = None
+               ) -> dict[str, dict[float, tuple[float, bool]]]:
+        """variant -> threshold -> (share below it, whether it is an exact count).
+
+        control: the second pass's histogram of |O| with scale mean_gate (control.py), if any."""
+        out = {"ungated": {t: self.ungated.share_below(t) for t in self.thresholds},
+               "gated": {t: self.gated.share_below(t) for t in self.thresholds}}
+        if control is not None:                 # counted at the cuts t / m, m its own scale
+            out["mean_gate"] = {t: control.share_below(t) for t in self.thresholds}
+        elif mean_gate is not None and mean_gate > 0:
+            out["mean_gate"] = {t: self.ungated.share_below(t, mean_gate) for t in self.thresholds}
+        return out
+
+    def fractions(self, mean_gate: float | None, control: LogHistogram | None = None
+                  ) -> dict[str, dict[float, float]]:
+        """variant -> threshold -> share below it (see `shares`)."""
+        return {v: {t: share for t, (share, _) in by_t.items()}
+                for v, by_t in self.shares(mean_gate, control).items()}
+
+
+class Sparsity(Metric):
+    name = "sparsity"
+    TABLES = {"sparsity": {"model": "str", "layer": "int", "variant": "str", "threshold": "float",
+                           "value": "float"}}
+
+    def __init__(self, layout, *, thresholds=None, **context):
+        super().__init__(layout)
+        thresholds = THRESHOLDS if thresholds is None else thresholds
+        self.stats = {i: SparsityStats(thresholds=thresholds) for i in layout.attention_layers}
+
+    def subscribe(self, on) -> None:
+        on(SDPA, self._updater("ungated"))
+        on(Z, self._updater("gated"))
+
+    def _updater(self, variant: str):
+        def update(layer, x, b) -> None:
+            if layer in self.stats:
+                # The histogram ignores layout, so without padding no row selection is needed.
+                x = x if b.all_valid else b.rows(x)
+                getattr(self.stats[layer].follow(x.device), variant).update(x)     # |x| from the bits
+        return update
+
+    def _shares(self, done):
+        """layer -> its mean gate (None without a gate), variant -> threshold -> (share, exact)."""
+        gates = done.metrics["gates"]
+        for layer, stats in self.stats.items():
+            mean_gate = gates.mean_of(layer)
+            yield layer, stats, mean_gate, stats.shares(mean_gate, (done.control or {}).get(layer))
+
+    def frames(self, done) -> dict:
+        rows = []
+        for layer, _, _, shares in self._shares(done):
+            for variant, by_t in shares.items():
+                rows += [{"model": done.name, "layer": layer, "variant": variant, "threshold": t, "value": v}
+                         for t, (v, _) in by_t.items()]
+        rows.sort(key=lambda r: (r["layer"], VARIANT_ORDER[r["variant"]], r["threshold"]))
+        return {"sparsity": pd.DataFrame(rows)}
+
+    def summarise(self, a, layers, done) -> dict:
+        for entry in layers:
+            if entry["layer_type"] != "attention":
+                continue
+            sp = a.sparsity[a.sparsity.layer == entry["layer"]] if len(a.sparsity) else a.sparsity
+            for variant, rows in sp.groupby("variant"):
+                entry["sparsity"][variant] = {f"{t:g}": float(rows[rows.threshold == t].value.iloc[0])
+                                              for t in HEADLINE_THRESHOLDS if (rows.threshold == t).any()}
+        return {}
+
+    def meta(self, done) -> dict:
+        """Per variant whether every share is an exact count, and the largest error the others
+        can have: the share of values inside the one histogram bin that was interpolated."""
+        exact: dict[str, bool] = {}
+        bound = 0.0
+        for _, stats, mean_gate, shares in self._shares(done):
+            for variant, by_t in shares.items():
+                exact[variant] = exact.get(variant, True) and all(e for _, e in by_t.values())
+                inexact = [t for t, (_, e) in by_t.items() if not e]     # only the one-pass control
+                bound = max([bound] + [stats.ungated.bin_share(t, mean_gate) for t in inexact])
+        return {"sparsity_exact": exact, "sparsity_error_bound": bound,
+                "sparsity_control": "second pass" if done.control is not None else "one pass"}

@@ -1,0 +1,227 @@
+"""What every analysis does whatever the model source: the pass over the batches, the tables,
+meta.json and summary.json.
+
+    analyze.py (Hugging Face: load, hooks)  \\
+                                             >  pipeline.run_pass -> pipeline.assemble -> Analysis
+    bridge.py (TransformerLens bridge)      /
+
+A source provides the events (probe/events.py) through a `Pass` (capture.Capture,
+bridge.BridgeCapture) and a `forward(ids) -> logits`; the metrics (probe/metrics/) do the rest.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import platform
+import sys
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from .data import Dataset, build_dataset
+from .errors import ProbeError
+from .load import DTYPES, LoadedModel
+from .metrics import SUMMARY_ORDER
+from .metrics.base import Done
+from .metrics.massive import token_text
+from .options import AnalysisOptions
+from .results import Analysis
+
+MEASURED_AS_IS = "a model object is measured as it is: convert or move it yourself, or pass its checkpoint path"
+
+
+# -- before the pass ----------------------------------------------------------------------------
+
+def check_model_as_is(model, *, dtype: str | None, device: str | None, device_map) -> None:
+    """One line when a dtype / device / device_map is asked of a model that is already built:
+    probe does not convert or move a user's model behind their back, and must not record a
+    dtype it did not measure in."""
+    params = next(model.parameters())
+    if device_map is not None:
+        raise ProbeError(f"device_map={device_map!r} places a model while loading it; {MEASURED_AS_IS}")
+    if dtype is not None:
+        if dtype not in DTYPES:
+            raise ProbeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+        if DTYPES[dtype] != params.dtype:
+            held = str(params.dtype).replace("torch.", "")
+            raise ProbeError(f"dtype={dtype!r} but the model holds {held} weights; {MEASURED_AS_IS} "
+                             f"(or pass dtype={held!r})")
+    if device is not None:
+        try:
+            asked = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise ProbeError(f"unknown device {device!r} ({err})") from None
+        where = params.device
+        if asked.type != where.type or (asked.index is not None and asked.index != (where.index or 0)):
+            raise ProbeError(f"device={device!r} but the model sits on {where}; {MEASURED_AS_IS} "
+                             f"(or pass device={str(where)!r})")
+
+
+def dataset_for(data, texts, tokenizer, config, o: AnalysisOptions) -> Dataset:
+    """The sequences the options ask for, their token ids checked against the vocabulary."""
+    dataset = build_dataset(data, tokenizer, seq_len=o.seq_len, bos=o.bos, per_document=o.per_document,
+                            max_sequences=o.max_sequences, on_long=o.on_long, text_field=o.text_field,
+                            max_positions=getattr(config, "max_position_embeddings", None)
+                            or getattr(config, "n_positions", None), texts=texts,
+                            max_length=o.max_length, stride=o.stride)
+    check_vocab(dataset, config)
+    return dataset
+
+
+def check_vocab(dataset: Dataset, config) -> None:
+    vocab = getattr(config, "vocab_size", None)
+    top = max(int(s.max()) for s in dataset.sequences)
+    if vocab is not None and top >= vocab:
+        raise ProbeError(f"token id {top} is outside the model's vocabulary of {vocab}; "
+                         "the data was tokenized for another model")
+
+
+def token_group_table(layout, tokenizer, config, dataset, token_groups):
+    """Token groups for gates_by_token_type, or None for an ungated model.
+
+    Only the ids present in the data are classified; the vocabulary size falls back to
+    the largest id seen when the config has none.
+    """
+    if not layout.gated:
+        return None
+    from .token_types import TokenGroups
+
+    present = torch.cat(dataset.sequences).unique()                                  # (U,)
+    vocab = getattr(config, "vocab_size", None) or int(present.max()) + 1
+    return TokenGroups.build(tokenizer, vocab, token_groups, ids=present.tolist())
+
+
+# -- the pass -------------------------------------------------------------------------------------
+
+def run_pass(cap, forward, dataset: Dataset, o: AnalysisOptions, *, dev, desc: str, rank: int = 0,
+             world: int = 1, saver=None) -> None:
+    """Every batch (this process's share under torchrun) through `forward(ids) -> logits`, with
+    `cap` (a Pass that is also the context manager of its hooks) receiving the events.
+    saver: resume.PassCheckpoint, or None; batches it has already counted are skipped."""
+    with torch.inference_mode(), cap, saver or contextlib.nullcontext():
+        done = saver.start(cap, o.resume) if saver else 0
+        bar = progress_bar(total=dataset.shard_tokens(o.batch_size, rank, world),
+                           disable=not o.progress or rank != 0, desc=desc)
+        for n, (ids, valid, seq_index) in enumerate(dataset.batches(o.batch_size, 0, rank=rank, world=world)):
+            if n < done:                           # counted before an interruption (--resume)
+                bar.update(int(valid.sum()))
+                continue
+            ids, valid = ids.to(dev), valid.to(dev)
+            with cap.batch(ids, valid, seq_index.to(dev)):
+                # No attention_mask: padding sits on the right, so under causal attention no real
+                # token sees it, and no T x T padding mask is ever built.
+                cap.observe_logits(forward(ids))
+            bar.update(int(valid.sum()))
+            if saver:
+                saver.after_batch(cap, n + 1)
+        bar.close()
+
+
+def progress_bar(**kwargs):
+    from tqdm.auto import tqdm
+
+    return tqdm(unit="tok", unit_scale=True, leave=False, **kwargs)
+
+
+# -- after the pass ------------------------------------------------------------------------------
+
+def assemble(cap, loaded: LoadedModel, dataset: Dataset, name: str, dev, o: AnalysisOptions, *,
+             patterns: pd.DataFrame, control=None, world: int = 1) -> Analysis:
+    """The Analysis of a finished pass (reducers on the CPU): every metric's tables, meta.json
+    (provenance, then each metric's keys) and summary.json."""
+    done = Done(name, loaded.tokenizer, cap.metrics, control)
+    frames = cap.tables(name, loaded.tokenizer, control)
+    analysis = Analysis(meta={"name": name}, summary={}, attention_patterns=patterns, **frames)
+    analysis.meta = build_meta(loaded, dataset, name, dev, o)
+    analysis.meta["display_tokens"] = [token_text(loaded.tokenizer, int(t))
+                                       for t in dataset.sequences[0][:o.display_len]]
+    analysis.meta["windows"] = dataset.windows
+    analysis.meta["processes"] = world
+    from .token_types import describe_groups
+
+    analysis.meta["token_groups"] = describe_groups(o.token_groups)
+    nonfinite = {}
+    for metric in (cap.metrics["massive"], cap.metrics["gates"], cap.metrics["loss"]):
+        nonfinite.update(metric.nonfinite())
+    analysis.meta["nonfinite_activations"] = nonfinite
+    if nonfinite:
+        warnings.warn(f"{sum(nonfinite.values())} NaN/Inf activation values were seen "
+                      f"(first at layer:site {next(iter(nonfinite))}); statistics use finite values only")
+    for metric in cap.metrics.values():
+        analysis.meta.update(metric.meta(done))
+    analysis.meta["layer_types"] = [p.layer_type for p in cap.layout.layers]
+    analysis.summary = build_summary(analysis, cap, done, dataset)
+    return analysis
+
+
+def build_summary(a: Analysis, cap, done: Done, dataset: Dataset) -> dict:
+    """summary.json: the run's shape, each metric's keys (metrics.SUMMARY_ORDER), the counts and
+    per-layer detail (README "What a run directory holds")."""
+    layout = cap.layout
+    layer_types = [p.layer_type for p in layout.layers]
+    layers = [{"layer": layer, "layer_type": kind, "f_attn": None, "mean_gate": None, "m_act": {},
+               "sparsity": {}, "heads": []} for layer, kind in enumerate(layer_types)]
+    summary = {"model": a.meta.get("name"), "gated": layout.gated, "gate_layout": layout.gate_layout,
+               "num_layers": len(layer_types), "num_heads": layout.num_heads,
+               "attention_layers": [i for i, t in enumerate(layer_types) if t == "attention"]}
+    # first_token writes each layer's heads before gates fills in their mean gate.
+    parts = {m.name: m.summarise(a, layers, done) for m in cap.metrics.values()}
+    for kind in SUMMARY_ORDER:
+        summary.update(parts[kind.name])
+    summary.update(tokens=dataset.tokens, sequences=len(dataset.sequences), layers=layers)
+    return summary
+
+
+def build_meta(loaded: LoadedModel, dataset: Dataset, name, dev, options: AnalysisOptions) -> dict:
+    import transformers
+
+    from . import __version__
+
+    model, layout = loaded.model, loaded.layout
+    archs = getattr(model.config, "architectures", None) or [type(model).__name__]
+    return {
+        "name": name,
+        "checkpoint": loaded.path,
+        "config_hash": loaded.config_hash,
+        "weights": loaded.weights,             # GGUF: file, quantisation, dequantised to what
+        "architecture": archs[0],
+        "model_class": type(model).__name__,
+        "model_type": layout.model_type,
+        "family": layout.family,
+        "layout_note": layout.note or None,    # an unregistered decoder analysed as ungated says so
+        "gate_layout": layout.gate_layout,
+        "gate": None if layout.gate is None else vars(layout.gate).copy(),
+        "num_layers": len(layout.layers),
+        "num_heads": layout.num_heads,
+        "num_kv_heads": layout.num_kv_heads,
+        "head_dim": layout.head_dim,
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        "device": str(dev),
+        "data": dataset.source,
+        "tokens": dataset.tokens,
+        "tokens_sha256": dataset.digest(),     # runs with equal digests saw the same token ids
+        "sequences": len(dataset.sequences),
+        # What was used: --max-length or the model's positions may lower --seq-len.
+        "longest_sequence": max((len(x) for x in dataset.sequences), default=0),
+        "bos_policy": dataset.bos_policy,
+        "bos_token_id": dataset.bos_token_id,
+        "position0": dataset.position0,
+        "data_notes": dataset.notes,
+        **options.meta_fields(),               # seq_len, thresholds, seed, command
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "versions": {"probe": __version__, "torch": torch.__version__,
+                     "transformers": transformers.__version__, "python": sys.version.split()[0],
+                     "platform": platform.platform()},
+    }
+
+
+def head_averaged_rows(name: str, layer: int, mean: torch.Tensor) -> list[dict]:
+    """attention_patterns.csv rows of one layer's (T, T) head-averaged attention (q >= k)."""
+    return [{"model": name, "layer": layer, "query": q, "key": k, "value": float(mean[q, k])}
+            for q in range(mean.shape[0]) for k in range(q + 1)]
+
+
+def checkpoint_of(path) -> Path | None:
+    return Path(str(path)) if path and (Path(str(path)) / "config.json").exists() else None
