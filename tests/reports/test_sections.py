@@ -60,15 +60,15 @@ def test_sink_rate_caption_quotes_each_runs_threshold(run_dirs):
 
 
 def test_the_report_layers_copies_of_probes_numbers_agree():
-    """reports imports nothing of probe (tests/reports/test_runs.py), so it holds the
+    """reports imports no model code of probe (tests/reports/test_runs.py), so it holds the
     massive-activation criterion and the default sink threshold itself: they must be probe's."""
     import probe.interventions
-    import probe.results
+    from probe.metrics import first_token
     from reports import sections, sections_loss
 
     assert sections_loss.MASSIVE_MIN_ABS == probe.interventions.MASSIVE_MIN_ABS
     assert sections_loss.MASSIVE_RATIO == probe.interventions.MASSIVE_RATIO
-    assert sections.DEFAULT_SINK_EPSILON == probe.results.SINK_EPSILON
+    assert sections.DEFAULT_SINK_EPSILON == first_token.SINK_EPSILON
 
 
 def test_caption_numbers_follow_the_constants(run_dirs, monkeypatch):
