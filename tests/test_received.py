@@ -30,7 +30,7 @@ def tensors(seed=0, plant=True):
         u = torch.randn(D, generator=g)
         u = u / u.norm()
         q = q + 3.0 * u
-        k[:, :, SINK] = 4.0 * u
+        k[:, :, SINK] = 5.0 * u
     return q, k, v
 
 
@@ -90,8 +90,25 @@ def padding_mask(lengths, T, window=None, additive=False):
     return mask, valid
 
 
+def context_prefix(n, T):
+    """No mask, and valid False on the first n positions: the context of a long document's
+    window (probe.data), keys every query sees but that are not counted."""
+    valid = torch.ones(B, T, dtype=torch.bool)
+    valid[:, :n] = False
+    return None, valid
+
+
+def finite_bias(T):
+    """An additive float mask with finite values besides -inf (ALiBi-like), as SDPA adds it."""
+    g = torch.Generator().manual_seed(8)
+    bias = 0.25 * torch.randn(B, 1, T, T, generator=g)
+    return bias.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), -math.inf), None
+
+
 CASES = {
     "causal": lambda: (None, None),
+    "context": lambda: context_prefix(4, T),
+    "bias": lambda: finite_bias(T),
     "window": lambda: (SlidingWindow(8), None),
     "padding": lambda: padding_mask([T, 23], T),
     "padding-additive": lambda: padding_mask([30, T], T, additive=True),
