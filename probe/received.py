@@ -29,9 +29,10 @@ from .attention import SlidingWindow, band_mask, cap_logits
 
 F64, I64 = torch.float64, torch.int64
 
-# Logits per block of received_attention (B * H * block * keys float32 elements, 32 MB): the
-# block of queries shrinks as B, H and S grow, so memory stays bounded at any length.
-BLOCK_ELEMENTS = 1 << 23
+# Logits per block of received_attention (B * H * block * keys float32 elements, 8 MB; the pass
+# peaks at about 2.5 times that): the block of queries shrinks as B, H and S grow, so memory
+# stays bounded at any length. Larger blocks were no faster (benchmarks/anatomy_kernel.py).
+BLOCK_ELEMENTS = 1 << 21
 
 
 @dataclass
@@ -130,7 +131,9 @@ def received_attention(query, key, lse, mask, scale, *, softcap: float | None = 
     are not valid get total 0 and count 0.
 
     Each block of queries costs one (B, H, block, n) logit tensor, n <= S the keys the block can
-    see; `block` defaults to what keeps it at BLOCK_ELEMENTS. Sums are accumulated in float64.
+    see; `block` defaults to what keeps it at BLOCK_ELEMENTS. A block's column sums are taken in
+    the work dtype (float32, over at most `block` queries: a float64 sum would cost a float64
+    copy of the block) and accumulated across blocks in float64.
     """
     B, H, T, Hkv, S = _check(query, key, lse, mask, valid)
     device = query.device
@@ -151,7 +154,7 @@ def received_attention(query, key, lse, mask, scale, *, softcap: float | None = 
             p.add_(bias)
         p.masked_fill_(~visible, -math.inf)
         p.sub_(lse[:, :, start:end, None]).exp_()                             # P[t, k]
-        total[:, :, lo:hi] += p.sum(2, dtype=F64)
+        total[:, :, lo:hi] += p.sum(2)
         seen = visible[:, 0] & counted[:, start:end, None]                    # (B, c, n)
         count[:, lo:hi] += seen.sum(1)
     if valid is not None:

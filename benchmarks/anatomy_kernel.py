@@ -1,0 +1,119 @@
+"""What the sink-anatomy pass costs next to the attention call itself, per layer.
+
+Random tensors shaped like one SmolLM2-135M layer (9 query heads, 3 KV heads, head_dim 64,
+batch 1), float32, one thread, each measurement in its own process (peak RSS added, best of
+--repeat):
+  sdpa      torch's scaled_dot_product_attention (causal), the plain forward's call;
+  kernel    the CPU flash kernel with log-sum-exp that the `probe` back-end calls instead;
+  received  probe.received.received_attention from that lse: one extra Q.K^T pass over query
+            blocks, never T x T (what every layer costs under anatomy);
+  sinks     the top key per head (top_keys), P on it for every query (key_probability) and the
+            value drains (value_drains): O(T D), small next to the rest.
+--window W adds the same on a sliding window of W keys (banded blocks).
+
+    python benchmarks/anatomy_kernel.py [--lengths 2048 8192] [--repeat 3] [--window 512]
+
+Prints one row per (T, method) and the ratios received / sdpa (time and peak memory).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).parent)]
+
+from common import child_args, run_child, timed  # noqa: E402
+
+SHAPE = dict(heads=9, kv_heads=3, head_dim=64)
+METHODS = ("sdpa", "kernel", "received", "sinks")
+
+
+def child(args: dict) -> dict:
+    import torch
+
+    from probe.attention import SlidingWindow
+    from probe.received import key_probability, received_attention, top_keys, value_drains
+
+    torch.set_num_threads(1)
+    T, method, window = args["T"], args["method"], args.get("window")
+    H, Hkv, D = SHAPE["heads"], SHAPE["kv_heads"], SHAPE["head_dim"]
+    scale = D ** -0.5
+    mask = SlidingWindow(window) if window else None
+
+    def make(t):
+        g = torch.Generator().manual_seed(0)
+        return (torch.randn(1, H, t, D, generator=g), torch.randn(1, Hkv, t, D, generator=g),
+                torch.randn(1, Hkv, t, D, generator=g))
+
+    def kernel(q, k, v):
+        from probe.attention import attention_with_lse
+        return attention_with_lse(q, k, v, mask, scale)
+
+    def sdpa(q, k, v):
+        if window:      # what transformers hands SDPA for a sliding-window layer: a (1, 1, T, T) mask
+            i = torch.arange(q.shape[2])
+            band = ((i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window))[None, None]
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=band, scale=scale,
+                                                                    enable_gqa=True)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale,
+                                                                enable_gqa=True)
+
+    def run(q, k, v, out, lse):
+        if method == "sdpa":
+            return sdpa(q, k, v)
+        if method == "kernel":
+            return kernel(q, k, v)
+        r = received_attention(q, k, lse, mask, scale, block=args.get("block"))
+        if method == "sinks":
+            keys = top_keys(r, 1, min_queries=16)
+            p = key_probability(q, k, lse, keys, mask, scale)
+            value_drains(v, out, p, keys)
+        return r
+
+    with torch.no_grad():
+        small = make(64)
+        run(*small, *kernel(*small))                 # warm-up: one-off allocations not counted
+        q, k, v = make(T)
+        out, lse = kernel(q, k, v) if method in ("received", "sinks") else (None, None)
+        seconds, peak = timed(lambda: run(q, k, v, out, lse), args["repeat"])
+    return {**args, "seconds": seconds, "peak_mb": peak}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--window", type=int, default=None, help="also time a sliding window of W keys")
+    parser.add_argument("--block", type=int, default=None, help="queries per block (default: bounded logits)")
+    args = parser.parse_args()
+    print(f"one layer shaped like SmolLM2-135M: {SHAPE['heads']} query / {SHAPE['kv_heads']} KV heads, "
+          f"head_dim {SHAPE['head_dim']}, batch 1, float32, one thread; best of {args.repeat}")
+    print(f"{'T':>6} {'window':>6} {'method':>9} {'seconds':>9} {'peak MB':>9}")
+    for window in (None, args.window) if args.window else (None,):
+        for T in args.lengths:
+            rows = {}
+            for method in METHODS:
+                spec = {"method": method, "T": T, "repeat": args.repeat, "window": window, "block": args.block}
+                rows[method] = run_child(__file__, spec, timeout=1800, memory_gb=16)
+                r = rows[method]
+                if "error" in r:
+                    print(f"{T:>6} {window or '-':>6} {method:>9} {r['error']}")
+                    continue
+                print(f"{T:>6} {window or '-':>6} {method:>9} {r['seconds']:>9.3f} {r['peak_mb']:>9.1f}")
+            if all("error" not in rows[m] for m in METHODS):
+                base = rows["sdpa"]
+                for m in ("kernel", "received", "sinks"):
+                    t = rows[m]["seconds"] / base["seconds"]
+                    mem = rows[m]["peak_mb"] / base["peak_mb"] if base["peak_mb"] > 0 else float("nan")
+                    print(f"{'':>6} {'':>6} {m + '/sdpa':>16}  time {t:.2f}x  peak memory {mem:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    spec = child_args()
+    if spec is not None:
+        print(json.dumps(child(spec)))
+        sys.exit(0)
+    sys.exit(main())
