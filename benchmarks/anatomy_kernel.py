@@ -7,8 +7,8 @@ batch 1), float32, one thread, each measurement in its own process (peak RSS add
   kernel    the CPU flash kernel with log-sum-exp that the `probe` back-end calls instead;
   received  probe.received.received_attention from that lse: one extra Q.K^T pass over query
             blocks, never T x T (what every layer costs under anatomy);
-  sinks     the top key per head (top_keys), P on it for every query (key_probability) and the
-            value drains (value_drains): O(T D), small next to the rest.
+  sinks     received, then the top key per head (top_keys), P on it for every query
+            (key_probability) and the value drains (value_drains): the extras are O(T D).
 --window W adds the same on a sliding window of W keys (banded blocks).
 
     python benchmarks/anatomy_kernel.py [--lengths 2048 8192] [--repeat 3] [--window 512]

@@ -251,28 +251,38 @@ class ValueDrains:
     projection_share: torch.Tensor
 
 
-def value_drains(value, out, probs, keys, *, valid: torch.Tensor | None = None) -> ValueDrains:
+def value_drains(value, out, probs, keys, *, valid: torch.Tensor | None = None,
+                 chunk: int = 1024) -> ValueDrains:
     """value (B, Hkv, S, D); out (B, H, T, D) the attention output o_t = sum_k P[t, k] v_k as the
     back-end returns it (pre-gate, after a gpt-oss sink); probs (B, H, T, K) from
     key_probability for the same keys; keys (K,), (B, K) or (B, H, K); valid (B, T) or None.
 
     ||c_t||^2 = sum_ij P_i P_j (v_i . v_j) through the K x K Gram matrix of the sink values and
-    c_t . o_t = sum_j P_j (v_j . o_t): O(T K D), no (B, H, T, D) copy of the contribution.
+    c_t . o_t = sum_j P_j (v_j . o_t): O(T K D), no (B, H, T, D) copy of the contribution. Dot
+    products in float32 (float64 for float64 inputs), over `chunk` queries at a time, so that
+    no float copy of the whole output is made; the shares come back in float64.
     """
     B, H, T, _ = out.shape
+    work = torch.float64 if out.dtype == torch.float64 else torch.float32
     keys = as_head_keys(keys, B, H).to(value.device)
-    vk = gather_keys(value, keys, H).double()                                 # (B, H, K, D)
-    norms = value.double().norm(dim=-1)                                       # (B, Hkv, S)
+    vk = gather_keys(value, keys, H).to(work)                                 # (B, H, K, D)
+    norms = torch.linalg.vector_norm(value, dim=-1, dtype=work)               # (B, Hkv, S)
     if valid is not None:
         norms = norms.masked_fill(~valid.to(value.device).bool()[:, None, :], math.nan)
     median = norms.nanmedian(dim=-1).values.repeat_interleave(H // value.shape[1], dim=1)  # (B, H)
-    ratio = vk.norm(dim=-1) / median[..., None]                               # (B, H, K)
-    p = probs.double()                                                        # (B, H, T, K)
-    o = out.double()
+    ratio = (vk.norm(dim=-1) / median[..., None]).double()                    # (B, H, K)
     gram = vk @ vk.transpose(-1, -2)                                          # (B, H, K, K)
-    c_sq = torch.einsum("bhti,bhij,bhtj->bht", p, gram, p).clamp_min(0)       # ||c_t||^2
-    c_dot_o = (p * torch.einsum("bhtd,bhkd->bhtk", o, vk)).sum(-1)            # (B, H, T)
-    o_sq = (o * o).sum(-1)                                                    # (B, H, T)
+    c_sq = torch.empty(B, H, T, dtype=work, device=out.device)                # ||c_t||^2
+    c_dot_o = torch.empty_like(c_sq)                                          # c_t . o_t
+    o_sq = torch.empty_like(c_sq)                                             # ||o_t||^2
+    for start in range(0, T, chunk):
+        end = min(start + chunk, T)
+        p = probs[:, :, start:end].to(work)                                   # (B, H, c, K)
+        o = out[:, :, start:end].to(work)                                     # (B, H, c, D)
+        c_sq[:, :, start:end] = ((p @ gram) * p).sum(-1)
+        c_dot_o[:, :, start:end] = (p * (o @ vk.transpose(-1, -2))).sum(-1)
+        o_sq[:, :, start:end] = (o * o).sum(-1)
+    c_sq, c_dot_o, o_sq = c_sq.double().clamp_min(0), c_dot_o.double(), o_sq.double()
     keep = o_sq > 0
     if valid is not None:
         keep = keep & valid.to(out.device).bool()[:, None, :]
