@@ -94,21 +94,44 @@ def visible_block(mask, start: int, end: int, lo: int, hi: int, device) -> tuple
     return bias > -math.inf, bias
 
 
-def block_logits(query, key, start: int, end: int, lo: int, hi: int, scale, softcap) -> torch.Tensor:
-    """scale * q . k, soft-capped, for queries [start, end) and keys [lo, hi): (B, H, c, n) float32
-    (float64 for float64 inputs). Grouped K/V are used as they are: the G query heads of one KV
-    head are stacked as rows of one matmul, so no (B, H, S, D) copy of the keys is made."""
+def block_logits(query, key, start: int, end: int, lo: int, hi: int, scale, softcap,
+                 lse: torch.Tensor | None = None) -> torch.Tensor:
+    """scale * q . k, soft-capped, minus lse (B, H, c) when given, for queries [start, end) and
+    keys [lo, hi): (B, H, c, n) float32 (float64 for float64 inputs). Grouped K/V are used as
+    they are: the G query heads of one KV head are stacked as rows of one matmul, so no
+    (B, H, S, D) copy of the keys is made. Without a cap, the scale and the lse go into the
+    matmul itself (baddbmm): two passes over the block fewer."""
     B, H, _, D = query.shape
     Hkv = key.shape[1]
     work = torch.float64 if query.dtype == torch.float64 else torch.float32
-    c = end - start
-    q = query[:, :, start:end].to(work).reshape(B, Hkv, (H // Hkv) * c, D)   # (B, Hkv, G c, D)
-    k = key[:, :, lo:hi].to(work)                                             # (B, Hkv, n, D)
-    logits = torch.matmul(q, k.transpose(-1, -2)).view(B, H, c, hi - lo)      # (B, H, c, n)
+    c, n = end - start, hi - lo
+    rows = (H // Hkv) * c
+    q = query[:, :, start:end].to(work).reshape(B * Hkv, rows, D)             # (B Hkv, G c, D)
+    k = key[:, :, lo:hi].to(work).reshape(B * Hkv, n, D)                      # (B Hkv, n, D)
+    if softcap is None and lse is not None:
+        shift = lse.to(work).reshape(B * Hkv, rows, 1).neg()                  # -lse per row
+        return torch.baddbmm(shift, q, k.transpose(-1, -2), alpha=scale).view(B, H, c, n)
+    logits = torch.bmm(q, k.transpose(-1, -2)).view(B, H, c, n)               # (B, H, c, n)
     logits.mul_(scale)
     if softcap is not None:                     # softcap * tanh(s / softcap), in place
         logits.div_(softcap).tanh_().mul_(softcap)
+    if lse is not None:
+        logits.sub_(lse[..., None].to(work))
     return logits
+
+
+def visible_count(mask, counted: torch.Tensor) -> torch.Tensor | None:
+    """(B, S) int64: how many counted queries see each key, in closed form for causal attention
+    (the counted queries t >= k) and a sliding window (those in [k, k + W)); None for an explicit
+    mask (counted block by block from the mask)."""
+    if mask is not None and not isinstance(mask, SlidingWindow):
+        return None
+    B, T = counted.shape
+    upto = torch.zeros(B, T + 1, dtype=I64, device=counted.device)
+    upto[:, 1:] = counted.long().cumsum(1)                                    # counted in [0, t)
+    k = torch.arange(T, device=counted.device)
+    end = torch.full_like(k, T) if mask is None else (k + mask.size).clamp_max(T)
+    return upto[:, end] - upto[:, k]
 
 
 def counted_queries(lse: torch.Tensor, valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,19 +167,25 @@ def received_attention(query, key, lse, mask, scale, *, softcap: float | None = 
     lse = lse.to(work).masked_fill(~counted[:, None, :], math.inf)           # (B, H, T)
     block = block or max(1, BLOCK_ELEMENTS // max(1, B * H * S))
     total = torch.zeros(B, H, S, dtype=F64, device=device)
-    count = torch.zeros(B, S, dtype=I64, device=device)
+    count = visible_count(mask, counted)                                      # (B, S) or None
+    explicit = count is None
+    if explicit:
+        count = torch.zeros(B, S, dtype=I64, device=device)
     for start in range(0, T, block):
         end = min(start + block, T)
         lo, hi = key_range(mask, start, end, S)
-        visible, bias = visible_block(mask, start, end, lo, hi, device)      # (B|1, 1, c, n)
-        p = block_logits(query, key, start, end, lo, hi, scale, softcap)     # (B, H, c, n)
-        if bias is not None:
-            p.add_(bias)
-        p.masked_fill_(~visible, -math.inf)
-        p.sub_(lse[:, :, start:end, None]).exp_()                             # P[t, k]
-        total[:, :, lo:hi] += p.sum(2)
-        seen = visible[:, 0] & counted[:, start:end, None]                    # (B, c, n)
-        count[:, lo:hi] += seen.sum(1)
+        p = block_logits(query, key, start, end, lo, hi, scale, softcap, lse[:, :, start:end])  # l - lse
+        if mask is None:        # keys before the block are seen by all of it: mask its diagonal only
+            diagonal = torch.ones(end - start, end - start, dtype=torch.bool, device=device).triu_(1)
+            p[..., start - lo:].masked_fill_(diagonal, -math.inf)
+        else:
+            visible, bias = visible_block(mask, start, end, lo, hi, device)  # (B|1, 1, c, n)
+            if bias is not None:
+                p.add_(bias)
+            p.masked_fill_(~visible, -math.inf)
+            if explicit:
+                count[:, lo:hi] += (visible[:, 0] & counted[:, start:end, None]).sum(1)
+        total[:, :, lo:hi] += p.exp_().sum(2)                                 # P[t, k], summed over t
     if valid is not None:
         keep = valid.to(device).bool()                                        # (B, S)
         total.mul_(keep[:, None, :])

@@ -258,24 +258,20 @@ def test_value_drains_with_per_head_keys_read_their_own_kv_head():
     torch.testing.assert_close(got.projection_share, projection, **TOL)
 
 
-def test_memory_is_bounded_by_the_block():
-    """No tensor of T x S elements per head is formed: the largest logit block is B H block S."""
+@pytest.mark.parametrize("softcap", [None, 2.0])
+def test_memory_is_bounded_by_the_block(monkeypatch, softcap):
+    """No tensor of T x S elements per head is formed: every product is at most B H block S."""
     q, k, v = tensors(seed=7, plant=False)
-    _, lse = run_kernel(q, k, v, None)
+    _, lse = run_kernel(q, k, v, None, softcap=softcap)
     seen = []
-    real = torch.matmul
-
-    def spy(a, b):
-        r = real(a, b)
-        seen.append(r.numel())
-        return r
-
-    torch.matmul = spy
-    try:
-        received_attention(q, k, lse, None, SCALE, block=4)
-    finally:
-        torch.matmul = real
-    assert seen and max(seen) <= B * H * 4 * T
+    for name in ("matmul", "bmm", "baddbmm", "einsum"):
+        def spy(*args, _real=getattr(torch, name), **kwargs):
+            r = _real(*args, **kwargs)
+            seen.append(r.numel())
+            return r
+        monkeypatch.setattr(torch, name, spy)
+    received_attention(q, k, lse, None, SCALE, softcap=softcap, block=4)
+    assert len(seen) == math.ceil(T / 4) and max(seen) <= B * H * 4 * T
 
 
 def test_bad_shapes_are_refused():
