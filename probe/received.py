@@ -80,11 +80,8 @@ def key_range(mask, start: int, end: int, S: int) -> tuple[int, int]:
 
 def visible_block(mask, start: int, end: int, lo: int, hi: int, device) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(visible (B|1, 1, c, n) bool, bias (B|1, 1, c, n) float32 or None) for queries
-    [start, end) and keys [lo, hi). bias is an additive float mask's values (as the kernel adds
+    [start, end) and keys [lo, hi) of a SlidingWindow or a mask tensor. bias is an additive float mask's values (as the kernel adds
     them); a key is visible where the mask allows it (True, or a bias above -inf)."""
-    if mask is None:
-        i = torch.arange(start, end, device=device)[:, None]
-        return (torch.arange(lo, hi, device=device)[None, :] <= i)[None, None], None
     if isinstance(mask, SlidingWindow):
         return band_mask(start, end, lo, mask.size, device), None      # hi == end for a window
     block = mask[:, :, start:end, lo:hi]
@@ -95,12 +92,13 @@ def visible_block(mask, start: int, end: int, lo: int, hi: int, device) -> tuple
 
 
 def block_logits(query, key, start: int, end: int, lo: int, hi: int, scale, softcap,
-                 lse: torch.Tensor | None = None) -> torch.Tensor:
+                 lse: torch.Tensor | None = None, buffer: torch.Tensor | None = None) -> torch.Tensor:
     """scale * q . k, soft-capped, minus lse (B, H, c) when given, for queries [start, end) and
-    keys [lo, hi): (B, H, c, n) float32 (float64 for float64 inputs). Grouped K/V are used as
-    they are: the G query heads of one KV head are stacked as rows of one matmul, so no
-    (B, H, S, D) copy of the keys is made. Without a cap, the scale and the lse go into the
-    matmul itself (baddbmm): two passes over the block fewer."""
+    keys [lo, hi): (B, H, c, n) float32 (float64 for float64 inputs), written into `buffer`
+    (flat, at least B H c n elements) when given. Grouped K/V are used as they are: the G query
+    heads of one KV head are stacked as rows of one matmul, so no (B, H, S, D) copy of the keys
+    is made. Without a cap, the scale and the lse go into the matmul itself (baddbmm): two
+    passes over the block fewer."""
     B, H, _, D = query.shape
     Hkv = key.shape[1]
     work = torch.float64 if query.dtype == torch.float64 else torch.float32
@@ -108,10 +106,11 @@ def block_logits(query, key, start: int, end: int, lo: int, hi: int, scale, soft
     rows = (H // Hkv) * c
     q = query[:, :, start:end].to(work).reshape(B * Hkv, rows, D)             # (B Hkv, G c, D)
     k = key[:, :, lo:hi].to(work).reshape(B * Hkv, n, D)                      # (B Hkv, n, D)
+    out = None if buffer is None else buffer[: B * H * c * n].view(B * Hkv, rows, n)
     if softcap is None and lse is not None:
         shift = lse.to(work).reshape(B * Hkv, rows, 1).neg()                  # -lse per row
-        return torch.baddbmm(shift, q, k.transpose(-1, -2), alpha=scale).view(B, H, c, n)
-    logits = torch.bmm(q, k.transpose(-1, -2)).view(B, H, c, n)               # (B, H, c, n)
+        return torch.baddbmm(shift, q, k.transpose(-1, -2), alpha=scale, out=out).view(B, H, c, n)
+    logits = torch.bmm(q, k.transpose(-1, -2), out=out).view(B, H, c, n)      # (B, H, c, n)
     logits.mul_(scale)
     if softcap is not None:                     # softcap * tanh(s / softcap), in place
         logits.div_(softcap).tanh_().mul_(softcap)
@@ -166,7 +165,14 @@ def received_attention(query, key, lse, mask, scale, *, softcap: float | None = 
     work = torch.float64 if query.dtype == torch.float64 else torch.float32
     lse = lse.to(work).masked_fill(~counted[:, None, :], math.inf)           # (B, H, T)
     block = block or max(1, BLOCK_ELEMENTS // max(1, B * H * S))
+    # One contiguous copy at most (transformers hands over a transposed view, bfloat16 models
+    # another dtype): each block's (B Hkv, n, D) slice is then a view, not a copy of n keys.
+    key = key.to(work).contiguous()
     total = torch.zeros(B, H, S, dtype=F64, device=device)
+    # One logit buffer for every block (blocks differ in width, and fresh allocations of
+    # varying size fragment the CPU heap: resident memory grew to 3-4 blocks without it).
+    widest = min(S, block + mask.size - 1) if isinstance(mask, SlidingWindow) else S   # keys per block
+    buffer = torch.empty(B * H * min(block, T) * widest, dtype=work, device=device)
     count = visible_count(mask, counted)                                      # (B, S) or None
     explicit = count is None
     if explicit:
@@ -174,7 +180,7 @@ def received_attention(query, key, lse, mask, scale, *, softcap: float | None = 
     for start in range(0, T, block):
         end = min(start + block, T)
         lo, hi = key_range(mask, start, end, S)
-        p = block_logits(query, key, start, end, lo, hi, scale, softcap, lse[:, :, start:end])  # l - lse
+        p = block_logits(query, key, start, end, lo, hi, scale, softcap, lse[:, :, start:end], buffer)  # l - lse
         if mask is None:        # keys before the block are seen by all of it: mask its diagonal only
             diagonal = torch.ones(end - start, end - start, dtype=torch.bool, device=device).triu_(1)
             p[..., start - lo:].masked_fill_(diagonal, -math.inf)
@@ -207,12 +213,11 @@ def top_keys(received: ReceivedAttention, k: int = 1, min_queries: int = 1) -> t
 def gather_keys(x: torch.Tensor, keys: torch.Tensor, heads: int) -> torch.Tensor:
     """x (B, Hkv, S, D), keys (B, H, K) int64 positions per query head -> (B, H, K, D): the key
     (or value) vector each query head reads at those positions, from its own KV head."""
-    B, Hkv, S, D = x.shape
-    group = heads // Hkv
-    kv = torch.arange(heads, device=x.device) // group                        # (H,)
-    flat = (kv[None, :, None] * S + keys.to(x.device)).reshape(B, -1)         # (B, H K)
-    rows = torch.gather(x.reshape(B, Hkv * S, D), 1, flat[..., None].expand(-1, -1, D))
-    return rows.view(B, heads, -1, D)
+    B, Hkv = x.shape[:2]
+    kv = torch.arange(heads, device=x.device) // (heads // Hkv)               # (H,)
+    # Advanced indexing reads the K rows alone, whatever x's strides (a reshape of a transposed
+    # key tensor would copy all of it).
+    return x[torch.arange(B, device=x.device)[:, None, None], kv[None, :, None], keys.to(x.device)]
 
 
 def as_head_keys(keys: torch.Tensor, B: int, H: int) -> torch.Tensor:
