@@ -1,8 +1,9 @@
 """What the sink-anatomy pass costs next to the attention call itself, per layer.
 
 Random tensors shaped like one SmolLM2-135M layer (9 query heads, 3 KV heads, head_dim 64,
-batch 1), float32, one thread, each measurement in its own process (peak RSS added, best of
---repeat):
+batch 1), float32, one thread, each measurement in its own process (best time of --repeat;
+peak RSS the calls add over what the process held before them: q, k, v and, for received and
+sinks, the kernel's out and lse, computed in the kernel's process and loaded from a file):
   sdpa      torch's scaled_dot_product_attention (causal), the plain forward's call;
   kernel    the CPU flash kernel with log-sum-exp that the `probe` back-end calls instead;
   received  probe.received.received_attention from that lse: one extra Q.K^T pass over query
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).parent)]
@@ -76,7 +78,11 @@ def child(args: dict) -> dict:
         small = make(64)
         run(*small, *kernel(*small))                 # warm-up: one-off allocations not counted
         q, k, v = make(T)
-        out, lse = kernel(q, k, v) if method in ("received", "sinks") else (None, None)
+        out = lse = None
+        if method == "kernel":      # saved for the next children: computing it there would raise
+            torch.save(kernel(q, k, v), args["saved"])   # their RSS peak above what they measure
+        elif method in ("received", "sinks"):
+            out, lse = torch.load(args["saved"])
         seconds, peak = timed(lambda: run(q, k, v, out, lse), args["repeat"])
     return {**args, "seconds": seconds, "peak_mb": peak}
 
@@ -91,11 +97,13 @@ def main() -> int:
     print(f"one layer shaped like SmolLM2-135M: {SHAPE['heads']} query / {SHAPE['kv_heads']} KV heads, "
           f"head_dim {SHAPE['head_dim']}, batch 1, float32, one thread; best of {args.repeat}")
     print(f"{'T':>6} {'window':>6} {'method':>9} {'seconds':>9} {'peak MB':>9}")
+    saved = Path(tempfile.mkdtemp(prefix="anatomy-kernel-")) / "out_lse.pt"
     for window in (None, args.window) if args.window else (None,):
         for T in args.lengths:
             rows = {}
             for method in METHODS:
-                spec = {"method": method, "T": T, "repeat": args.repeat, "window": window, "block": args.block}
+                spec = {"method": method, "T": T, "repeat": args.repeat, "window": window,
+                        "block": args.block, "saved": str(saved)}
                 rows[method] = run_child(__file__, spec, timeout=1800, memory_gb=16)
                 r = rows[method]
                 if "error" in r:
@@ -108,6 +116,8 @@ def main() -> int:
                     t = rows[m]["seconds"] / base["seconds"]
                     mem = rows[m]["peak_mb"] / base["peak_mb"] if base["peak_mb"] > 0 else float("nan")
                     print(f"{'':>6} {'':>6} {m + '/sdpa':>16}  time {t:.2f}x  peak memory {mem:.2f}x")
+    saved.unlink(missing_ok=True)
+    saved.parent.rmdir()
     return 0
 
 

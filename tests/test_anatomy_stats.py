@@ -9,7 +9,7 @@ import torch
 from probe.anatomy_stats import EDGES, GATE_BINS, AnatomyStats, position_bucket
 from probe.received import ReceivedAttention, ValueDrains, received_attention
 
-from test_received import SCALE, SINK, padding_mask, run_kernel
+from test_received import SCALE, SINK, padding_mask, planted, run_kernel  # noqa: F401 (planted: a fixture)
 
 B, H, HKV, T, D, V = 4, 4, 2, 70, 16, 50     # T = 70 reaches the buckets [16, 32), [32, 64), [64, 128)
 
@@ -220,3 +220,45 @@ def test_drain_rows_are_means_over_finite_values():
         assert row["queries"] == int(keep.sum())
         assert row["norm_share"] == pytest.approx(float(norm[:, h][keep].mean()), abs=1e-12)
         assert row["projection_share"] == pytest.approx(float(proj[:, h][keep].mean()), abs=1e-12)
+
+
+def test_planted_model_end_to_end(planted):
+    """The tiny Qwen2 with a planted sink (test_received): fed through the back-end, the reducer
+    lists position 9 as a secondary sink of every head of layer 0 and its token on top."""
+    from probe import attention
+    from probe.received import key_probability, top_keys, value_drains
+
+    from test_received import PLANT_TOKEN
+
+    stats = {}
+
+    class Observer:
+        def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None):
+            layer = module.layer_idx
+            r = received_attention(query, key, lse, mask, scale, softcap=softcap)
+            st = stats.setdefault(layer, AnatomyStats(layer, query.shape[1], 64, min_queries=8))
+            st.update(r, ids, torch.tensor([0, 1]))
+            keys = top_keys(r, 1, min_queries=8)
+            p = key_probability(query, key, lse, keys, mask, scale, softcap=softcap)     # (B, H, T, 1)
+            st.update_gate(p.sum(-1), torch.full_like(p.sum(-1), 0.5))
+            # No value reaches the observer: a value of ones gives every key the median norm.
+            st.update_drains(value_drains(torch.ones_like(key), out, p, keys))
+
+    ids = torch.randint(8, 64, (2, 40), generator=torch.Generator().manual_seed(1))
+    ids[:, 9] = PLANT_TOKEN
+    planted.set_attn_implementation(attention.NAME)
+    attention.set_observer(Observer())
+    try:
+        with torch.no_grad():
+            planted(input_ids=ids, use_cache=False)
+    finally:
+        attention.set_observer(None)
+    st = stats[0]
+    found = {(c["head"], c["sequence"]) for c in st.secondary_sinks() if c["position"] == 9}
+    assert found == {(h, s) for h in range(4) for s in range(2)}
+    assert all(c["token"] == PLANT_TOKEN for c in st.secondary_sinks() if c["position"] == 9)
+    assert st.token_rows(k=1)[0]["token"] == PLANT_TOKEN
+    rows = {(r["head"], r["key_lo"]): r for r in st.position_rows()}
+    assert rows[(-1, 9)]["sink_rate"] == 1.0
+    assert all(r["value_norm_ratio"] == pytest.approx(1.0) for r in st.drain_rows())
+    assert sum(r["queries"] for r in st.gate_rows()) == 2 * 4 * 40
