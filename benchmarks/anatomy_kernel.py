@@ -96,6 +96,8 @@ def interleaved(q, k, v, repeat: int) -> dict:
     machine the load drifts between processes, and this ratio is the steadier one."""
     import time
 
+    import torch
+
     from probe.attention import attention_with_lse
     from probe.received import received_attention
 
