@@ -1,0 +1,131 @@
+"""Sink anatomy of the two real models (probe.real_models), checked against eager attention.
+
+For SmolLM2-135M and Gemma 3 270M (dequantised to float32) on Python documentation text
+(probe.corpus.sample_texts, the tokenizer's own special tokens: Gemma's <bos> at position 0,
+none for SmolLM2) at T tokens, one sequence:
+  1. received attention per (layer, head, key) from the `probe` back-end's lse
+     (probe.received.received_attention) against the column means of the model's own eager
+     attention (output_attentions=True): the largest difference over every layer;
+  2. what probe.anatomy_stats reports: sink rate by key position (Gu et al., epsilon 0.3,
+     pooled over layers and heads), the tokens that receive the most, the top secondary sinks,
+     and per layer the value drains of each head's top key.
+
+    python benchmarks/anatomy_real.py [--models smollm2 gemma3] [--length 1024]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+NAME = "probe_anatomy_check"
+
+
+def run(name: str, T: int) -> None:
+    import torch
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    import probe
+    from probe import attention, real_models
+    from probe.anatomy_stats import AnatomyStats
+    from probe.corpus import sample_texts
+    from probe.masks import probe_mask
+    from probe.received import key_probability, received_attention, top_keys, value_drains
+
+    torch.set_num_threads(1)
+    lm = probe.load(real_models.fetch(name))
+    model, tok = lm.model, lm.tokenizer
+    ids = tok("\n\n".join(sample_texts()), add_special_tokens=True).input_ids[:T]
+    ids = torch.tensor([ids])
+    vocab = model.config.get_text_config().vocab_size
+    current, stats, scores = {}, {}, {}
+
+    def with_value(module, query, key, value, attention_mask, **kwargs):
+        current["value"] = value                        # the observer is not handed the value
+        return attention.probe_attention(module, query, key, value, attention_mask, **kwargs)
+
+    class Observer:
+        def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None):
+            layer = module.layer_idx
+            r = received_attention(query, key, lse, mask, scale, softcap=softcap)
+            scores[layer] = r.score()
+            st = stats[layer] = AnatomyStats(layer, query.shape[1], vocab, min_queries=16, top=20)
+            st.update(r, ids, torch.tensor([0]))
+            keys = top_keys(r, 1, min_queries=16)
+            p = key_probability(query, key, lse, keys, mask, scale, softcap=softcap)
+            st.update_drains(value_drains(current["value"], out, p, keys))
+            st.top_key = keys
+
+    AttentionInterface.register(NAME, with_value)
+    AttentionMaskInterface.register(NAME, probe_mask)
+    model.set_attn_implementation(NAME)
+    attention.set_observer(Observer())
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+    finally:
+        attention.set_observer(None)
+    model.set_attn_implementation("eager")
+    with torch.no_grad():
+        eager = model(input_ids=ids, use_cache=False, output_attentions=True).attentions
+    layers = sorted(scores)
+    worst = 0.0
+    cfg = model.config.get_text_config()
+    types = getattr(cfg, "layer_types", None) or ["full_attention"] * cfg.num_hidden_layers
+    window = getattr(cfg, "sliding_window", None)
+    for i, layer in enumerate(layers):
+        a = eager[i].double()                                               # (1, H, T, T)
+        count = (a.shape[2] - torch.arange(a.shape[3])).double()           # causal: queries t >= k
+        if types[layer] == "sliding_attention" and window and window < T:
+            k = torch.arange(T)
+            count = ((k + window).clamp_max(T) - k).double()
+        want = a.sum(2) / count
+        worst = max(worst, float((scores[layer] - want).abs().max()))
+    print(f"\n{name}: {len(layers)} attention layers, T = {T}, position 0 = {tok.convert_ids_to_tokens(int(ids[0, 0]))!r}")
+    print(f"  received attention vs eager column means: largest difference {worst:.2e}")
+    cells = sum(st.pos_cells[:16] for st in stats.values())                # (16,) per layer and head
+    sinks = sum(st.pos_sinks[:16].sum(1) for st in stats.values())
+    heads = stats[layers[0]].heads
+    rate = (sinks.double() / (cells.double() * heads)).tolist()
+    print("  sink rate by key position 0-15 (share of (layer, head) cells above 0.3): "
+          + " ".join(f"{r:.2f}" for r in rate))
+    tokens = {}
+    for st in stats.values():
+        for row in st.token_rows(k=None):
+            t = tokens.setdefault(row["token"], [0.0, 0])
+            t[0] += row["score"] * row["cells"]
+            t[1] += row["cells"]
+    best = sorted(tokens.items(), key=lambda kv: -kv[1][0] / kv[1][1])[:8]
+    print("  tokens receiving most (mean score over layers, heads, occurrences):")
+    for t, (s, n) in best:
+        print(f"    {tok.convert_ids_to_tokens(t)!r:>14}  score {s / n:.3f}  over {n // len(layers)} occurrences")
+    top = sorted((c for st in stats.values() for c in st.secondary_sinks()), key=lambda c: -c["score"])[:8]
+    print("  top secondary sinks (position >= 1):")
+    for c in top:
+        print(f"    layer {c['layer']:>2} head {c['head']} position {c['position']:>4} "
+              f"{tok.convert_ids_to_tokens(c['token'])!r:>14} score {c['score']:.3f}")
+    print("  value drains of each head's top key, by layer (mean over heads): top-key positions | "
+          "||v|| / median ||v|| | norm share | projection share")
+    for layer in layers:
+        rows = stats[layer].drain_rows()
+        keys = sorted(set(stats[layer].top_key[0, :, 0].tolist()))
+        mean = lambda f: sum(r[f] for r in rows) / len(rows)  # noqa: E731
+        print(f"    layer {layer:>2}: keys {keys}  {mean('value_norm_ratio'):.2f}  {mean('norm_share'):.3f}  "
+              f"{mean('projection_share'):.3f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["smollm2", "gemma3"], choices=["smollm2", "gemma3"])
+    parser.add_argument("--length", type=int, default=1024)
+    args = parser.parse_args()
+    for name in args.models:
+        run(name, args.length)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
