@@ -246,13 +246,8 @@ def test_planted_model_end_to_end(planted):
 
     ids = torch.randint(8, 64, (2, 40), generator=torch.Generator().manual_seed(1))
     ids[:, 9] = PLANT_TOKEN
-    planted.set_attn_implementation(attention.NAME)
-    attention.set_observer(Observer())
-    try:
-        with torch.no_grad():
-            planted(input_ids=ids, use_cache=False)
-    finally:
-        attention.set_observer(None)
+    with attention.observing(planted, Observer()), torch.no_grad():
+        planted(input_ids=ids, use_cache=False)
     st = stats[0]
     found = {(c["head"], c["sequence"]) for c in st.secondary_sinks() if c["position"] == 9}
     assert found == {(h, s) for h in range(4) for s in range(2)}

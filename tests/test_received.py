@@ -340,13 +340,8 @@ def test_tiny_model_received_equals_eager_output_attentions(planted, padded):
     valid = torch.arange(HF_T)[None, :] < torch.tensor(lengths)[:, None]        # (B, T)
     attention_mask = valid.long() if padded else None
     rec = _Recorder(valid if padded else None)
-    planted.set_attn_implementation(attention.NAME)
-    attention.set_observer(rec)
-    try:
-        with torch.no_grad():
-            planted(input_ids=ids, attention_mask=attention_mask, use_cache=False)
-    finally:
-        attention.set_observer(None)
+    with attention.observing(planted, rec), torch.no_grad():
+        planted(input_ids=ids, attention_mask=attention_mask, use_cache=False)
     planted.set_attn_implementation("eager")
     with torch.no_grad():
         eager = planted(input_ids=ids, attention_mask=attention_mask, use_cache=False,
