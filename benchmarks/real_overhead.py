@@ -9,8 +9,9 @@ as ratios against `plain`. At each length a fresh, niced process (common.run_chi
 two side by side, alternating plain / probe `--repeat` times and keeping the best of each; time
 is the thread's CPU time (process_time), with wall time beside it: on a shared machine a niced
 process waits for the CPU, which inflates wall time at random; two more fresh processes, one
-per method, measure the peak memory each pass adds (common.timed: the high-water mark reset
-after loading, which peaks higher than a pass; glibc's heap held steady, common.STEADY_HEAP).
+per method, measure the peak memory each pass adds (after a warm-up pass at 64 tokens;
+common.timed: the high-water mark reset after loading, which peaks higher than a pass; glibc's
+heap held steady, common.STEADY_HEAP).
 `--profile T` prints instead where the probe pass spends its time beyond the plain forward
 (torch.profiler, self CPU time by operator, both passes).
 
@@ -71,6 +72,10 @@ def measure(method: str, T: int, repeat: int) -> dict:
     fns = passes(lm, ids)
     with torch.inference_mode():
         if method != "time":
+            # A warm-up pass at 64 tokens first: what a method loads once per process (probe's
+            # metric modules and pandas, ~40 MB resident; the plain forward's first-call
+            # buffers, ~12 MB) is not memory the pass at T adds.
+            passes(lm, ids[:, :64])[method]()
             return {"method": method, "T": T, "peak_mb": timed(fns[method], 1)[1]}
         best = {f"{name}_{clock}": float("inf") for name in METHODS for clock in ("wall", "cpu")}
         for _ in range(repeat):
