@@ -258,3 +258,28 @@ def test_readme_selects_the_head_column_by_key():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert '["head"]' in readme
     assert not re.search(r"\b(?:ft|frame|df|first_token|gates)\.head\b(?!\()", readme)
+
+
+@pytest.mark.parametrize("call", ["load", "analyze"])
+def test_loading_leaves_transformers_logging_as_the_caller_set_it(call, checkpoint, text_file, capfd):
+    """probe silences transformers' log lines and progress bars while it loads, and only then:
+    a Python user's verbosity and progress bars are theirs again when the call returns."""
+    from transformers.utils import logging as hf_logging
+
+    saved = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_info()             # transformers logs every file it reads at INFO
+    hf_logging.enable_progress_bar()
+    try:
+        capfd.readouterr()
+        path = checkpoint("official_headwise")
+        if call == "load":
+            probe.load(path)
+        else:
+            probe.analyze(path, text_file, seq_len=16, max_sequences=1, progress=False)
+        err = capfd.readouterr().err
+        assert hf_logging.get_verbosity() == hf_logging.INFO
+        assert hf_logging.is_progress_bar_enabled()
+        assert "loading" not in err.lower()         # and quiet while it loaded
+    finally:
+        hf_logging.set_verbosity(saved[0])
+        (hf_logging.enable_progress_bar if saved[1] else hf_logging.disable_progress_bar)()
