@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from . import distributed
-from .errors import ProbeError
+from .errors import ProbeError, flag
 # The hook plumbing and the gate logits live in hooks.py and gate_logits.py; check.py, control.py
 # and analyze.py import these names from here.
 from .gate_logits import gate_channels, gate_logit, set_gate_logits, validate_gate  # noqa: F401
@@ -245,17 +245,17 @@ def _not_applied(name: str, kinds, gated_layers: list[int], massive_rows: list[d
                  zeroed=math.nan)
     skipped = [k for k in kinds if k in GATE_INTERVENTIONS and not gated_layers]
     if skipped:
-        warnings.warn(f"--interventions {','.join(skipped)}: {NO_GATE}; interventions.csv marks them")
+        warnings.warn(f"{flag('interventions', ','.join(skipped))}: {NO_GATE}; interventions.csv marks them")
         rows += [dict(blank, intervention=k, note=NO_GATE) for k in skipped]
     if "massive_zero" in kinds:
         if not massive_rows:
             rows.append(dict(blank, intervention="massive_zero", note="not applicable: no finite layer output"))
         nothing = [r["layer"] for r in massive_rows if r["note"] == NOTHING_ZEROED and r["layer"] != ALL_LAYERS]
         if massive_rows and all(r["note"] == NOTHING_ZEROED for r in massive_rows):
-            warnings.warn(f"--interventions massive_zero: {NOTHING_ZEROED} (no layer output reached "
+            warnings.warn(f"{flag('interventions', 'massive_zero')}: {NOTHING_ZEROED} (no layer output reached "
                           f"{criterion})")
         elif nothing:
-            warnings.warn(f"--interventions massive_zero zeroed nothing in layer(s) "
+            warnings.warn(f"{flag('interventions', 'massive_zero')} zeroed nothing in layer(s) "
                           f"{', '.join(map(str, nothing))}; interventions.csv marks them")
     return rows
 

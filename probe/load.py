@@ -162,7 +162,7 @@ def load_gguf(file: Path, *, dtype: str, device: str, device_map: str | None,
             tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         except Exception as err:
             raise ProbeError(f"cannot read the tokenizer in {file} ({first_line(err)}); "
-                             "pass --tokenizer DIR") from None
+                             f"pass {flag('tokenizer', metavar='DIR')}") from None
     loaded = ready(model, file, info.header_sha256, tok, device=device, device_map=device_map, gate=gate)
     loaded.weights = info.meta(dtype)
     return loaded
