@@ -43,11 +43,12 @@ from .errors import ProbeError, flag
 from .gate_logits import gate_channels, gate_logit, set_gate_logits, validate_gate  # noqa: F401
 from .hooks import first_output, installed, replace_first, using_probe_attention  # noqa: F401
 from .reducers import I64, LossStats, Reducer
+from .schema import OTHER_TABLES
 
 INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero", "massive_zero")
 GATE_INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero")
 ALL_LAYERS = -1
-COLUMNS = ["model", "intervention", "layer", "loss", "delta_loss", "setting", "zeroed", "note"]
+COLUMNS = list(OTHER_TABLES["interventions"])     # interventions.csv, declared in probe/schema.py
 NO_GATE = "not applicable: the model has no gate"
 NOTHING_ZEROED = "no activation reached the threshold: nothing was zeroed, the loss is the unmodified one"
 # Sun et al. 2024 call an activation massive when |h| > 100 and about 1000x the median |h|.

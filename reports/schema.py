@@ -1,20 +1,17 @@
 """Names, column types and labels of the run directory (docs/run-directory.md) for reports/.
 
-The tables and their columns come from the metrics that write them (probe.metrics.TABLES);
-this module adds what the reports show of them. Every other module of reports/ refers to
+The tables and their columns are those the metrics write (probe/schema.py, which imports no
+torch: reading runs does not load it); this module adds what the reports show of them. Every other module of reports/ refers to
 these constants instead of spelling file or column names.
 """
 
 from __future__ import annotations
 
 # Every table of the run directory, name -> column -> kind, as the metrics that write them
-# declare it (probe/metrics/): "str" columns are kept verbatim (a token may be "NA" or ""), "int"
-# and "float" are parsed with NaN for empty or "nan" cells. A run that lacks a column is refused.
-from probe.metrics import TABLES  # noqa: E402
-from probe.metrics.first_token import SINK_EPSILON  # noqa: E402,F401  (the reports' name for it)
-from probe.metrics.massive import SITES  # noqa: E402
-from probe.metrics.sparsity import HEADLINE_THRESHOLDS, VARIANTS  # noqa: E402
-from probe.token_types import BUILTIN as TOKEN_TYPES  # noqa: E402
+# declare it: "str" columns are kept verbatim (a token may be "NA" or ""), "int" and "float" are
+# parsed with NaN for empty or "nan" cells. A run that lacks a column is refused.
+from probe.schema import (HEADLINE_THRESHOLDS, SINK_EPSILON, SITES, TABLES, TOKEN_TYPES,  # noqa: E402,F401
+                          VARIANTS)
 
 META_FILE = "meta.json"
 # meta.json's list of the tables written, {name: rows}: a deleted or cut-short CSV is found.
