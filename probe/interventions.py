@@ -42,11 +42,11 @@ from .errors import ProbeError, flag
 # and analyze.py import these names from here.
 from .gate_logits import gate_channels, gate_logit, set_gate_logits, validate_gate  # noqa: F401
 from .hooks import first_output, installed, replace_first, using_probe_attention  # noqa: F401
+# The names and their parsing (intervention_kinds.py, which options.py reads without torch).
+from .intervention_kinds import GATE_INTERVENTIONS, INTERVENTIONS, parse_kinds  # noqa: F401
 from .reducers import I64, LossStats, Reducer
 from .schema import OTHER_TABLES
 
-INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero", "massive_zero")
-GATE_INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero")
 ALL_LAYERS = -1
 COLUMNS = list(OTHER_TABLES["interventions"])     # interventions.csv, declared in probe/schema.py
 NO_GATE = "not applicable: the model has no gate"
@@ -104,19 +104,6 @@ def zero_massive(layout, thresholds: dict[int, float], state: _PassState, zeroed
 
 
 # -- the analysis ----------------------------------------------------------------------------
-def parse_kinds(kinds) -> tuple[str, ...]:
-    """None/True/"all" -> every intervention; "a,b" or a list -> those, in canonical order."""
-    if kinds is None or kinds is True or kinds == "all":
-        return INTERVENTIONS
-    if isinstance(kinds, str):
-        kinds = [k.strip() for k in kinds.split(",") if k.strip()]
-    unknown = sorted(set(kinds) - set(INTERVENTIONS))
-    if unknown or not kinds:
-        raise ProbeError(f"unknown intervention {', '.join(unknown) or '(none given)'}; "
-                         f"use all or a comma list of {', '.join(INTERVENTIONS)}")
-    return tuple(k for k in INTERVENTIONS if k in kinds)
-
-
 def loss_pass(model: nn.Module, dataset, batch_size: int, state: _PassState | None = None) -> float:
     """Held-out next-token loss over the whole dataset (this process), batched as `probe.analyze` does."""
     return shard_pass(model, dataset, batch_size, state or _PassState(), PassStats()).loss.loss()
