@@ -44,7 +44,8 @@ from .gate_logits import gate_channels, gate_logit, set_gate_logits, validate_ga
 from .hooks import first_output, installed, replace_first, using_probe_attention  # noqa: F401
 # The names and their parsing (intervention_kinds.py, which options.py reads without torch).
 from .intervention_kinds import GATE_INTERVENTIONS, INTERVENTIONS, parse_kinds  # noqa: F401
-from .reducers import I64, LossStats, Reducer
+from .metrics.loss import LossStats
+from .reducers import I64, Reducer
 from .schema import OTHER_TABLES
 
 ALL_LAYERS = -1

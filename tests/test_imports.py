@@ -102,3 +102,13 @@ def test_no_import_cycle_even_through_imports_inside_functions():
         assert imported not in _imports(module, modules[module], modules, top_level=True), why
         everywhere[module] = everywhere[module] - {imported}
     assert _cycle(everywhere) is None, " -> ".join(_cycle(everywhere))
+
+
+def test_each_reducer_is_imported_from_its_metric():
+    """The metric reducers live in probe/metrics/ only; probe.reducers (the base class and the
+    generic LogHistogram) keeps no aliases for them."""
+    import probe.reducers
+
+    for name in ("GateStats", "GroupedGateStats", "FirstTokenStats", "MaxAbsStats", "SparsityStats",
+                 "LossStats", "THRESHOLDS"):
+        assert not hasattr(probe.reducers, name), name
