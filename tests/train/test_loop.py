@@ -181,3 +181,17 @@ def test_a_full_disk_keeps_the_last_checkpoint_for_resume(tmp_path, corpus_file,
         with pytest.raises(ProbeError, match="nothing was kept"):
             train(replace(cfg, out=str(tmp_path / "fresh"), save_every=100))
     assert not (tmp_path / "fresh").exists()
+
+
+def test_training_leaves_transformers_progress_bars_as_the_caller_set_them(tmp_path, corpus_file):
+    """probe train hides save_pretrained's per-shard bar while it saves, and only then: a Python
+    caller's transformers progress bars are theirs again afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    saved = hf_logging.is_progress_bar_enabled()
+    hf_logging.enable_progress_bar()
+    try:
+        assert train(tiny_config(tmp_path / "run", corpus_file, tokens=4 * 4 * 32, save_every=2)).finished
+        assert hf_logging.is_progress_bar_enabled()
+    finally:
+        (hf_logging.enable_progress_bar if saved else hf_logging.disable_progress_bar)()
