@@ -1,4 +1,5 @@
-"""The interventions probe can run, by name, and reading a user's choice of them.
+"""The interventions probe can run, by name, and reading a user's choice of them (also what
+reports/ reads interventions.csv by).
 
 Apart from probe/interventions.py (which runs them, with torch and the model's hooks) so that
 the options check a choice without importing what runs it (options -> interventions ->
@@ -10,6 +11,7 @@ from .errors import ProbeError
 
 INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero", "massive_zero")
 GATE_INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero")
+ALL_LAYERS = -1         # interventions.csv `layer` of an intervention applied in every layer at once
 
 
 def parse_kinds(kinds) -> tuple[str, ...]:

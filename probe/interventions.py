@@ -43,12 +43,11 @@ from .errors import ProbeError, flag
 from .gate_logits import gate_channels, gate_logit, set_gate_logits, validate_gate  # noqa: F401
 from .hooks import first_output, installed, replace_first, using_probe_attention  # noqa: F401
 # The names and their parsing (intervention_kinds.py, which options.py reads without torch).
-from .intervention_kinds import GATE_INTERVENTIONS, INTERVENTIONS, parse_kinds  # noqa: F401
+from .intervention_kinds import ALL_LAYERS, GATE_INTERVENTIONS, INTERVENTIONS, parse_kinds  # noqa: F401
 from .metrics.loss import LossStats
 from .reducers import I64, Reducer
 from .schema import OTHER_TABLES
 
-ALL_LAYERS = -1
 COLUMNS = list(OTHER_TABLES["interventions"])     # interventions.csv, declared in probe/schema.py
 NO_GATE = "not applicable: the model has no gate"
 NOTHING_ZEROED = "no activation reached the threshold: nothing was zeroed, the loss is the unmodified one"
