@@ -101,10 +101,11 @@ def _read_only(path: Path) -> bool:
 
 def check_output_dir(path: Path, force: bool) -> None:
     path = Path(path)
+    other = "--out" if on_command_line() else "path"
     if path.exists() and not path.is_dir():
-        raise ProbeError(f"--out {path} is a file, not a run directory; choose another --out")
+        named = f"--out {path}" if on_command_line() else str(path)
+        raise ProbeError(f"{named} is a file, not a run directory; choose another {other}")
     if path.exists() and not force:
-        other = "--out" if on_command_line() else "path"
         raise ProbeError(f"output directory {path} already exists; pass {flag('force', True)} to replace "
                          f"it or choose another {other}")
 

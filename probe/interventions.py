@@ -37,17 +37,18 @@ import torch
 from torch import nn
 
 from . import distributed
-from .errors import ProbeError
+from .errors import ProbeError, flag
 # The hook plumbing and the gate logits live in hooks.py and gate_logits.py; check.py, control.py
 # and analyze.py import these names from here.
 from .gate_logits import gate_channels, gate_logit, set_gate_logits, validate_gate  # noqa: F401
 from .hooks import first_output, installed, replace_first, using_probe_attention  # noqa: F401
-from .reducers import I64, LossStats, Reducer
+# The names and their parsing (intervention_kinds.py, which options.py reads without torch).
+from .intervention_kinds import ALL_LAYERS, GATE_INTERVENTIONS, INTERVENTIONS, parse_kinds  # noqa: F401
+from .metrics.loss import LossStats
+from .reducers import I64, Reducer
+from .schema import OTHER_TABLES
 
-INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero", "massive_zero")
-GATE_INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero")
-ALL_LAYERS = -1
-COLUMNS = ["model", "intervention", "layer", "loss", "delta_loss", "setting", "zeroed", "note"]
+COLUMNS = list(OTHER_TABLES["interventions"])     # interventions.csv, declared in probe/schema.py
 NO_GATE = "not applicable: the model has no gate"
 NOTHING_ZEROED = "no activation reached the threshold: nothing was zeroed, the loss is the unmodified one"
 # Sun et al. 2024 call an activation massive when |h| > 100 and about 1000x the median |h|.
@@ -103,19 +104,6 @@ def zero_massive(layout, thresholds: dict[int, float], state: _PassState, zeroed
 
 
 # -- the analysis ----------------------------------------------------------------------------
-def parse_kinds(kinds) -> tuple[str, ...]:
-    """None/True/"all" -> every intervention; "a,b" or a list -> those, in canonical order."""
-    if kinds is None or kinds is True or kinds == "all":
-        return INTERVENTIONS
-    if isinstance(kinds, str):
-        kinds = [k.strip() for k in kinds.split(",") if k.strip()]
-    unknown = sorted(set(kinds) - set(INTERVENTIONS))
-    if unknown or not kinds:
-        raise ProbeError(f"unknown intervention {', '.join(unknown) or '(none given)'}; "
-                         f"use all or a comma list of {', '.join(INTERVENTIONS)}")
-    return tuple(k for k in INTERVENTIONS if k in kinds)
-
-
 def loss_pass(model: nn.Module, dataset, batch_size: int, state: _PassState | None = None) -> float:
     """Held-out next-token loss over the whole dataset (this process), batched as `probe.analyze` does."""
     return shard_pass(model, dataset, batch_size, state or _PassState(), PassStats()).loss.loss()
@@ -245,17 +233,17 @@ def _not_applied(name: str, kinds, gated_layers: list[int], massive_rows: list[d
                  zeroed=math.nan)
     skipped = [k for k in kinds if k in GATE_INTERVENTIONS and not gated_layers]
     if skipped:
-        warnings.warn(f"--interventions {','.join(skipped)}: {NO_GATE}; interventions.csv marks them")
+        warnings.warn(f"{flag('interventions', ','.join(skipped))}: {NO_GATE}; interventions.csv marks them")
         rows += [dict(blank, intervention=k, note=NO_GATE) for k in skipped]
     if "massive_zero" in kinds:
         if not massive_rows:
             rows.append(dict(blank, intervention="massive_zero", note="not applicable: no finite layer output"))
         nothing = [r["layer"] for r in massive_rows if r["note"] == NOTHING_ZEROED and r["layer"] != ALL_LAYERS]
         if massive_rows and all(r["note"] == NOTHING_ZEROED for r in massive_rows):
-            warnings.warn(f"--interventions massive_zero: {NOTHING_ZEROED} (no layer output reached "
+            warnings.warn(f"{flag('interventions', 'massive_zero')}: {NOTHING_ZEROED} (no layer output reached "
                           f"{criterion})")
         elif nothing:
-            warnings.warn(f"--interventions massive_zero zeroed nothing in layer(s) "
+            warnings.warn(f"{flag('interventions', 'massive_zero')} zeroed nothing in layer(s) "
                           f"{', '.join(map(str, nothing))}; interventions.csv marks them")
     return rows
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +90,25 @@ def _supports_sdpa(config) -> bool:
     return bool(getattr(cls, "_supports_sdpa", True))
 
 
+@contextlib.contextmanager
+def quiet_transformers():
+    """transformers warns about every unused key in the official config, and draws progress
+    bars of its own while loading; probe prints its own. Only while probe loads: the caller's
+    verbosity and progress bars are restored after (a Python user's logging stays theirs)."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+@quiet_transformers()
 def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
          device_map: str | None = None, gate: GateSpec | str | None = None,
          tokenizer: str | Path | None = None) -> LoadedModel:
@@ -129,7 +147,6 @@ def load_gguf(file: Path, *, dtype: str, device: str, device_map: str | None,
     info = gguf.read_info(file)
     gguf.check_architecture(info)
     folder, name = str(file.parent), file.name
-    quiet_transformers()
     try:
         config = AutoConfig.from_pretrained(folder, gguf_file=name)
     except Exception as err:
@@ -145,20 +162,10 @@ def load_gguf(file: Path, *, dtype: str, device: str, device_map: str | None,
             tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         except Exception as err:
             raise ProbeError(f"cannot read the tokenizer in {file} ({first_line(err)}); "
-                             "pass --tokenizer DIR") from None
+                             f"pass {flag('tokenizer', metavar='DIR')}") from None
     loaded = ready(model, file, info.header_sha256, tok, device=device, device_map=device_map, gate=gate)
     loaded.weights = info.meta(dtype)
     return loaded
-
-
-def quiet_transformers() -> None:
-    """transformers warns about every unused key in the official config, and draws progress
-    bars of its own while loading; probe prints its own."""
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
 
 
 @contextlib.contextmanager
@@ -195,7 +202,6 @@ def from_pretrained(source: Path, config, *, dtype: str, device_map: str | None,
     folder = str(source.parent if gguf_file else source)
     if gguf_file:
         kwargs["gguf_file"] = gguf_file
-    quiet_transformers()
     try:
         model, info = (cls or AutoModelForCausalLM).from_pretrained(
             folder, config=config, output_loading_info=True, **kwargs)

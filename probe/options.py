@@ -105,7 +105,7 @@ def _gate(name, value, options):
 
 def _interventions(name, value, options):
     if value is not None and value is not False:
-        from .interventions import parse_kinds
+        from .intervention_kinds import parse_kinds
 
         parse_kinds(value)
 

@@ -317,18 +317,3 @@ class LogHistogram(Reducer):
         if lo <= 0:
             return hi * share
         return lo * (hi / lo) ** share
-
-
-# The metric-specific reducers live with their metrics (probe/metrics/); these names are kept
-# importable from here, resolved on first use (importing probe.metrics here would be a cycle).
-_MOVED = {"GroupedGateStats": "gates", "GateStats": "gates", "FirstTokenStats": "first_token",
-          "MaxAbsStats": "massive", "SparsityStats": "sparsity", "LossStats": "loss",
-          "THRESHOLDS": "sparsity"}
-
-
-def __getattr__(name):
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(f"probe.metrics.{_MOVED[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

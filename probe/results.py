@@ -13,10 +13,10 @@ import pandas as pd
 
 from .atomic import atomic_directory, write_text
 from .errors import ProbeError
-from .metrics import TABLES as SCHEMA
+from .schema import TABLES as SCHEMA
 from .plotting import PlotMethods
 
-# The tables an Analysis holds: the run directory's (probe.metrics.TABLES, which reports/ reads
+# The tables an Analysis holds: the run directory's (probe.schema.TABLES, which reports/ reads
 # runs against) but inference.csv, which examples/demo.py adds to trained runs.
 TABLES = tuple(name for name in SCHEMA if name != "inference")
 MANIFEST_KEY = "tables"     # meta.json: {table: rows written}; reports/schema.py reads the same key

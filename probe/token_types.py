@@ -28,8 +28,7 @@ from pathlib import Path
 import torch
 
 from .errors import ProbeError, flag
-
-BUILTIN = ("first", "special", "whitespace", "digits", "punctuation", "word_start", "word_piece", "other")
+from .schema import TOKEN_TYPES as BUILTIN     # the token_type values of gates_by_token_type.csv
 SPACE_MARKERS = ("Ġ", "▁", "Ċ", "ĉ")      # byte-level BPE and sentencepiece word-boundary markers
 
 

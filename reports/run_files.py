@@ -1,4 +1,4 @@
-"""Reading one run directory's files and checking them against the schema (probe.metrics.TABLES,
+"""Reading one run directory's files and checking them against the schema (probe.schema.TABLES,
 through reports.schema): a missing column, a cut-short file or a cell of the wrong kind is a
 RunDirectoryError, one line naming the file and what in it does not fit."""
 

@@ -1,20 +1,18 @@
 """Names, column types and labels of the run directory (docs/run-directory.md) for reports/.
 
-The tables and their columns come from the metrics that write them (probe.metrics.TABLES);
-this module adds what the reports show of them. Every other module of reports/ refers to
+The tables and their columns are those the metrics write (probe/schema.py, which imports no
+torch: reading runs does not load it); this module adds what the reports show of them. Every other module of reports/ refers to
 these constants instead of spelling file or column names.
 """
 
 from __future__ import annotations
 
 # Every table of the run directory, name -> column -> kind, as the metrics that write them
-# declare it (probe/metrics/): "str" columns are kept verbatim (a token may be "NA" or ""), "int"
-# and "float" are parsed with NaN for empty or "nan" cells. A run that lacks a column is refused.
-from probe.metrics import TABLES  # noqa: E402
-from probe.metrics.first_token import SINK_EPSILON  # noqa: E402,F401  (the reports' name for it)
-from probe.metrics.massive import SITES  # noqa: E402
-from probe.metrics.sparsity import HEADLINE_THRESHOLDS, VARIANTS  # noqa: E402
-from probe.token_types import BUILTIN as TOKEN_TYPES  # noqa: E402
+# declare it: "str" columns are kept verbatim (a token may be "NA" or ""), "int" and "float" are
+# parsed with NaN for empty or "nan" cells. A run that lacks a column is refused.
+from probe.schema import (HEADLINE_THRESHOLDS, SINK_EPSILON, SITES, TABLES, TOKEN_TYPES,  # noqa: E402,F401
+                          VARIANTS)
+from probe.intervention_kinds import ALL_LAYERS, INTERVENTIONS  # noqa: E402,F401
 
 META_FILE = "meta.json"
 # meta.json's list of the tables written, {name: rows}: a deleted or cut-short CSV is found.
@@ -52,15 +50,14 @@ SATURATION_LABELS = {
 
 # Built-in token types of gates_by_token_type.csv (TOKEN_TYPES) in display order; user groups follow.
 
-# Interventions of interventions.csv, in display order (`none` is the reference loss).
-INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero", "massive_zero")
+# Interventions of interventions.csv (INTERVENTIONS, in display order; `none` is the reference
+# loss; ALL_LAYERS the `layer` of one applied to every layer at once), and their labels.
 INTERVENTION_LABELS = {
     "mean_gate": "gate → layer mean",
     "gate_one": "gate = 1 (ungated)",
     "gate_zero": "gate = 0 (attention off)",
     "massive_zero": "massive activations → 0",
 }
-ALL_LAYERS = -1  # the `layer` of an intervention applied to every layer at once
 
 # Metrics of inference.csv (examples/demo.py) shown as a table, with their labels.
 INFERENCE_METRICS = {

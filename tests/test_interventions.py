@@ -174,7 +174,7 @@ def test_massive_zero_counts_and_zeroes(official, dataset):
 def test_massive_zero_skips_layers_without_massive_activations(official, dataset):
     """Nothing reaches the threshold (tiny models: max << 100): the rows say so, and so does a
     warning, instead of a silent delta of 0."""
-    with pytest.warns(UserWarning, match="massive_zero: no activation reached the threshold"):
+    with pytest.warns(UserWarning, match="^interventions='massive_zero': no activation reached the threshold"):
         frame = interventions.run(official, dataset, kinds=["massive_zero"], batch_size=2)
     rows = frame[frame.intervention == "massive_zero"]
     assert (rows.zeroed == 0).all() and (rows.delta_loss == 0).all()
@@ -185,13 +185,32 @@ def test_massive_zero_skips_layers_without_massive_activations(official, dataset
 def test_baseline_model_gets_only_massive_interventions(loaded):
     lm = loaded("qwen3")
     data = build_dataset(None, lm.tokenizer, texts=[TEXT], seq_len=16, max_sequences=2)
-    with pytest.warns(UserWarning, match="mean_gate,gate_one,gate_zero: not applicable: the model has no gate"):
+    with pytest.warns(UserWarning, match="^interventions='mean_gate,gate_one,gate_zero': not applicable: "
+                                         "the model has no gate"):
         frame = interventions.run(lm, data, batch_size=2, massive_min_abs=0.0, massive_ratio=6.0)
     measured = frame[frame.note == ""]
     assert set(measured.intervention) == {"none", "massive_zero"}
     skipped = frame[frame.note == interventions.NO_GATE]           # asked for, and marked
     assert list(skipped.intervention) == ["mean_gate", "gate_one", "gate_zero"]
     assert skipped.loss.isna().all() and (skipped.layer == -1).all()
+
+
+def test_warnings_from_the_command_line_name_the_flag(checkpoint, text_file, tmp_path):
+    """The warnings above, from `probe analyze`: --interventions, as the user typed it (from
+    Python they say interventions=..., the tests above)."""
+    import warnings
+
+    from probe.cli import main
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert main(["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--seq-len", "16",
+                     "--max-sequences", "1", "--out", str(tmp_path / "run"), "--quiet",
+                     "--interventions", "gate_zero,massive_zero"]) == 0
+    said = [str(w.message) for w in seen if "interventions" in str(w.message)]
+    assert said == [f"--interventions gate_zero: {interventions.NO_GATE}; interventions.csv marks them",
+                    f"--interventions massive_zero: {interventions.NOTHING_ZEROED} (no layer output "
+                    "reached max(100, 1000 x its median |h|))"]
 
 
 def test_unknown_intervention_is_one_clear_error(official, dataset):

@@ -221,7 +221,9 @@ def test_ambiguous_unregistered_layouts_are_refused():
                             (no_q, "finds no query projection")):
         with pytest.raises(ProbeError, match=message) as err:
             describe(_unregistered(change))
-        assert "--gate MODULE:LAYOUT:GRANULARITY" in str(err.value) and "--gate none" in str(err.value)
+        # From Python, the argument (the command line's --gate: tests/test_reliability.py).
+        assert "gate='MODULE:LAYOUT:GRANULARITY[:ACTIVATION]'" in str(err.value) and "gate='none'" in str(err.value)
+        assert "--gate" not in str(err.value)
     # Declaring the gate (or its absence) still works for such a model.
     assert not describe(_unregistered(gate_module), "none").gated
 
@@ -258,3 +260,40 @@ def test_readme_selects_the_head_column_by_key():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert '["head"]' in readme
     assert not re.search(r"\b(?:ft|frame|df|first_token|gates)\.head\b(?!\()", readme)
+
+
+@pytest.mark.parametrize("call", ["load", "analyze"])
+def test_loading_leaves_transformers_logging_as_the_caller_set_it(call, checkpoint, text_file, capfd):
+    """probe silences transformers' log lines and progress bars while it loads, and only then:
+    a Python user's verbosity and progress bars are theirs again when the call returns."""
+    from transformers.utils import logging as hf_logging
+
+    saved = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_info()             # transformers logs every file it reads at INFO
+    hf_logging.enable_progress_bar()
+    try:
+        capfd.readouterr()
+        path = checkpoint("official_headwise")
+        if call == "load":
+            probe.load(path)
+        else:
+            probe.analyze(path, text_file, seq_len=16, max_sequences=1, progress=False)
+        err = capfd.readouterr().err
+        assert hf_logging.get_verbosity() == hf_logging.INFO
+        assert hf_logging.is_progress_bar_enabled()
+        assert "loading" not in err.lower()         # and quiet while it loaded
+    finally:
+        hf_logging.set_verbosity(saved[0])
+        (hf_logging.enable_progress_bar if saved[1] else hf_logging.disable_progress_bar)()
+
+
+def test_gate_none_warning_names_the_python_argument(loaded):
+    """gate="none" on a gated checkpoint, from Python: the warning says gate='none' (from the
+    command line --gate none: tests/test_cli.py)."""
+    from probe.load import warn_if_gate_declared_away
+
+    lm = loaded("official_headwise")
+    with pytest.warns(UserWarning, match="^gate='none' but this checkpoint shows a gate") as seen:
+        warn_if_gate_declared_away(lm.model, lm.layout, "none")
+    assert "--gate" not in str(seen[0].message)
+    assert str(seen[0].message).endswith("declare it with gate='MODULE:LAYOUT:GRANULARITY'")

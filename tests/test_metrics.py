@@ -45,6 +45,22 @@ def test_the_schema_holds_every_table_of_an_analysis():
     assert TABLES is metrics.TABLES
 
 
+def test_the_schema_declares_exactly_the_metrics_tables_and_the_others():
+    """probe/schema.py declares every table once (torch-free, so that reports/ reads runs
+    without torch); each metric takes its own from there. A metric whose tables are not there,
+    or a table there that nothing writes, fails here."""
+    from probe import schema
+    from probe.events import SITES
+    from probe.token_types import BUILTIN
+
+    declared = {t: c for m in metrics.METRICS for t, c in m.TABLES.items()}
+    assert list(schema.TABLES) == [*declared, *schema.OTHER_TABLES]
+    assert schema.TABLES == {**declared, **schema.OTHER_TABLES}
+    assert metrics.TABLES is schema.TABLES
+    # The values that key the rows: the events' sites, the token classifier's types.
+    assert SITES == schema.SITES and BUILTIN is schema.TOKEN_TYPES
+
+
 def test_metrics_subscribe_to_known_events_only(loaded):
     lm = loaded("official_headwise")
     cap = probe.Capture(lm.model, lm.layout)

@@ -15,7 +15,11 @@ import probe
 import tiny
 from probe import attention
 from samples import TEXT
-from probe.reducers import FirstTokenStats, GateStats, LogHistogram, LossStats, MaxAbsStats
+from probe.metrics.first_token import FirstTokenStats
+from probe.metrics.gates import GateStats
+from probe.metrics.loss import LossStats
+from probe.metrics.massive import MaxAbsStats
+from probe.reducers import LogHistogram
 
 LONG_T = 4096
 F_ATTN_TOL = 1e-5

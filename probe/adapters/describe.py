@@ -5,6 +5,7 @@ import warnings
 
 from torch import nn
 
+from ..errors import flag
 from ..gates import GateSpec
 from .layout import ModelLayout, discover_layout
 from .registry import registered, text_config
@@ -69,6 +70,6 @@ def warn_if_gate_declared_away(model: nn.Module, layout: ModelLayout, gate) -> N
             return
         why = (f"q_proj gives {widths[0]} outputs for {layout.num_heads} heads of {layout.head_dim} "
                "(a gate in q_proj adds the extra ones)")
-    warnings.warn(f"--gate none (gate='none') but this checkpoint shows a gate: {why}; gate scores, "
+    warnings.warn(f"{flag('gate', 'none')} but this checkpoint shows a gate: {why}; gate scores, "
                   "the mean-gate control and gate interventions are not measured. Leave the option "
-                  "out to measure the gate, or declare it with --gate MODULE:LAYOUT:GRANULARITY")
+                  f"out to measure the gate, or declare it with {flag('gate', 'MODULE:LAYOUT:GRANULARITY')}")

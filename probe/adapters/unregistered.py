@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..errors import ProbeError
+from ..errors import ProbeError, flag
 
-DECLARE = ("declare its gate with --gate MODULE:LAYOUT:GRANULARITY[:ACTIVATION] "
-           "(e.g. g_proj:plain:elementwise), or --gate none if it has none")
 Q_NAMES = ("q_proj", "query", "wq", "to_q")
 FUSED_QKV_NAMES = ("qkv_proj", "c_attn", "query_key_value", "Wqkv", "qkv")
+
+
+def declare() -> str:
+    """What to do about a decoder probe cannot read alone, in the user's terms (flag)."""
+    return (f"declare its gate with {flag('gate', 'MODULE:LAYOUT:GRANULARITY[:ACTIVATION]')} "
+            f"(e.g. g_proj:plain:elementwise), or {flag('gate', 'none')} if it has none")
 
 
 def rows(module: nn.Module | None) -> int | None:
@@ -28,13 +32,13 @@ def ungated_note(model: nn.Module, model_type: str, attention: list[nn.Module], 
     unknown = f"architecture {model_type!r} is not in probe's registry"
     if not getattr(type(model), "_supports_attention_backend", False):
         raise ProbeError(f"{unknown}, and {type(model).__name__} does not run its attention through "
-                         "transformers' attention interface, where probe reads attention; " + DECLARE)
+                         "transformers' attention interface, where probe reads attention; " + declare())
     queries = num_heads * head_dim
     for i, attn in enumerate(attention):
         gates = [name for name, _ in attn.named_modules() if "gate" in name.rsplit(".", 1)[-1].lower()]
         if gates:
             raise ProbeError(f"{unknown} and layer {i}'s attention holds a module named {gates[0]!r}, "
-                             "which may gate its output; " + DECLARE)
+                             "which may gate its output; " + declare())
         q = next((getattr(attn, n) for n in Q_NAMES if isinstance(getattr(attn, n, None), nn.Module)), None)
         fused = next((getattr(attn, n) for n in FUSED_QKV_NAMES if isinstance(getattr(attn, n, None), nn.Module)), None)
         if q is not None:
@@ -43,11 +47,11 @@ def ungated_note(model: nn.Module, model_type: str, attention: list[nn.Module], 
             width, expected = rows(fused), (num_heads + 2 * num_kv_heads) * head_dim
         else:
             raise ProbeError(f"{unknown} and probe finds no query projection in layer {i}'s attention "
-                             f"({type(attn).__name__}) to tell whether it carries gate logits; " + DECLARE)
+                             f"({type(attn).__name__}) to tell whether it carries gate logits; " + declare())
         if width != expected:
             raise ProbeError(f"{unknown} and layer {i}'s query projection has {width} rows where "
                              f"{num_heads} heads x {head_dim} need {expected}: the extra rows may be "
-                             "gate logits; " + DECLARE)
+                             "gate logits; " + declare())
     return (f"{unknown}; its layout shows no attention-output gate (query projection of "
             f"{num_heads} x {head_dim} rows, no gate module), so it is analysed as ungated. "
             "If it has a gate, declare it with --gate")

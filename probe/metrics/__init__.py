@@ -8,8 +8,9 @@
     massive.py       massive.csv, massive_top.csv; m_act              <- hook_attn_out ... hook_resid_post
     loss.py          loss, perplexity                                 <- hook_logits
 
-Each module owns its reducers, its tables (columns and their kinds) and its summary keys
-(metrics/base.py says what a metric provides); the events are described in probe/events.py.
+Each module owns its reducers, its tables (columns and their kinds, declared in probe/schema.py
+so that reports/ reads them without torch) and its summary keys (metrics/base.py says what a
+metric provides); the events are described in probe/events.py.
 To add a metric: a module here with a `Metric` subclass, listed in METRICS; a report section
 that reads its table (reports/sections.py); a test against an independent computation.
 """
@@ -26,23 +27,10 @@ from .token_types import TokenTypes
 METRICS = (FirstToken, Sparsity, Gates, TokenTypes, Massive, Loss)
 SUMMARY_ORDER = (Gates, FirstToken, Massive, Loss)
 
-# Tables written by other parts of probe, not by a metric of the pass.
-OTHER_TABLES: dict[str, dict[str, str]] = {
-    # The display prompt's head-averaged attention (analyze.display_patterns, bridge.display_patterns).
-    "attention_patterns": {"model": "str", "layer": "int", "query": "int", "key": "int", "value": "float"},
-    # probe train's log (probe/train), copied into trained runs.
-    "training": {"model": "str", "step": "int", "tokens": "float", "lr": "float", "train_loss": "float",
-                 "eval_loss": "float", "grad_norm": "float", "spike": "bool"},
-    # The loss under interventions (probe/interventions.py).
-    "interventions": {"model": "str", "intervention": "str", "layer": "int", "loss": "float",
-                      "delta_loss": "float", "setting": "float", "zeroed": "float", "note": "str"},
-    # Written by examples/demo.py for trained checkpoints (probe.train.evaluate.inference_table).
-    "inference": {"model": "str", "metric": "str", "length": "int", "value": "float"},
-}
-
-# Every table of the run directory: name -> column -> kind ("str" kept verbatim, "int" / "float"
-# parsed, "bool"). reports/ reads runs against it; docs/run-directory.md describes it.
-TABLES: dict[str, dict[str, str]] = {**{t: c for m in METRICS for t, c in m.TABLES.items()}, **OTHER_TABLES}
+# Every table of the run directory: name -> column -> kind. Declared in probe/schema.py (no
+# torch: reports/ reads runs against it without loading torch), each metric's TABLES from there;
+# OTHER_TABLES: those written by other parts of probe, not by a metric of the pass.
+from ..schema import OTHER_TABLES, TABLES  # noqa: E402,F401
 
 
 def build_metrics(layout, **context) -> dict:

@@ -2,7 +2,8 @@
 
     class Metric:
         TABLES        table -> column -> kind ("str", "int", "float", "bool"): its files of
-                      the run directory (docs/run-directory.md); probe.metrics.TABLES joins them
+                      the run directory (docs/run-directory.md), declared in probe/schema.py
+                      (torch-free, read by reports/), whose TABLES joins them
         SUMMARY_KEYS  the summary.json keys it writes, in file order
         subscribe(on)        on(event, fn) for each event it reads (probe/events.py)
         reducers()           its reducers, in a fixed order (merged under torchrun, saved by --resume)

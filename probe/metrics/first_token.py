@@ -16,9 +16,8 @@ import torch
 
 from ..events import FIRST_KEY
 from ..reducers import F64, I64, Reducer
+from ..schema import FIRST_TOKEN, SINK_EPSILON
 from .base import Metric, mean
-
-SINK_EPSILON = 0.3      # F-Attn above which a head counts as a sink (summary.json sink_rate)
 
 
 class FirstTokenStats(Reducer):
@@ -110,13 +109,7 @@ class FirstTokenStats(Reducer):
 
 class FirstToken(Metric):
     name = "first_token"
-    TABLES = {
-        "first_token": {"model": "str", "layer": "int", "head": "int", "layer_type": "str",
-                        "metric": "str", "value": "float"},
-        "first_token_buckets": {"model": "str", "layer": "int", "head": "int", "bucket_lo": "float",
-                                "bucket_hi": "float", "value": "float", "n_queries": "float",
-                                "uniform": "float"},
-    }
+    TABLES = FIRST_TOKEN
     SUMMARY_KEYS = ("f_attn", "f_attn_paper", "f_attn_uniform", "sink_rate", "sink_epsilon")
 
     def __init__(self, layout, **context):

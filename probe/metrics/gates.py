@@ -13,6 +13,7 @@ import torch
 
 from ..events import GATE
 from ..reducers import F64, I64, Reducer
+from ..schema import GATES
 from .base import Metric, mean
 
 class GroupedGateStats(Reducer):
@@ -138,12 +139,7 @@ class GateStats(GroupedGateStats):
 
 class Gates(Metric):
     name = "gates"
-    TABLES = {
-        "gates": {"model": "str", "layer": "int", "head": "int", "group": "str", "metric": "str",
-                  "value": "float"},
-        "gate_hist": {"model": "str", "layer": "int", "head": "int", "bin_lo": "float",
-                      "bin_hi": "float", "count": "float"},
-    }
+    TABLES = GATES
     SUMMARY_KEYS = ("mean_gate",)
 
     def __init__(self, layout, **context):

@@ -14,6 +14,7 @@ import torch
 
 from ..events import SITE_EVENTS, SITES
 from ..reducers import I64, LogHistogram, Reducer
+from ..schema import MASSIVE
 from .base import Metric, mean
 
 SITE_ORDER = {s: i for i, s in enumerate(SITES)}
@@ -103,12 +104,7 @@ class MaxAbsStats(Reducer):
 
 class Massive(Metric):
     name = "massive"
-    TABLES = {
-        "massive": {"model": "str", "layer": "int", "site": "str", "metric": "str", "value": "float"},
-        "massive_top": {"model": "str", "layer": "int", "site": "str", "rank": "int",
-                        "value": "float", "abs_value": "float", "sequence": "int", "position": "int",
-                        "dim": "int", "token_id": "int", "token": "str"},
-    }
+    TABLES = MASSIVE
     SUMMARY_KEYS = ("m_act",)
 
     def __init__(self, layout, *, top_k: int = 3, **context):

@@ -12,10 +12,9 @@ import pandas as pd
 from ..events import SDPA, Z
 from ..options import THRESHOLDS
 from ..reducers import LogHistogram, Reducer
+from ..schema import HEADLINE_THRESHOLDS, SPARSITY, VARIANTS
 from .base import Metric
 
-HEADLINE_THRESHOLDS = (1e-2, 1e-3)      # repeated in summary.json
-VARIANTS = ("ungated", "mean_gate", "gated")
 VARIANT_ORDER = {v: i for i, v in enumerate(VARIANTS)}
 
 
@@ -65,8 +64,7 @@ class SparsityStats(Reducer):
 
 class Sparsity(Metric):
     name = "sparsity"
-    TABLES = {"sparsity": {"model": "str", "layer": "int", "variant": "str", "threshold": "float",
-                           "value": "float"}}
+    TABLES = SPARSITY
 
     def __init__(self, layout, *, thresholds=None, **context):
         super().__init__(layout)

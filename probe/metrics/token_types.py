@@ -13,6 +13,7 @@ import torch
 
 from ..events import GATE
 from ..reducers import F64, I64
+from ..schema import GATES_BY_TOKEN_TYPE
 from ..token_types import BUILTIN
 from .base import Metric
 from .gates import GroupedGateStats
@@ -86,8 +87,7 @@ class TokenGroupGateStats(GroupedGateStats):
 
 class TokenTypes(Metric):
     name = "token_types"
-    TABLES = {"gates_by_token_type": {"model": "str", "layer": "int", "head": "int", "token_type": "str",
-                                      "metric": "str", "value": "float"}}
+    TABLES = GATES_BY_TOKEN_TYPE
     COLUMNS = list(TABLES["gates_by_token_type"])
 
     def __init__(self, layout, *, token_groups=None, **context):

@@ -25,6 +25,7 @@ import torch
 
 from ..atomic import check_writable, describe_os_error, write_text, write_torch
 from ..errors import ProbeError
+from ..load import quiet_transformers
 from .config import SPIKE_K, SPIKE_MIN_HISTORY, SPIKE_WINDOW, TrainConfig
 from .log import heldout_loss, is_spike, read_log, write_log
 from .model import ARMS, Shape, build_model, check_matched, count_parameters, model_config
@@ -38,7 +39,8 @@ STATE_FILE = "trainer_state.pt"
 # ------------------------------------------------------------------------------- checkpoints
 
 def save_model(model, tokenizer, folder: Path) -> None:
-    model.save_pretrained(str(folder), safe_serialization=True)
+    with quiet_transformers():              # save_pretrained's per-shard bar, at every checkpoint
+        model.save_pretrained(str(folder), safe_serialization=True)
     tokenizer.save_pretrained(str(folder))
     _fix_architectures(folder)
     # A tokenizer loaded back from a checkpoint (on --resume) saves where it was loaded from;
@@ -157,9 +159,6 @@ def _first_line(err: Exception) -> str:
 
 def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None) -> TrainResult:
     cfg.check()
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()          # save_pretrained's per-shard bar, at every checkpoint
     with _writing():
         out = prepare_out(cfg)
     if cfg.threads:

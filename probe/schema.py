@@ -1,0 +1,71 @@
+"""The run directory's tables (docs/run-directory.md): name -> column -> kind, and the values
+that key their rows.
+
+One declaration for the writer and the reader: each metric in probe/metrics/ takes its
+`TABLES` from here and writes them, reports/ reads run directories against `TABLES`. This
+module imports nothing (no torch), so that `import reports` and `probe report` do not load
+the libraries that run a model (tests/reports/test_runs.py checks it).
+
+Kinds: "str" kept verbatim (a token may be "NA" or ""), "int" / "float" parsed with NaN for
+empty or "nan" cells, "bool". A run that lacks a table's column is refused.
+"""
+from __future__ import annotations
+
+# -- first_token.py: F-Attn ------------------------------------------------------------------
+SINK_EPSILON = 0.3      # F-Attn above which a head counts as a sink (summary.json sink_rate)
+FIRST_TOKEN = {
+    "first_token": {"model": "str", "layer": "int", "head": "int", "layer_type": "str",
+                    "metric": "str", "value": "float"},
+    "first_token_buckets": {"model": "str", "layer": "int", "head": "int", "bucket_lo": "float",
+                            "bucket_hi": "float", "value": "float", "n_queries": "float",
+                            "uniform": "float"},
+}
+
+# -- sparsity.py: the attention output below each threshold -----------------------------------
+HEADLINE_THRESHOLDS = (1e-2, 1e-3)      # repeated in summary.json
+VARIANTS = ("ungated", "mean_gate", "gated")                 # sparsity.csv `variant`
+SPARSITY = {"sparsity": {"model": "str", "layer": "int", "variant": "str", "threshold": "float",
+                         "value": "float"}}
+
+# -- gates.py: gate scores ---------------------------------------------------------------------
+GATES = {
+    "gates": {"model": "str", "layer": "int", "head": "int", "group": "str", "metric": "str",
+              "value": "float"},
+    "gate_hist": {"model": "str", "layer": "int", "head": "int", "bin_lo": "float",
+                  "bin_hi": "float", "count": "float"},
+}
+
+# -- token_types.py: gate scores by token type -------------------------------------------------
+# The built-in token types (probe/token_types.py classifies them), gates_by_token_type.csv
+# `token_type` before the user's groups.
+TOKEN_TYPES = ("first", "special", "whitespace", "digits", "punctuation", "word_start", "word_piece", "other")
+GATES_BY_TOKEN_TYPE = {"gates_by_token_type": {"model": "str", "layer": "int", "head": "int",
+                                               "token_type": "str", "metric": "str", "value": "float"}}
+
+# -- massive.py: M-Act -------------------------------------------------------------------------
+SITES = ("attn_out", "resid_mid", "mlp_out", "resid_post")      # massive.csv `site`, paper Figure 6
+MASSIVE = {
+    "massive": {"model": "str", "layer": "int", "site": "str", "metric": "str", "value": "float"},
+    "massive_top": {"model": "str", "layer": "int", "site": "str", "rank": "int",
+                    "value": "float", "abs_value": "float", "sequence": "int", "position": "int",
+                    "dim": "int", "token_id": "int", "token": "str"},
+}
+
+# -- written by other parts of probe, not by a metric of the pass ------------------------------
+OTHER_TABLES: dict[str, dict[str, str]] = {
+    # The display prompt's head-averaged attention (analyze.display_patterns, bridge.display_patterns).
+    "attention_patterns": {"model": "str", "layer": "int", "query": "int", "key": "int", "value": "float"},
+    # probe train's log (probe/train), copied into trained runs.
+    "training": {"model": "str", "step": "int", "tokens": "float", "lr": "float", "train_loss": "float",
+                 "eval_loss": "float", "grad_norm": "float", "spike": "bool"},
+    # The loss under interventions (probe/interventions.py).
+    "interventions": {"model": "str", "intervention": "str", "layer": "int", "loss": "float",
+                      "delta_loss": "float", "setting": "float", "zeroed": "float", "note": "str"},
+    # Written by examples/demo.py for trained checkpoints (probe.train.evaluate.inference_table).
+    "inference": {"model": "str", "metric": "str", "length": "int", "value": "float"},
+}
+
+# Every table of the run directory, in the order of probe.metrics.METRICS, then the others
+# (tests/test_metrics.py checks that the metrics write exactly these).
+TABLES: dict[str, dict[str, str]] = {**FIRST_TOKEN, **SPARSITY, **GATES, **GATES_BY_TOKEN_TYPE, **MASSIVE,
+                                     **OTHER_TABLES}
