@@ -42,12 +42,12 @@ class Runs:
     interventions: pd.DataFrame = field(default_factory=lambda: _empty("interventions"))
     first_token_buckets: pd.DataFrame = field(default_factory=lambda: _empty("first_token_buckets"))
     inference: pd.DataFrame = field(default_factory=lambda: _empty("inference"))
-    # Sink anatomy (probe analyze --anatomy): only runs analysed with it have these.
-    received_by_position: pd.DataFrame = field(default_factory=lambda: _optional("received_by_position"))
-    received_by_token: pd.DataFrame = field(default_factory=lambda: _optional("received_by_token"))
-    secondary_sinks: pd.DataFrame = field(default_factory=lambda: _optional("secondary_sinks"))
-    value_drains: pd.DataFrame = field(default_factory=lambda: _optional("value_drains"))
-    gate_sink: pd.DataFrame = field(default_factory=lambda: _optional("gate_sink"))
+    # Sink anatomy, written only by `probe analyze --anatomy` (probe.metrics.OPTIONAL_TABLES).
+    received_by_position: pd.DataFrame = field(default_factory=lambda: _empty("received_by_position"))
+    received_by_token: pd.DataFrame = field(default_factory=lambda: _empty("received_by_token"))
+    secondary_sinks: pd.DataFrame = field(default_factory=lambda: _empty("secondary_sinks"))
+    value_drains: pd.DataFrame = field(default_factory=lambda: _empty("value_drains"))
+    gate_sink: pd.DataFrame = field(default_factory=lambda: _empty("gate_sink"))
     _layer_types: dict[str, dict[int, str]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -94,11 +94,6 @@ class Runs:
     @property
     def ungated_models(self) -> list[str]:
         return [model for model in self.models if not self.is_gated(model)]
-
-
-def _optional(name: str) -> pd.DataFrame:
-    """An empty table, also where probe does not declare it (an older probe)."""
-    return _empty(name) if name in TABLES else pd.DataFrame(columns=["model"])
 
 
 def load_runs(source: Any) -> Runs:

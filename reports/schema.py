@@ -10,7 +10,7 @@ from __future__ import annotations
 # Every table of the run directory, name -> column -> kind, as the metrics that write them
 # declare it (probe/metrics/): "str" columns are kept verbatim (a token may be "NA" or ""), "int"
 # and "float" are parsed with NaN for empty or "nan" cells. A run that lacks a column is refused.
-from probe.metrics import TABLES  # noqa: E402
+from probe.metrics import OPTIONAL_TABLES, TABLES  # noqa: E402,F401  (OPTIONAL_TABLES: written only when an option is on)
 from probe.metrics.first_token import SINK_EPSILON  # noqa: E402,F401  (the reports' name for it)
 from probe.metrics.massive import SITES  # noqa: E402
 from probe.metrics.sparsity import HEADLINE_THRESHOLDS, VARIANTS  # noqa: E402

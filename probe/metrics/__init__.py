@@ -7,6 +7,9 @@
     token_types.py   gates_by_token_type.csv                         <- attn.hook_gate
     massive.py       massive.csv, massive_top.csv; m_act              <- hook_attn_out ... hook_resid_post
     loss.py          loss, perplexity                                 <- hook_logits
+    anatomy.py       received_by_position.csv, received_by_token.csv, secondary_sinks.csv,
+                     value_drains.csv, gate_sink.csv; anatomy (only with the anatomy option)
+                                                                      <- attn.hook_attention, attn.hook_gate
 
 Each module owns its reducers, its tables (columns and their kinds) and its summary keys
 (metrics/base.py says what a metric provides); the events are described in probe/events.py.
@@ -15,6 +18,7 @@ that reads its table (reports/sections.py); a test against an independent comput
 """
 from __future__ import annotations
 
+from .anatomy import Anatomy
 from .first_token import FirstToken
 from .gates import Gates
 from .loss import Loss
@@ -23,8 +27,8 @@ from .sparsity import Sparsity
 from .token_types import TokenTypes
 
 # The order of the reducers (merged under torchrun, saved by --resume) and of summary.json's keys.
-METRICS = (FirstToken, Sparsity, Gates, TokenTypes, Massive, Loss)
-SUMMARY_ORDER = (Gates, FirstToken, Massive, Loss)
+METRICS = (FirstToken, Sparsity, Gates, TokenTypes, Massive, Loss, Anatomy)
+SUMMARY_ORDER = (Gates, FirstToken, Massive, Loss, Anatomy)
 
 # Tables written by other parts of probe, not by a metric of the pass.
 OTHER_TABLES: dict[str, dict[str, str]] = {
@@ -43,6 +47,9 @@ OTHER_TABLES: dict[str, dict[str, str]] = {
 # Every table of the run directory: name -> column -> kind ("str" kept verbatim, "int" / "float"
 # parsed, "bool"). reports/ reads runs against it; docs/run-directory.md describes it.
 TABLES: dict[str, dict[str, str]] = {**{t: c for m in METRICS for t, c in m.TABLES.items()}, **OTHER_TABLES}
+# Tables a metric writes only when an option asks for it: table -> the option. A run without
+# them is complete; one that has such a table must have all of its columns, as any other.
+OPTIONAL_TABLES: dict[str, str] = {t: m.OPTION for m in METRICS if getattr(m, "OPTION", None) for t in m.TABLES}
 
 
 def build_metrics(layout, **context) -> dict:

@@ -199,19 +199,3 @@ def _gate_sink(spec: RunSpec, rng) -> pd.DataFrame:
                              "attention": attention, "gate": gate, "gate_std": 0.1})
     return pd.DataFrame(rows)
 
-
-# The kinds of the columns, as the anatomy metric declares them. Until that metric is on this
-# branch, the schema learns them here (the report must read the contract's files).
-_KINDS = {"model": "str", "token": "str", "key_hi": "float", "key_lo": "int", "score": "float",
-          "pooled": "float", "sink_rate": "float", "sink_share": "float",
-          "value_norm_ratio": "float", "norm_share": "float", "projection_share": "float",
-          "attention_lo": "float", "attention_hi": "float", "attention": "float",
-          "gate": "float", "gate_std": "float"}
-
-
-def ensure_schema() -> None:
-    from reports.schema import TABLES
-
-    for name, columns in ANATOMY_COLUMNS.items():
-        TABLES.setdefault(name, {column: _KINDS.get(column, "int")
-                                 for column in ["model", *columns]})

@@ -14,10 +14,8 @@ from matplotlib.colors import LogNorm
 import reports
 from reports.sections import FigureItem, build_sections, shown
 
-from anatomy_runs import (ANATOMY_SPECS, BOS, DEEP_ANATOMY_SPECS, EPSILON, MIN_QUERIES, buckets,
-                          ensure_schema, write_anatomy_run)
-
-ensure_schema()
+from anatomy_runs import (ANATOMY_COLUMNS, ANATOMY_SPECS, BOS, DEEP_ANATOMY_SPECS, EPSILON,
+                          MIN_QUERIES, buckets, write_anatomy_run)
 
 SECTION = "sink-anatomy"
 
@@ -49,6 +47,14 @@ def item(runs, item_id):
 
 def plot_axes(fig):
     return [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+
+
+def test_the_fixture_writes_the_metric_s_columns():
+    from probe.metrics import OPTIONAL_TABLES, TABLES
+
+    for name, columns in ANATOMY_COLUMNS.items():
+        assert list(TABLES[name]) == ["model", *columns], name
+        assert OPTIONAL_TABLES[name] == "anatomy"
 
 
 # -- the heatmap -----------------------------------------------------------------------------
