@@ -158,5 +158,10 @@ def _missing_notes(runs: Runs) -> list[str]:
     with_tables = set(anatomy_models(runs))
     if not with_tables:
         return []
-    return [f"{model} was analysed without --anatomy: it has no received-attention tables."
-            for model in runs.models if model not in with_tables]
+    secondary = set(runs.secondary_sinks["model"]) if len(runs.secondary_sinks) else set()
+    epsilon = anatomy_epsilon(runs)
+    return ([f"{model} was analysed without --anatomy: it has no received-attention tables."
+             for model in runs.models if model not in with_tables]
+            + [f"{model} has no secondary sink: no key away from position 0 received a score "
+               f"above ε = {epsilon.get(model, SINK_EPSILON):g} (secondary_sinks.csv is empty)."
+               for model in runs.models if model in with_tables and model not in secondary])

@@ -265,7 +265,9 @@ def plot_gate_vs_baseline_f_attn(runs: Any, *, fig: Figure | SubFigure | None = 
         points = f_attn_vs_gate(runs, baseline, gated)
         ax.scatter(points["f_attn"], points["gate"], c=points["layer"], cmap=cmap, norm=norm,
                    s=14, edgecolors="none")
-        ax.set_xlim(0, 1)
+        # From 0 to a little past the largest F-Attn: a baseline without sinks keeps its
+        # points apart instead of pressed against the left edge of [0, 1].
+        ax.set_xlim(0, max(0.05, 1.08 * float(points["f_attn"].max()) if len(points) else 1.0))
         ax.set_xlabel(f"F-Attn of {plain(baseline)}")
         ax.set_title(f"{plain(gated)} vs {plain(baseline)}")
     axes[0].set_ylabel("mean gate score (gated run)")

@@ -307,3 +307,15 @@ def test_no_tick_labels_overlap_with_30_layers(tmp_path, anatomy_runs):
                     checked += len(boxes)
                     assert not overlaps(boxes), (figure_item.id, ax.get_title(), axis)
     assert checked > 200
+
+
+def test_a_run_without_secondary_sinks_says_so(anatomy_dirs, tmp_path):
+    copy = tmp_path / "sink_base"
+    import shutil
+
+    shutil.copytree(anatomy_dirs["sink_base"], copy)
+    (copy / "secondary_sinks.csv").unlink()
+    section = section_of(reports.load_runs([copy]))
+    assert "secondary-sinks" not in [i.id for i in section.items]
+    assert any(f"sink_base has no secondary sink" in n and f"ε = {EPSILON:g}" in n
+               for n in section.notes)
