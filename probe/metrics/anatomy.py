@@ -19,9 +19,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from ..anatomy_stats import EPSILON, AnatomyStats
 from ..events import ATTENTION, GATE
-from ..received import key_probability, received_attention, top_keys, value_drains
 from .base import Metric
 from .massive import token_text
 
@@ -57,6 +55,10 @@ class Anatomy(Metric):
         self.enabled = bool(anatomy)
         self._gates: dict[int, torch.Tensor] = {}     # layer -> (B, T, H) gate mean, until its attention
         if self.enabled:
+            # Imported here: probe.received needs the attention back-end (transformers), and
+            # reports/ reads this module's TABLES without loading a model library.
+            from ..anatomy_stats import EPSILON, AnatomyStats
+
             if not vocab_size:
                 raise ValueError("sink anatomy needs the vocabulary size (vocab_size=)")
             self.stats = {i: AnatomyStats(i, layout.num_heads, vocab_size, epsilon=EPSILON,
@@ -75,6 +77,8 @@ class Anatomy(Metric):
 
     def update(self, layer, query, b, *, key, value, out, lse, mask, scale, softcap=None) -> None:
         """query (B, H, T, D), key / value (B, KV, S, D), out (B, H, T, D), lse (B, H, T)."""
+        from ..received import key_probability, received_attention, top_keys, value_drains
+
         stats = self.stats.get(layer)
         gate = self._gates.pop(layer, None)
         if stats is None:
@@ -120,7 +124,7 @@ class Anatomy(Metric):
     def summarise(self, a, layers, done) -> dict:
         if not self.enabled:
             return {}
-        return {"anatomy": {"epsilon": EPSILON,
+        return {"anatomy": {"epsilon": next(iter(self.stats.values())).epsilon if self.stats else None,
                             "secondary_sinks": sum(int(st.secondary_cells.sum()) for st in self.stats.values()),
                             "top_sink_tokens": self.top_tokens(done.tokenizer)}}
 
