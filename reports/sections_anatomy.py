@@ -144,11 +144,13 @@ def sink_tokens_caption(runs: Runs) -> str:
 
 
 def gate_sink_caption(runs: Runs) -> str:
-    bins = sorted(set(runs.gate_sink["attention_lo"].round(9)))
-    width = 1 / len(bins) if bins else 0.1
+    # The bins as saved (empty bins have no row, so they are counted from their width).
+    widths = (runs.gate_sink["attention_hi"] - runs.gate_sink["attention_lo"]).round(9)
+    width = float(widths.median())
     return ("Per gated layer (one curve, coloured by layer) the mean gate score of the queries "
             "binned by the attention they put on their head's top sink key "
-            f"({len(bins)} bins of width {width:.2g} on [0, 1]), each bin drawn at the mean "
+            f"({round(1 / width)} bins of width {width:.2g} on [0, 1]; bins without queries "
+            "have no point), each bin drawn at the mean "
             "attention of its queries, pooled over heads weighted by their queries "
             "(gate_sink.csv); one panel per gated run. A curve that falls to the right is a head "
             "that closes its gate where its attention would go to the sink.")

@@ -319,3 +319,10 @@ def test_a_run_without_secondary_sinks_says_so(anatomy_dirs, tmp_path):
     assert "secondary-sinks" not in [i.id for i in section.items]
     assert any(f"sink_base has no secondary sink" in n and f"ε = {EPSILON:g}" in n
                for n in section.notes)
+
+
+def test_gate_sink_caption_counts_bins_by_their_width(anatomy_dirs):
+    runs = reports.load_runs(list(anatomy_dirs.values()))
+    # A bin that no query reached has no row: the caption still says 10 bins.
+    runs.gate_sink = runs.gate_sink[runs.gate_sink["attention_lo"] < 0.85]
+    assert "10 bins of width 0.1" in item(runs, "gate-vs-sink").caption
