@@ -144,12 +144,16 @@ def test_sink_tokens_are_pooled_over_layers_weighted_by_cells(anatomy_runs, anat
         assert len(gated) == 2 and list(gated["token"])[1] == BOS
 
 
-def test_sink_token_display_escapes_and_marks_position_0(anatomy_runs, anatomy_dirs, tmp_path):
+@pytest.fixture(scope="module")
+def anatomy_report(anatomy_dirs, tmp_path_factory):
+    return reports.build_report(list(anatomy_dirs.values()), tmp_path_factory.mktemp("report"))
+
+
+def test_sink_token_display_escapes_and_marks_position_0(anatomy_runs, anatomy_report):
     display = item(anatomy_runs, "sink-tokens").frame
     assert "“<s>” (position 0)" in list(display["token"])
     assert "“↵”" in list(display["token"])           # the newline is made visible
-    html = reports.build_report(list(anatomy_dirs.values()), tmp_path, formats=["html"])
-    text = html["html"].read_text(encoding="utf-8")
+    text = anatomy_report["html"].read_text(encoding="utf-8")
     assert "“&lt;s&gt;” (position 0)" in text and "“&lt;b&gt;”" in text
     assert "<b>”" not in text and "“<s>”" not in text
 
@@ -272,8 +276,8 @@ def test_a_mixed_report_says_which_run_has_no_anatomy(anatomy_dirs, run_dirs):
     assert any("headwise was analysed without --anatomy" in n for n in section_of(runs).notes)
 
 
-def test_html_and_pdf_carry_the_anatomy_figures(anatomy_dirs, tmp_path):
-    out = reports.build_report(list(anatomy_dirs.values()), tmp_path)
+def test_html_and_pdf_carry_the_anatomy_figures(anatomy_dirs, anatomy_report):
+    out = anatomy_report
     text = out["html"].read_text(encoding="utf-8")
     for figure_id in ("received-attention", "value-drains", "gate-vs-sink", "f-attn-vs-gate"):
         assert f'id="{figure_id}"' in text, figure_id
@@ -291,21 +295,35 @@ def test_html_and_pdf_carry_the_anatomy_figures(anatomy_dirs, tmp_path):
 # -- ticks at 30 layers ----------------------------------------------------------------------
 
 def test_no_tick_labels_overlap_with_30_layers(tmp_path, anatomy_runs):
-    from test_layout import figures_as_saved, overlaps, tick_label_boxes
     from matplotlib.axes import Axes
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from reports import pdf as report_pdf
+    from reports.style import freeze_layout, report_style
+    from test_layout import overlaps, tick_label_boxes
 
     deep = reports.load_runs([write_anatomy_run(tmp_path, spec, seed)
                               for seed, spec in enumerate(DEEP_ANATOMY_SPECS)])
     checked = 0
     for runs in (anatomy_runs, deep):
-        for figure_item, figure, renderer in figures_as_saved(runs):
-            if figure_item.id not in [i.id for i in section_of(runs).items]:
+        for figure_item in section_of(runs).items:
+            if not isinstance(figure_item, FigureItem):
                 continue
-            for ax in figure.findobj(Axes):
-                for axis in ("x", "y"):
-                    boxes = tick_label_boxes(ax, axis, renderer)
-                    checked += len(boxes)
-                    assert not overlaps(boxes), (figure_item.id, ax.get_title(), axis)
+            with report_style():    # at the PDF's sizes, as tests/reports/test_layout.py
+                natural = tuple(figure_item.draw().get_size_inches())
+                sizes = {report_pdf.figure_size(natural), report_pdf.figure_size(natural,
+                                                                                  column=False)}
+                for size in sizes:
+                    figure = figure_item.draw()
+                    figure.set_size_inches(size)
+                    freeze_layout(figure)
+                    canvas = FigureCanvasAgg(figure)
+                    canvas.draw()
+                    for ax in figure.findobj(Axes):
+                        for axis in ("x", "y"):
+                            boxes = tick_label_boxes(ax, axis, canvas.get_renderer())
+                            checked += len(boxes)
+                            assert not overlaps(boxes), (figure_item.id, ax.get_title(), axis)
     assert checked > 200
 
 
