@@ -16,7 +16,8 @@ import pandas as pd
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure, SubFigure
 
-from reports.plots._layout import figure_or_new, not_applicable, set_layer_ticks
+from reports.plots._layout import (figure_or_new, legend_outside, not_applicable,
+                                   set_layer_ticks)
 from reports.runs import Runs, load_runs
 from reports.style import MISSING_COLOR, REFERENCE_COLOR, model_colors, styled
 from reports.text import plain
@@ -208,7 +209,8 @@ def plot_value_drains(runs: Any, *, fig: Figure | SubFigure | None = None) -> Fi
     share_ax.set_ylim(bottom=0)
     for ax in (ratio_ax, share_ax):
         set_layer_ticks(ax, sorted(layers), max_ticks=16)
-    ratio_ax.legend(fontsize=7)
+    # Right of the panels: inside, it would cover the median line or the points near it.
+    legend_outside(share_ax, *ratio_ax.get_legend_handles_labels(), title=None)
     return fig
 
 
