@@ -243,3 +243,27 @@ def test_run_directories_with_and_without_the_tables_load(planted_run, tmp_path)
     table.write_text(pd.read_csv(table).drop(columns="norm_share").to_csv(index=False))
     with pytest.raises(ValueError, match="lacks the column norm_share"):
         reports.load_runs(tmp_path / "on")
+
+
+def test_an_interrupted_anatomy_run_resumes_to_identical_tables(checkpoint, text_file, tmp_path, monkeypatch,
+                                                                 capsys):
+    """The anatomy reducers are saved in OUT.partial/ and continued (the same tables as a whole
+    run, secondary-sink list included); resuming without --anatomy is refused (the fingerprint)."""
+    from probe.cli import main
+    from test_resume import _interrupt_after, _tables
+
+    ckpt = str(checkpoint("official_headwise"))
+    common = ["--data", str(text_file), "--seq-len", "32", "--batch-size", "2", "--quiet", "--anatomy"]
+    assert main(["analyze", ckpt, "--out", str(tmp_path / "whole"), *common]) == 0
+    out = tmp_path / "resumed"
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 2)
+        assert main(["analyze", ckpt, "--out", str(out), *common, "--save-every", "0"]) == 130
+    assert main(["analyze", ckpt, "--out", str(out), *common[:-1], "--resume"]) == 2
+    assert "another model, weights, data or options" in capsys.readouterr().err
+    assert main(["analyze", ckpt, "--out", str(out), *common, "--resume"]) == 0
+    whole, resumed = _tables(tmp_path / "whole"), _tables(out)
+    assert whole.keys() == resumed.keys() and set(Anatomy.TABLES) - {"secondary_sinks"} <= {
+        name[:-4] for name in whole}
+    for name in whole:
+        pd.testing.assert_frame_equal(whole[name], resumed[name], check_exact=True, obj=name)
