@@ -6,7 +6,7 @@ none for SmolLM2) at T tokens, one sequence:
   1. received attention per (layer, head, key) from the `probe` back-end's lse
      (probe.received.received_attention) against the column means of the model's own eager
      attention (output_attentions=True): the largest difference over every layer;
-  2. what probe.anatomy_stats reports: sink rate by key position (Gu et al., epsilon 0.3,
+  2. what the anatomy metric (probe/metrics/anatomy.py, probe analyze --anatomy) reduces: sink rate by key position (Gu et al., epsilon 0.3,
      pooled over layers and heads), the tokens that receive the most, the top secondary sinks,
      and per layer the value drains of each head's top key.
 
@@ -20,20 +20,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-NAME = "probe_anatomy_check"
-
 
 def run(name: str, T: int) -> None:
     import torch
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
 
     import probe
-    from probe import attention, real_models
-    from probe.anatomy_stats import AnatomyStats
+    from probe import real_models
     from probe.corpus import sample_texts
-    from probe.masks import probe_mask
-    from probe.received import key_probability, received_attention, top_keys, value_drains
+    from probe.events import ATTENTION
+    from probe.metrics.anatomy import MIN_QUERIES
+    from probe.received import received_attention, top_keys
 
     torch.set_num_threads(1)
     lm = probe.load(real_models.fetch(name))
@@ -41,33 +37,22 @@ def run(name: str, T: int) -> None:
     ids = tok("\n\n".join(sample_texts()), add_special_tokens=True).input_ids[:T]
     ids = torch.tensor([ids])
     vocab = model.config.get_text_config().vocab_size
-    current, stats, scores = {}, {}, {}
+    scores, top = {}, {}
 
-    def with_value(module, query, key, value, attention_mask, **kwargs):
-        current["value"] = value                        # the observer is not handed the value
-        return attention.probe_attention(module, query, key, value, attention_mask, **kwargs)
+    def keep(layer, query, b, *, key, lse, mask, scale, softcap=None, **_):
+        # What the anatomy metric reads, per key: kept here to check against eager attention.
+        r = received_attention(query, key, lse, mask, scale, softcap=softcap)
+        scores[layer] = r.score()
+        top[layer] = top_keys(r, 1, min_queries=MIN_QUERIES)
 
-    class Observer:
-        def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None):
-            layer = module.layer_idx
-            r = received_attention(query, key, lse, mask, scale, softcap=softcap)
-            scores[layer] = r.score()
-            st = stats[layer] = AnatomyStats(layer, query.shape[1], vocab, min_queries=16, top=20)
-            st.update(r, ids, torch.tensor([0]))
-            keys = top_keys(r, 1, min_queries=16)
-            p = key_probability(query, key, lse, keys, mask, scale, softcap=softcap)
-            st.update_drains(value_drains(current["value"], out, p, keys))
-            st.top_key = keys
-
-    AttentionInterface.register(NAME, with_value)
-    AttentionMaskInterface.register(NAME, probe_mask)
-    model.set_attn_implementation(NAME)
-    attention.set_observer(Observer())
-    try:
-        with torch.no_grad():
-            model(input_ids=ids, use_cache=False)
-    finally:
-        attention.set_observer(None)
+    # probe's own pass with sink anatomy on (probe analyze --anatomy), one sequence.
+    cap = probe.Capture(model, lm.layout, anatomy=True, vocab_size=vocab)
+    cap.on(ATTENTION, keep)
+    with torch.inference_mode(), cap, cap.batch(ids):
+        model(input_ids=ids, use_cache=False)
+    stats = cap.metrics["anatomy"].stats
+    for layer, st in stats.items():
+        st.top_key = top[layer]
     model.set_attn_implementation("eager")
     with torch.no_grad():
         eager = model(input_ids=ids, use_cache=False, output_attentions=True).attentions

@@ -5,6 +5,8 @@ At T = 512, 2048 and 8192 (its longest context), one thread, prints time and pea
   plain   - the model's own SDPA forward, no hooks (logits included)
   probe   - probe's full pass through Capture: gates (none here), F-Attn, M-Act at four sites,
             sparsity histograms, loss
+  anatomy - with --anatomy: the same pass with sink anatomy on (probe analyze --anatomy: received
+            attention per key from an extra Q.K^T pass per layer, top keys, value drains)
 as ratios against `plain`. At each length a fresh, niced process (common.run_child) times the
 two side by side, alternating plain / probe `--repeat` times and keeping the best of each; time
 is the thread's CPU time (process_time), with wall time beside it: on a shared machine a niced
@@ -15,7 +17,7 @@ heap held steady, common.STEADY_HEAP).
 `--profile T` prints instead where the probe pass spends its time beyond the plain forward
 (torch.profiler, self CPU time by operator, both passes).
 
-    python benchmarks/real_overhead.py [--lengths 512 2048 8192] [--repeat 3]
+    python benchmarks/real_overhead.py [--lengths 512 2048 8192] [--repeat 3] [--anatomy]
     python benchmarks/real_overhead.py --profile 2048
 """
 from __future__ import annotations
@@ -56,14 +58,16 @@ def passes(lm, ids):
     def plain():
         return model(input_ids=ids, use_cache=False).logits
 
-    def probed():
-        with probe.Capture(model, layout) as cap, cap.batch(ids):
+    def probed(**anatomy):
+        with probe.Capture(model, layout, **anatomy) as cap, cap.batch(ids):
             cap.observe_logits(model(input_ids=ids, use_cache=False).logits)
-    return {"plain": plain, "probe": probed}
+    vocab = model.config.get_text_config().vocab_size
+    return {"plain": plain, "probe": probed, "anatomy": lambda: probed(anatomy=True, vocab_size=vocab)}
 
 
-def measure(method: str, T: int, repeat: int) -> dict:
-    """method "time": best seconds of each pass, alternating; "plain" / "probe": peak MB added."""
+def measure(method: str, T: int, repeat: int, methods=METHODS) -> dict:
+    """method "time": best seconds of each of `methods`, alternating; "plain" / "probe" /
+    "anatomy": peak MB added."""
     import time
 
     import torch
@@ -77,9 +81,9 @@ def measure(method: str, T: int, repeat: int) -> dict:
             # buffers, ~12 MB) is not memory the pass at T adds.
             passes(lm, ids[:, :64])[method]()
             return {"method": method, "T": T, "peak_mb": timed(fns[method], 1)[1]}
-        best = {f"{name}_{clock}": float("inf") for name in METHODS for clock in ("wall", "cpu")}
+        best = {f"{name}_{clock}": float("inf") for name in methods for clock in ("wall", "cpu")}
         for _ in range(repeat):
-            for name in METHODS:
+            for name in methods:
                 wall, cpu = time.perf_counter(), time.process_time()
                 fns[name]()
                 best[f"{name}_cpu"] = min(best[f"{name}_cpu"], time.process_time() - cpu)
@@ -110,7 +114,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--memory-gb", type=float, default=24, help="address-space cap per process")
     parser.add_argument("--profile", type=int, metavar="T", help="profile one length instead")
+    parser.add_argument("--anatomy", action="store_true", help="also the pass with sink anatomy on")
     args = parser.parse_args()
+    methods = (*METHODS, "anatomy") if args.anatomy else METHODS
     if args.profile:
         import os
 
@@ -119,25 +125,27 @@ def main() -> None:
         return
     print(MODEL_TEXT)
     print("time: CPU seconds of the one thread (wall seconds, which other jobs on a shared machine inflate)")
-    print(f"{'T':>6} {'plain s':>16} {'probe s':>16} {'x plain':>13} {'plain MB':>9} {'probe MB':>9} {'x plain':>8}",
-          flush=True)
+    others = methods[1:]
+    print(f"{'T':>6} {'plain s':>16}" + "".join(f" {m + ' s':>16} {'x plain':>13}" for m in others)
+          + f" {'plain MB':>9}" + "".join(f" {m + ' MB':>10} {'x plain':>8}" for m in others), flush=True)
     for T in args.lengths:
-        r = {m: run_child(__file__, {"method": m, "T": T, "repeat": args.repeat}, args.timeout, args.memory_gb,
-                          steady_heap=m != "time") for m in ("time", *METHODS)}
+        r = {m: run_child(__file__, {"method": m, "T": T, "repeat": args.repeat, "methods": methods},
+                          args.timeout, args.memory_gb, steady_heap=m != "time") for m in ("time", *methods)}
         errors = [f"{m}: {x['error']}" for m, x in r.items() if "error" in x]
         if errors:
             print(f"{T:>6} did not finish: {'; '.join(errors)}", flush=True)
             continue
-        t, mem = r["time"], {m: r[m]["peak_mb"] for m in METHODS}
-        cells = [f"{t[m + '_cpu']:.2f} ({t[m + '_wall']:.2f})" for m in METHODS]
-        ratio = f"{t['probe_cpu'] / t['plain_cpu']:.2f} ({t['probe_wall'] / t['plain_wall']:.2f})"
-        print(f"{T:>6} {cells[0]:>16} {cells[1]:>16} {ratio:>13} "
-              f"{mem['plain']:>9.0f} {mem['probe']:>9.0f} {mem['probe'] / mem['plain']:>8.2f}", flush=True)
+        t, mem = r["time"], {m: r[m]["peak_mb"] for m in methods}
+        cell = {m: f"{t[m + '_cpu']:.2f} ({t[m + '_wall']:.2f})" for m in methods}
+        ratio = {m: f"{t[m + '_cpu'] / t['plain_cpu']:.2f} ({t[m + '_wall'] / t['plain_wall']:.2f})" for m in others}
+        print(f"{T:>6} {cell['plain']:>16}" + "".join(f" {cell[m]:>16} {ratio[m]:>13}" for m in others)
+              + f" {mem['plain']:>9.0f}" + "".join(f" {mem[m]:>10.0f} {mem[m] / mem['plain']:>8.2f}" for m in others),
+              flush=True)
 
 
 if __name__ == "__main__":
     spec = child_args()
     if spec is not None:
-        print(json.dumps(measure(spec["method"], spec["T"], spec["repeat"])))
+        print(json.dumps(measure(spec["method"], spec["T"], spec["repeat"], tuple(spec.get("methods", METHODS)))))
     else:
         main()

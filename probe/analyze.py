@@ -75,7 +75,8 @@ def analyze(model, data=None, *, texts: list[str] | None = None, options: Analys
     dev = next(model.parameters()).device
 
     groups = token_group_table(layout, loaded.tokenizer, config, dataset, o.token_groups)
-    cap = Capture(model, layout, token_groups=groups, thresholds=o.thresholds)
+    cap = Capture(model, layout, token_groups=groups, thresholds=o.thresholds, anatomy=o.anatomy,
+                  vocab_size=vocab_size(config, dataset) if o.anatomy else None)
     saver = None
     if o.partial is not None:
         from .resume import PassCheckpoint, fingerprint
@@ -109,6 +110,11 @@ def analyze(model, data=None, *, texts: list[str] | None = None, options: Analys
     if saver:
         saver.finish()
     return analysis
+
+
+def vocab_size(config, dataset: Dataset) -> int:
+    """The size of a by-token table: the config's vocabulary, else the largest id seen + 1."""
+    return getattr(config, "vocab_size", None) or max(int(s.max()) for s in dataset.sequences) + 1
 
 
 def as_loaded(model, *, dtype, device, device_map, gate, tokenizer) -> LoadedModel:

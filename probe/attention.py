@@ -39,7 +39,8 @@ _OBSERVERS: contextvars.ContextVar[dict] = contextvars.ContextVar("probe_attenti
 @contextmanager
 def observing(model, observer=None):
     """Run `model` on this back-end, telling `observer` (if any) of each of its attention calls
-    (`observer.on_attention(module, query, key, out, lse, mask, scale, softcap=...)`); on exit
+    (`observer.on_attention(module, query, key, out, lse, mask, scale, softcap=..., value=...)`,
+    value (B, KV, S, D) as the layer handed it over, for observers that read it); on exit
     the model's previous attention implementation and the previous observers are back.
     A model already observed is refused: its reducers would be fed twice."""
     current = _OBSERVERS.get()
@@ -313,7 +314,7 @@ def probe_attention(module, query, key, value, attention_mask, scaling=None, dro
         out, lse = add_sink(out, lse, sinks)
     observer = _OBSERVERS.get().get(id(module))
     if observer is not None:
-        observer.on_attention(module, query, key, out, lse, mask, scale, softcap=softcap)
+        observer.on_attention(module, query, key, out, lse, mask, scale, softcap=softcap, value=value)
     return out.transpose(1, 2).contiguous(), None
 
 

@@ -27,8 +27,9 @@ none can be dropped without a word):
              (gates_by_token_type, fed from hook_q_gate)
   checked    dtype, device: when given, must name what the bridge already holds (it is not
              converted or moved here; pipeline.check_model_as_is); anything else is refused
-  refused    gate, device_map, interventions, partial / resume / checkpoint_seconds: they need
-             the Hugging Face path (pass the checkpoint path or the HF model instead)
+  refused    gate, device_map, interventions, exact_control, anatomy, partial / resume /
+             checkpoint_seconds: they need the Hugging Face path (pass the checkpoint path or
+             the HF model instead)
 """
 from __future__ import annotations
 
@@ -307,6 +308,7 @@ HF_ONLY = {
     "gate": "TransformerLens decides where the gate is",
     "interventions": "interventions need the Hugging Face path",
     "exact_control": "the exact mean-gate control (a second pass) needs the Hugging Face path",
+    "anatomy": "sink anatomy reads the attention kernel's log-sum-exp, which only the Hugging Face path runs",
     "device_map": "probe does not shard a bridge (place the bridge's model yourself before building it)",
     "partial": "saving and resuming an interrupted pass needs the Hugging Face path",
     "resume": "saving and resuming an interrupted pass needs the Hugging Face path",

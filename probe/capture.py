@@ -12,6 +12,8 @@ kept. Where each event comes from:
                         layout's gate activation
 - attn.hook_first_key:  the `probe` attention back-end (attention.py): P[t, 0] from the lse
 - attn.hook_sdpa:       the same back-end's output (pre-gate O)
+- attn.hook_attention:  the same back-end's call (query, key, value, out, lse, mask, ...), only
+                        when a metric listens (--anatomy)
 - attn.hook_z:          input of o_proj
 - hook_attn_out ...:    attention branch output, the residual stream after attention (the
                         input of the norm before the MLP, or of the MLP in post-norm layers,
@@ -24,7 +26,7 @@ from torch import nn
 
 from . import attention
 from .adapters import ModelLayout
-from .events import FIRST_KEY, GATE, SDPA, SITE_EVENTS, SITES, Z, Batch, Pass  # noqa: F401  (Batch, SITES: re-exported)
+from .events import ATTENTION, FIRST_KEY, GATE, SDPA, SITE_EVENTS, SITES, Z, Batch, Pass  # noqa: F401  (Batch, SITES: re-exported)
 from .options import THRESHOLDS
 
 
@@ -34,9 +36,11 @@ def _first(output):
 
 class Capture(Pass):
     def __init__(self, model: nn.Module, layout: ModelLayout, *, top_k: int = 3, token_groups=None,
-                 thresholds=THRESHOLDS):
-        """thresholds: the sparsity thresholds, counted exactly as the pass goes (metrics/sparsity.py)."""
-        super().__init__(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds)
+                 thresholds=THRESHOLDS, anatomy: bool = False, vocab_size: int | None = None):
+        """thresholds: the sparsity thresholds, counted exactly as the pass goes (metrics/sparsity.py);
+        anatomy: also sink anatomy (metrics/anatomy.py), vocab_size: its token table's size."""
+        super().__init__(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds,
+                         anatomy=anatomy, vocab_size=vocab_size)
         self.model = model
         self._mixer_layer = {id(p.mixer): p.index for p in layout.layers}
         self._handles: list = []
@@ -113,8 +117,9 @@ class Capture(Pass):
         return hook
 
     @torch.no_grad()
-    def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None) -> None:
-        """Called by the `probe` attention back-end. out (B, H, T, D), lse (B, H, T)."""
+    def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None, value=None) -> None:
+        """Called by the `probe` attention back-end. query (B, H, T, D), key / value (B, KV, S, D),
+        out (B, H, T, D), lse (B, H, T)."""
         layer = self._mixer_layer.get(id(module), getattr(module, "layer_idx", None))
         if self._batch is None or layer not in self.first_token:
             return
@@ -126,3 +131,6 @@ class Capture(Pass):
                   finite=finite)
         # (B, T, H, D) is the kernels' memory order, so this view is contiguous: no copy.
         self.emit(SDPA, layer, out.transpose(1, 2))
+        if self.wants(ATTENTION):             # sink anatomy only: no work for it otherwise
+            self.emit(ATTENTION, layer, query, key=key, value=value, out=out, lse=lse, mask=mask,
+                      scale=scale, softcap=softcap)

@@ -73,7 +73,7 @@ class _Recorder:
         self.sdpa: dict[int, torch.Tensor] = {}
         self._layer = {id(p.mixer): p.index for p in layout.layers}
 
-    def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None) -> None:
+    def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None, value=None) -> None:
         layer = self._layer.get(id(module), getattr(module, "layer_idx", None))
         self.sdpa[layer] = out.transpose(1, 2).detach().clone()            # (B, T, H, D)
 

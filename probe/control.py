@@ -27,7 +27,7 @@ class ControlCounter:
         self._mixer_layer = {id(p.mixer): p.index for p in layout.layers}
 
     @torch.no_grad()
-    def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None) -> None:
+    def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None, value=None) -> None:
         """out: (B, H, T, D), the pre-gate attention output the main pass counted as `ungated`."""
         layer = self._mixer_layer.get(id(module), getattr(module, "layer_idx", None))
         if layer not in self.hists:

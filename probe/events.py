@@ -9,6 +9,12 @@ TransformerLens style; `blocks.L.` is implied by the layer argument):
                           query's visible keys puts on key 0 (None: plain causal, 1 / (t + 1));
                           finite (B, T) or None, queries whose attention output row is finite
     attn.hook_sdpa        pre-gate attention output O                (B, T, H, D)
+    attn.hook_attention   the attention call itself: query           (B, H, T, D)
+                          extra: key, value (B, KV, S, D) post-RoPE; out (B, H, T, D) pre-gate;
+                          lse (B, H, T) float32, the kernel's log-sum-exp (gpt-oss: with the
+                          per-head sink logit in it); mask None / SlidingWindow / (B|1, 1, T, S);
+                          scale; softcap (Gemma 2) or None. Emitted only when a metric listens
+                          (sink anatomy): nothing is computed for it
     attn.hook_z           the input of o_proj (after the gate)       (B, T, H * D)
     hook_attn_out, hook_resid_mid, hook_mlp_out, hook_resid_post
                           the four M-Act sites                       (B, T, C)
@@ -29,11 +35,12 @@ import torch
 GATE = "attn.hook_gate"
 FIRST_KEY = "attn.hook_first_key"
 SDPA = "attn.hook_sdpa"
+ATTENTION = "attn.hook_attention"
 Z = "attn.hook_z"
 SITES = ("attn_out", "resid_mid", "mlp_out", "resid_post")      # M-Act sites, paper Figure 6
 SITE_EVENTS = {site: f"hook_{site}" for site in SITES}
 LOGITS = "hook_logits"
-EVENTS = (GATE, FIRST_KEY, SDPA, Z, *SITE_EVENTS.values(), LOGITS)
+EVENTS = (GATE, FIRST_KEY, SDPA, ATTENTION, Z, *SITE_EVENTS.values(), LOGITS)
 
 
 @dataclass
@@ -78,12 +85,15 @@ class Pass:
     `massive[(L, site)]`, `gates_by_token[L]`, `loss`.
     """
 
-    def __init__(self, layout, *, top_k: int = 3, token_groups=None, thresholds=None):
+    def __init__(self, layout, *, top_k: int = 3, token_groups=None, thresholds=None, anatomy: bool = False,
+                 vocab_size: int | None = None):
+        """anatomy: also measure sink anatomy (metrics/anatomy.py), which needs vocab_size."""
         from .metrics import build_metrics
 
         self.layout = layout
         self.token_groups = token_groups
-        self.metrics = build_metrics(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds)
+        self.metrics = build_metrics(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds,
+                                     anatomy=anatomy, vocab_size=vocab_size)
         self._subscribers: dict[str, list] = {}
         for metric in self.metrics.values():
             metric.subscribe(self.on)

@@ -206,6 +206,11 @@ class AnalysisOptions:
         check=_token_groups, cli={})
     thresholds: tuple = option(THRESHOLDS, "the sparsity sweep (sparsity.csv)", check=_thresholds,
                                meta=True, resume=True)
+    anatomy: bool = option(
+        False, "sink anatomy: attention received by every key position, secondary sinks, value drains "
+               "and, for gated models, the gate against sink attention (an extra Q.K^T pass per "
+               "attention layer): received_by_position.csv, received_by_token.csv, secondary_sinks.csv, "
+               "value_drains.csv, gate_sink.csv", cli=FLAG, resume=True)
     exact_control: bool = option(
         False, "count the mean-gate sparsity control exactly in a second pass over the data (one pass "
                "counts it exactly only for bfloat16 outputs)", cli=FLAG)

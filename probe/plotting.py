@@ -20,9 +20,10 @@ if TYPE_CHECKING:  # the report layer (matplotlib) is imported only when a plot 
 PLOTS = (
     "attention_patterns", "first_token_by_bucket", "first_token_by_layer",
     "first_token_heatmap", "gate_by_token_type", "gate_heatmap", "gate_histograms",
-    "gate_saturation", "gate_stats_by_layer", "interventions", "interventions_by_layer",
-    "loss_by_length", "massive_activations", "massive_by_layer", "sparsity_by_layer",
-    "sparsity_sweep", "training")
+    "gate_saturation", "gate_stats_by_layer", "gate_vs_baseline_f_attn", "gate_vs_sink_attention",
+    "interventions", "interventions_by_layer", "loss_by_length", "massive_activations",
+    "massive_by_layer", "received_attention", "sparsity_by_layer", "sparsity_sweep", "training",
+    "value_drains")
 NOT_METHODS: tuple[str, ...] = ()  # every report figure has its method
 
 
@@ -157,6 +158,32 @@ class PlotMethods:
         """
         return _plot("plot_gate_stats_by_layer", self, ax=ax, group=group)
 
+    def plot_gate_vs_baseline_f_attn(
+            self, *,
+            fig: Figure | SubFigure | None = None,
+            cmap: str = 'viridis',
+    ) -> Figure | SubFigure:
+        """Per (layer, head): the baseline's F-Attn (x) against the gated run's mean gate (y), one
+        panel per (baseline, gated) pair on the same token ids, points coloured by layer.
+
+        Returns the Figure (with `ax=` or `fig=`, the figure holding it); see
+        `reports.plot_gate_vs_baseline_f_attn`.
+        """
+        return _plot("plot_gate_vs_baseline_f_attn", self, fig=fig, cmap=cmap)
+
+    def plot_gate_vs_sink_attention(
+            self, *,
+            fig: Figure | SubFigure | None = None,
+            cmap: str = 'viridis',
+    ) -> Figure | SubFigure:
+        """Mean gate score against the attention a query puts on its head's top sink key, one curve
+        per layer (coloured by layer), one panel per gated run with gate_sink.csv.
+
+        Returns the Figure (with `ax=` or `fig=`, the figure holding it); see
+        `reports.plot_gate_vs_sink_attention`.
+        """
+        return _plot("plot_gate_vs_sink_attention", self, fig=fig, cmap=cmap)
+
     def plot_interventions(
             self, *,
             ax: Axes | None = None,
@@ -219,6 +246,20 @@ class PlotMethods:
         return _plot("plot_massive_by_layer", self, site=site, ax=ax, show_median=show_median,
                      legend=legend, max_layer_ticks=max_layer_ticks)
 
+    def plot_received_attention(
+            self, *,
+            fig: Figure | SubFigure | None = None,
+            cmap: str = 'magma_r',
+            epsilon: float | None = None,
+    ) -> Figure | SubFigure:
+        """Key position x layer heatmap of the attention each key receives (Gu et al.'s importance
+        score, pooled over heads), one panel per run with the table, one log colour scale.
+
+        Returns the Figure (with `ax=` or `fig=`, the figure holding it); see
+        `reports.plot_received_attention`.
+        """
+        return _plot("plot_received_attention", self, fig=fig, cmap=cmap, epsilon=epsilon)
+
     def plot_sparsity_by_layer(
             self, *,
             fig: Figure | SubFigure | None = None,
@@ -252,3 +293,15 @@ class PlotMethods:
         `reports.plot_training`.
         """
         return _plot("plot_training", self, fig=fig)
+
+    def plot_value_drains(
+            self, *,
+            fig: Figure | SubFigure | None = None,
+    ) -> Figure | SubFigure:
+        """Per layer, the value-norm ratio of the sink keys (||v_sink|| / median ||v||, log y) and
+        the sink's projection share of the attention output, mean over heads, one line per run.
+
+        Returns the Figure (with `ax=` or `fig=`, the figure holding it); see
+        `reports.plot_value_drains`.
+        """
+        return _plot("plot_value_drains", self, fig=fig)

@@ -41,6 +41,12 @@ class Analysis(PlotMethods):
     training: pd.DataFrame = field(default_factory=_empty)
     gates_by_token_type: pd.DataFrame = field(default_factory=_empty)
     interventions: pd.DataFrame = field(default_factory=_empty)
+    # Sink anatomy (anatomy=True only; probe/metrics/anatomy.py).
+    received_by_position: pd.DataFrame = field(default_factory=_empty)
+    received_by_token: pd.DataFrame = field(default_factory=_empty)
+    secondary_sinks: pd.DataFrame = field(default_factory=_empty)
+    value_drains: pd.DataFrame = field(default_factory=_empty)
+    gate_sink: pd.DataFrame = field(default_factory=_empty)
 
     @property
     def name(self) -> str:

@@ -51,6 +51,23 @@ MASSIVE = {
                     "dim": "int", "token_id": "int", "token": "str"},
 }
 
+# -- anatomy.py: sink anatomy, written only with the anatomy option ----------------------------
+ANATOMY = {
+    "received_by_position": {"model": "str", "layer": "int", "head": "int", "key_lo": "int",
+                             "key_hi": "float", "cells": "int", "queries": "int", "score": "float",
+                             "pooled": "float", "sink_rate": "float"},
+    "received_by_token": {"model": "str", "layer": "int", "rank": "int", "token_id": "int",
+                          "token": "str", "cells": "int", "score": "float", "sink_share": "float"},
+    "secondary_sinks": {"model": "str", "layer": "int", "head": "int", "sequence": "int",
+                        "position": "int", "token_id": "int", "token": "str", "score": "float"},
+    "value_drains": {"model": "str", "layer": "int", "head": "int", "sink_keys": "int",
+                     "queries": "int", "value_norm_ratio": "float", "norm_share": "float",
+                     "projection_share": "float"},
+    "gate_sink": {"model": "str", "layer": "int", "head": "int", "attention_lo": "float",
+                  "attention_hi": "float", "queries": "int", "attention": "float", "gate": "float",
+                  "gate_std": "float"},
+}
+
 # -- written by other parts of probe, not by a metric of the pass ------------------------------
 OTHER_TABLES: dict[str, dict[str, str]] = {
     # The display prompt's head-averaged attention (analyze.display_patterns, bridge.display_patterns).
@@ -68,4 +85,7 @@ OTHER_TABLES: dict[str, dict[str, str]] = {
 # Every table of the run directory, in the order of probe.metrics.METRICS, then the others
 # (tests/test_metrics.py checks that the metrics write exactly these).
 TABLES: dict[str, dict[str, str]] = {**FIRST_TOKEN, **SPARSITY, **GATES, **GATES_BY_TOKEN_TYPE, **MASSIVE,
-                                     **OTHER_TABLES}
+                                     **ANATOMY, **OTHER_TABLES}
+# Tables a metric writes only when an option asks for it: table -> the option. A run without
+# them is complete; one that has such a table must have all of its columns, as any other.
+OPTIONAL_TABLES: dict[str, str] = {t: "anatomy" for t in ANATOMY}

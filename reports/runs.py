@@ -42,6 +42,12 @@ class Runs:
     interventions: pd.DataFrame = field(default_factory=lambda: _empty("interventions"))
     first_token_buckets: pd.DataFrame = field(default_factory=lambda: _empty("first_token_buckets"))
     inference: pd.DataFrame = field(default_factory=lambda: _empty("inference"))
+    # Sink anatomy, written only by `probe analyze --anatomy` (probe.metrics.OPTIONAL_TABLES).
+    received_by_position: pd.DataFrame = field(default_factory=lambda: _empty("received_by_position"))
+    received_by_token: pd.DataFrame = field(default_factory=lambda: _empty("received_by_token"))
+    secondary_sinks: pd.DataFrame = field(default_factory=lambda: _empty("secondary_sinks"))
+    value_drains: pd.DataFrame = field(default_factory=lambda: _empty("value_drains"))
+    gate_sink: pd.DataFrame = field(default_factory=lambda: _empty("gate_sink"))
     _layer_types: dict[str, dict[int, str]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

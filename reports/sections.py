@@ -14,6 +14,7 @@ from reports.items import (PROVENANCE, FigureItem, Section, TableItem,  # noqa: 
 from reports.reference import table4_caption
 from reports.runs import Runs
 from reports.schema import ATTENTION
+from reports.sections_anatomy import anatomy
 from reports.sections_attention import attention_patterns, first_token, massive
 from reports.sections_gates import gates, sparsity
 from reports.sections_loss import inference, interventions, training
@@ -22,11 +23,14 @@ from reports.sections_loss import inference, interventions, training
 def build_sections(runs: Runs) -> list[Section]:
     """Every section, in order; those with nothing to show carry `omitted` (the reason) and
     no items. Figures and tables are numbered in reading order over the shown sections."""
+    # Sink anatomy only where a run has its tables: without them the report is as it was.
+    sink_anatomy = anatomy(runs)
     return numbered([
         _claims(runs),
         _summary(runs),
         first_token(runs),
         attention_patterns(runs),
+        *([sink_anatomy] if sink_anatomy is not None else []),
         massive(runs),
         gates(runs),
         sparsity(runs),

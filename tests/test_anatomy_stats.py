@@ -233,7 +233,7 @@ def test_planted_model_end_to_end(planted):
     stats = {}
 
     class Observer:
-        def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None):
+        def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None, value=None):
             layer = module.layer_idx
             r = received_attention(query, key, lse, mask, scale, softcap=softcap)
             st = stats.setdefault(layer, AnatomyStats(layer, query.shape[1], 64, min_queries=8))

@@ -310,7 +310,7 @@ class _P0Recorder:
     def __init__(self):
         self.p0, self.mask = {}, {}
 
-    def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None):
+    def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None, value=None):
         self.p0[module.layer_idx] = attention.first_key_probability(query, key, lse, mask, scale,
                                                                     softcap=softcap)
         self.mask[module.layer_idx] = mask

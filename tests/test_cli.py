@@ -222,3 +222,32 @@ def test_main_leaves_no_process_wide_setting_behind(checkpoint, text_file, tmp_p
     capsys.readouterr()
     assert (warnings.formatwarning, list(warnings.filters), hf_logging.get_verbosity()) == before
     assert "TRANSFORMERS_VERBOSITY" not in os.environ
+
+
+ANATOMY_TABLES = ("received_by_position", "received_by_token", "secondary_sinks", "value_drains", "gate_sink")
+
+
+def test_anatomy_is_off_by_default_and_on_with_the_flag(checkpoint, text_file, tmp_path, capsys):
+    """--anatomy writes the sink-anatomy tables (gate_sink for the gated model only) and records
+    itself in meta.json; without it none of them is written and meta.json does not mention it.
+    probe compare --anatomy passes it to every arm."""
+    common = ["--data", str(text_file), "--seq-len", "32", "--max-sequences", "2", "--quiet"]
+    assert main(["analyze", str(checkpoint("official_headwise")), "--out", str(tmp_path / "off"), *common]) == 0
+    assert not any((tmp_path / "off" / f"{t}.csv").exists() for t in ANATOMY_TABLES)
+    assert "anatomy" not in json.loads((tmp_path / "off" / "meta.json").read_text())
+    out = tmp_path / "compare"
+    assert main(["compare", str(checkpoint("qwen3")), str(checkpoint("official_headwise")), "--out", str(out),
+                 "--format", "", "--anatomy", *common]) == 0
+    for arm, gated in (("qwen3", False), ("official_headwise", True)):
+        run = out / arm
+        meta = json.loads((run / "meta.json").read_text())
+        assert meta["anatomy"] is True and meta["anatomy_min_queries"] == 16, arm
+        assert "--anatomy" in meta["command"]
+        # secondary_sinks.csv only when a cell away from position 0 exceeds epsilon (an empty
+        # table is not written, as any other): not in these random tiny models.
+        for table in ("received_by_position", "received_by_token", "value_drains"):
+            assert (run / f"{table}.csv").exists(), (arm, table)
+        assert (run / "gate_sink.csv").exists() == gated, arm
+        assert meta["tables"].keys() >= {"received_by_position", "received_by_token", "value_drains"}
+        summary = json.loads((run / "summary.json").read_text())["anatomy"]
+        assert summary["secondary_sinks"] == meta["tables"].get("secondary_sinks", 0) == 0

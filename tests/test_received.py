@@ -325,7 +325,7 @@ class _Recorder:
     def __init__(self, valid):
         self.valid, self.got, self.masks = valid, {}, {}
 
-    def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None):
+    def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None, value=None):
         self.got[module.layer_idx] = received_attention(query, key, lse, mask, scale, softcap=softcap,
                                                         valid=self.valid)
         self.masks[module.layer_idx] = mask

@@ -7,6 +7,9 @@
     token_types.py   gates_by_token_type.csv                         <- attn.hook_gate
     massive.py       massive.csv, massive_top.csv; m_act              <- hook_attn_out ... hook_resid_post
     loss.py          loss, perplexity                                 <- hook_logits
+    anatomy.py       received_by_position.csv, received_by_token.csv, secondary_sinks.csv,
+                     value_drains.csv, gate_sink.csv; anatomy (only with the anatomy option)
+                                                                      <- attn.hook_attention, attn.hook_gate
 
 Each module owns its reducers, its tables (columns and their kinds, declared in probe/schema.py
 so that reports/ reads them without torch) and its summary keys (metrics/base.py says what a
@@ -16,6 +19,7 @@ that reads its table (reports/sections.py); a test against an independent comput
 """
 from __future__ import annotations
 
+from .anatomy import Anatomy
 from .first_token import FirstToken
 from .gates import Gates
 from .loss import Loss
@@ -24,13 +28,13 @@ from .sparsity import Sparsity
 from .token_types import TokenTypes
 
 # The order of the reducers (merged under torchrun, saved by --resume) and of summary.json's keys.
-METRICS = (FirstToken, Sparsity, Gates, TokenTypes, Massive, Loss)
-SUMMARY_ORDER = (Gates, FirstToken, Massive, Loss)
+METRICS = (FirstToken, Sparsity, Gates, TokenTypes, Massive, Loss, Anatomy)
+SUMMARY_ORDER = (Gates, FirstToken, Massive, Loss, Anatomy)
 
 # Every table of the run directory: name -> column -> kind. Declared in probe/schema.py (no
 # torch: reports/ reads runs against it without loading torch), each metric's TABLES from there;
 # OTHER_TABLES: those written by other parts of probe, not by a metric of the pass.
-from ..schema import OTHER_TABLES, TABLES  # noqa: E402,F401
+from ..schema import OPTIONAL_TABLES, OTHER_TABLES, TABLES  # noqa: E402,F401
 
 
 def build_metrics(layout, **context) -> dict:

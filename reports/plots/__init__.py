@@ -1,6 +1,8 @@
 """Plot functions: each takes runs (paths, analyses or `Runs`) and returns the Figure it drew
 (with `ax=` or `fig=` given, the figure that holds it)."""
 
+from reports.plots.anatomy import (plot_gate_vs_baseline_f_attn, plot_gate_vs_sink_attention,
+                                   plot_received_attention, plot_value_drains)
 from reports.plots.attention_patterns import plot_attention_patterns
 from reports.plots.first_token import (plot_first_token_by_bucket, plot_first_token_by_layer,
                                       plot_first_token_heatmap)
@@ -19,6 +21,8 @@ __all__ = [
     "plot_first_token_heatmap",
     "plot_gate_by_token_type",
     "plot_gate_heatmap",
+    "plot_gate_vs_baseline_f_attn",
+    "plot_gate_vs_sink_attention",
     "plot_gate_histograms",
     "plot_gate_saturation",
     "plot_gate_stats_by_layer",
@@ -27,7 +31,9 @@ __all__ = [
     "plot_loss_by_length",
     "plot_massive_activations",
     "plot_massive_by_layer",
+    "plot_received_attention",
     "plot_sparsity_by_layer",
     "plot_sparsity_sweep",
     "plot_training",
+    "plot_value_drains",
 ]

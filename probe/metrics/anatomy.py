@@ -1,0 +1,133 @@
+"""Sink anatomy (`anatomy=True`, `--anatomy`): per attention layer, the attention every key
+position receives (Gu et al., ICLR 2025: the mean of P[t, k] over the queries that see k), by
+position and by token, the secondary sinks away from position 0, the value drains of each head's
+top sink key and, for gated models, the gate against the attention a query puts on that key.
+
+Reads attn.hook_attention (the `probe` back-end's call: query, key, value, out, lse, mask, scale,
+softcap), which the Hugging Face source emits only when this metric listens, and attn.hook_gate:
+the gate fires before attention in a layer (q_proj), so the layer's gate mean per query and head
+is kept until that layer's attention event pairs it with the sink attention, then dropped.
+Received attention comes from the kernel's log-sum-exp in blocks of queries (probe/received.py),
+never a T x S matrix; probe/anatomy_stats.py reduces it over the data.
+
+Tables (written only when the option is on: probe.schema.OPTIONAL_TABLES): received_by_position,
+received_by_token, secondary_sinks, value_drains, gate_sink (gated models); summary.json
+`anatomy`; meta.json `anatomy`, `anatomy_min_queries`.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import torch
+
+from ..events import ATTENTION, GATE
+from ..schema import ANATOMY
+from .base import Metric
+from .massive import token_text
+
+# Keys seen by fewer queries than this are left out of the token table, the secondary sinks and
+# the choice of each head's top sink key (the last keys of a causal sequence: noisy scores).
+MIN_QUERIES = 16
+TOP_TOKENS = 20         # rows of received_by_token.csv per layer
+SUMMARY_TOKENS = 5      # summary.json anatomy.top_sink_tokens
+
+
+class Anatomy(Metric):
+    name = "anatomy"
+    OPTION = "anatomy"          # its tables are written only when this option is on
+    TABLES = ANATOMY
+    SUMMARY_KEYS = ("anatomy",)
+
+    def __init__(self, layout, *, anatomy: bool = False, vocab_size: int | None = None, **context):
+        super().__init__(layout)
+        self.enabled = bool(anatomy)
+        self._gates: dict[int, torch.Tensor] = {}     # layer -> (B, T, H) gate mean, until its attention
+        if self.enabled:
+            # Imported here: probe.received needs the attention back-end (transformers), and
+            # reports/ reads this module's TABLES without loading a model library.
+            from ..anatomy_stats import EPSILON, AnatomyStats
+
+            if not vocab_size:
+                raise ValueError("sink anatomy needs the vocabulary size (vocab_size=)")
+            self.stats = {i: AnatomyStats(i, layout.num_heads, vocab_size, epsilon=EPSILON,
+                                          min_queries=MIN_QUERIES) for i in layout.attention_layers}
+
+    def subscribe(self, on) -> None:
+        if not self.enabled:
+            return
+        on(ATTENTION, self.update)
+        if self.layout.gated:
+            on(GATE, self.keep_gate)
+
+    def keep_gate(self, layer, g, b) -> None:                                   # (B, T, H, Dg)
+        if layer in self.stats:
+            self._gates[layer] = g.float().mean(-1)                               # (B, T, H)
+
+    def update(self, layer, query, b, *, key, value, out, lse, mask, scale, softcap=None) -> None:
+        """query (B, H, T, D), key / value (B, KV, S, D), out (B, H, T, D), lse (B, H, T)."""
+        from ..received import key_probability, received_attention, top_keys, value_drains
+
+        stats = self.stats.get(layer)
+        gate = self._gates.pop(layer, None)
+        if stats is None:
+            return
+        stats = stats.follow(query.device)
+        valid = None if b.all_valid else b.valid.to(query.device)
+        received = received_attention(query, key, lse, mask, scale, softcap=softcap, valid=valid)
+        stats.update(received, b.input_ids, b.seq_index)
+        keys = top_keys(received, 1, min_queries=stats.min_queries)              # (B, H, 1)
+        p = key_probability(query, key, lse, keys, mask, scale, softcap=softcap)  # (B, H, T, 1)
+        if value is not None:
+            stats.update_drains(value_drains(value, out, p, keys, valid=valid), valid)
+        if gate is not None:
+            stats.update_gate(p.sum(-1), gate.transpose(1, 2), valid)             # (B, H, T) each
+
+    def frames(self, done) -> dict:
+        if not self.enabled:
+            return {}
+        tables = {t: [] for t in self.TABLES}
+        text = {}
+
+        def token(t: int) -> str:
+            if t not in text:
+                text[t] = token_text(done.tokenizer, t)
+            return text[t]
+
+        for layer, st in sorted(self.stats.items()):
+            where = {"model": done.name, "layer": layer}
+            tables["received_by_position"] += [{**where, **row} for row in st.position_rows()]
+            tables["received_by_token"] += [
+                {**where, "rank": rank, "token_id": r["token"], "token": token(r["token"]), "cells": r["cells"],
+                 "score": r["score"], "sink_share": r["sink_share"]}
+                for rank, r in enumerate(st.token_rows(TOP_TOKENS), start=1)]
+            tables["secondary_sinks"] += [
+                {**where, "head": c["head"], "sequence": c["sequence"], "position": c["position"],
+                 "token_id": c["token"], "token": token(c["token"]), "score": c["score"]}
+                for c in st.secondary_sinks()]
+            tables["value_drains"] += [{**where, **row} for row in st.drain_rows()]
+            if self.layout.gated:
+                tables["gate_sink"] += [{**where, **row} for row in st.gate_rows()]
+        return {t: pd.DataFrame(rows, columns=list(self.TABLES[t])) for t, rows in tables.items()}
+
+    def summarise(self, a, layers, done) -> dict:
+        if not self.enabled:
+            return {}
+        return {"anatomy": {"epsilon": next(iter(self.stats.values())).epsilon if self.stats else None,
+                            "secondary_sinks": sum(int(st.secondary_cells.sum()) for st in self.stats.values()),
+                            "top_sink_tokens": self.top_tokens(done.tokenizer)}}
+
+    def top_tokens(self, tokenizer, k: int = SUMMARY_TOKENS) -> list[dict]:
+        """The k tokens with the highest mean score pooled over layers (cells and heads), ties by id."""
+        if not self.stats:
+            return []
+        score = sum(st.token_score for st in self.stats.values())                 # (V,)
+        cells = sum(st.token_cells * st.heads for st in self.stats.values())      # (V,)
+        seen = (cells > 0).nonzero()[:, 0]
+        mean = (score[seen] / cells[seen].double()).tolist()
+        order = sorted(range(len(seen)), key=lambda i: (-mean[i], int(seen[i])))[:k]
+        return [{"token": token_text(tokenizer, int(seen[i])), "token_id": int(seen[i]), "score": mean[i]}
+                for i in order]
+
+    def meta(self, done) -> dict:
+        if not self.enabled:
+            return {}
+        return {"anatomy": True, "anatomy_min_queries": MIN_QUERIES}
