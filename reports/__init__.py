@@ -18,8 +18,8 @@ from reports.claims import claims_table
 from reports.plots import *  # noqa: F401,F403
 from reports.runs import Runs, load_runs
 from reports.tables import (gate_position_table, gate_token_type_table, inference_table,
-                            interventions_table, massive_top_table, provenance_table,
-                            secondary_sinks_table, sink_tokens_table, summary_table)
+                            interventions_table, massive_top_table, provenance_table, summary_table)
+from reports.tables_anatomy import secondary_sinks_table, sink_tokens_table
 
 _TABLES = ["claims_table", "gate_position_table", "gate_token_type_table", "inference_table",
            "interventions_table", "massive_top_table", "provenance_table",

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from reports import plots, tables
+from reports import plots
+from reports import tables_anatomy
 from reports.items import FigureItem, Item, Section, TableItem
 from reports.plots.anatomy import (anatomy_models, key_label, log_norm, received_buckets,
                                    received_matrix, same_token_pairs)
@@ -34,11 +35,11 @@ def anatomy(runs: Runs) -> Section | None:
     if len(runs.received_by_token):
         items.append(TableItem(
             "sink-tokens", "Tokens that receive the most attention",
-            tables.sink_tokens_display(runs, TOP_TOKENS), sink_tokens_caption(runs)))
+            tables_anatomy.sink_tokens_display(runs, TOP_TOKENS), sink_tokens_caption(runs)))
     if len(runs.secondary_sinks):
         items.append(TableItem(
             "secondary-sinks", "Secondary sinks",
-            tables.secondary_sinks_display(runs, TOP_SECONDARY),
+            tables_anatomy.secondary_sinks_display(runs, TOP_SECONDARY),
             f"The {TOP_SECONDARY} highest-scoring secondary sinks of each run: a (layer, head, "
             "sequence, key position ≥ 1) cell whose importance score (the mean attention the "
             "key receives from the queries that see it) exceeds "

@@ -1,5 +1,5 @@
 """The sink-anatomy figures and tables (reports/plots/anatomy.py, reports/sections_anatomy.py,
-reports/tables.py): each draws what the run directory's tables say, computed here again
+reports/tables_anatomy.py): each draws what the run directory's tables say, computed here again
 straight from the CSV files; runs without the tables get no section."""
 
 from __future__ import annotations
