@@ -6,7 +6,9 @@ ship, downloaded once into ~/.cache/probe-models, see probe/real_models.py) have
 massive activations. They are ungated, quantised (Q4_1, Q4_K_M; probe measures the dequantised
 weights) and instruction-tuned (SmolLM2), so they show what probe measures on real models, not
 what a gate changes. Gemma 3 is run twice: with its <bos> at position 0, as it was trained, and
-without (`--bos none`), to show how much the sink depends on what sits there.
+without (`--bos none`), to show how much the sink depends on what sits there. Sink anatomy is
+on (`--anatomy`): the report shows which key positions and tokens receive attention, the
+secondary sinks and the value drains.
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ def run(out: Path, report) -> int:
         print(f"[demo] analysing {name} ({SEQUENCES} x {SEQ_LEN} tokens, position 0: "
               f"{'the tokenizer default' if bos == 'auto' else 'no BOS'})")
         analysis = probe.analyze(loaded[key], texts=sample_texts(), seq_len=SEQ_LEN, max_sequences=SEQUENCES,
-                                 bos=bos, name=name, progress=False)
+                                 bos=bos, name=name, progress=False, anatomy=True)
         analysis.save(runs / name, force=True)
     loaded.clear()
     names = [name for _, name, _ in RUNS]
@@ -72,6 +74,25 @@ def print_findings(runs: Path, names) -> None:
           "SmolLM2, given no BOS, sinks on whatever token comes first")
     for name in names:
         print_massive(runs / name, name)
+    for name in names:
+        print_anatomy(runs / name, name, summaries[name])
+
+
+def print_anatomy(run: Path, name: str, summary: dict) -> None:
+    """Sink anatomy (--anatomy): which tokens receive the most attention, and the strongest
+    secondary sink (a key other than position 0 above epsilon)."""
+    anatomy = summary["anatomy"]
+    tokens = ", ".join(f"{t['token']!r} {t['score']:.3f}" for t in anatomy["top_sink_tokens"][:3])
+    line = f"[demo] {name}: most attended tokens (mean received attention) {tokens}; "
+    sinks = run / "secondary_sinks.csv"
+    if anatomy["secondary_sinks"] and sinks.exists():
+        with open(sinks, newline="") as f:
+            best = max(csv.DictReader(f), key=lambda r: float(r["score"]))
+        line += (f"{anatomy['secondary_sinks']} secondary sinks above {anatomy['epsilon']}, the strongest at "
+                 f"layer {best['layer']}, position {best['position']} ({best['token']!r}), {float(best['score']):.2f}")
+    else:
+        line += "no secondary sink"
+    print(line)
 
 
 def print_massive(run: Path, name: str) -> None:

@@ -19,6 +19,7 @@ directory next to the `probe compare` tables:
 """
 from __future__ import annotations
 
+import inspect
 import math
 import time
 
@@ -77,17 +78,19 @@ def _latency(model, prompt_len, new_tokens, repeats, vocab) -> dict[str, float]:
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
     prefill, decode, cache = [], [], None
+    # transformers renamed the forward's past_key_values to cache (and warns on the old name).
+    cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     for rep in range(repeats + 1):                      # the first round warms up
         cache = DynamicCache(config=model.config)
         sync()
         t = time.perf_counter()
-        out = model(input_ids=prompt, past_key_values=cache, use_cache=True)
+        out = model(input_ids=prompt, use_cache=True, **{cache_arg: cache})
         sync()
         t_prefill = time.perf_counter() - t
         token = out.logits[:, -1:].argmax(-1)
         t = time.perf_counter()
         for _ in range(new_tokens):
-            out = model(input_ids=token, past_key_values=cache, use_cache=True)
+            out = model(input_ids=token, use_cache=True, **{cache_arg: cache})
             token = out.logits[:, -1:].argmax(-1)
         sync()
         t_decode = (time.perf_counter() - t) / new_tokens
