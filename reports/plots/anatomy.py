@@ -208,7 +208,7 @@ def plot_value_drains(runs: Any, *, fig: Figure | SubFigure | None = None) -> Fi
     share_ax.set_title("sink's projection share")
     share_ax.set_ylim(bottom=0)
     for ax in (ratio_ax, share_ax):
-        set_layer_ticks(ax, sorted(layers), max_ticks=16)
+        set_layer_ticks(ax, sorted(layers), max_ticks=8)       # two narrow panels side by side
     # Right of the panels: inside, it would cover the median line or the points near it.
     legend_outside(share_ax, *ratio_ax.get_legend_handles_labels(), title=None)
     return fig
