@@ -296,34 +296,23 @@ def test_html_and_pdf_carry_the_anatomy_figures(anatomy_dirs, anatomy_report):
 
 def test_no_tick_labels_overlap_with_30_layers(tmp_path, anatomy_runs):
     from matplotlib.axes import Axes
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from reports import pdf as report_pdf
-    from reports.style import freeze_layout, report_style
-    from test_layout import overlaps, tick_label_boxes
+    from test_layout import figures_as_saved, overlaps, tick_label_boxes
 
     deep = reports.load_runs([write_anatomy_run(tmp_path, spec, seed)
                               for seed, spec in enumerate(DEEP_ANATOMY_SPECS)])
     checked = 0
     for runs in (anatomy_runs, deep):
-        for figure_item in section_of(runs).items:
-            if not isinstance(figure_item, FigureItem):
+        anatomy_ids = {item.id for item in section_of(runs).items if isinstance(item, FigureItem)}
+        # At the PDF's sizes, as tests/reports/test_layout.py draws every figure.
+        for figure_item, figure, renderer in figures_as_saved(runs):
+            if figure_item.id not in anatomy_ids:
                 continue
-            with report_style():    # at the PDF's sizes, as tests/reports/test_layout.py
-                natural = tuple(figure_item.draw().get_size_inches())
-                sizes = {report_pdf.figure_size(natural), report_pdf.figure_size(natural,
-                                                                                  column=False)}
-                for size in sizes:
-                    figure = figure_item.draw()
-                    figure.set_size_inches(size)
-                    freeze_layout(figure)
-                    canvas = FigureCanvasAgg(figure)
-                    canvas.draw()
-                    for ax in figure.findobj(Axes):
-                        for axis in ("x", "y"):
-                            boxes = tick_label_boxes(ax, axis, canvas.get_renderer())
-                            checked += len(boxes)
-                            assert not overlaps(boxes), (figure_item.id, ax.get_title(), axis)
+            for ax in figure.findobj(Axes):
+                for axis in ("x", "y"):
+                    boxes = tick_label_boxes(ax, axis, renderer)
+                    checked += len(boxes)
+                    assert not overlaps(boxes), (figure_item.id, ax.get_title(), axis)
     assert checked > 200
 
 
