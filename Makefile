@@ -27,11 +27,11 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q
 
-# Rewrite the gold run directories (tests/gold_runs/) after an intended change of numbers or a
-# new case: only the files that differ beyond the tolerances change; review them with git diff
-# (docs/gold.md).
+# Rewrite the gold files after an intended change of numbers, of a report's text, or a new
+# case: the run directories (tests/gold_runs/: only the files beyond the tolerances) and the
+# report's tables and captions (tests/reports/gold/); review them with git diff (docs/gold.md).
 gold: setup
-	PROBE_REGENERATE_GOLD=1 $(PY) -m pytest -q tests/test_pipeline_gold.py
+	PROBE_REGENERATE_GOLD=1 $(PY) -m pytest -q tests/test_pipeline_gold.py tests/reports/test_gold.py
 
 bench: setup
 	$(PY) benchmarks/overhead.py
