@@ -8,6 +8,7 @@ pipeline.py instead of importing each other; and no module of either package ove
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,6 +73,13 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+@functools.cache
+def _graph(*, top_level: bool) -> dict[str, frozenset[str]]:
+    """module -> what it imports (parsed once per session: every test here reads the same tree)."""
+    modules = _modules()
+    return {m: frozenset(_imports(m, p, modules, top_level=top_level)) for m, p in modules.items()}
+
+
 def test_no_import_cycle_at_import_time():
     graph = _graph(top_level=True)
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
@@ -83,19 +91,13 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_the_sources_do_not_import_each_other():
-    modules = _modules()
-    everywhere = {m: _imports(m, p, modules, top_level=False) for m, p in modules.items()}
+    everywhere = _graph(top_level=False)
     assert "probe.analyze" not in everywhere["probe.bridge"]
     # analyze.py hands a bridge to bridge.py (inside probe.analyze, at call time only).
-    assert "probe.bridge" not in _imports("probe.analyze", modules["probe.analyze"], modules, top_level=True)
+    assert "probe.bridge" not in _graph(top_level=True)["probe.analyze"]
     for source in ("probe.analyze", "probe.bridge"):
         assert "probe.pipeline" in everywhere[source]
     assert not {"probe.analyze", "probe.bridge", "probe.capture"} & everywhere["probe.pipeline"]
-
-
-def _graph(*, top_level: bool) -> dict[str, set[str]]:
-    modules = _modules()
-    return {m: _imports(m, p, modules, top_level=top_level) for m, p in modules.items()}
 
 
 def test_no_import_cycle_even_through_imports_inside_functions():
