@@ -227,7 +227,7 @@ def run_case(case: Case, root: Path) -> Path:
 
     out = root / "runs" / case.name
     shutil.rmtree(out, ignore_errors=True)
-    with tiny.single_thread():          # one thread: the same float sums whatever the machine
+    with tiny.single_thread():          # one thread: the same float sums whatever the core count
         checkpoint = case.build(root / "checkpoints" / case.name)
         if case.cli is not None:
             from probe.cli import main
