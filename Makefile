@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test gold bench clean
 
 # The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 $(PY):
@@ -26,6 +26,12 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# Rewrite the gold files after an intended change of numbers, of a report's text, or a new
+# case: the run directories (tests/gold_runs/: only the files beyond the tolerances) and the
+# report's tables and captions (tests/reports/gold/); review them with git diff (docs/gold.md).
+gold: setup
+	PROBE_REGENERATE_GOLD=1 $(PY) -m pytest -q tests/test_pipeline_gold.py tests/reports/test_gold.py
 
 bench: setup
 	$(PY) benchmarks/overhead.py

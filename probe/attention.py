@@ -26,7 +26,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
-from .adapters import gemma, gpt_oss
+from .adapters.attention_terms import softmax_terms
 from .masks import probe_mask
 
 NAME = "probe"
@@ -307,9 +307,8 @@ def probe_attention(module, query, key, value, attention_mask, scaling=None, dro
     if mask is None and kwargs.get("is_causal") is False:
         raise ValueError("probe attention computes causal attention; this layer asked for "
                          "bidirectional attention without a mask")
-    softcap = gemma.softcap(kwargs)                     # Gemma 2
+    softcap, sinks = softmax_terms(kwargs)              # Gemma 2's cap, gpt-oss's sinks
     out, lse = attention_with_lse(query, key, value, mask, scale, softcap)
-    sinks = gpt_oss.sinks(kwargs)                       # gpt-oss
     if sinks is not None:
         out, lse = add_sink(out, lse, sinks)
     observer = _OBSERVERS.get().get(id(module))

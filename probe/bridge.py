@@ -39,7 +39,8 @@ from pathlib import Path
 import torch
 
 from .attention import expand_kv
-from .events import FIRST_KEY, GATE, SDPA, SITE_EVENTS, Z, Pass
+from .bus import Pass
+from .events import FIRST_KEY, GATE, SDPA, SITE_EVENTS, Z
 from .errors import ProbeError, flag
 from .gates import ACTIVATIONS
 from .load import LoadedModel, config_hash, describe, load, text_config

@@ -26,7 +26,8 @@ from torch import nn
 
 from . import attention
 from .adapters import ModelLayout
-from .events import ATTENTION, FIRST_KEY, GATE, SDPA, SITE_EVENTS, SITES, Z, Batch, Pass  # noqa: F401  (Batch, SITES: re-exported)
+from .bus import Pass
+from .events import ATTENTION, FIRST_KEY, GATE, SDPA, SITE_EVENTS, SITES, Z  # noqa: F401  (SITES: re-exported)
 from .options import THRESHOLDS
 
 

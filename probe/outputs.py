@@ -53,9 +53,9 @@ def write_report(runs, out: Path, *, formats, title: str | None, force: bool,
     """`probe report`: report.<fmt> of saved runs (run directories or the `Runs` read from
     them) into the folder `out`."""
     from reports import build_report
-    from reports.runs import RunDirectoryError
 
     from .atomic import check_writable
+    from .run_files import RunDirectoryError
 
     if not formats:
         raise ProbeError("--format is empty; use html, pdf or html,pdf")
@@ -88,7 +88,8 @@ def write_report(runs, out: Path, *, formats, title: str | None, force: bool,
 def load_run_dirs(run_dirs: list[Path]):
     """Read saved runs for the claims table, one line for a run directory that does not fit."""
     from reports import load_runs
-    from reports.runs import RunDirectoryError
+
+    from .run_files import RunDirectoryError
 
     try:
         return load_runs(run_dirs)

@@ -13,13 +13,14 @@ import pandas as pd
 
 from .atomic import atomic_directory, write_text
 from .errors import ProbeError
-from .schema import TABLES as SCHEMA
 from .plotting import PlotMethods
+from .run_files import RunDirectoryError, read_run_dir
+from .schema import MANIFEST_KEY, META_FILE, SUMMARY_FILE
+from .schema import TABLES as SCHEMA
 
 # The tables an Analysis holds: the run directory's (probe.schema.TABLES, which reports/ reads
 # runs against) but inference.csv, which examples/demo.py adds to trained runs.
 TABLES = tuple(name for name in SCHEMA if name != "inference")
-MANIFEST_KEY = "tables"     # meta.json: {table: rows written}; reports/schema.py reads the same key
 
 
 def _empty() -> pd.DataFrame:
@@ -69,17 +70,15 @@ class Analysis(PlotMethods):
                 written[table] = len(frame)
         # The tables and their row counts, so that a reader finds a deleted or cut-short CSV.
         meta = {**self.meta, MANIFEST_KEY: written}
-        write_text(folder / "meta.json", json.dumps(_jsonable(meta), indent=2, sort_keys=True) + "\n")
-        write_text(folder / "summary.json", json.dumps(_jsonable(self.summary), indent=2) + "\n")
+        write_text(folder / META_FILE, json.dumps(_jsonable(meta), indent=2, sort_keys=True) + "\n")
+        write_text(folder / SUMMARY_FILE, json.dumps(_jsonable(self.summary), indent=2) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> "Analysis":
         """Read a run directory, checked against docs/run-directory.md: a missing, cut-short or
         damaged file is a ProbeError naming it."""
-        from reports.runs import RunDirectoryError, read_run_dir
-
         path = Path(path)
-        if not (path / "summary.json").exists() or not (path / "meta.json").exists():
+        if not (path / SUMMARY_FILE).exists() or not (path / META_FILE).exists():
             raise ProbeError(f"{path} is not a probe run directory (no summary.json / meta.json)")
         try:
             meta, summary, tables = read_run_dir(path)

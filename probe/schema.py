@@ -11,6 +11,12 @@ empty or "nan" cells, "bool". A run that lacks a table's column is refused.
 """
 from __future__ import annotations
 
+# The run directory's two JSON files; meta.json lists the tables written, {name: rows}, under
+# MANIFEST_KEY, so that a reader finds a deleted or cut-short CSV.
+META_FILE = "meta.json"
+SUMMARY_FILE = "summary.json"
+MANIFEST_KEY = "tables"
+
 # -- first_token.py: F-Attn ------------------------------------------------------------------
 SINK_EPSILON = 0.3      # F-Attn above which a head counts as a sink (summary.json sink_rate)
 FIRST_TOKEN = {

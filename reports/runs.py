@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from reports.run_files import RunDirectoryError, read_run_dir  # noqa: F401  (part of this module's API)
-from reports.run_files import _coerce, _empty
+from probe.run_files import RunDirectoryError, read_run_dir  # noqa: F401  (part of this module's API)
+from probe.run_files import _coerce, _empty
 from reports.schema import ATTENTION, LINEAR_ATTENTION, META_FILE, SUMMARY_FILE, TABLES
 
 

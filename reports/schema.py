@@ -10,14 +10,10 @@ from __future__ import annotations
 # Every table of the run directory, name -> column -> kind, as the metrics that write them
 # declare it: "str" columns are kept verbatim (a token may be "NA" or ""), "int" and "float" are
 # parsed with NaN for empty or "nan" cells. A run that lacks a column is refused.
-from probe.schema import (HEADLINE_THRESHOLDS, OPTIONAL_TABLES, SINK_EPSILON, SITES, TABLES,  # noqa: E402,F401
-                          TOKEN_TYPES, VARIANTS)
+# meta.json and summary.json, and meta.json's list of the tables written (MANIFEST_KEY).
+from probe.schema import (HEADLINE_THRESHOLDS, MANIFEST_KEY, META_FILE, OPTIONAL_TABLES,  # noqa: E402,F401
+                          SINK_EPSILON, SITES, SUMMARY_FILE, TABLES, TOKEN_TYPES, VARIANTS)
 from probe.intervention_kinds import ALL_LAYERS, INTERVENTIONS  # noqa: E402,F401
-
-META_FILE = "meta.json"
-# meta.json's list of the tables written, {name: rows}: a deleted or cut-short CSV is found.
-MANIFEST_KEY = "tables"
-SUMMARY_FILE = "summary.json"
 
 ATTENTION = "attention"
 LINEAR_ATTENTION = "linear_attention"

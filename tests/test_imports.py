@@ -1,9 +1,14 @@
-"""The import graph of probe/ and reports/: no cycle at import time, and the two model sources
-(analyze.py for Hugging Face models, bridge.py for TransformerLens) share pipeline.py instead of
-importing each other."""
+"""The import graph of probe/ and reports/: no cycle, neither at import time nor through imports
+inside functions; the event names apart from the bus that builds the metrics; the attention
+kernel asking the family adapter (probe/adapters/attention_terms.py) instead of naming a family;
+the run-directory reader in probe, which reports/ imports (never the other way round); the two
+model sources (analyze.py for Hugging Face models, bridge.py for TransformerLens) sharing
+pipeline.py instead of importing each other; and no module of either package over LINES lines.
+"""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,8 +24,9 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(name: str, path: Path, modules, *, top_level: bool) -> set[str]:
-    """The modules of `modules` that `name` imports (only at module level when top_level);
-    a package a module sits in is left out (Python imports it first whatever the module does)."""
+    """The modules of `modules` that `name` imports (only at module level when top_level), with
+    the packages they sit in (Python runs a package's __init__ before its module); a package
+    `name` itself sits in is left out (Python imports it first whatever the module does)."""
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
@@ -34,8 +40,15 @@ def _imports(name: str, path: Path, modules, *, top_level: bool) -> set[str]:
             candidates = {a.name for a in node.names}
         else:
             continue
-        out |= {c for c in candidates if c in modules and c != name and not name.startswith(c + ".")}
+        for c in candidates:
+            out |= {p for p in _packages_of(c) if p in modules and p != name and not name.startswith(p + ".")}
     return out
+
+
+def _packages_of(module: str) -> list[str]:
+    """`module` and every package above it: a.b.c -> [a, a.b, a.b.c]."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -60,9 +73,15 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_no_import_cycle_at_import_time():
+@functools.cache
+def _graph(*, top_level: bool) -> dict[str, frozenset[str]]:
+    """module -> what it imports (parsed once per session: every test here reads the same tree)."""
     modules = _modules()
-    graph = {m: _imports(m, p, modules, top_level=True) for m, p in modules.items()}
+    return {m: frozenset(_imports(m, p, modules, top_level=top_level)) for m, p in modules.items()}
+
+
+def test_no_import_cycle_at_import_time():
+    graph = _graph(top_level=True)
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
@@ -72,36 +91,77 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_the_sources_do_not_import_each_other():
-    modules = _modules()
-    everywhere = {m: _imports(m, p, modules, top_level=False) for m, p in modules.items()}
+    everywhere = _graph(top_level=False)
     assert "probe.analyze" not in everywhere["probe.bridge"]
     # analyze.py hands a bridge to bridge.py (inside probe.analyze, at call time only).
-    assert "probe.bridge" not in _imports("probe.analyze", modules["probe.analyze"], modules, top_level=True)
+    assert "probe.bridge" not in _graph(top_level=True)["probe.analyze"]
     for source in ("probe.analyze", "probe.bridge"):
         assert "probe.pipeline" in everywhere[source]
     assert not {"probe.analyze", "probe.bridge", "probe.capture"} & everywhere["probe.pipeline"]
 
 
-# Cycles that close only through an import inside a function, each on purpose: these edges
-# (module -> what it imports at call time) are left out of the check below, and nothing else.
-CALL_TIME_ONLY = {
-    ("probe.events", "probe.metrics"): "a Pass builds the metrics, which import the event names",
-    ("probe.adapters.official", "probe.models.official_qwen3"): "transformers' Qwen3 modeling only "
-                                                                "when a model is built",
-    ("probe.train.config", "probe.train.model"): "the config stays free of torch for the CLI",
-}
-
-
 def test_no_import_cycle_even_through_imports_inside_functions():
     """A cycle through a function's import (options -> interventions -> capture -> options was
-    one) works only while every module's top level is done first: one moved import breaks it."""
-    modules = _modules()
-    everywhere = {m: _imports(m, p, modules, top_level=False) for m, p in modules.items()}
-    for (module, imported), why in CALL_TIME_ONLY.items():
-        assert imported in everywhere[module], f"{module} no longer imports {imported}: drop it here"
-        assert imported not in _imports(module, modules[module], modules, top_level=True), why
-        everywhere[module] = everywhere[module] - {imported}
+    one) works only while every module's top level is done first: one moved import breaks it.
+    None is allowed: a module that needs a name from one that imports it takes the name from a
+    lower module both import (the event names, the official gate flags, the training Shape)."""
+    everywhere = _graph(top_level=False)
     assert _cycle(everywhere) is None, " -> ".join(_cycle(everywhere))
+
+
+def test_the_event_names_import_nothing_of_probe():
+    """probe/events.py names the events; the bus (probe/bus.py) builds the metrics, which import
+    the names: a name module that imported a metric would close the circle again."""
+    assert _graph(top_level=False)["probe.events"] == set()
+
+
+def test_the_attention_kernel_names_no_family():
+    """The kernel reads a family's extra softmax terms through adapters/attention_terms.py only."""
+    imported = _graph(top_level=False)["probe.attention"]
+    families = {m for m in imported if m.startswith("probe.adapters.")}
+    assert families == {"probe.adapters.attention_terms"}, families
+
+
+# The modules of probe that write or draw reports, and so import reports/ (inside functions, so
+# that `probe --help` and an analysis never load it). reports/ imports the run-directory reader,
+# the schema and the intervention names from probe, none of these.
+REPORT_FRONT_ENDS = {"probe.cli", "probe.outputs", "probe.plotting"}
+
+
+def test_probe_imports_reports_only_from_its_front_ends():
+    modules = _modules()
+    at_import, everywhere = _graph(top_level=True), _graph(top_level=False)
+    importers = {m for m, targets in everywhere.items()
+                 if m.startswith("probe") and any(t.split(".")[0] == "reports" for t in targets)}
+    assert importers <= REPORT_FRONT_ENDS, importers - REPORT_FRONT_ENDS
+    for module in importers:
+        assert not any(t.split(".")[0] == "reports" for t in at_import[module]), module
+    # The reader Analysis.load and reports.runs share never reaches reports/, even at call time.
+    reached, todo = set(), ["probe.run_files"]
+    while todo:
+        for target in everywhere[todo.pop()] - reached:
+            reached.add(target)
+            todo.append(target)
+    assert not {m for m in reached if m.split(".")[0] == "reports"}, reached
+    assert "probe.run_files" in everywhere["reports.runs"] and "probe.run_files" in modules
+
+
+def test_reports_runs_still_names_the_reader():
+    """reports.runs re-exports what it used to define (the reader moved to probe/run_files.py)."""
+    import probe.run_files
+    import reports.runs
+
+    assert reports.runs.read_run_dir is probe.run_files.read_run_dir
+    assert reports.runs.RunDirectoryError is probe.run_files.RunDirectoryError
+
+
+LINES = 400     # a module longer than this does more than one job: split it by job
+
+
+def test_no_module_is_over_the_line_limit():
+    long = {name: n for name, path in _modules().items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > LINES}
+    assert not long, f"modules over {LINES} lines (split them by job): {long}"
 
 
 def test_each_reducer_is_imported_from_its_metric():

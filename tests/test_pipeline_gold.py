@@ -1,23 +1,26 @@
-"""Gold run directories: the same numbers, byte for byte, from a fixed set of tiny checkpoints.
+"""Gold run directories: the same numbers, within a tolerance by column kind, from a fixed set of
+tiny checkpoints.
 
 Every case builds a tiny random checkpoint (tests/tiny.py, or a config of a registered family
 tiny.py has no kind for), analyses a few dozen tokens with the public API (`probe.analyze(...)`
 then `.save(...)`; the CLI where that is what the case tests) and compares the run directory
-with tests/gold_runs/<case>/: every CSV byte for byte, summary.json and meta.json as JSON with
-the keys that legitimately vary removed (VARYING_META) and the temporary folder written ROOT.
+with tests/gold_runs/<case>/ cell by cell (tests/gold_diff.py): strings, integers and counts
+exactly, other floats to 1e-4 relative (+ 1e-6), the numbers of a float32 forward pass on
+another CPU; summary.json and meta.json as JSON with the keys that legitimately vary removed
+(VARYING_META) and the temporary folder written ROOT. A failure names the case, file, column,
+row and both values.
 
 The cases cover every family the registry knows (probe/adapters/registry.py), gated and not,
 the official grouped layout, the hybrids with linear-attention layers, Gemma 2 soft-capping,
 Gemma 3 sliding windows, gpt-oss sinks, a model outside the registry, GGUF, the
 TransformerLens bridge, padding (per-document sequences of unequal length), sliding windows
 over long documents, interventions, token groups, the exact mean-gate control and sink anatomy (CASES says
-which case covers what). A restructure of the pipeline must leave every file unchanged.
+which case covers what). A restructure of the pipeline must leave every number unchanged.
 
-After an intended change of numbers, regenerate and review the diff:
-
-    PROBE_REGENERATE_GOLD=1 python -m pytest tests/test_pipeline_gold.py
+After an intended change of numbers, or a new case, regenerate and review the diff
+(docs/gold.md): `make gold` (PROBE_REGENERATE_GOLD=1 python -m pytest tests/test_pipeline_gold.py)
+rewrites only the files that differ beyond the tolerances.
 """
-
 from __future__ import annotations
 
 import json
@@ -31,14 +34,11 @@ import pytest
 import torch
 
 import tiny
+from gold_diff import diff_files, read_folder, summary, write_gold
 from samples import TEXT
 
 GOLD = Path(__file__).parent / "gold_runs"
 REGENERATE = os.environ.get("PROBE_REGENERATE_GOLD") == "1"
-# meta.json keys that differ between two runs of the same analysis: when, with which versions,
-# from which command line, and the hash of config.json (which records the transformers version).
-VARYING_META = ("timestamp", "versions", "command", "config_hash")
-ROOT = "ROOT"  # the temporary folder of the checkpoints and runs, as the gold files write it
 
 # Few tokens, few layers: every case runs in well under a second once its checkpoint exists.
 # 2 layers of 2 query heads sharing 1 KV head (1 layer where a family has nothing that differs
@@ -227,7 +227,7 @@ def run_case(case: Case, root: Path) -> Path:
 
     out = root / "runs" / case.name
     shutil.rmtree(out, ignore_errors=True)
-    with tiny.single_thread():          # one thread: the same float sums whatever the machine
+    with tiny.single_thread():          # one thread: the same float sums whatever the core count
         checkpoint = case.build(root / "checkpoints" / case.name)
         if case.cli is not None:
             from probe.cli import main
@@ -244,63 +244,29 @@ def run_case(case: Case, root: Path) -> Path:
     return out
 
 
-def normalised_json(path: Path, root: Path, *, meta: bool) -> str:
-    """A run's JSON file as the gold keeps it: varying meta keys dropped, root written ROOT."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    if meta:
-        data = {key: value for key, value in data.items() if key not in VARYING_META}
-    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    return text.replace(str(root), ROOT)
-
-
-def run_files(run: Path, root: Path) -> dict[str, str]:
-    """{file name: text as compared}: every table, summary.json and meta.json."""
-    files = {}
-    for path in sorted(run.iterdir()):
-        if path.suffix == ".csv":
-            files[path.name] = path.read_text(encoding="utf-8")
-        elif path.suffix == ".json":
-            files[path.name] = normalised_json(path, root, meta=path.name == "meta.json")
-        else:
-            raise AssertionError(f"{run.name}: unexpected file {path.name} in the run directory")
-    return files
-
-
-def first_difference(gold: str, now: str) -> str:
-    gold_lines, now_lines = gold.splitlines(), now.splitlines()
-    for number, (want, got) in enumerate(zip(gold_lines, now_lines), start=1):
-        if want != got:
-            return f"line {number}:\n  gold: {want}\n  now:  {got}"
-    number = min(len(gold_lines), len(now_lines)) + 1
-    return (f"line {number}: gold has {len(gold_lines)} lines, now {len(now_lines)}"
-            + (f"\n  gold: {gold_lines[number - 1]}" if len(gold_lines) >= number else "")
-            + (f"\n  now:  {now_lines[number - 1]}" if len(now_lines) >= number else ""))
-
-
-def compare_with_gold(name: str, files: dict[str, str]) -> None:
+def compare_with_gold(name: str, files: dict[str, str], run: Path, root: Path) -> None:
+    """Fail naming every difference beyond the tolerances (the first gold_diff.SHOWN of them);
+    with PROBE_REGENERATE_GOLD=1 write the files that differ instead."""
     folder, covers = GOLD / name, BY_NAME[name].covers
+    gold = read_folder(folder) if folder.is_dir() else {}
+    differences = diff_files(gold, files)
     if REGENERATE:
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        for file, text in files.items():
-            (folder / file).write_text(text, encoding="utf-8")
+        write_gold(folder, files, differences)
         return
-    assert folder.is_dir(), f"{folder} is missing; PROBE_REGENERATE_GOLD=1 writes it"
-    gold_files = sorted(path.name for path in folder.iterdir())
-    assert sorted(files) == gold_files, (
-        f"case {name} ({covers}): the run directory has files {sorted(files)}, the gold {gold_files}")
-    for file, text in files.items():
-        gold = (folder / file).read_text(encoding="utf-8")
-        if gold != text:
-            pytest.fail(f"case {name} ({covers}): {file} differs from tests/gold_runs/{name}/{file} "
-                        f"(PROBE_REGENERATE_GOLD=1 to accept) at {first_difference(gold, text)}",
-                        pytrace=False)
+    assert folder.is_dir(), f"{folder} is missing; make gold writes it"
+    if differences:
+        pytest.fail(f"case {name} ({covers}): {len(differences)} difference"
+                    f"{'s' if len(differences) > 1 else ''} from tests/gold_runs/{name}/ beyond the "
+                    f"tolerances (make gold to accept an intended change; every one of them: python "
+                    f"tests/gold_diff.py tests/gold_runs/{name} {run} {root}):\n{summary(differences)}",
+                    pytrace=False)
 
 
 @pytest.mark.parametrize("name", list(BY_NAME))
 def test_run_directory_matches_gold(name, gold_root):
     case = BY_NAME[name]
-    compare_with_gold(name, run_files(run_case(case, gold_root), gold_root))
+    run = run_case(case, gold_root)
+    compare_with_gold(name, read_folder(run, gold_root), run, gold_root)
 
 
 def test_every_gold_folder_is_a_case():

@@ -1,6 +1,7 @@
 """Per-family knowledge: which model types probe supports, where their gates live, which class
 loads them (registry.py), and what a family needs beyond that, one module each: official.py
-(the paper's checkpoints: detect, class, reorder), qwen_next.py, gemma.py, gpt_oss.py."""
+(the paper's checkpoints: detect, class, reorder), qwen_next.py, gemma.py, gpt_oss.py; and
+attention_terms.py, what they hand the attention back-end (which asks there, naming no family)."""
 from .describe import UNREGISTERED, describe, resolve_gate, warn_if_gate_declared_away
 from .layout import LayerParts, ModelLayout, discover_layout
 from .official import is_official, is_reordered

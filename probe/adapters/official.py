@@ -24,17 +24,7 @@ from torch import nn
 
 from ..errors import ProbeError
 from ..gates import GateSpec
-
-MODEL_TYPE = "qwen3"
-
-
-def granularity(config) -> str | None:
-    """"headwise" / "elementwise" from the official gate flags in config.json; None without one."""
-    if getattr(config, "headwise_attn_output_gate", False):
-        return "headwise"
-    if getattr(config, "elementwise_attn_output_gate", False):
-        return "elementwise"
-    return None
+from ..models.official_flags import MODEL_TYPE, granularity
 
 
 def is_official(config) -> bool:

@@ -21,7 +21,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
     eager_attention_forward,
 )
 
-from ..adapters.official import granularity as official_gate_granularity
+from .official_flags import granularity as official_gate_granularity
 
 
 def adapt_official_config(config: Qwen3Config) -> Qwen3Config:

@@ -24,6 +24,22 @@ SPIKE_MIN_HISTORY = 10
 RESUMABLE = {"resume", "stop_after", "progress", "threads", "force", "keep_checkpoint"}
 
 
+# The model's sizes (model.py builds it), worked out from the settings by TrainConfig.shape.
+@dataclass(frozen=True)
+class Shape:
+    vocab_size: int
+    width: int = 128
+    layers: int = 4
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 32
+    intermediate: int = 512          # the baseline's MLP width; gated arms get less
+    max_positions: int = 2048
+    rope_theta: float = 10_000.0
+    init_std: float = 0.02
+    qk_norm: bool = True             # False: no q_norm/k_norm (config use_qk_norm false)
+
+
 @dataclass
 class TrainConfig:
     arm: str = "none"
@@ -97,9 +113,7 @@ class TrainConfig:
     def save_interval(self) -> int:
         return self.save_every or max(1, self.steps // 10)
 
-    def shape(self, vocab_size: int):
-        from .model import Shape
-
+    def shape(self, vocab_size: int) -> Shape:
         heads = self.heads or max(1, self.width // 32)
         kv = self.kv_heads or max(1, heads // 2)
         if self.width % heads:

@@ -16,31 +16,14 @@ to within `3 * hidden / 2` weights per layer.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from ..errors import ProbeError
 from ..adapters import official
-from .config import ARMS
+from .config import ARMS, Shape
 
 MATCH_TOLERANCE = 0.01
-
-
-@dataclass(frozen=True)
-class Shape:
-    vocab_size: int
-    width: int = 128
-    layers: int = 4
-    heads: int = 4
-    kv_heads: int = 2
-    head_dim: int = 32
-    intermediate: int = 512          # the baseline's MLP width; gated arms get less
-    max_positions: int = 2048
-    rope_theta: float = 10_000.0
-    init_std: float = 0.02
-    qk_norm: bool = True             # False: no q_norm/k_norm (config use_qk_norm false)
 
 
 def gate_params_per_layer(arm: str, shape: Shape) -> int:

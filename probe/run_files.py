@@ -1,6 +1,9 @@
-"""Reading one run directory's files and checking them against the schema (probe.schema.TABLES,
-through reports.schema): a missing column, a cut-short file or a cell of the wrong kind is a
-RunDirectoryError, one line naming the file and what in it does not fit."""
+"""Reading one run directory's files and checking them against the schema (probe.schema.TABLES):
+a missing column, a cut-short file or a cell of the wrong kind is a RunDirectoryError, one line
+naming the file and what in it does not fit.
+
+The one reader of run directories: `probe.Analysis.load` and reports/ (reports.runs) both read
+through it. It imports pandas and numpy, never torch, and nothing of reports/."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from reports.schema import MANIFEST_KEY, META_FILE, SUMMARY_FILE, TABLES
+from .schema import MANIFEST_KEY, META_FILE, SUMMARY_FILE, TABLES
 
 
 class RunDirectoryError(ValueError):

@@ -1,0 +1,267 @@
+"""Compare a run directory with its gold files, cell by cell, with a tolerance by column kind.
+
+The kinds are probe/schema.py's: "str", "int" and "bool" cells must be equal as written, and
+so must the float cells that hold counts (COUNT_COLUMNS, and in the long tables the `value` of
+a row whose `metric` is a count, COUNT_METRICS). Every other float cell may differ by FLOAT:
+
+    |gold - now| <= 1e-4 * max(|gold|, |now|) + 1e-6        (NaN only equals NaN, inf only inf)
+
+Why so loose, when every reducer sums in float64: the numbers are statistics of a float32
+forward pass, and another CPU (AVX-512 or AVX2 kernels, another oneDNN path) rounds each float32
+operation its own way. The gold files written on one machine differed from the same torch
+2.13 build on another by up to 3.6e-5 relative (attention_patterns.csv, head-averaged float32
+attention), 1.2e-5 (gate_sink.csv gate_std), 1.6e-5 (interventions.csv delta_loss, a difference
+of two losses near 6.5, whose own error, 5.5e-7, the absolute 1e-6 covers) and 1.3e-6 in
+summary.json; a change of a formula moves numbers by far more. JSON numbers follow the same
+rule: an integer must be equal, a float within FLOAT.
+
+Each difference names the file, the column (a JSON key path in meta.json / summary.json), the
+row with its key columns, both values and the tolerance it broke. To see every difference of a
+kept run (the gold test's failure message names the run's folder):
+
+    python tests/gold_diff.py tests/gold_runs/CASE RUN_DIRECTORY [ROOT]
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from probe.schema import TABLES
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """|a - b| <= rel * max(|a|, |b|) + abs; zero for both: equal as written."""
+
+    rel: float = 0.0
+    abs: float = 0.0
+
+    @property
+    def exact(self) -> bool:
+        return self.rel == 0.0 and self.abs == 0.0
+
+    def allows(self, a: float, b: float) -> bool:
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        if math.isinf(a) or math.isinf(b):
+            return a == b
+        return abs(a - b) <= self.rel * max(abs(a), abs(b)) + self.abs
+
+    def __str__(self) -> str:
+        return "exact" if self.exact else f"{self.rel:g} relative + {self.abs:g}"
+
+
+EXACT = Tolerance()
+FLOAT = Tolerance(rel=1e-4, abs=1e-6)
+TOLERANCES = {"str": EXACT, "int": EXACT, "bool": EXACT, "float": FLOAT}
+# Float columns that hold counts (float so that a row without one leaves the cell empty).
+COUNT_COLUMNS = {"gate_hist": ("count",), "first_token_buckets": ("n_queries",),
+                 "interventions": ("zeroed",)}
+# The long tables (a `metric` column, a `value` column): metrics whose value is a count.
+COUNT_METRICS = ("count", "n_queries", "nonfinite", "tokens")
+# meta.json keys that differ between two runs of the same analysis: when, with which versions,
+# from which command line, and the hash of config.json (which records the transformers version).
+VARYING_META = ("timestamp", "versions", "command", "config_hash")
+ROOT = "ROOT"       # the temporary folder of the checkpoints and runs, as the gold files write it
+SHOWN = 10          # differences listed in a failure message; the tool lists them all
+
+
+@dataclass(frozen=True)
+class Difference:
+    file: str
+    where: str              # a column, or a JSON key path; "" for the file as a whole
+    row: int | None         # 1-based data row (the file's line is row + 1); None in JSON
+    key: str                # the row's key columns, "layer 1, head 0, metric mean"
+    gold: str
+    now: str
+    tolerance: Tolerance | None = None
+
+    def __str__(self) -> str:
+        place = self.file + (f", column {self.where}" if self.row is not None else
+                             f", {self.where}" if self.where else "")
+        if self.row is not None:
+            place += f", row {self.row}" + (f" ({self.key})" if self.key else "")
+        by = _by(self.gold, self.now) if self.tolerance is not None else ""
+        return f"{place}: gold {self.gold}, now {self.now}" + (f" ({by}; tolerance {self.tolerance})" if by else "")
+
+
+def _by(gold: str, now: str) -> str:
+    """How far apart two numbers are; "" when either is not a finite number."""
+    try:
+        a, b = float(gold), float(now)
+    except ValueError:
+        return ""
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return ""
+    scale = max(abs(a), abs(b))
+    return f"differs by {abs(a - b):.3g}" + (f", {abs(a - b) / scale:.3g} relative" if scale else "")
+
+
+# -- tables ----------------------------------------------------------------------------------
+
+def _number(text: str) -> float | None:
+    """A cell as written by pandas: "" is NaN; None when it is not a number at all."""
+    try:
+        return float(text) if text.strip() else math.nan
+    except ValueError:
+        return None
+
+
+def _tolerance(table: str, column: str, row: dict[str, str]) -> Tolerance:
+    kind = TABLES.get(table, {}).get(column, "str")        # a column beyond the schema: as text
+    if kind == "float" and (column in COUNT_COLUMNS.get(table, ()) or
+                            (column == "value" and row.get("metric") in COUNT_METRICS)):
+        return EXACT
+    return TOLERANCES[kind]
+
+
+def _key(table: str, row: dict[str, str], column: str) -> str:
+    """The row's non-float columns but `model` (one model per run directory)."""
+    kinds = TABLES.get(table, {})
+    return ", ".join(f"{name} {value}" for name, value in row.items()
+                     if name not in ("model", column) and kinds.get(name, "str") != "float")
+
+
+def diff_table(file: str, gold_text: str, now_text: str) -> list[Difference]:
+    table = file.removesuffix(".csv")
+    gold, now = (list(csv.reader(io.StringIO(text))) for text in (gold_text, now_text))
+    if not gold or not now or gold[0] != now[0]:
+        head = [rows[0] if rows else [] for rows in (gold, now)]
+        return [Difference(file, "columns", None, "", ",".join(head[0]), ",".join(head[1]))]
+    header, found = gold[0], []
+    if len(gold) != len(now):
+        found.append(Difference(file, "rows", None, "", str(len(gold) - 1), str(len(now) - 1)))
+    for number, (want, got) in enumerate(zip(gold[1:], now[1:]), start=1):
+        cells = dict(zip(header, want))
+        for column, a, b in zip(header, want, got):
+            if a == b:
+                continue
+            tolerance = _tolerance(table, column, cells)
+            x, y = _number(a), _number(b)
+            textual = TABLES.get(table, {}).get(column, "str") in ("str", "bool")
+            if textual or x is None or y is None or not tolerance.allows(x, y):
+                found.append(Difference(file, column, number, _key(table, cells, column), a, b, tolerance))
+        if len(want) != len(got):
+            found.append(Difference(file, "fields", number, "", str(len(want)), str(len(got))))
+    return found
+
+
+# -- JSON ------------------------------------------------------------------------------------
+
+def diff_json(file: str, gold, now, path: str = "") -> list[Difference]:
+    here = path or "(the whole file)"
+    if isinstance(gold, dict) and isinstance(now, dict):
+        found = []
+        for key in sorted(set(gold) | set(now)):
+            inner = f"{path}.{key}" if path else str(key)
+            if key not in now or key not in gold:
+                found.append(Difference(file, inner, None, "", _show(gold.get(key, ABSENT)),
+                                        _show(now.get(key, ABSENT))))
+            else:
+                found += diff_json(file, gold[key], now[key], inner)
+        return found
+    if isinstance(gold, list) and isinstance(now, list):
+        if len(gold) != len(now):
+            return [Difference(file, f"{here} (length)", None, "", str(len(gold)), str(len(now)))]
+        return [d for i, (a, b) in enumerate(zip(gold, now)) for d in diff_json(file, a, b, f"{path}[{i}]")]
+    if _is_float(gold) and _is_float(now) and (isinstance(gold, float) or isinstance(now, float)):
+        return [] if FLOAT.allows(float(gold), float(now)) else [
+            Difference(file, here, None, "", _show(gold), _show(now), FLOAT)]
+    if gold == now and type(gold) is type(now):
+        return []
+    return [Difference(file, here, None, "", _show(gold), _show(now), EXACT)]
+
+
+def _is_float(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+ABSENT = object()      # a key one side lacks
+
+
+def _show(value) -> str:
+    if value is ABSENT:
+        return "absent"
+    return repr(value) if isinstance(value, str) else json.dumps(value)
+
+
+# -- run directories -------------------------------------------------------------------------
+
+def diff_files(gold: dict[str, str], now: dict[str, str]) -> list[Difference]:
+    """Every difference between two runs, each {file name: text} (the JSON files already
+    normalised as the gold keeps them)."""
+    found = [Difference(name, "", None, "", "present" if name in gold else "absent",
+                        "present" if name in now else "absent")
+             for name in sorted(set(gold) ^ set(now))]
+    for name in sorted(set(gold) & set(now)):
+        if gold[name] == now[name]:
+            continue
+        if name.endswith(".csv"):
+            found += diff_table(name, gold[name], now[name])
+        else:
+            found += diff_json(name, json.loads(gold[name]), json.loads(now[name]))
+    return found
+
+
+def read_folder(folder: Path, root: Path | None = None) -> dict[str, str]:
+    """{file name: text as the gold keeps it} of a run directory or a gold folder: the JSON files
+    re-written with sorted keys, meta.json without VARYING_META, the folder `root` (the run's
+    temporary checkpoints) written ROOT; a file that is neither a table nor JSON is named only."""
+    files = {}
+    for path in sorted(folder.iterdir()):
+        if path.suffix == ".csv":
+            files[path.name] = path.read_text(encoding="utf-8")
+        elif path.suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if path.name == "meta.json":
+                data = {key: value for key, value in data.items() if key not in VARYING_META}
+            text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+            files[path.name] = text.replace(str(root), ROOT) if root is not None else text
+        else:
+            files[path.name] = "(not compared)"
+    return files
+
+
+def write_gold(folder: Path, files: dict[str, str], differences: list[Difference]) -> None:
+    """Rewrite the gold files that `differences` name with the run's `files` (and remove those
+    the run no longer writes); a file within the tolerances stays as it is."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for file in sorted({d.file for d in differences}):
+        if file not in files:
+            (folder / file).unlink()
+        elif file.endswith((".csv", ".json")):
+            (folder / file).write_text(files[file], encoding="utf-8")
+        else:
+            raise ValueError(f"{file} is neither a table nor JSON: a run directory holds no such file")
+
+
+def summary(differences: list[Difference], shown: int = SHOWN) -> str:
+    lines = [f"  {d}" for d in differences[:shown]]
+    if len(differences) > shown:
+        lines.append(f"  ... and {len(differences) - shown} more")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 3):
+        print("usage: python tests/gold_diff.py GOLD_FOLDER RUN_DIRECTORY [ROOT]  (ROOT: the folder "
+              "the gold writes ROOT, the gold test's temporary folder)", file=sys.stderr)
+        return 2
+    gold, now, *root = (Path(arg) for arg in argv)
+    for folder in (gold, now):
+        if not folder.is_dir():
+            print(f"{folder} is not a folder (a gold folder tests/gold_runs/CASE, or a run directory)",
+                  file=sys.stderr)
+            return 2
+    differences = diff_files(read_folder(gold), read_folder(now, *root))
+    print(summary(differences, len(differences)) if differences else "no differences beyond the tolerances")
+    return 1 if differences else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
