@@ -9,6 +9,7 @@ from pathlib import Path
 from . import console, errors
 from .errors import ProbeError
 from .options import DTYPE_NAMES
+from .owned import FORCE_HELP
 
 EXIT_USAGE = 2
 
@@ -19,7 +20,7 @@ def _analysis_options(p: argparse.ArgumentParser, *, leave_out=()) -> None:
 
     p.add_argument("--data", help="text file, folder of text files, JSONL (text or input_ids), "
                                   ".npy/.pt token ids; default: a built-in sample of Python docs")
-    p.add_argument("--force", action="store_true", help="replace an existing output directory")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     add_cli_arguments(p, leave_out=leave_out)
 
 
@@ -52,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--title")
     r.add_argument("--figures", metavar="DIR",
                    help="also write every figure as its own PDF and SVG with its caption into DIR")
-    r.add_argument("--force", action="store_true")
+    r.add_argument("--force", action="store_true", help="replace report.html / report.pdf (and figures) "
+                   "that an earlier probe report wrote into --out")
 
     c = sub.add_parser("compare", help="analyse several checkpoints on the same tokens, one report")
     c.add_argument("checkpoints", nargs="+", help="baseline first, then gated variants")
@@ -157,6 +159,7 @@ def cmd_analyze(args, command_line) -> int:
     from .atomic import check_output_dir, check_writable
     from .distributed import is_main
     from .outputs import write_runs
+    from .owned import inputs_of
     from .resume import claim, holds_state, partial_dir, refuse_waiting_run, release
 
     formats = _formats(args.report)
@@ -174,7 +177,7 @@ def cmd_analyze(args, command_line) -> int:
         print(f"probe: no saved state in {partial}/; --resume starts from the beginning",
               file=sys.stderr)
     if main_rank:
-        check_output_dir(out, args.force)      # refuse before spending time on the model
+        check_output_dir(out, args.force, inputs_of(args))      # refuse before spending time on the model
         check_writable(out)
         # Held until the run is written: a second run on this --out is refused meanwhile.
         claim(partial, clear=args.force and not args.resume)
@@ -193,7 +196,7 @@ def cmd_analyze(args, command_line) -> int:
         if not main_rank:
             return 0
         console.raise_if_interrupted()
-        reports = write_runs(analysis, out, force=args.force, formats=formats)
+        reports = write_runs(analysis, out, force=args.force, formats=formats, inputs=inputs_of(args))
     finally:
         if main_rank:
             release(partial)
@@ -237,6 +240,7 @@ def cmd_compare(args, command_line) -> int:
     from .atomic import check_output_dir, check_writable
     from .distributed import is_main
     from .outputs import write_runs
+    from .owned import inputs_of
 
     formats = _formats(args.format)
     options, data = _checked_options(args)
@@ -244,7 +248,7 @@ def cmd_compare(args, command_line) -> int:
     out = Path(args.out)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     if main_rank:
-        check_output_dir(out, args.force)
+        check_output_dir(out, args.force, inputs_of(args))
         check_writable(out)
         _check_figures_dir(args.figures, args.force)
     names = compare_names(args.checkpoints, args.name)
@@ -254,7 +258,7 @@ def cmd_compare(args, command_line) -> int:
         return 0
     console.raise_if_interrupted()
     reports = write_runs(dict(zip(names, analyses)), out, force=args.force, formats=formats,
-                         title=args.title, figures=args.figures)
+                         title=args.title, figures=args.figures, inputs=inputs_of(args))
     print_summary(analyses)
     if len({a.meta.get("tokens_sha256") for a in analyses}) > 1:
         print("probe: warning: the models did not see the same token ids (their tokenizers or BOS "

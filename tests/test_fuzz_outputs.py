@@ -301,3 +301,115 @@ def test_saved_run_lists_its_tables(saved_run):
     csvs = {p.stem: len(_lines(p)) - 1 for p in saved_run.glob("*.csv")}
     assert meta["tables"] == csvs
 
+
+
+# -- --force replaces a probe output folder, nothing else (issue 24, items 1 and 2) -----------------
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every file under root (links not followed) with its bytes: what survives, exactly."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.is_symlink()}
+
+
+@dataclass
+class Keep:
+    """A command whose --out would replace something that is not probe's: refused in one line,
+    and every file under the work folder is still there, byte for byte."""
+    argv: Callable                          # (work folder, checkpoint copy, data file) -> argv
+    says: str
+
+
+def _ck_work(tmp_path, checkpoint, text_file):
+    work = tmp_path / "work"
+    models = work / "models"
+    ck = shutil.copytree(checkpoint("qwen3"), models / "ck")
+    shutil.copytree(checkpoint("qwen3"), models / "sibling")
+    data = work / "data" / "docs.txt"
+    data.parent.mkdir()
+    shutil.copy(text_file, data)
+    return work, ck, data
+
+
+def _groups_inside(w, ck, data):
+    (w / "data" / "groups.json").write_text('{"digits": [5, 6]}')
+    return ["analyze", str(ck), "--data", str(w / "elsewhere.txt"), "--out", str(w / "data"), "--force",
+            "--token-groups", str(w / "data" / "groups.json"), *ANALYZE]
+
+
+FORCE = {
+    "analyze --out the checkpoint": Keep(lambda w, ck, d: ["analyze", str(ck), "--data", str(d), "--out", str(ck),
+                                                           "--force", *ANALYZE], "holds the checkpoint"),
+    "analyze --out the checkpoint's parent": Keep(lambda w, ck, d: ["analyze", str(ck), "--data", str(d), "--out",
+                                                                    str(ck.parent), "--force", *ANALYZE],
+                                                  "holds the checkpoint"),
+    "analyze --out inside the checkpoint": Keep(lambda w, ck, d: (ck / "old").mkdir() or [
+        "analyze", str(ck), "--data", str(d), "--out", str(ck / "old"), "--force", *ANALYZE], "inside the checkpoint"),
+    "analyze --out the data's folder": Keep(lambda w, ck, d: ["analyze", str(ck), "--data", str(d), "--out",
+                                                              str(d.parent), "--force", *ANALYZE], "holds the data"),
+    "analyze --out the sibling checkpoint": Keep(lambda w, ck, d: ["analyze", str(ck), "--data", str(d), "--out",
+                                                                   str(w / "models" / "sibling"), "--force", *ANALYZE],
+                                                 "not a folder probe wrote"),
+    "analyze --out the tokenizer's folder": Keep(lambda w, ck, d: ["analyze", str(ck), "--data", str(d), "--out",
+                                                                   str(w / "models" / "sibling"), "--force",
+                                                                   "--tokenizer", str(w / "models" / "sibling"),
+                                                                   *ANALYZE], "holds the tokenizer"),
+    "analyze --out the token groups' folder": Keep(_groups_inside, "holds the token-groups file"),
+    "compare --out the checkpoints' parent": Keep(lambda w, ck, d: ["compare", str(ck), str(w / "models" / "sibling"),
+                                                                    "--data", str(d), "--out", str(w / "models"),
+                                                                    "--force", "--format", "", *ANALYZE[:-2]],
+                                                  "holds the checkpoint"),
+    "train --out the data's folder": Keep(lambda w, ck, d: ["train", "--data", str(d), "--out", str(d.parent),
+                                                            "--force", *TRAIN], "holds the data"),
+    "train --out someone's folder": Keep(lambda w, ck, d: ["train", "--data", str(d), "--out", str(w / "models"),
+                                                           "--force", *TRAIN], "not a folder probe wrote"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORCE))
+def test_force_never_replaces_what_is_not_probes(case, checkpoint, text_file, tmp_path, capsys):
+    work, ck, data = _ck_work(tmp_path, checkpoint, text_file)
+    (work / "elsewhere.txt").write_text(data.read_text())
+    argv = FORCE[case].argv(work, ck, data)
+    before = _tree(work)
+    line = _one_error_line(capsys, argv)
+    assert FORCE[case].says in line and "--force replaces a probe output folder, nothing else" in line, line
+    assert _tree(work) == before                       # every file survives, byte for byte
+    assert sorted(p.name for p in work.iterdir()) == ["data", "elsewhere.txt", "models"]
+
+
+def test_force_replaces_probes_own_run(checkpoint, text_file, tmp_path):
+    """What --force is for still works: a run probe wrote is replaced whole, marker and all."""
+    out = tmp_path / "run"
+    argv = ["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--out", str(out), *ANALYZE]
+    assert main(argv) == 0
+    (out / "note.csv").write_text("a\n1\n")            # a file the old run held: gone after
+    assert main(argv + ["--force"]) == 0
+    assert (out / ".probe-output").is_file() and not (out / "note.csv").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_symlinked_partial_folder_is_never_followed(force, checkpoint, text_file, tmp_path, capsys):
+    """OUT.partial -> a folder of the user's: refused, and the folder keeps every file."""
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "thesis.tex").write_text("years of work")
+    (target / "sub").mkdir()
+    (target / "sub" / "data.bin").write_bytes(b"\x00" * 64)
+    out = tmp_path / "run"
+    out.with_name("run.partial").symlink_to(target, target_is_directory=True)
+    before = _tree(target)
+    line = _one_error_line(capsys, ["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--out", str(out),
+                                    *ANALYZE, *(["--force"] if force else [])])
+    assert "symbolic link" in line, line
+    assert _tree(target) == before and sorted(p.name for p in target.iterdir()) == ["sub", "thesis.tex"]
+
+
+def test_a_partial_folder_of_someone_elses_files_is_not_emptied(checkpoint, text_file, tmp_path, capsys):
+    partial = tmp_path / "run.partial"
+    partial.mkdir()
+    (partial / "mine.txt").write_text("not probe's")
+    line = _one_error_line(capsys, ["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--out",
+                                    str(tmp_path / "run"), "--force", *ANALYZE])
+    assert "did not write" in line, line
+    assert (partial / "mine.txt").read_text() == "not probe's"

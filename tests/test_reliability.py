@@ -217,10 +217,17 @@ def test_existing_output_directory_needs_force(checkpoint, text_file, tmp_path, 
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     line = one_error_line(capsys, analyze_args(checkpoint("qwen3"), out, "--data", str(text_file)))
-    assert "already exists" in line and "--force" in line
-    assert (out / "keep.txt").read_text() == "mine"
+    assert "already exists and is not a folder probe wrote" in line and "--force" not in line
+    # --force replaces a probe output folder, nothing else (issue 24): a folder of the user's stays.
+    line = one_error_line(capsys, analyze_args(checkpoint("qwen3"), out, "--data", str(text_file), "--force"))
+    assert "not a folder probe wrote" in line
+    assert [p.name for p in out.iterdir()] == ["keep.txt"] and (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()
     assert main(analyze_args(checkpoint("qwen3"), out, "--data", str(text_file), "--force")) == 0
-    assert (out / "summary.json").exists() and not (out / "keep.txt").exists()
+    line = one_error_line(capsys, analyze_args(checkpoint("qwen3"), out, "--data", str(text_file)))
+    assert "already exists" in line and "--force" in line
+    assert main(analyze_args(checkpoint("qwen3"), out, "--data", str(text_file), "--force")) == 0
+    assert (out / "summary.json").exists()
 
 
 @pytest.mark.parametrize("existing", [False, True])
