@@ -27,10 +27,9 @@ _RUN_FILES = {"meta.json", "summary.json", "report.html", "report.pdf", "train_c
 
 
 def mark(folder: Path, kind: str) -> None:
-    """Write the marker into a folder probe is writing (before it is renamed into place)."""
-    from .atomic import write_text
-
-    write_text(Path(folder) / MARKER, json.dumps({"written_by": "probe", "kind": kind}) + "\n")
+    """Write the marker into a folder probe is writing (a run's before it is renamed into place,
+    so a plain write is whole by the time anyone sees it)."""
+    (Path(folder) / MARKER).write_text(json.dumps({"written_by": "probe", "kind": kind}) + "\n")
 
 
 def marked(folder: Path) -> bool:

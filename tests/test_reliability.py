@@ -303,3 +303,111 @@ def test_weights_missing_from_the_checkpoint_are_refused_and_extra_ones_named(ch
     save_file(state, extra / "model.safetensors", metadata={"format": "pt"})
     with pytest.warns(UserWarning, match="does not use .*gate_proj"):
         probe.load(extra)
+
+
+# -- issue 24: never unpickle, keep what a run wrote, odd --out names ---------------------------------
+
+TRAIN_ARGS = ["--arm", "none", "--tokens", "512", "--layers", "1", "--width", "32", "--heads", "1",
+              "--kv-heads", "1", "--seq-len", "16", "--batch-size", "4", "--vocab-size", "280",
+              "--threads", "1", "--quiet", "--save-every", "2"]
+
+
+class _RunsCode:
+    """Unpickling this calls os.mkdir(sentinel): what a crafted trainer_state.pt could do."""
+
+    def __init__(self, sentinel):
+        self.sentinel = str(sentinel)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.sentinel,))
+
+
+@pytest.fixture(scope="module")
+def stopped_training(text_file, tmp_path_factory):
+    """A training run stopped after 2 of 8 steps (its checkpoint holds trainer_state.pt)."""
+    out = tmp_path_factory.mktemp("train") / "t"
+    old = os.umask(0o022)
+    try:
+        assert main(["train", "--data", str(text_file), "--out", str(out), *TRAIN_ARGS, "--stop-after", "2"]) == 0
+    finally:
+        os.umask(old)
+    return out
+
+
+def test_a_trainer_state_that_needs_unpickling_is_refused_and_never_run(stopped_training, text_file, tmp_path,
+                                                                         capsys):
+    out = shutil.copytree(stopped_training, tmp_path / "t")
+    state = out / "checkpoint" / "trainer_state.pt"
+    saved = torch.load(state, weights_only=True)
+    sentinel = tmp_path / "the-code-ran"
+    torch.save({**saved, "sessions": [_RunsCode(sentinel)]}, state)
+    line = one_error_line(capsys, ["train", "--data", str(text_file), "--out", str(out), *TRAIN_ARGS, "--resume"])
+    assert "holds more than tensors and plain values" in line and "never unpickles" in line, line
+    assert not sentinel.exists()
+
+
+def test_a_moved_training_folder_resumes_with_world_readable_weights(stopped_training, text_file, tmp_path):
+    """A training folder moved elsewhere resumes (the folder's place is no setting), and the
+    weights it writes get the umask's mode like every other file (safetensors made them 0600)."""
+    moved = shutil.copytree(stopped_training, tmp_path / "moved")
+    assert oct((moved / "checkpoint" / "model.safetensors").stat().st_mode & 0o777) == "0o644"
+    old = os.umask(0o022)
+    try:
+        assert main(["train", "--data", str(text_file), "--out", str(moved), *TRAIN_ARGS, "--resume"]) == 0
+    finally:
+        os.umask(old)
+    assert oct((moved / "model.safetensors").stat().st_mode & 0o777) == "0o644"
+    assert json.loads((moved / "train_config.json").read_text())["result"]["steps"] == 8
+
+
+def test_a_failed_report_step_keeps_the_run_directory(checkpoint, text_file, tmp_path, capsys, monkeypatch):
+    """The pass ran (hours, on a big model); the report then fails on something that is not the
+    disk. The run directory is kept, and the line says how to write the report from it."""
+    import reports
+
+    def broken(*args, **kwargs):
+        raise ValueError("a table the report cannot draw")
+    monkeypatch.setattr(reports, "build_report", broken)
+    out = tmp_path / "run"
+    line = one_error_line(capsys, analyze_args(checkpoint("qwen3"), out, "--data", str(text_file), "--report", "html"))
+    assert "a table the report cannot draw" in line and f"probe report {out} --out {out}" in line, line
+    assert (out / "summary.json").exists() and not (out / "report.html").exists()
+    probe.Analysis.load(out)                                   # whole and readable
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_compare_figures_inside_out_are_kept(checkpoint, text_file, tmp_path):
+    out = tmp_path / "cmp"
+    ck = str(checkpoint("qwen3"))
+    assert main(["compare", ck, ck, "--data", str(text_file), "--out", str(out), "--format", "html",
+                 "--figures", str(out / "figs"), "--seq-len", "16", "--max-sequences", "2", "--quiet"]) == 0
+    figures = sorted(p.name for p in (out / "figs").iterdir())
+    assert figures and all(name.startswith("figure-") for name in figures)
+
+
+@pytest.mark.parametrize("out, says", [(".", "names no folder of its own"), ("..", "names no folder of its own"),
+                                       ("/", "names no folder of its own"),
+                                       ("x" * 240, "bytes long; probe needs 32 more")])
+def test_out_that_names_no_usable_folder_is_one_line(out, says, checkpoint, text_file, tmp_path, capsys,
+                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for argv in (analyze_args(checkpoint("qwen3"), out, "--data", str(text_file), "--force"),
+                 ["compare", str(checkpoint("qwen3")), "--out", out, "--data", str(text_file), "--force"],
+                 ["train", "--data", str(text_file), "--out", out, "--force", *TRAIN_ARGS]):
+        assert says in one_error_line(capsys, argv)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_report_phase_leaves_nothing_hidden_after_the_next_run(checkpoint, text_file, tmp_path):
+    """SIGKILL while the run directory was being written leaves `.run.partial-<pid>-XXXX`; the
+    next run on that --out removes it (its process is gone)."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = tmp_path / f".run.partial-{dead}-abcd1234"
+    stale.mkdir()
+    (stale / "summary.json").write_text("{}")
+    assert main(analyze_args(checkpoint("qwen3"), tmp_path / "run", "--data", str(text_file))) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from ..atomic import check_writable, describe_os_error, write_text, write_torch
+from ..atomic import check_writable, describe_os_error, shared_mode, write_text, write_torch
 from ..errors import ProbeError
 from ..load import quiet_transformers
 from ..owned import check_out_name, check_replaceable, mark
@@ -43,6 +43,8 @@ def save_model(model, tokenizer, folder: Path) -> None:
     with quiet_transformers():              # save_pretrained's per-shard bar, at every checkpoint
         model.save_pretrained(str(folder), safe_serialization=True)
     tokenizer.save_pretrained(str(folder))
+    for weights in Path(folder).glob("*.safetensors"):     # safetensors writes them 0600
+        shared_mode(weights, folder=False)
     _fix_architectures(folder)
     # A tokenizer loaded back from a checkpoint (on --resume) saves where it was loaded from;
     # drop that, so a resumed run writes the same files as a straight one.
