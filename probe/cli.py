@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
                     "train": cmd_train, "check": cmd_check}[args.command](args, command_line)
     except ProbeError as err:
-        print(f"probe: error: {err}", file=sys.stderr)
+        print(f"probe: error: {errors.printable(err)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("probe: interrupted; nothing was written", file=sys.stderr)
@@ -201,9 +201,9 @@ def cmd_analyze(args, command_line) -> int:
         if main_rank:
             release(partial)
     print_summary([analysis])
-    print(f"wrote {out}/")
+    print(f"wrote {errors.printable(out)}/")
     for path in reports.values():
-        print(f"wrote {path}")
+        print(f"wrote {errors.printable(path)}")
     return 0
 
 
@@ -220,7 +220,7 @@ def cmd_report(args, command_line) -> int:
     runs = load_run_dirs([Path(r) for r in args.runs])      # a run that does not fit: one line, now
     for path in write_report(runs, out, formats=formats, title=args.title, force=args.force,
                              figures=args.figures).values():
-        print(f"wrote {path}")
+        print(f"wrote {errors.printable(path)}")
     print_claims(runs)
     return 0
 
@@ -265,13 +265,13 @@ def cmd_compare(args, command_line) -> int:
               "policies differ), so per-token comparisons do not apply; pass token ids (.npy / .pt) "
               "to compare on identical input", file=sys.stderr)
     print_claims(analyses)
-    print(f"wrote {out}/")                     # the run folders first, as probe analyze prints them
+    print(f"wrote {errors.printable(out)}/")                     # the run folders first, as probe analyze prints them
     for path in reports.values():
-        print(f"wrote {path}")
+        print(f"wrote {errors.printable(path)}")
     if args.figures and not formats:
         from reports import write_figures
 
-        print(f"wrote {write_figures([out / n for n in names], args.figures)}")
+        print(f"wrote {errors.printable(write_figures([out / n for n in names], args.figures))}")
     return 0
 
 
@@ -338,6 +338,7 @@ def print_summary(analyses) -> None:
 
     # A baseline's mean gate is None: numeric columns print it as "-", not "None".
     frame = pd.concat([a.summary_frame() for a in analyses]).apply(pd.to_numeric, errors="coerce")
+    frame.index = [errors.printable(name) for name in frame.index]     # a name's ESC never reaches the terminal
     # Real models' M-Act runs to tens of thousands: whole numbers there, not 1.446e+04.
     with pd.option_context("display.float_format", lambda v: f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}",
                            "display.width", 120):

@@ -54,3 +54,20 @@ def first_line(err: Exception) -> str:
     """A library's exception as one line of a ProbeError (their messages run over many)."""
     text = str(err).strip()
     return text.splitlines()[0] if text else type(err).__name__
+
+
+# Characters that must not reach a terminal or a page as they are: C0 controls but tab and
+# newline (ESC starts terminal escape sequences), DEL, C1 controls, the Unicode line and
+# paragraph separators, and the bidirectional overrides and isolates (they reorder the text
+# around them: "Trojan Source").
+_UNSHOWN = {*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029,
+            *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
+_SHOWN = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _UNSHOWN}
+_SHOWN.update({0x0D: "\\r", 0x00: "\\0"})
+
+
+def printable(text) -> str:
+    """`text` with every control, separator and bidi character written as an escape (ESC as
+    \\x1b, a carriage return as \\r): what a name, path or token may show on a terminal or in
+    a report. Plain text, tabs and newlines are unchanged."""
+    return str(text).translate(_SHOWN)

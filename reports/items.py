@@ -21,9 +21,31 @@ class FigureItem:
     caption: str
     number: int = 0  # set by build_sections: "Figure 3" in HTML, PDF and --figures alike
 
+    def __post_init__(self) -> None:
+        if not getattr(self.draw, "printable", False):
+            object.__setattr__(self, "draw", _printable_figure(self.draw))
+
     @property
     def label(self) -> str:
         return f"Figure {self.number}"
+
+
+def _printable_figure(draw: Draw) -> Draw:
+    """draw, with every text of the figure it makes shown printable (a model name's ESC or
+    bidi override is drawn as an escape, probe.errors.printable)."""
+    from matplotlib.text import Text
+
+    from probe.errors import printable
+
+    def drawn() -> Figure:
+        figure = draw()
+        for text in figure.findobj(Text):
+            value = text.get_text()
+            if printable(value) != value:
+                text.set_text(printable(value))
+        return figure
+    drawn.printable = True  # type: ignore[attr-defined]
+    return drawn
 
 
 @dataclass(frozen=True)
@@ -35,6 +57,15 @@ class TableItem:
     index_label: str = "model"
     free_text: bool = False  # long strings (paths, command lines) rather than numbers
     number: int = 0
+
+    def __post_init__(self) -> None:
+        from probe.errors import printable
+
+        shown = self.frame.map(lambda v: printable(v) if isinstance(v, str) else v)
+        if not isinstance(self.frame.index, pd.MultiIndex):
+            shown.index = pd.Index([printable(v) if isinstance(v, str) else v for v in self.frame.index],
+                                   name=self.frame.index.name)
+        object.__setattr__(self, "frame", shown)
 
     @property
     def label(self) -> str:

@@ -413,3 +413,69 @@ def test_a_partial_folder_of_someone_elses_files_is_not_emptied(checkpoint, text
                                     str(tmp_path / "run"), "--force", *ANALYZE])
     assert "did not write" in line, line
     assert (partial / "mine.txt").read_text() == "not probe's"
+
+
+# -- every string round-trips through the tables (issue 24, items 5, 8 and 9) -------------------------
+
+ODD_STRINGS = ["\r", "a\rb", "a\r\nb", "\n", "=cmd|' /C calc'!A0", "+1", "-", "-x", "@SUM(A1)", "\tx",
+               "'", "'=x", "''-", "NA", "", "é\u2028\u202e\x1b[31m\x00", "\ufeffbom"]
+
+
+def test_every_string_in_a_text_column_reads_back_as_written(saved_run, tmp_path):
+    """A token or a name may hold a bare CR, a formula start, apostrophes, NUL, ESC, U+2028, a
+    bidi override: each cell reads back as it was, and none reaches a spreadsheet as a formula."""
+    import probe
+    from probe.csv_cells import FORMULA_START
+
+    analysis = probe.Analysis.load(saved_run)
+    top = analysis.massive_top.iloc[:len(ODD_STRINGS)].copy()
+    assert len(top) == len(ODD_STRINGS)
+    top["token"] = ODD_STRINGS
+    top["model"] = "a\rb"
+    analysis.massive_top = top
+    analysis.save(tmp_path / "odd")
+    back = probe.Analysis.load(tmp_path / "odd").massive_top
+    assert back.token.tolist() == ODD_STRINGS and set(back.model) == {"a\rb"}
+    import csv
+    with (tmp_path / "odd" / "massive_top.csv").open(newline="", encoding="utf-8") as f:
+        cells = [row[-1] for row in csv.reader(f)][1:]
+    assert not [c for c in cells if c[:1] in FORMULA_START]        # no cell starts a formula
+
+
+@pytest.mark.parametrize("name", ["a\rb", "=HYPERLINK(\"x\")"])
+def test_a_name_with_a_carriage_return_or_a_formula_makes_a_readable_run(name, checkpoint, text_file, tmp_path):
+    out = tmp_path / "run"
+    assert main(["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--out", str(out), "--name", name,
+                 "--report", "html", *ANALYZE]) == 0
+    assert main(["report", str(out), "--out", str(tmp_path / "again"), "--format", "html"]) == 0
+    import probe
+    assert set(probe.Analysis.load(out).massive.model) == {name}
+
+
+def test_a_text_of_odd_characters_runs_through_the_report(checkpoint, tmp_path):
+    """BOM, CRLF, lone CRs, NUL, ESC, U+2028 and bidi overrides in the text, sink anatomy on:
+    the run's own token tables are read back by the report step."""
+    text = tmp_path / "odd.txt"
+    text.write_bytes("\r\ufeffline one\r\nline\rtwo\x00 \x1b[2J esc \u2028 sep \u202eevil\u202c end\r\r-x =y\n".encode()
+                     * 8)
+    out = tmp_path / "run"
+    assert main(["analyze", str(checkpoint("qwen3")), "--data", str(text), "--out", str(out), "--anatomy",
+                 "--report", "html", "--seq-len", "32", "--max-sequences", "2", "--quiet"]) == 0
+    assert (out / "report.html").exists()
+
+
+def test_control_characters_in_a_name_never_reach_the_terminal_or_the_page(checkpoint, text_file, tmp_path,
+                                                                        capsys):
+    name = "=x\x1b[2J\x00\u202eevil\u2028"
+    out = tmp_path / "run"
+    capsys.readouterr()
+    assert main(["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--out", str(out), "--name", name,
+                 "--report", "html", *ANALYZE]) == 0
+    shown = capsys.readouterr().out + (out / "report.html").read_text(encoding="utf-8")
+    for raw in ("\x1b", "\x00", "\u202e", "\u2028"):
+        assert raw not in shown, repr(raw)
+    assert "=x\\x1b[2J\\0\\u202eevil\\u2028" in shown                    # shown as escapes
+    first = (out / "massive.csv").read_text(encoding="utf-8").splitlines()[1]
+    assert first.startswith("'=x"), first                              # no formula in a spreadsheet
+    line = _one_error_line(capsys, ["analyze", str(tmp_path / "no\x1b[2Jwhere"), "--out", str(tmp_path / "o")])
+    assert "\x1b" not in line and "no\\x1b[2Jwhere" in line
