@@ -100,8 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("probe: interrupted; nothing was written", file=sys.stderr)
         return 130
-    except Exception:
-        if not interrupt.seen:
+    except BaseException as err:
+        if errors.is_rust_panic(err):        # a library's Rust panic: BaseException, not Exception
+            print(f"probe: error: a library failed inside its Rust code ({errors.first_line(err)}); "
+                  "this is a bug in that library or in probe: please report it", file=sys.stderr)
+            return 1
+        if not isinstance(err, Exception) or not interrupt.seen:
             raise
         # A library turned the Ctrl-C into another error (transformers' lazy imports re-raise
         # an interrupted import as ModuleNotFoundError): it is still the user's Ctrl-C.

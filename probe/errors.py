@@ -71,3 +71,42 @@ def printable(text) -> str:
     \\x1b, a carriage return as \\r): what a name, path or token may show on a terminal or in
     a report. Plain text, tabs and newlines are unchanged."""
     return str(text).translate(_SHOWN)
+
+
+def is_rust_panic(err: BaseException) -> bool:
+    """A Rust library's panic (tokenizers, safetensors): pyo3's PanicException derives from
+    BaseException, so `except Exception` never sees it."""
+    return type(err).__name__ == "PanicException"
+
+
+@contextmanager
+def rust_panic_as_error(what: str, then: str):
+    """Inside: a Rust panic is a ProbeError "<what> failed inside ... (<panic>); <then>", and the
+    message and backtrace Rust writes to file descriptor 2 are dropped; anything else written
+    there is passed on when the block ends."""
+    import os
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    panicked = None
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        except BaseException as err:
+            if not is_rust_panic(err):
+                raise
+            panicked = err
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if panicked is None:
+                captured.seek(0)
+                text = captured.read()
+                if text:
+                    os.write(2, text)
+    if panicked is not None:
+        raise ProbeError(f"{what} failed inside its Rust code ({first_line(panicked)}); {then}")
