@@ -411,3 +411,64 @@ def test_a_killed_report_phase_leaves_nothing_hidden_after_the_next_run(checkpoi
     (stale / "summary.json").write_text("{}")
     assert main(analyze_args(checkpoint("qwen3"), tmp_path / "run", "--data", str(text_file))) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+# -- the Python API: wrong types, concurrent passes, the caller's state (issue 24, items 7, 8, 10) ----
+
+@pytest.mark.parametrize("call, says", [
+    (lambda ck: probe.analyze(123, texts=[TEXT]), ("model=123 is a int", "checkpoint directory")),
+    (lambda ck: probe.analyze(str(ck), texts=[TEXT], tokenizer=5), ("tokenizer=5 is a int", "not a tokenizer")),
+])
+def test_the_api_names_an_argument_of_the_wrong_type(call, says, checkpoint):
+    with pytest.raises(probe.ProbeError) as caught:
+        call(checkpoint("qwen3"))
+    for word in says:
+        assert word in str(caught.value), str(caught.value)
+
+
+def test_a_second_concurrent_pass_on_one_model_is_refused_and_the_first_is_right(checkpoint, monkeypatch):
+    """Two threads on one model object: the second is refused while the first runs, and the
+    first gives the numbers of a pass run alone."""
+    import sys
+    import threading
+
+    model = probe.load(checkpoint("qwen3"))
+    alone = probe.analyze(model, texts=[TEXT], seq_len=32, progress=False)
+    module = sys.modules["probe.analyze"]
+    real, started, go = module.run_pass, threading.Event(), threading.Event()
+
+    def held(*args, **kwargs):
+        started.set()
+        assert go.wait(60)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, "run_pass", held)
+    results = {}
+    first = threading.Thread(target=lambda: results.update(a=probe.analyze(model, texts=[TEXT], seq_len=32,
+                                                                           progress=False)))
+    first.start()
+    assert started.wait(60)
+    with pytest.raises(probe.ProbeError, match="being analysed by another call"):
+        probe.analyze(model, texts=[TEXT], seq_len=32, progress=False)
+    go.set()
+    first.join(120)
+    pd.testing.assert_frame_equal(results["a"].first_token, alone.first_token)
+    pd.testing.assert_frame_equal(results["a"].massive, alone.massive)
+    monkeypatch.setattr(module, "run_pass", real)
+    probe.analyze(model, texts=[TEXT], seq_len=32, progress=False)        # free again afterwards
+
+
+def test_analyze_leaves_the_callers_mode_rng_and_warnings_filters_as_they_were(checkpoint):
+    import warnings
+
+    loaded = probe.load(checkpoint("qwen3"))
+    model = loaded.model
+    model.train()
+    model.model.layers[0].eval()                     # mixed modes, restored module by module
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    filters = list(warnings.filters)
+    probe.analyze(model, texts=[TEXT], seq_len=32, progress=False, tokenizer=loaded.tokenizer)
+    assert model.training and not model.model.layers[0].training and model.model.layers[1].training
+    assert torch.equal(torch.rand(3), expected)      # the caller's random stream goes on untouched
+    assert warnings.filters == filters
