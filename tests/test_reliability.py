@@ -472,3 +472,27 @@ def test_analyze_leaves_the_callers_mode_rng_and_warnings_filters_as_they_were(c
     assert model.training and not model.model.layers[0].training and model.model.layers[1].training
     assert torch.equal(torch.rand(3), expected)      # the caller's random stream goes on untouched
     assert warnings.filters == filters
+
+
+def test_a_nan_in_one_kv_heads_values_drops_only_that_heads_queries(checkpoint, text_file, tmp_path):
+    """NaN value rows of KV head 0 in layer 1: heads 0 and 1 (its group) have no finite output
+    there; heads 2 and 3 do, and their F-Attn is the clean model's (P[t, 0] does not depend on
+    the values), counted over every query. Before, the whole layer was dropped."""
+    ckpt = _with_weight(checkpoint("qwen3"), tmp_path / "nan", "model.layers.1.self_attn.v_proj.weight",
+                        float("nan"), slice(0, 16))                           # KV head 0: rows 0..15
+    args = dict(data=str(text_file), seq_len=16, max_sequences=2, progress=False)
+    clean = probe.analyze(str(checkpoint("qwen3")), **args).first_token
+    # Layer 1's 2 x 16 queries miss heads 0 and 1; every later layer sees NaN in every head.
+    with pytest.warns(UserWarning, match=r"F-Attn left out 96 queries .*\(by layer: 1: 32, 2: 32, 3: 32\)"):
+        broken = probe.analyze(str(ckpt), **args).first_token
+
+    def cells(frame, metric):
+        return frame[(frame.layer == 1) & (frame.metric == metric)].set_index("head").value
+
+    f, n, f_clean, n_clean = cells(broken, "f_attn"), cells(broken, "n_queries"), cells(clean, "f_attn"), \
+        cells(clean, "n_queries")
+    assert f[[0, 1]].isna().all() and (n[[0, 1]] == 0).all()
+    np.testing.assert_allclose(f[[2, 3]], f_clean[[2, 3]], rtol=1e-12)        # the same tensors, summed alike
+    assert (n[[2, 3]] == n_clean[[2, 3]]).all() and int(n_clean[2]) == 30
+    layer0 = broken[broken.layer == 0].value.to_numpy(), clean[clean.layer == 0].value.to_numpy()
+    np.testing.assert_array_equal(*layer0)
