@@ -452,16 +452,37 @@ def test_a_name_with_a_carriage_return_or_a_formula_makes_a_readable_run(name, c
     assert set(probe.Analysis.load(out).massive.model) == {name}
 
 
+def _with_a_carriage_return_token(src: Path, dst: Path) -> Path:
+    """A copy of a tiny checkpoint whose tokenizer has a token for a bare CR (id 1, byte-level
+    "\u010d"), as real byte-level vocabularies do."""
+    ckpt = shutil.copytree(src, dst)
+    spec = json.loads((ckpt / "tokenizer.json").read_text())
+    del spec["model"]["vocab"]["<|im_start|>"]
+    spec["model"]["vocab"]["\u010d"] = 1
+    spec["added_tokens"] = [t for t in spec["added_tokens"] if t["id"] != 1]
+    (ckpt / "tokenizer.json").write_text(json.dumps(spec))
+    config = json.loads((ckpt / "tokenizer_config.json").read_text())
+    config.get("added_tokens_decoder", {}).pop("1", None)
+    (ckpt / "tokenizer_config.json").write_text(json.dumps(config))
+    return ckpt
+
+
 def test_a_text_of_odd_characters_runs_through_the_report(checkpoint, tmp_path):
-    """BOM, CRLF, lone CRs, NUL, ESC, U+2028 and bidi overrides in the text, sink anatomy on:
-    the run's own token tables are read back by the report step."""
+    """BOM, CRLF, lone CRs, NUL, ESC, U+2028 and bidi overrides in the text, a vocabulary with a
+    bare-CR token, sink anatomy on: the run's own token tables (the CR token first, as the
+    sink) are read back by the report step, and the token reads back as a CR."""
+    import probe
+
+    ckpt = _with_a_carriage_return_token(checkpoint("qwen3"), tmp_path / "ckpt")
     text = tmp_path / "odd.txt"
     text.write_bytes("\r\ufeffline one\r\nline\rtwo\x00 \x1b[2J esc \u2028 sep \u202eevil\u202c end\r\r-x =y\n".encode()
                      * 8)
     out = tmp_path / "run"
-    assert main(["analyze", str(checkpoint("qwen3")), "--data", str(text), "--out", str(out), "--anatomy",
+    assert main(["analyze", str(ckpt), "--data", str(text), "--out", str(out), "--anatomy",
                  "--report", "html", "--seq-len", "32", "--max-sequences", "2", "--quiet"]) == 0
     assert (out / "report.html").exists()
+    tokens = probe.Analysis.load(out).received_by_token
+    assert "\r" in set(tokens[tokens.token_id == 1].token)
 
 
 def test_control_characters_in_a_name_never_reach_the_terminal_or_the_page(checkpoint, text_file, tmp_path,
