@@ -99,7 +99,8 @@ def check_inputs_apart(out: Path, inputs: dict[str, object]) -> None:
                 continue
             source = Path(item).resolve()
             if _inside(source, target):
-                raise ProbeError(f"{_option()} {out} holds the {what} {item}; --force replaces a probe output "
+                relation = "is" if source == target else "holds"
+                raise ProbeError(f"{_option()} {out} {relation} the {what} {item}; --force replaces a probe output "
                                  f"folder, nothing else: choose another {_option()}")
             if _inside(target, source):
                 raise ProbeError(f"{_option()} {out} is inside the {what} {item}; --force replaces a probe "

@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -376,13 +377,22 @@ def test_a_failed_report_step_keeps_the_run_directory(checkpoint, text_file, tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
-def test_compare_figures_inside_out_are_kept(checkpoint, text_file, tmp_path):
+def test_figures_asked_for_inside_out_are_kept(checkpoint, text_file, tmp_path, monkeypatch):
+    """compare --figures OUT/figs: the figures went into OUT/figs, then the report step renamed
+    the new OUT over it ("wrote OUT/figs", an empty folder). Drawing them is stubbed: what is
+    tested is where they land."""
+    import reports.build
+
+    def write_figures(sections, out_dir):
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "figure-01-stub.pdf").write_bytes(b"%PDF stub")
+        return Path(out_dir)
+    monkeypatch.setattr(reports.build, "write_figures", write_figures)
     out = tmp_path / "cmp"
     ck = str(checkpoint("qwen3"))
     assert main(["compare", ck, ck, "--data", str(text_file), "--out", str(out), "--format", "html",
                  "--figures", str(out / "figs"), "--seq-len", "16", "--max-sequences", "2", "--quiet"]) == 0
-    figures = sorted(p.name for p in (out / "figs").iterdir())
-    assert figures and all(name.startswith("figure-") for name in figures)
+    assert sorted(p.name for p in (out / "figs").iterdir()) == ["figure-01-stub.pdf"]
 
 
 @pytest.mark.parametrize("out, says", [(".", "names no folder of its own"), ("..", "names no folder of its own"),
