@@ -486,7 +486,8 @@ def test_control_characters_in_a_name_never_reach_the_terminal_or_the_page(check
     capsys.readouterr()
     assert main(["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--out", str(out), "--name", name,
                  "--report", "html", *ANALYZE]) == 0
-    shown = capsys.readouterr().out + (out / "report.html").read_text(encoding="utf-8")
+    printed = capsys.readouterr()
+    shown = printed.out + printed.err + (out / "report.html").read_text(encoding="utf-8")
     for raw in ("\x1b", "\x00", "\u202e", "\u2028"):
         assert raw not in shown, repr(raw)
     assert "=x\\x1b[2J\\0\\u202eevil\\u2028\\rb" in shown                # shown as escapes
