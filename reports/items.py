@@ -30,20 +30,24 @@ class FigureItem:
         return f"Figure {self.number}"
 
 
-def _printable_figure(draw: Draw) -> Draw:
-    """draw, with every text of the figure it makes shown printable (a model name's ESC or
-    bidi override is drawn as an escape, probe.errors.printable)."""
+def printable_texts(figure: Figure) -> Figure:
+    """Every text of `figure` shown printable: a model name's ESC or bidi override is drawn as
+    an escape (probe.errors.printable), never as the raw character."""
     from matplotlib.text import Text
 
     from probe.errors import printable
 
+    for text in figure.findobj(Text):
+        value = text.get_text()
+        if printable(value) != value:
+            text.set_text(printable(value))
+    return figure
+
+
+def _printable_figure(draw: Draw) -> Draw:
+    """draw, with printable_texts applied to the figure it makes."""
     def drawn() -> Figure:
-        figure = draw()
-        for text in figure.findobj(Text):
-            value = text.get_text()
-            if printable(value) != value:
-                text.set_text(printable(value))
-        return figure
+        return printable_texts(draw())
     drawn.printable = True  # type: ignore[attr-defined]
     return drawn
 

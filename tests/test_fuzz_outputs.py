@@ -498,3 +498,18 @@ def test_control_characters_in_a_name_never_reach_the_terminal_or_the_page(check
     assert models == {"'" + name}                                      # no formula in a spreadsheet
     line = _one_error_line(capsys, ["analyze", str(tmp_path / "no\x1b[2Jwhere"), "--out", str(tmp_path / "o")])
     assert "\x1b" not in line and "no\\x1b[2Jwhere" in line
+
+
+def test_the_pdf_draws_control_characters_as_escapes():
+    """The PDF places text by hand: it is wrapped (and measured) and drawn printable."""
+    from matplotlib.figure import Figure
+
+    from reports.items import printable_texts
+    from reports.measure import wrap
+
+    assert wrap("a\x1b[2Jb \u202eevil", 500, 10) == ["a\\x1b[2Jb \\u202eevil"]
+    figure = Figure()
+    figure.text(0, 0, "x\x00y")
+    figure.add_subplot().set_title("\u2028t")
+    texts = {t.get_text() for t in printable_texts(figure).findobj(lambda a: hasattr(a, "get_text"))}
+    assert {"x\\0y", "\\u2028t"} <= texts and not any("\x00" in t or "\u2028" in t for t in texts)
