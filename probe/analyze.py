@@ -37,7 +37,21 @@ def analyze(model, data=None, *, texts: list[str] | None = None, options: Analys
     processes and the statistics merged (distributed.py); every process returns the same Analysis.
     With `partial`, the pass's state is saved into that folder every `checkpoint_seconds` so that
     an interrupted analysis continues with resume=True and gives the same numbers (resume.py).
+
+    The caller's model object is left as it was found: every module's train/eval mode, torch's
+    global RNG states and the warnings filters are restored on return (the pass itself runs in
+    eval mode, seeded with `seed`). One pass runs on a model object at a time: a second call on
+    the same model from another thread, while the first runs, is refused (guards.py).
     """
+    from .guards import as_the_caller_left_it, check_model_argument, check_tokenizer_argument, one_pass_at_a_time
+
+    check_model_argument(model)
+    check_tokenizer_argument(overrides.get("tokenizer", getattr(options, "tokenizer", None)))
+    with one_pass_at_a_time(model), as_the_caller_left_it(model):
+        return _analyze(model, data, texts=texts, options=options, **overrides)
+
+
+def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Analysis:
     from .bridge import analyze_bridge, is_bridge
 
     # Every option and the data are checked before the model is loaded or anything written.

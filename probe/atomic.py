@@ -6,6 +6,7 @@ permissions the user's umask gives a new file or folder, as `open` and `mkdir` w
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import shutil
 import tempfile
@@ -99,15 +100,26 @@ def _read_only(path: Path) -> bool:
         return False
 
 
-def check_output_dir(path: Path, force: bool) -> None:
+def check_output_dir(path: Path, force: bool, inputs: dict | None = None) -> None:
+    """Refuse, before any work, an --out that exists (without force), that is a file, that
+    names no folder of its own, or that force may not replace (owned.py: only a probe output
+    folder, never one holding or inside an input)."""
+    from .owned import check_out_name, check_replaceable, is_probe_output
+
     path = Path(path)
     other = "--out" if on_command_line() else "path"
+    check_out_name(path)
     if path.exists() and not path.is_dir():
         named = f"--out {path}" if on_command_line() else str(path)
         raise ProbeError(f"{named} is a file, not a run directory; choose another {other}")
     if path.exists() and not force:
+        if not is_probe_output(path) and any(path.iterdir()):
+            raise ProbeError(f"output directory {path} already exists and is not a folder probe wrote; "
+                             f"choose another {other}")
         raise ProbeError(f"output directory {path} already exists; pass {flag('force', True)} to replace "
                          f"it or choose another {other}")
+    if path.exists() or path.is_symlink():
+        check_replaceable(path, inputs)
 
 
 def remove(path: Path) -> None:
@@ -120,20 +132,26 @@ def remove(path: Path) -> None:
 
 
 @contextmanager
-def atomic_directory(path: Path, force: bool = False):
-    """Yield a temporary sibling directory; on success it replaces `path` in one rename."""
+def atomic_directory(path: Path, force: bool = False, kind: str = "run", inputs: dict | None = None):
+    """Yield a temporary sibling directory, marked as probe's (owned.py); on success it
+    replaces `path` in one rename. Its name carries this process's id, so that a later run
+    removes what a killed one left (sweep_stale)."""
+    from .owned import mark
+
     path = Path(path)
-    check_output_dir(path, force)
+    check_output_dir(path, force, inputs)
     check_writable(path, "")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.partial-"))
+        sweep_stale(path)
+        tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.partial-{os.getpid()}-"))
         shared_mode(tmp, folder=True)
     except OSError as err:
         raise ProbeError(f"cannot write {path} in {path.parent} ({describe_os_error(err)})") from None
     try:
+        mark(tmp, kind)
         yield tmp
-        if path.exists():
+        if path.exists() or path.is_symlink():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")
             os.replace(path, old)
             os.replace(tmp, path)
@@ -146,6 +164,28 @@ def atomic_directory(path: Path, force: bool = False):
         if cause is None:
             raise
         raise ProbeError(f"could not write {path} ({describe_os_error(cause)}); nothing was written") from None
+
+
+def sweep_stale(path: Path) -> None:
+    """Remove `.NAME.partial-<pid>-*` folders beside `path` that a process which no longer runs
+    left (a SIGKILL while the run directory was being written)."""
+    for entry in Path(path).parent.glob(f".{glob.escape(path.name)}.*-*"):
+        rest = entry.name[len(path.name) + 2:]
+        kind, _, tail = rest.partition("-")
+        pid = tail.split("-", 1)[0]
+        if kind == "partial" and pid.isdigit() and not _alive(int(pid)) \
+                and entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:                       # another user's process: alive
+        return True
+    return True
 
 
 def os_error_in(err: BaseException) -> OSError | None:

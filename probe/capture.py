@@ -127,7 +127,7 @@ class Capture(Pass):
         p0 = attention.first_key_probability(query, key, lse, mask, scale, softcap=softcap)  # (B, H, T)
         # A query counts only where its output row is finite: after an inf activation the CPU
         # kernel returns NaN rows for every query, some of them beside a finite lse.
-        finite = None if bool(torch.isfinite(out).all()) else torch.isfinite(out).all(-1).all(1)  # (B, T)
+        finite = None if bool(torch.isfinite(out).all()) else torch.isfinite(out).all(-1)  # (B, H, T)
         self.emit(FIRST_KEY, layer, p0, uniform=attention.uniform_first_key(mask, p0.shape[-1], p0.device),
                   finite=finite)
         # (B, T, H, D) is the kernels' memory order, so this view is contiguous: no copy.

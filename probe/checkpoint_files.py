@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -43,10 +44,31 @@ def check_checkpoint_dir(path: Path) -> dict:
     weights = sorted(path.glob("*.safetensors")) + sorted(path.glob("pytorch_model*.bin"))
     if not weights:
         raise ProbeError(f"{path} holds no weights (*.safetensors, pytorch_model.bin or one .gguf file)")
+    names = []
     for file in path.glob("*.safetensors"):
         check_safetensors(file)
+        names += [k for k in safetensors_header(file)[0] if k != "__metadata__"]
     check_shard_index(path)
+    if names:
+        settings = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+        check_layer_count(settings.get("num_hidden_layers"), names, LAYER_NAME,
+                          f"{config_file} says num_hidden_layers")
     return config
+
+
+LAYER_NAME = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def check_layer_count(claimed, names, pattern: re.Pattern, says: str) -> None:
+    """A layer count the weights do not hold is refused before a model is built for it (a
+    config.json claiming 100,000 layers beside the weights of 4 would build 100,000 first).
+    `names`: the weights' tensor names; `pattern` finds a layer index in one."""
+    found = {int(m.group(1)) for m in map(pattern.search, names) if m}
+    if not found or isinstance(claimed, bool) or not isinstance(claimed, int):
+        return
+    if claimed > max(found) + 1:
+        raise ProbeError(f"{says} {claimed}, but the weights hold {max(found) + 1} layers (0 to {max(found)}); "
+                         "the checkpoint's settings do not describe its weights: fix them or re-download it")
 
 
 def check_shard_index(path: Path) -> None:

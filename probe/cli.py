@@ -9,6 +9,7 @@ from pathlib import Path
 from . import console, errors
 from .errors import ProbeError
 from .options import DTYPE_NAMES
+from .owned import FORCE_HELP
 
 EXIT_USAGE = 2
 
@@ -19,7 +20,7 @@ def _analysis_options(p: argparse.ArgumentParser, *, leave_out=()) -> None:
 
     p.add_argument("--data", help="text file, folder of text files, JSONL (text or input_ids), "
                                   ".npy/.pt token ids; default: a built-in sample of Python docs")
-    p.add_argument("--force", action="store_true", help="replace an existing output directory")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     add_cli_arguments(p, leave_out=leave_out)
 
 
@@ -52,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--title")
     r.add_argument("--figures", metavar="DIR",
                    help="also write every figure as its own PDF and SVG with its caption into DIR")
-    r.add_argument("--force", action="store_true")
+    r.add_argument("--force", action="store_true", help="replace report.html / report.pdf (and figures) "
+                   "that an earlier probe report wrote into --out")
 
     c = sub.add_parser("compare", help="analyse several checkpoints on the same tokens, one report")
     c.add_argument("checkpoints", nargs="+", help="baseline first, then gated variants")
@@ -93,13 +95,17 @@ def main(argv: list[str] | None = None) -> int:
             return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
                     "train": cmd_train, "check": cmd_check}[args.command](args, command_line)
     except ProbeError as err:
-        print(f"probe: error: {err}", file=sys.stderr)
+        print(f"probe: error: {errors.printable(err)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("probe: interrupted; nothing was written", file=sys.stderr)
         return 130
-    except Exception:
-        if not interrupt.seen:
+    except BaseException as err:
+        if errors.is_rust_panic(err):        # a library's Rust panic: BaseException, not Exception
+            print(f"probe: error: a library failed inside its Rust code ({errors.first_line(err)}); "
+                  "this is a bug in that library or in probe: please report it", file=sys.stderr)
+            return 1
+        if not isinstance(err, Exception) or not interrupt.seen:
             raise
         # A library turned the Ctrl-C into another error (transformers' lazy imports re-raise
         # an interrupted import as ModuleNotFoundError): it is still the user's Ctrl-C.
@@ -157,6 +163,7 @@ def cmd_analyze(args, command_line) -> int:
     from .atomic import check_output_dir, check_writable
     from .distributed import is_main
     from .outputs import write_runs
+    from .owned import inputs_of
     from .resume import claim, holds_state, partial_dir, refuse_waiting_run, release
 
     formats = _formats(args.report)
@@ -174,7 +181,7 @@ def cmd_analyze(args, command_line) -> int:
         print(f"probe: no saved state in {partial}/; --resume starts from the beginning",
               file=sys.stderr)
     if main_rank:
-        check_output_dir(out, args.force)      # refuse before spending time on the model
+        check_output_dir(out, args.force, inputs_of(args))      # refuse before spending time on the model
         check_writable(out)
         # Held until the run is written: a second run on this --out is refused meanwhile.
         claim(partial, clear=args.force and not args.resume)
@@ -193,14 +200,14 @@ def cmd_analyze(args, command_line) -> int:
         if not main_rank:
             return 0
         console.raise_if_interrupted()
-        reports = write_runs(analysis, out, force=args.force, formats=formats)
+        reports = write_runs(analysis, out, force=args.force, formats=formats, inputs=inputs_of(args))
     finally:
         if main_rank:
             release(partial)
     print_summary([analysis])
-    print(f"wrote {out}/")
+    print(f"wrote {errors.printable(out)}/")
     for path in reports.values():
-        print(f"wrote {path}")
+        print(f"wrote {errors.printable(path)}")
     return 0
 
 
@@ -217,7 +224,7 @@ def cmd_report(args, command_line) -> int:
     runs = load_run_dirs([Path(r) for r in args.runs])      # a run that does not fit: one line, now
     for path in write_report(runs, out, formats=formats, title=args.title, force=args.force,
                              figures=args.figures).values():
-        print(f"wrote {path}")
+        print(f"wrote {errors.printable(path)}")
     print_claims(runs)
     return 0
 
@@ -237,6 +244,7 @@ def cmd_compare(args, command_line) -> int:
     from .atomic import check_output_dir, check_writable
     from .distributed import is_main
     from .outputs import write_runs
+    from .owned import inputs_of
 
     formats = _formats(args.format)
     options, data = _checked_options(args)
@@ -244,7 +252,7 @@ def cmd_compare(args, command_line) -> int:
     out = Path(args.out)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     if main_rank:
-        check_output_dir(out, args.force)
+        check_output_dir(out, args.force, inputs_of(args))
         check_writable(out)
         _check_figures_dir(args.figures, args.force)
     names = compare_names(args.checkpoints, args.name)
@@ -254,20 +262,20 @@ def cmd_compare(args, command_line) -> int:
         return 0
     console.raise_if_interrupted()
     reports = write_runs(dict(zip(names, analyses)), out, force=args.force, formats=formats,
-                         title=args.title, figures=args.figures)
+                         title=args.title, figures=args.figures, inputs=inputs_of(args))
     print_summary(analyses)
     if len({a.meta.get("tokens_sha256") for a in analyses}) > 1:
         print("probe: warning: the models did not see the same token ids (their tokenizers or BOS "
               "policies differ), so per-token comparisons do not apply; pass token ids (.npy / .pt) "
               "to compare on identical input", file=sys.stderr)
     print_claims(analyses)
-    print(f"wrote {out}/")                     # the run folders first, as probe analyze prints them
+    print(f"wrote {errors.printable(out)}/")                     # the run folders first, as probe analyze prints them
     for path in reports.values():
-        print(f"wrote {path}")
+        print(f"wrote {errors.printable(path)}")
     if args.figures and not formats:
         from reports import write_figures
 
-        print(f"wrote {write_figures([out / n for n in names], args.figures)}")
+        print(f"wrote {errors.printable(write_figures([out / n for n in names], args.figures))}")
     return 0
 
 
@@ -334,6 +342,7 @@ def print_summary(analyses) -> None:
 
     # A baseline's mean gate is None: numeric columns print it as "-", not "None".
     frame = pd.concat([a.summary_frame() for a in analyses]).apply(pd.to_numeric, errors="coerce")
+    frame.index = [errors.printable(name) for name in frame.index]     # a name's ESC never reaches the terminal
     # Real models' M-Act runs to tens of thousands: whole numbers there, not 1.446e+04.
     with pd.option_context("display.float_format", lambda v: f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}",
                            "display.width", 120):

@@ -7,6 +7,8 @@ import os
 import sys
 import warnings
 
+from .errors import printable
+
 
 def watch_interrupts() -> "InterruptWatch":
     global _WATCH
@@ -32,7 +34,7 @@ def scoped():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             warnings.filterwarnings("ignore", module=r"(transformers|huggingface_hub|tokenizers)(\.|$)")
-            warnings.formatwarning = lambda msg, *a, **k: f"probe: warning: {msg}\n"
+            warnings.formatwarning = lambda msg, *a, **k: f"probe: warning: {printable(msg)}\n"
             yield
     finally:
         warnings.formatwarning = formatwarning

@@ -28,7 +28,7 @@ import torch
 
 # Documents, read_data and read_documents are imported from here by analyze, cli and train.
 from .documents import Documents, read_data, read_documents  # noqa: F401
-from .errors import ProbeError, flag
+from .errors import ProbeError, flag, rust_panic_as_error
 from .options import check_data_options
 
 
@@ -137,7 +137,10 @@ def build_dataset(path, tokenizer, *, seq_len: int = 512, bos: str = "auto",
             raise ProbeError(f"the data {source} is text but there is no tokenizer (the checkpoint has "
                              f"no tokenizer files); pass {flag('tokenizer', metavar='DIR')}, or give token ids "
                              "(.npy, .pt, or JSONL with input_ids)")
-        id_lists = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in docs.texts]
+        # A tokenizer's regex that backtracks without end panics in Rust: one line, no backtrace.
+        with rust_panic_as_error(f"tokenizing the data {source}", "the tokenizer cannot read this text: "
+                                 f"pass {flag('tokenizer', metavar='DIR')} with another, or give token ids"):
+            id_lists = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in docs.texts]
     else:
         id_lists = docs.ids
     # Rows as given are sequences, whatever per_document says: they are never joined or re-cut.

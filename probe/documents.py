@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import numbers
+import os
+import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,13 +138,47 @@ def _array_documents(source: str, arr, where: str) -> Documents:
     return Documents(source, ids=ids, rows=rows)
 
 
-def _read_bytes(path: Path, size: int | None = None) -> bytes:
-    """The file's bytes (the first `size` only, when given); an unreadable file is one line."""
+def read_bytes(path: Path, size: int | None = None, what: str = "data") -> bytes:
+    """The file's bytes (the first `size` only, when given), never more than its size says; an
+    unreadable file, a device, a FIFO or a file larger than the memory free is one line."""
     try:
+        st = path.stat()                  # before opening: opening a FIFO waits for a writer
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else
+                    "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "not a regular file")
+            raise ProbeError(f"{what} {path} is {kind}, which can be read without end; pass a file")
         with path.open("rb") as f:
-            return f.read() if size is None else f.read(size)
+            st = os.fstat(f.fileno())
+            wanted = st.st_size if size is None else min(size, st.st_size)
+            free = _memory_free()
+            if free is not None and wanted > free // 2:
+                raise ProbeError(f"{what} {path} is {wanted / 2**30:.1f} GiB, more than half the memory "
+                                 f"free ({free / 2**30:.1f} GiB); give token ids (.npy) or split it")
+            return f.read(wanted)       # bounded: a file that grows meanwhile is read as it was
     except OSError as err:
-        raise ProbeError(f"cannot read data {path} ({err.strerror or err}); check its permissions") from None
+        raise ProbeError(f"cannot read {what} {path} ({err.strerror or err}); check its permissions") from None
+
+
+def _memory_free() -> int | None:
+    """Bytes of memory available (Linux /proc/meminfo), None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def parse_json(text: str, where: str):
+    """json.loads with a depth limit: a file nested deeper than Python's JSON reader goes
+    (about sys.getrecursionlimit() levels) is one line, not a RecursionError."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ProbeError(f"{where} nests lists or objects more than {sys.getrecursionlimit()} levels deep; "
+                         "probe reads JSON up to that depth: flatten it") from None
 
 
 def _decode(raw: bytes, path: Path) -> str:
@@ -170,7 +207,7 @@ def read_path(path: Path, text_field: str = "text") -> Documents:
     if suffix == ".npy":
         import numpy as np
 
-        _read_bytes(path, 1)                   # an unreadable file: its own message
+        read_bytes(path, 1)                   # an unreadable file: its own message
         try:
             arr = np.load(path, allow_pickle=False)
         except ValueError as err:
@@ -184,7 +221,7 @@ def read_path(path: Path, text_field: str = "text") -> Documents:
             raise ProbeError(f"data {path} is an .npz archive; save one array with numpy.save")
         return _array_documents(str(path), arr, f"data {path}")
     if suffix == ".pt":
-        _read_bytes(path, 1)
+        read_bytes(path, 1)
         try:
             t = torch.load(path, weights_only=True)
         except Exception as err:
@@ -199,26 +236,26 @@ def read_path(path: Path, text_field: str = "text") -> Documents:
         return _array_documents(str(path), t, f"data {path}")
     if suffix in (".jsonl", ".json"):
         return read_json(path, text_field)
-    return Documents(str(path), texts=[_decode(_read_bytes(path), path)])
+    return Documents(str(path), texts=[_decode(read_bytes(path), path)])
 
 
 def read_json(path: Path, text_field: str) -> Documents:
     """JSONL (one record per line) or JSON (a list of records, one record, or a flat list of ids).
 
     A record is {"<text_field>": "..."}, {"input_ids": [...]} or a list of ids (one sequence)."""
-    raw = _decode(_read_bytes(path), path)
+    raw = _decode(read_bytes(path), path)
     if path.suffix.lower() == ".jsonl":
         records = []
         for line_no, line in enumerate(raw.splitlines(), 1):
             if line.strip():
                 try:
-                    records.append((f"line {line_no} of {path}", json.loads(line)))
+                    records.append((f"line {line_no} of {path}", parse_json(line, f"line {line_no} of {path}")))
                 except json.JSONDecodeError as err:
                     raise ProbeError(f"line {line_no} of {path} is not valid JSON ({err.msg}, "
                                      f"column {err.colno})") from None
     else:
         try:
-            top = json.loads(raw)
+            top = parse_json(raw, f"data {path}")
         except json.JSONDecodeError as err:
             raise ProbeError(f"data {path} is not valid JSON ({err})") from None
         if isinstance(top, list) and top and all(isinstance(x, numbers.Number) for x in top):

@@ -7,7 +7,7 @@ TransformerLens style; `blocks.L.` is implied by the layer argument):
     attn.hook_first_key   attention probability on key 0, P[t, 0]    (B, H, T)
                           extra: uniform (B|1, T) or None, what uniform attention over each
                           query's visible keys puts on key 0 (None: plain causal, 1 / (t + 1));
-                          finite (B, T) or None, queries whose attention output row is finite
+                          finite (B, H, T) or None, where each head's attention output row is finite
     attn.hook_sdpa        pre-gate attention output O                (B, T, H, D)
     attn.hook_attention   the attention call itself: query           (B, H, T, D)
                           extra: key, value (B, KV, S, D) post-RoPE; out (B, H, T, D) pre-gate;

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from .errors import ProbeError, first_line
 
 SUFFIX = ".gguf"
+BLOCK_NAME = re.compile(r"(?:^|\.)blk\.(\d+)\.")        # llama.cpp's name of layer N's tensors
 INSTALL = "pip install 'gated-probe[gguf]' (or pip install gguf)"
 
 
@@ -72,11 +74,16 @@ def read_info(file: Path) -> GGUFInfo:
         if not tensors:
             raise ValueError("it holds no tensors")
         architecture = _field(reader, "general.architecture")
+        blocks = reader.fields.get(f"{architecture}.block_count")
+        claimed = int(blocks.parts[blocks.data[0]][0]) if blocks is not None else None
     except ProbeError:
         raise
     except Exception as err:  # GGUFReader raises ValueError / IndexError / KeyError on bad bytes
         raise ProbeError(f"{file} is not a readable GGUF file ({first_line(err)}): truncated or "
                          "corrupt; download it again") from None
+    from .checkpoint_files import check_layer_count
+
+    check_layer_count(claimed, [t.name for t in tensors], BLOCK_NAME, f"{file} says {architecture}.block_count")
     kinds = Counter(t.tensor_type.name for t in tensors)
     file_type = reader.fields.get("general.file_type")
     try:

@@ -10,31 +10,64 @@ from __future__ import annotations
 from pathlib import Path
 
 from .atomic import atomic_directory, describe_os_error, os_error_in
-from .errors import ProbeError
+from .errors import ProbeError, first_line
+from .owned import mark
 
 
 def write_runs(analyses: dict[str, object] | object, out: Path, *, force: bool, formats=(),
-               title: str | None = None, figures: Path | None = None) -> dict[str, Path]:
+               title: str | None = None, figures: Path | None = None,
+               inputs: dict | None = None) -> dict[str, Path]:
     """Write one run directory (an Analysis) or a folder of them ({name: Analysis}) at `out`,
     with report.<fmt> for each of `formats` (and every figure on its own in `figures`, a folder
-    of its own); returns {format: final path}."""
+    of its own); returns {format: final path}. inputs ({what: path}): what the command read,
+    which --force must never replace (owned.py).
+
+    A report step that fails for another reason than the disk (a bug, a table the report
+    cannot draw) does not cost the run: the run directories are kept, without a report, and
+    the error says how to write the report from them."""
     out = Path(out)
-    with atomic_directory(out, force) as tmp:
+    failed = None
+    with atomic_directory(out, force, "compare" if isinstance(analyses, dict) else "run", inputs) as tmp:
         if isinstance(analyses, dict):
             folders = {}
             for name, analysis in analyses.items():
                 (tmp / name).mkdir()
+                mark(tmp / name, "run")
                 analysis.write_into(tmp / name)
                 folders[tmp / name] = out / name
         else:
             analyses.write_into(tmp)
             folders = {tmp: out}
         if formats:
-            _report(folders, tmp, formats, title, figures)
+            # Figures asked for inside --out go into the folder that replaces it.
+            inside = _within(figures, out) if figures is not None else None
+            try:
+                _report(folders, tmp, formats, title, tmp / inside if inside is not None else figures)
+            except Exception as err:
+                if os_error_in(err) is not None:
+                    raise
+                failed = err
+                for fmt in formats:
+                    (tmp / f"report.{fmt}").unlink(missing_ok=True)
+    if failed is not None:
+        runs = "the run directories are" if isinstance(analyses, dict) else "the run directory is"
+        raise ProbeError(f"the report could not be written ({type(failed).__name__}: {first_line(failed)}); "
+                         f"{runs} saved in {out}/: write the report with probe report "
+                         f"{' '.join(str(out / n) for n in analyses) if isinstance(analyses, dict) else out} "
+                         f"--out {out}")
     written = {fmt: out / f"report.{fmt}" for fmt in formats}
     if formats and figures:
         written["figures"] = Path(figures)
     return written
+
+
+def _within(path: Path, folder: Path) -> Path | None:
+    """`path` relative to `folder` when it lies inside it, else None."""
+    path, folder = Path(path).absolute(), Path(folder).absolute()
+    try:
+        return path.relative_to(folder)
+    except ValueError:
+        return None
 
 
 def _report(folders: dict[Path, Path], into: Path, formats, title, figures=None) -> None:

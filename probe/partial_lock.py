@@ -33,6 +33,7 @@ def claim(folder: Path, *, clear: bool = False) -> None:
     folder = Path(folder)
     key = str(folder.resolve())
     if key not in _held:
+        _check_ours(folder)
         _held[key] = [_lock(folder), 0]
     _held[key][1] += 1
     if clear:
@@ -55,6 +56,27 @@ def release(folder: Path, *, discard: bool = False) -> None:
     if not holds_state(folder):
         shutil.rmtree(folder, ignore_errors=True)
     os.close(fd)
+
+
+def _check_ours(folder: Path) -> None:
+    """probe works only in a partial folder it made: never through a symbolic link (whatever it
+    points to would be emptied), never in a folder of someone else's files."""
+    if folder.is_symlink():
+        raise ProbeError(f"{folder} is a symbolic link; probe never follows a link to its partial run "
+                         f"folder: remove the link or choose {another_folder()}")
+    foreign = [e.name for e in folder.iterdir() if not _ours(e)] if folder.is_dir() else []
+    if foreign:
+        raise ProbeError(f"{folder} holds files probe did not write there ({foreign[0]}"
+                         f"{', ...' if len(foreign) > 1 else ''}); move them away or choose {another_folder()}")
+
+
+def _ours(entry: Path) -> bool:
+    """A name probe writes in a partial folder: the lock, the README, the saved state, and the
+    temporaries those are written through (atomic.write_with)."""
+    name = entry.name
+    return (not entry.is_symlink() and entry.is_file()
+            and (name in (LOCK, PROGRESS, "README.txt") or (name.startswith("state-rank") and name.endswith(".pt"))
+                 or (name.startswith(".") and name.endswith(".tmp"))))
 
 
 def refuse_waiting_run(folder: Path, resume: bool) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from .atomic import atomic_directory, write_text
+from .csv_cells import csv_text
 from .errors import ProbeError
 from .plotting import PlotMethods
 from .run_files import RunDirectoryError, read_run_dir
@@ -66,7 +67,7 @@ class Analysis(PlotMethods):
         for table in TABLES:
             frame = getattr(self, table)
             if len(frame):
-                write_text(folder / f"{table}.csv", frame.to_csv(index=False))
+                write_text(folder / f"{table}.csv", csv_text(frame, SCHEMA[table]))
                 written[table] = len(frame)
         # The tables and their row counts, so that a reader finds a deleted or cut-short CSV.
         meta = {**self.meta, MANIFEST_KEY: written}

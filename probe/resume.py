@@ -33,6 +33,9 @@ def start_again() -> str:
 
 
 def partial_dir(out: Path) -> Path:
+    from .owned import check_out_name
+
+    check_out_name(out)             # `--out .` has no name to put .partial after
     return Path(out).with_name(Path(out).name + ".partial")
 
 

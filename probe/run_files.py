@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import csv_cells
 from .schema import MANIFEST_KEY, META_FILE, SUMMARY_FILE, TABLES
 
 
@@ -94,6 +95,9 @@ def _read_table(path: Path, name: str) -> pd.DataFrame:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, index_col=False)
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError, csv.Error) as err:
         raise RunDirectoryError(f"{path} is not a valid CSV table ({_first_line(err)})") from None
+    for column, kind in TABLES[name].items():
+        if kind == "str" and column in frame.columns:
+            frame[column] = frame[column].map(csv_cells.raw)     # the strings as given (probe/csv_cells.py)
     return _coerce(frame, name, str(path))
 
 

@@ -120,8 +120,11 @@ def read_groups(source) -> dict[str, list]:
         path = Path(source)
         if not path.exists():
             raise ProbeError(f"token groups file {path} does not exist")
+        from .documents import read_bytes, parse_json
+
         try:
-            source = json.loads(path.read_text(encoding="utf-8"))
+            source = parse_json(read_bytes(path, what="token groups file").decode("utf-8"),
+                                f"token groups file {path}")
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ProbeError(f"token groups file {path} is not valid JSON ({err})") from None
     if not isinstance(source, dict) or not source:

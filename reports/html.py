@@ -185,4 +185,7 @@ def _prefix_ids(svg: str, prefix: str) -> str:
 
 
 def _text(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    """Escaped for HTML, with control and bidi characters shown as escapes (probe.errors.printable)."""
+    from probe.errors import printable
+
+    return html.escape(printable(value), quote=True)

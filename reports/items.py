@@ -21,9 +21,35 @@ class FigureItem:
     caption: str
     number: int = 0  # set by build_sections: "Figure 3" in HTML, PDF and --figures alike
 
+    def __post_init__(self) -> None:
+        if not getattr(self.draw, "printable", False):
+            object.__setattr__(self, "draw", _printable_figure(self.draw))
+
     @property
     def label(self) -> str:
         return f"Figure {self.number}"
+
+
+def printable_texts(figure: Figure) -> Figure:
+    """Every text of `figure` shown printable: a model name's ESC or bidi override is drawn as
+    an escape (probe.errors.printable), never as the raw character."""
+    from matplotlib.text import Text
+
+    from probe.errors import printable
+
+    for text in figure.findobj(Text):
+        value = text.get_text()
+        if printable(value) != value:
+            text.set_text(printable(value))
+    return figure
+
+
+def _printable_figure(draw: Draw) -> Draw:
+    """draw, with printable_texts applied to the figure it makes."""
+    def drawn() -> Figure:
+        return printable_texts(draw())
+    drawn.printable = True  # type: ignore[attr-defined]
+    return drawn
 
 
 @dataclass(frozen=True)
@@ -35,6 +61,15 @@ class TableItem:
     index_label: str = "model"
     free_text: bool = False  # long strings (paths, command lines) rather than numbers
     number: int = 0
+
+    def __post_init__(self) -> None:
+        from probe.errors import printable
+
+        shown = self.frame.map(lambda v: printable(v) if isinstance(v, str) else v)
+        if not isinstance(self.frame.index, pd.MultiIndex):
+            shown.index = pd.Index([printable(v) if isinstance(v, str) else v for v in self.frame.index],
+                                   name=self.frame.index.name)
+        object.__setattr__(self, "frame", shown)
 
     @property
     def label(self) -> str:

@@ -27,8 +27,10 @@ def text_width(text: str, size: float, bold: bool = False) -> float:
 def wrap(text: str, width_pt: float, size: float, bold: bool = False) -> list[str]:
     """`text` broken into lines no wider than `width_pt`: at spaces where it can, inside a word
     (a path, a hash) where a word alone is too wide. Existing newlines are kept."""
+    from probe.errors import printable
+
     lines: list[str] = []
-    for paragraph in str(text).split("\n"):
+    for paragraph in printable(text).split("\n"):       # drawn as measured: ESC as \x1b
         line = ""
         for word in paragraph.split(" "):
             candidate = f"{line} {word}" if line else word

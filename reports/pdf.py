@@ -19,7 +19,8 @@ from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 from pypdf import PdfReader, PdfWriter, Transformation
 
-from reports.items import FigureItem, Section, left_out_line, shown
+from probe.errors import printable
+from reports.items import FigureItem, Section, left_out_line, printable_texts, shown
 from reports.measure import wrap
 # The page, figures and tables live in pdf_page.py, pdf_figures.py and pdf_tables.py; build.py and
 # the tests import these names from here.
@@ -178,6 +179,7 @@ def _paginate(rows: list[Row], first_title: str) -> list[Page]:
 def write_pdf(sections: Sequence[Section], path: Path, *, title: str, subtitle: str,
               generated_at: str) -> list[str]:
     """Write the PDF to `path`; return the page titles in page order."""
+    title, subtitle = printable(title), printable(subtitle)       # a model name's ESC, drawn as \x1b
     with report_style():
         rows = [_cover_rows(sections, title, subtitle, generated_at)]
         for section in shown(sections):
@@ -196,7 +198,7 @@ def write_pdf(sections: Sequence[Section], path: Path, *, title: str, subtitle: 
                 for row, top in page.rows:
                     page_stamps.extend(row.draw(figure, top))
                 stamps.append(page_stamps)
-                pdf.savefig(figure)
+                pdf.savefig(printable_texts(figure))
     writer = PdfWriter()
     for page, page_stamps in zip(PdfReader(base).pages, stamps):
         added = writer.add_page(page)

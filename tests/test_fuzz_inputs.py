@@ -101,6 +101,10 @@ DATA = {  # case: (file name, writer, words the message must hold)
     "jsonl_no_field": ("d.jsonl", _text('{"body": "a"}\n'), ("no 'text'", "--text-field")),
     "text_not_utf8": ("d.txt", _bytes(b"\xff\xfe\x00bad"), "not UTF-8"),
     "empty_rows": ("d.json", _text("[[], []]"), "no tokens"),
+    # issue 24: nesting 200,000 deep was a RecursionError traceback
+    "json_nested_200000_deep": ("d.json", _text("[" * 200_000 + "]" * 200_000), ("levels deep", "flatten it")),
+    "jsonl_text_nested_200000_deep": ("d.jsonl", _text('{"text": ' + "[" * 200_000 + "]" * 200_000 + "}\n"),
+                                      ("line 1 of", "levels deep")),
 }
 
 
@@ -180,6 +184,7 @@ OPTIONS = {  # case: (extra argv, or a function of tmp_path making it; words the
     "argparse_unknown_option": (["--frobnicate"], "unrecognized arguments: --frobnicate"),
     "argparse_bad_choice": (["--on-long", "sideways"], "invalid choice: 'sideways'"),
     "report_format": (["--report", "docx"], "unknown report format docx"),
+    "token_groups_nested_200000_deep": (_groups('{"g": ' + "[" * 200_000 + "]" * 200_000 + "}"), "levels deep"),
 }
 
 
@@ -287,6 +292,8 @@ CHECKPOINTS = {  # case: (kind, damage, words)
     "heads_do_not_fit": ("qwen3", _edit_config(num_attention_heads=5),     # 5 heads x 16 dims
                          ("self_attn.o_proj.weight with shape [64, 64]", "implies [64, 80]")),
     "wrong_o_proj": ("qwen3", _wrong_o_proj, ("layers.1.self_attn.o_proj.weight with shape [64, 32]", "[64, 64]")),
+    "layers_beyond_the_weights": ("qwen3", _edit_config(num_hidden_layers=100_000),       # was 108 s
+                                  ("says num_hidden_layers 100000", "the weights hold 4 layers")),
     "gate_flag_does_not_fit_q_proj": ("official_headwise",
                                       _edit_config(headwise_attn_output_gate=False, elementwise_attn_output_gate=True),
                                       ("q_proj.weight with shape", "config.json implies")),
@@ -399,3 +406,58 @@ def test_ctrl_c_while_importing_is_one_line(after, checkpoint, text_file, tmp_pa
     assert proc.returncode in (130, -signal.SIGINT) and err.strip().count("\n") == 0, err
     assert err.startswith("probe: interrupted")
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------- memory bombs and endless inputs (issue 24)
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_data_that_reads_without_end_is_refused(kind, checkpoint, tmp_path, capsys):
+    """--data /dev/zero read until memory ran out; a FIFO would wait for a writer forever."""
+    if kind == "device":
+        data = Path("/dev/zero")
+    else:
+        data = tmp_path / "pipe.txt"
+        os.mkfifo(data)
+    says = "is a device" if kind == "device" else "is a FIFO"
+    assert_one_error_line(capsys, analyze_argv(checkpoint("qwen3"), tmp_path / "run", "--data", str(data)),
+                          says=(says, "read without end"))
+    assert_nothing_left(tmp_path, {"pipe.txt"})
+
+
+def test_a_tokenizer_that_panics_is_one_line_without_a_rust_backtrace(checkpoint, tmp_path, capfd):
+    """A pre-tokenizer regex that backtracks catastrophically: the Rust library panics
+    (PanicException derives from BaseException) and prints a backtrace on file descriptor 2."""
+    ckpt = shutil.copytree(checkpoint("qwen3"), tmp_path / "ckpt")
+    spec = json.loads((ckpt / "tokenizer.json").read_text())
+    spec["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": "(a|aa)+$"}, "behavior": "Isolated",
+                             "invert": False}
+    (ckpt / "tokenizer.json").write_text(json.dumps(spec))
+    (tmp_path / "a.txt").write_text("a" * 40 + "b")
+    capfd.readouterr()
+    code = main(analyze_argv(ckpt, tmp_path / "run", "--data", str(tmp_path / "a.txt")))
+    err = capfd.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("probe: error: tokenizing the data"), err
+    assert "Rust code" in err and "--tokenizer DIR" in err
+    assert_nothing_left(tmp_path, {"ckpt", "a.txt"})
+
+
+def test_a_gguf_claiming_100000_blocks_is_refused_before_anything_is_built(tmp_path, capsys):
+    """llama.block_count 100,000 beside the tensors of 4 blocks: transformers built 100,000
+    layers first (143 s and all the memory)."""
+    pytest.importorskip("gguf")
+    import struct
+    import time
+
+    from gguf import GGUFReader
+
+    path, _ = tiny.make_gguf(tmp_path / "tiny.gguf", quant="F32")
+    field = GGUFReader(str(path)).fields["llama.block_count"]
+    raw = bytearray(path.read_bytes())
+    struct.pack_into("<I", raw, int(field.offset) + 8 + len("llama.block_count") + 4, 100_000)
+    bomb = tmp_path / "bomb.gguf"
+    bomb.write_bytes(bytes(raw))
+    start = time.monotonic()
+    assert_one_error_line(capsys, ["analyze", str(bomb), "--out", str(tmp_path / "run")],
+                          says=("llama.block_count 100000", "the weights hold 4 layers"))
+    assert time.monotonic() - start < 30
+    assert_nothing_left(tmp_path, {"tiny.gguf", "bomb.gguf"})

@@ -301,3 +301,215 @@ def test_saved_run_lists_its_tables(saved_run):
     csvs = {p.stem: len(_lines(p)) - 1 for p in saved_run.glob("*.csv")}
     assert meta["tables"] == csvs
 
+
+
+# -- --force replaces a probe output folder, nothing else (issue 24, items 1 and 2) -----------------
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every file under root (links not followed) with its bytes: what survives, exactly."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.is_symlink()}
+
+
+@dataclass
+class Keep:
+    """A command whose --out would replace something that is not probe's: refused in one line,
+    and every file under the work folder is still there, byte for byte."""
+    argv: Callable                          # (work folder, checkpoint copy, data file) -> argv
+    says: str
+
+
+def _ck_work(tmp_path, checkpoint, text_file):
+    work = tmp_path / "work"
+    models = work / "models"
+    ck = shutil.copytree(checkpoint("qwen3"), models / "ck")
+    shutil.copytree(checkpoint("qwen3"), models / "sibling")
+    data = work / "data" / "docs.txt"
+    data.parent.mkdir()
+    shutil.copy(text_file, data)
+    return work, ck, data
+
+
+def _groups_inside(w, ck, data):
+    (w / "data" / "groups.json").write_text('{"digits": [5, 6]}')
+    return ["analyze", str(ck), "--data", str(w / "elsewhere.txt"), "--out", str(w / "data"), "--force",
+            "--token-groups", str(w / "data" / "groups.json"), *ANALYZE]
+
+
+FORCE = {
+    "analyze --out the checkpoint": Keep(lambda w, ck, d: ["analyze", str(ck), "--data", str(d), "--out", str(ck),
+                                                           "--force", *ANALYZE], "is the checkpoint"),
+    "analyze --out the checkpoint's parent": Keep(lambda w, ck, d: ["analyze", str(ck), "--data", str(d), "--out",
+                                                                    str(ck.parent), "--force", *ANALYZE],
+                                                  "holds the checkpoint"),
+    "analyze --out inside the checkpoint": Keep(lambda w, ck, d: (ck / "old").mkdir() or [
+        "analyze", str(ck), "--data", str(d), "--out", str(ck / "old"), "--force", *ANALYZE], "inside the checkpoint"),
+    "analyze --out the data's folder": Keep(lambda w, ck, d: ["analyze", str(ck), "--data", str(d), "--out",
+                                                              str(d.parent), "--force", *ANALYZE], "holds the data"),
+    "analyze --out the sibling checkpoint": Keep(lambda w, ck, d: ["analyze", str(ck), "--data", str(d), "--out",
+                                                                   str(w / "models" / "sibling"), "--force", *ANALYZE],
+                                                 "not a folder probe wrote"),
+    "analyze --out the tokenizer's folder": Keep(lambda w, ck, d: ["analyze", str(ck), "--data", str(d), "--out",
+                                                                   str(w / "models" / "sibling"), "--force",
+                                                                   "--tokenizer", str(w / "models" / "sibling"),
+                                                                   *ANALYZE], "is the tokenizer"),
+    "analyze --out the token groups' folder": Keep(_groups_inside, "holds the token-groups file"),
+    "compare --out the checkpoints' parent": Keep(lambda w, ck, d: ["compare", str(ck), str(w / "models" / "sibling"),
+                                                                    "--data", str(d), "--out", str(w / "models"),
+                                                                    "--force", "--format", "", *ANALYZE[:-2]],
+                                                  "holds the checkpoint"),
+    "train --out the data's folder": Keep(lambda w, ck, d: ["train", "--data", str(d), "--out", str(d.parent),
+                                                            "--force", *TRAIN], "holds the data"),
+    "train --out someone's folder": Keep(lambda w, ck, d: ["train", "--data", str(d), "--out", str(w / "models"),
+                                                           "--force", *TRAIN], "not a folder probe wrote"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORCE))
+def test_force_never_replaces_what_is_not_probes(case, checkpoint, text_file, tmp_path, capsys):
+    work, ck, data = _ck_work(tmp_path, checkpoint, text_file)
+    (work / "elsewhere.txt").write_text(data.read_text())
+    argv = FORCE[case].argv(work, ck, data)
+    before = _tree(work)
+    line = _one_error_line(capsys, argv)
+    assert FORCE[case].says in line and "--force replaces a probe output folder, nothing else" in line, line
+    assert _tree(work) == before                       # every file survives, byte for byte
+    assert sorted(p.name for p in work.iterdir()) == ["data", "elsewhere.txt", "models"]
+
+
+def test_force_replaces_probes_own_run(checkpoint, text_file, tmp_path):
+    """What --force is for still works: a run probe wrote is replaced whole, marker and all."""
+    out = tmp_path / "run"
+    argv = ["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--out", str(out), *ANALYZE]
+    assert main(argv) == 0
+    (out / "note.csv").write_text("a\n1\n")            # a file the old run held: gone after
+    assert main(argv + ["--force"]) == 0
+    assert (out / ".probe-output").is_file() and not (out / "note.csv").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_symlinked_partial_folder_is_never_followed(force, checkpoint, text_file, tmp_path, capsys):
+    """OUT.partial -> a folder of the user's: refused, and the folder keeps every file."""
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "thesis.tex").write_text("years of work")
+    (target / "sub").mkdir()
+    (target / "sub" / "data.bin").write_bytes(b"\x00" * 64)
+    out = tmp_path / "run"
+    out.with_name("run.partial").symlink_to(target, target_is_directory=True)
+    before = _tree(target)
+    line = _one_error_line(capsys, ["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--out", str(out),
+                                    *ANALYZE, *(["--force"] if force else [])])
+    assert "symbolic link" in line, line
+    assert _tree(target) == before and sorted(p.name for p in target.iterdir()) == ["sub", "thesis.tex"]
+
+
+def test_a_partial_folder_of_someone_elses_files_is_not_emptied(checkpoint, text_file, tmp_path, capsys):
+    partial = tmp_path / "run.partial"
+    partial.mkdir()
+    (partial / "mine.txt").write_text("not probe's")
+    line = _one_error_line(capsys, ["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--out",
+                                    str(tmp_path / "run"), "--force", *ANALYZE])
+    assert "did not write" in line, line
+    assert (partial / "mine.txt").read_text() == "not probe's"
+
+
+# -- every string round-trips through the tables (issue 24, items 5, 8 and 9) -------------------------
+
+ODD_STRINGS = ["\r", "a\rb", "a\r\nb", "\n", "=cmd|' /C calc'!A0", "+1", "-", "-x", "@SUM(A1)", "\tx",
+               "'", "'=x", "''-", "NA", "", "é\u2028\u202e\x1b[31m\x00", "\ufeffbom"]
+
+
+def test_every_string_in_a_text_column_reads_back_as_written(saved_run, tmp_path):
+    """A token or a name may hold a bare CR, a formula start, apostrophes, NUL, ESC, U+2028, a
+    bidi override: each cell reads back as it was, and none reaches a spreadsheet as a formula."""
+    import probe
+    from probe.csv_cells import FORMULA_START
+
+    analysis = probe.Analysis.load(saved_run)
+    top = analysis.massive_top.iloc[:len(ODD_STRINGS)].copy()
+    assert len(top) == len(ODD_STRINGS)
+    top["token"] = ODD_STRINGS
+    top["model"] = "a\rb"
+    analysis.massive_top = top
+    analysis.save(tmp_path / "odd")
+    back = probe.Analysis.load(tmp_path / "odd").massive_top
+    assert back.token.tolist() == ODD_STRINGS and set(back.model) == {"a\rb"}
+    import csv
+    with (tmp_path / "odd" / "massive_top.csv").open(newline="", encoding="utf-8") as f:
+        cells = [row[-1] for row in csv.reader(f)][1:]
+    assert not [c for c in cells if c[:1] in FORMULA_START]        # no cell starts a formula
+
+
+def _with_a_carriage_return_token(src: Path, dst: Path) -> Path:
+    """A copy of a tiny checkpoint whose tokenizer has a token for a bare CR (id 1, byte-level
+    "\u010d"), as real byte-level vocabularies do."""
+    ckpt = shutil.copytree(src, dst)
+    spec = json.loads((ckpt / "tokenizer.json").read_text())
+    del spec["model"]["vocab"]["<|im_start|>"]
+    spec["model"]["vocab"]["\u010d"] = 1
+    spec["added_tokens"] = [t for t in spec["added_tokens"] if t["id"] != 1]
+    (ckpt / "tokenizer.json").write_text(json.dumps(spec))
+    config = json.loads((ckpt / "tokenizer_config.json").read_text())
+    config.get("added_tokens_decoder", {}).pop("1", None)
+    (ckpt / "tokenizer_config.json").write_text(json.dumps(config))
+    return ckpt
+
+
+def test_a_text_of_odd_characters_runs_through_the_report(checkpoint, tmp_path):
+    """BOM, CRLF, lone CRs, NUL, ESC, U+2028 and bidi overrides in the text, a vocabulary with a
+    bare-CR token, sink anatomy on: the run's own token tables (the CR token first, as the
+    sink) are read back by the report step, and the token reads back as a CR."""
+    import probe
+
+    ckpt = _with_a_carriage_return_token(checkpoint("qwen3"), tmp_path / "ckpt")
+    text = tmp_path / "odd.txt"
+    text.write_bytes("\r\ufeffline one\r\nline\rtwo\x00 \x1b[2J esc \u2028 sep \u202eevil\u202c end\r\r-x =y\n".encode()
+                     * 8)
+    out = tmp_path / "run"
+    assert main(["analyze", str(ckpt), "--data", str(text), "--out", str(out), "--anatomy",
+                 "--report", "html", "--seq-len", "32", "--max-sequences", "2", "--quiet"]) == 0
+    assert (out / "report.html").exists()
+    tokens = probe.Analysis.load(out).received_by_token
+    assert "\r" in set(tokens[tokens.token_id == 1].token)
+
+
+def test_control_characters_in_a_name_never_reach_the_terminal_or_the_page(checkpoint, text_file, tmp_path,
+                                                                        capsys):
+    """...and a name with a bare CR and a formula start makes a run that reads back (it was
+    "not a valid CSV table")."""
+    import probe
+
+    name = "=x\x1b[2J\x00\u202eevil\u2028\rb"
+    out = tmp_path / "run"
+    capsys.readouterr()
+    assert main(["analyze", str(checkpoint("qwen3")), "--data", str(text_file), "--out", str(out), "--name", name,
+                 "--report", "html", *ANALYZE]) == 0
+    printed = capsys.readouterr()
+    shown = printed.out + printed.err + (out / "report.html").read_text(encoding="utf-8")
+    for raw in ("\x1b", "\x00", "\u202e", "\u2028"):
+        assert raw not in shown, repr(raw)
+    assert "=x\\x1b[2J\\0\\u202eevil\\u2028\\rb" in shown                # shown as escapes
+    assert set(probe.Analysis.load(out).massive.model) == {name}          # the raw name, read back
+    import csv
+    with (out / "massive.csv").open(newline="", encoding="utf-8") as f:
+        models = {row[0] for row in list(csv.reader(f))[1:]}
+    assert models == {"'" + name}                                      # no formula in a spreadsheet
+    line = _one_error_line(capsys, ["analyze", str(tmp_path / "no\x1b[2Jwhere"), "--out", str(tmp_path / "o")])
+    assert "\x1b" not in line and "no\\x1b[2Jwhere" in line
+
+
+def test_the_pdf_draws_control_characters_as_escapes():
+    """The PDF places text by hand: it is wrapped (and measured) and drawn printable."""
+    from matplotlib.figure import Figure
+
+    from reports.items import printable_texts
+    from reports.measure import wrap
+
+    assert wrap("a\x1b[2Jb \u202eevil", 500, 10) == ["a\\x1b[2Jb \\u202eevil"]
+    figure = Figure()
+    figure.text(0, 0, "x\x00y")
+    figure.add_subplot().set_title("\u2028t")
+    texts = {t.get_text() for t in printable_texts(figure).findobj(lambda a: hasattr(a, "get_text"))}
+    assert {"x\\0y", "\\u2028t"} <= texts and not any("\x00" in t or "\u2028" in t for t in texts)

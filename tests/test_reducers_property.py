@@ -162,30 +162,36 @@ def attention_batches(draw):
 def test_first_token_stats(batches):
     feed = lambda r, b: r.update(torch.from_numpy(b[0]), None if b[1] is None else torch.from_numpy(b[1]))
     stats = all_merges_agree(lambda: FirstTokenStats(H), feed, batches, magnitude([b[0] for b in batches]))
-    rest, every, uniform, bad = [], [], [], 0
+    # A query counts in each head where its probability is finite (issue 24: a NaN in one head
+    # drops that head only), and in n_rest / n_all / the uniform reference when any head has it.
+    rest, every, uniform, bad = [[] for _ in range(H)], [[] for _ in range(H)], [], 0
+    counted_rest = counted_all = 0
     for p0, valid in batches:
         B, _, T = p0.shape
         w = np.ones((B, T), bool) if valid is None else valid
-        finite = np.isfinite(p0).all(1)
-        bad += int((w & ~finite).sum())
-        keep = w & finite
+        bad += int((w & ~np.isfinite(p0).all(1)).sum())
         for b in range(B):
             for t in range(T):
-                if keep[b, t]:
-                    every.append(p0[b, :, t].astype(np.float64))
+                heads = [h for h in range(H) if w[b, t] and np.isfinite(p0[b, h, t])]
+                counted_all += bool(heads)
+                counted_rest += bool(heads) and t >= 1
+                if heads and t >= 1:
+                    uniform.append(1.0 / (t + 1))
+                for h in heads:
+                    every[h].append(float(p0[b, h, t]))
                     if t >= 1:
-                        rest.append(p0[b, :, t].astype(np.float64))
-                        uniform.append(1.0 / (t + 1))
+                        rest[h].append(float(p0[b, h, t]))
     assert int(stats.nonfinite) == bad
-    assert int(stats.n_rest) == len(rest) and int(stats.n_all) == len(every)
-    if rest:
-        np.testing.assert_allclose(stats.f_attn().numpy(), np.mean(rest, 0), rtol=1e-12, atol=1e-15)
+    assert int(stats.n_rest) == counted_rest and int(stats.n_all) == counted_all
+    assert stats.head_queries().tolist() == [len(r) for r in rest]
+    expect = lambda cells: np.array([np.mean(c) if c else np.nan for c in cells])
+    np.testing.assert_allclose(stats.f_attn().numpy(), expect(rest), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(stats.f_attn_paper().numpy(), expect(every), rtol=1e-12, atol=1e-15)
+    if uniform:
         assert stats.uniform_reference() == pytest.approx(np.mean(uniform), rel=1e-12)
-        assert int(stats.bucket_n.sum()) == len(rest)
+        assert int(stats.bucket_n.sum()) == counted_rest
     else:
-        assert torch.isnan(stats.f_attn()).all() and math.isnan(stats.uniform_reference())
-    if every:
-        np.testing.assert_allclose(stats.f_attn_paper().numpy(), np.mean(every, 0), rtol=1e-12, atol=1e-15)
+        assert math.isnan(stats.uniform_reference())
 
 
 # -- MaxAbsStats and LogHistogram -------------------------------------------------------------

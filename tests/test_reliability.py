@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -217,10 +218,17 @@ def test_existing_output_directory_needs_force(checkpoint, text_file, tmp_path, 
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     line = one_error_line(capsys, analyze_args(checkpoint("qwen3"), out, "--data", str(text_file)))
-    assert "already exists" in line and "--force" in line
-    assert (out / "keep.txt").read_text() == "mine"
+    assert "already exists and is not a folder probe wrote" in line and "--force" not in line
+    # --force replaces a probe output folder, nothing else (issue 24): a folder of the user's stays.
+    line = one_error_line(capsys, analyze_args(checkpoint("qwen3"), out, "--data", str(text_file), "--force"))
+    assert "not a folder probe wrote" in line
+    assert [p.name for p in out.iterdir()] == ["keep.txt"] and (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()
     assert main(analyze_args(checkpoint("qwen3"), out, "--data", str(text_file), "--force")) == 0
-    assert (out / "summary.json").exists() and not (out / "keep.txt").exists()
+    line = one_error_line(capsys, analyze_args(checkpoint("qwen3"), out, "--data", str(text_file)))
+    assert "already exists" in line and "--force" in line
+    assert main(analyze_args(checkpoint("qwen3"), out, "--data", str(text_file), "--force")) == 0
+    assert (out / "summary.json").exists()
 
 
 @pytest.mark.parametrize("existing", [False, True])
@@ -296,3 +304,205 @@ def test_weights_missing_from_the_checkpoint_are_refused_and_extra_ones_named(ch
     save_file(state, extra / "model.safetensors", metadata={"format": "pt"})
     with pytest.warns(UserWarning, match="does not use .*gate_proj"):
         probe.load(extra)
+
+
+# -- issue 24: never unpickle, keep what a run wrote, odd --out names ---------------------------------
+
+TRAIN_ARGS = ["--arm", "none", "--tokens", "512", "--layers", "1", "--width", "32", "--heads", "1",
+              "--kv-heads", "1", "--seq-len", "16", "--batch-size", "4", "--vocab-size", "280",
+              "--threads", "1", "--quiet", "--save-every", "2"]
+
+
+class _RunsCode:
+    """Unpickling this calls os.mkdir(sentinel): what a crafted trainer_state.pt could do."""
+
+    def __init__(self, sentinel):
+        self.sentinel = str(sentinel)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.sentinel,))
+
+
+@pytest.fixture(scope="module")
+def stopped_training(text_file, tmp_path_factory):
+    """A training run stopped after 2 of 8 steps (its checkpoint holds trainer_state.pt)."""
+    out = tmp_path_factory.mktemp("train") / "t"
+    old = os.umask(0o022)
+    try:
+        assert main(["train", "--data", str(text_file), "--out", str(out), *TRAIN_ARGS, "--stop-after", "2"]) == 0
+    finally:
+        os.umask(old)
+    return out
+
+
+def test_a_trainer_state_that_needs_unpickling_is_refused_and_never_run(stopped_training, text_file, tmp_path,
+                                                                         capsys):
+    out = shutil.copytree(stopped_training, tmp_path / "t")
+    state = out / "checkpoint" / "trainer_state.pt"
+    saved = torch.load(state, weights_only=True)
+    sentinel = tmp_path / "the-code-ran"
+    torch.save({**saved, "sessions": [_RunsCode(sentinel)]}, state)
+    line = one_error_line(capsys, ["train", "--data", str(text_file), "--out", str(out), *TRAIN_ARGS, "--resume"])
+    assert "holds more than tensors and plain values" in line and "never unpickles" in line, line
+    assert not sentinel.exists()
+
+
+def test_a_moved_training_folder_resumes_with_world_readable_weights(stopped_training, text_file, tmp_path):
+    """A training folder moved elsewhere resumes (the folder's place is no setting), and the
+    weights it writes get the umask's mode like every other file (safetensors made them 0600)."""
+    moved = shutil.copytree(stopped_training, tmp_path / "moved")
+    assert oct((moved / "checkpoint" / "model.safetensors").stat().st_mode & 0o777) == "0o644"
+    old = os.umask(0o022)
+    try:
+        assert main(["train", "--data", str(text_file), "--out", str(moved), *TRAIN_ARGS, "--resume"]) == 0
+    finally:
+        os.umask(old)
+    assert oct((moved / "model.safetensors").stat().st_mode & 0o777) == "0o644"
+    assert json.loads((moved / "train_config.json").read_text())["result"]["steps"] == 8
+
+
+def test_a_failed_report_step_keeps_the_run_directory(checkpoint, text_file, tmp_path, capsys, monkeypatch):
+    """The pass ran (hours, on a big model); the report then fails on something that is not the
+    disk. The run directory is kept, and the line says how to write the report from it."""
+    import reports
+
+    def broken(*args, **kwargs):
+        raise ValueError("a table the report cannot draw")
+    monkeypatch.setattr(reports, "build_report", broken)
+    out = tmp_path / "run"
+    line = one_error_line(capsys, analyze_args(checkpoint("qwen3"), out, "--data", str(text_file), "--report", "html"))
+    assert "a table the report cannot draw" in line and f"probe report {out} --out {out}" in line, line
+    assert (out / "summary.json").exists() and not (out / "report.html").exists()
+    probe.Analysis.load(out)                                   # whole and readable
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_figures_asked_for_inside_out_are_kept(checkpoint, text_file, tmp_path, monkeypatch):
+    """compare --figures OUT/figs: the figures went into OUT/figs, then the report step renamed
+    the new OUT over it ("wrote OUT/figs", an empty folder). Drawing them is stubbed: what is
+    tested is where they land."""
+    import reports.build
+
+    def write_figures(sections, out_dir):
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "figure-01-stub.pdf").write_bytes(b"%PDF stub")
+        return Path(out_dir)
+    monkeypatch.setattr(reports.build, "write_figures", write_figures)
+    out = tmp_path / "cmp"
+    ck = str(checkpoint("qwen3"))
+    assert main(["compare", ck, ck, "--data", str(text_file), "--out", str(out), "--format", "html",
+                 "--figures", str(out / "figs"), "--seq-len", "16", "--max-sequences", "2", "--quiet"]) == 0
+    assert sorted(p.name for p in (out / "figs").iterdir()) == ["figure-01-stub.pdf"]
+
+
+@pytest.mark.parametrize("out, says", [(".", "names no folder of its own"), ("..", "names no folder of its own"),
+                                       ("/", "names no folder of its own"),
+                                       ("x" * 240, "bytes long; probe needs 32 more")])
+def test_out_that_names_no_usable_folder_is_one_line(out, says, checkpoint, text_file, tmp_path, capsys,
+                                                     monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for argv in (analyze_args(checkpoint("qwen3"), out, "--data", str(text_file), "--force"),
+                 ["compare", str(checkpoint("qwen3")), "--out", out, "--data", str(text_file), "--force"],
+                 ["train", "--data", str(text_file), "--out", out, "--force", *TRAIN_ARGS]):
+        assert says in one_error_line(capsys, argv)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_report_phase_leaves_nothing_hidden_after_the_next_run(checkpoint, text_file, tmp_path):
+    """SIGKILL while the run directory was being written leaves `.run.partial-<pid>-XXXX`; the
+    next run on that --out removes it (its process is gone)."""
+    import subprocess
+    import sys
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = tmp_path / f".run.partial-{dead}-abcd1234"
+    stale.mkdir()
+    (stale / "summary.json").write_text("{}")
+    assert main(analyze_args(checkpoint("qwen3"), tmp_path / "run", "--data", str(text_file))) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+# -- the Python API: wrong types, concurrent passes, the caller's state (issue 24, items 7, 8, 10) ----
+
+@pytest.mark.parametrize("call, says", [
+    (lambda ck: probe.analyze(123, texts=[TEXT]), ("model=123 is a int", "checkpoint directory")),
+    (lambda ck: probe.analyze(str(ck), texts=[TEXT], tokenizer=5), ("tokenizer=5 is a int", "not a tokenizer")),
+])
+def test_the_api_names_an_argument_of_the_wrong_type(call, says, checkpoint):
+    with pytest.raises(probe.ProbeError) as caught:
+        call(checkpoint("qwen3"))
+    for word in says:
+        assert word in str(caught.value), str(caught.value)
+
+
+def test_a_second_concurrent_pass_on_one_model_is_refused_and_the_first_is_right(checkpoint, monkeypatch):
+    """Two threads on one model object: the second is refused while the first runs, and the
+    first gives the numbers of a pass run alone."""
+    import sys
+    import threading
+
+    model = probe.load(checkpoint("qwen3"))
+    alone = probe.analyze(model, texts=[TEXT], seq_len=32, progress=False)
+    module = sys.modules["probe.analyze"]
+    real, started, go = module.run_pass, threading.Event(), threading.Event()
+
+    def held(*args, **kwargs):
+        started.set()
+        assert go.wait(60)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, "run_pass", held)
+    results = {}
+    first = threading.Thread(target=lambda: results.update(a=probe.analyze(model, texts=[TEXT], seq_len=32,
+                                                                           progress=False)))
+    first.start()
+    assert started.wait(60)
+    with pytest.raises(probe.ProbeError, match="being analysed by another call"):
+        probe.analyze(model, texts=[TEXT], seq_len=32, progress=False)
+    go.set()
+    first.join(120)
+    pd.testing.assert_frame_equal(results["a"].first_token, alone.first_token)
+    pd.testing.assert_frame_equal(results["a"].massive, alone.massive)
+    monkeypatch.setattr(module, "run_pass", real)
+    probe.analyze(model, texts=[TEXT], seq_len=32, progress=False)        # free again afterwards
+
+
+def test_analyze_leaves_the_callers_mode_rng_and_warnings_filters_as_they_were(checkpoint):
+    import warnings
+
+    loaded = probe.load(checkpoint("qwen3"))
+    model = loaded.model
+    model.train()
+    model.model.layers[0].eval()                     # mixed modes, restored module by module
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    filters = list(warnings.filters)
+    probe.analyze(model, texts=[TEXT], seq_len=32, progress=False, tokenizer=loaded.tokenizer)
+    assert model.training and not model.model.layers[0].training and model.model.layers[1].training
+    assert torch.equal(torch.rand(3), expected)      # the caller's random stream goes on untouched
+    assert warnings.filters == filters
+
+
+def test_a_nan_in_one_kv_heads_values_drops_only_that_heads_queries(checkpoint, text_file, tmp_path):
+    """NaN value rows of KV head 0 in layer 1: heads 0 and 1 (its group) have no finite output
+    there; heads 2 and 3 do, and their F-Attn is the clean model's (P[t, 0] does not depend on
+    the values), counted over every query. Before, the whole layer was dropped."""
+    ckpt = _with_weight(checkpoint("qwen3"), tmp_path / "nan", "model.layers.1.self_attn.v_proj.weight",
+                        float("nan"), slice(0, 16))                           # KV head 0: rows 0..15
+    args = dict(data=str(text_file), seq_len=16, max_sequences=2, progress=False)
+    clean = probe.analyze(str(checkpoint("qwen3")), **args).first_token
+    # Layer 1's 2 x 16 queries miss heads 0 and 1; every later layer sees NaN in every head.
+    with pytest.warns(UserWarning, match=r"F-Attn left out 96 queries .*\(by layer: 1: 32, 2: 32, 3: 32\)"):
+        broken = probe.analyze(str(ckpt), **args).first_token
+
+    def cells(frame, metric):
+        return frame[(frame.layer == 1) & (frame.metric == metric)].set_index("head").value
+
+    f, n, f_clean, n_clean = cells(broken, "f_attn"), cells(broken, "n_queries"), cells(clean, "f_attn"), \
+        cells(clean, "n_queries")
+    assert f[[0, 1]].isna().all() and (n[[0, 1]] == 0).all()
+    np.testing.assert_allclose(f[[2, 3]], f_clean[[2, 3]], rtol=1e-12)        # the same tensors, summed alike
+    assert (n[[2, 3]] == n_clean[[2, 3]]).all() and int(n_clean[2]) == 30
+    layer0 = broken[broken.layer == 0].value.to_numpy(), clean[clean.layer == 0].value.to_numpy()
+    np.testing.assert_array_equal(*layer0)

@@ -33,7 +33,7 @@ class FirstTokenStats(Reducer):
     # hold queries are written.
     BUCKETS = tuple(2 ** k for k in range(21))
     summed = ("sum_rest", "n_rest", "sum_all", "n_all", "uniform", "bucket_sum", "bucket_n",
-              "bucket_uniform", "nonfinite")
+              "bucket_uniform", "nonfinite", "drop_rest", "drop_all", "drop_bucket")
 
     def __init__(self, heads: int, device="cpu"):
         nb = len(self.BUCKETS)
@@ -46,26 +46,36 @@ class FirstTokenStats(Reducer):
         self.bucket_n = torch.zeros(nb, dtype=I64, device=device)
         self.bucket_uniform = torch.zeros(nb, dtype=F64, device=device)
         self.nonfinite = torch.zeros((), dtype=I64, device=device)
+        # Queries counted (n_rest, n_all, bucket_n) but left out of one head, per head: its
+        # probability or output row there was not finite while another head's was.
+        self.drop_rest = torch.zeros(heads, dtype=I64, device=device)
+        self.drop_all = torch.zeros(heads, dtype=I64, device=device)
+        self.drop_bucket = torch.zeros(nb, heads, dtype=I64, device=device)
 
     def update(self, p0: torch.Tensor, valid: torch.Tensor | None, uniform: torch.Tensor | None = None,
                finite: torch.Tensor | None = None) -> None:
         """p0: (B, H, T) probability on key 0 per query; valid: (B, T) bool or None (all);
         uniform: (B|1, T) what uniform attention over each query's visible keys puts on key 0,
         None for plain causal attention (1 / (t + 1)); a sliding window gives 0 past the window;
-        finite: (B, T) bool or None (all), queries whose attention output row is finite.
+        finite: (B, H, T) or (B, T) bool or None (all), where the attention output row is finite.
 
-        A query whose probability is not finite in some head (a NaN in the model), or whose
-        output row is not (`finite`: the CPU kernel can return NaN rows next to a finite lse
-        once an activation is inf), is left out in every head and counted in `nonfinite`.
+        A query whose probability is not finite in a head (a NaN in the model), or whose output
+        row there is not (`finite`: a NaN in one KV head's values, or the CPU kernel's NaN rows
+        next to a finite lse once an activation is inf), is left out of that head only, and
+        counted once in `nonfinite`; the heads where it is finite keep it.
         """
         B, H, T = p0.shape
         pos = torch.arange(T, device=p0.device)
         w = torch.ones(B, T, dtype=F64, device=p0.device) if valid is None else valid.double()
+        cell = None
         if finite is not None or (p0.numel() and not bool(torch.isfinite(p0.amax()))):
-            finite = torch.isfinite(p0).all(1) & (True if finite is None else finite.to(p0.device))  # (B, T)
-            self.nonfinite += ((~finite) & (w > 0)).sum()
-            w = w * finite
-            p0 = p0.masked_fill(~finite[:, None, :], 0.0)
+            cell = torch.isfinite(p0)                                   # (B, H, T)
+            if finite is not None:
+                finite = finite.to(p0.device)
+                cell &= finite if finite.dim() == 3 else finite[:, None, :]
+            self.nonfinite += ((~cell.all(1)) & (w > 0)).sum()
+            w = w * cell.any(1)                     # (B, T): a query that some head measures
+            p0 = p0.masked_fill(~cell, 0.0)
         weighted = p0.double() * w[:, None, :]                          # (B, H, T)
         self.sum_all += weighted.sum((0, 2))
         self.n_all += w.sum().long()
@@ -81,12 +91,21 @@ class FirstTokenStats(Reducer):
         self.bucket_sum.index_add_(0, bucket, rest.sum(0).transpose(0, 1))    # (T-1, H) by bucket
         self.bucket_n.index_add_(0, bucket, w[:, 1:].sum(0).long())
         self.bucket_uniform.index_add_(0, bucket, uniform)
+        if cell is not None:
+            missing = ((~cell) & (w[:, None, :] > 0)).long()             # (B, H, T): counted, not in this head
+            self.drop_all += missing.sum((0, 2))
+            self.drop_rest += missing[:, :, 1:].sum((0, 2))
+            self.drop_bucket.index_add_(0, bucket, missing[:, :, 1:].sum(0).transpose(0, 1))
+
+    def head_queries(self) -> torch.Tensor:
+        """(H,) queries t >= 1 each head's F-Attn averages over."""
+        return self.n_rest - self.drop_rest
 
     def f_attn(self) -> torch.Tensor:
-        return self.sum_rest / self.n_rest.clamp_min(1) if self.n_rest > 0 else self.sum_rest * math.nan
+        return _ratio(self.sum_rest, self.head_queries())
 
     def f_attn_paper(self) -> torch.Tensor:
-        return self.sum_all / self.n_all.clamp_min(1) if self.n_all > 0 else self.sum_all * math.nan
+        return _ratio(self.sum_all, self.n_all - self.drop_all)
 
     def uniform_reference(self) -> float:
         return float(self.uniform / self.n_rest) if self.n_rest > 0 else math.nan
@@ -102,9 +121,16 @@ class FirstTokenStats(Reducer):
                 continue
             uniform = float(self.bucket_uniform[b]) / n
             for head, s in enumerate(self.bucket_sum[b].tolist()):
+                counted = n - int(self.drop_bucket[b, head])
                 out.append({"head": head, "bucket_lo": edges[b], "bucket_hi": edges[b + 1],
-                            "value": s / n, "n_queries": n, "uniform": uniform})
+                            "value": s / counted if counted else math.nan, "n_queries": counted,
+                            "uniform": uniform})
         return out
+
+
+def _ratio(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """total / count per head, NaN where a head counted nothing."""
+    return torch.where(count > 0, total / count.clamp_min(1), torch.full_like(total, math.nan))
 
 
 class FirstToken(Metric):
@@ -135,7 +161,7 @@ class FirstToken(Metric):
                     else:
                         value = {"f_attn": lambda: float(stats.f_attn()[head]),
                                  "f_attn_paper": lambda: float(stats.f_attn_paper()[head]),
-                                 "n_queries": lambda: int(stats.n_rest)}[metric]()
+                                 "n_queries": lambda: int(stats.head_queries()[head])}[metric]()
                     first.append({"model": done.name, "layer": p.index, "head": head,
                                   "layer_type": p.layer_type, "metric": metric, "value": value})
             if stats is not None:

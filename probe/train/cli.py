@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import ProbeError
+from ..owned import FORCE_HELP
 from .config import (ARMS, BPE_VOCAB, DEFAULT_COPY_LEN, DEFAULT_NOISE_FRAC, SYNTHETIC_VOCAB,
                      TrainConfig)
 
@@ -66,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                "for the same thread count)")
     p.add_argument("--name", help="the model's name in training.csv (default: the output folder's name)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run from its checkpoint")
-    p.add_argument("--force", action="store_true", help="replace an existing output directory")
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
     p.add_argument("--stop-after", type=int, metavar="STEPS",
                    help="stop after this many steps as if interrupted (resume later with --resume)")
     p.add_argument("--keep-checkpoint", action="store_true",

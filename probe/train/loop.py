@@ -23,9 +23,10 @@ from pathlib import Path
 
 import torch
 
-from ..atomic import check_writable, describe_os_error, write_text, write_torch
+from ..atomic import check_writable, describe_os_error, shared_mode, write_text, write_torch
 from ..errors import ProbeError
 from ..load import quiet_transformers
+from ..owned import check_out_name, check_replaceable, mark
 from .config import SPIKE_K, SPIKE_MIN_HISTORY, SPIKE_WINDOW, TrainConfig
 from .log import heldout_loss, is_spike, read_log, write_log
 from .model import ARMS, Shape, build_model, check_matched, count_parameters, model_config
@@ -42,6 +43,8 @@ def save_model(model, tokenizer, folder: Path) -> None:
     with quiet_transformers():              # save_pretrained's per-shard bar, at every checkpoint
         model.save_pretrained(str(folder), safe_serialization=True)
     tokenizer.save_pretrained(str(folder))
+    for weights in Path(folder).glob("*.safetensors"):     # safetensors writes them 0600
+        shared_mode(weights, folder=False)
     _fix_architectures(folder)
     # A tokenizer loaded back from a checkpoint (on --resume) saves where it was loaded from;
     # drop that, so a resumed run writes the same files as a straight one.
@@ -84,6 +87,27 @@ def find_checkpoint(out: Path) -> Path | None:
     return None
 
 
+def load_state(path: Path) -> dict:
+    """trainer_state.pt as tensors and plain values only (weights_only=True): a file that needs
+    more (a pickled object, which could run code while loading) is refused, never unpickled."""
+    import pickle
+
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as err:
+        raise ProbeError(f"{path} holds more than tensors and plain values ({_first_line(err)[:120]}); "
+                         "probe never unpickles objects from a checkpoint: resume only from one that "
+                         "probe train wrote, or start again with --force") from None
+    except Exception as err:              # truncated, garbage
+        raise ProbeError(f"{path} is damaged ({_first_line(err)[:120]}); start again with --force") from None
+    missing = [k for k in ("step", "recipe", "optimizer", "scheduler", "torch_rng")
+               if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise ProbeError(f"{path} is not a state probe train saved (it lacks {', '.join(missing)}); "
+                         "start again with --force")
+    return state
+
+
 # ------------------------------------------------------------------------------- the run
 
 @dataclass
@@ -117,6 +141,7 @@ def prepare_out(cfg: TrainConfig) -> Path:
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise ProbeError(f"--out {out} is a file")
+    check_out_name(out)
     check_writable(out)
     if cfg.resume:
         return out
@@ -124,8 +149,10 @@ def prepare_out(cfg: TrainConfig) -> Path:
         if not cfg.force:
             raise ProbeError(f"{out} already exists and is not empty; pass --resume to continue an "
                              "interrupted run or --force to start again")
+        check_replaceable(out, {"data": list(cfg.data)})      # only a train folder, never the data
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
+    mark(out, "train")
     return out
 
 
@@ -174,7 +201,7 @@ def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None) -> 
         raise ProbeError(f"{out} holds no checkpoint to resume; start without --resume")
     state = None
     if ckpt is not None:
-        state = torch.load(ckpt / STATE_FILE, weights_only=False)
+        state = load_state(ckpt / STATE_FILE)
         _check_same_recipe(state["recipe"], cfg.recipe())
         from transformers import AutoTokenizer
 
@@ -318,6 +345,8 @@ def _last_eval(rows) -> float | None:
 
 def _check_same_recipe(saved: dict, now: dict) -> None:
     saved = {"qk_norm": True, **saved}      # checkpoints from before --no-qk-norm had QK-norm
+    # Where the folder lies does not change the result: a moved training folder resumes.
+    saved, now = {k: v for k, v in saved.items() if k != "out"}, {k: v for k, v in now.items() if k != "out"}
     diff = {k: (saved.get(k), now.get(k)) for k in set(saved) | set(now) if saved.get(k) != now.get(k)}
     if diff:
         shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in sorted(diff.items()))
