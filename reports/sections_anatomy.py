@@ -32,10 +32,10 @@ def anatomy(runs: Runs) -> Section | None:
             "received-attention", "Attention received per key position and layer",
             partial(plots.plot_received_attention, runs, epsilon=_single(epsilon)),
             received_caption(runs, epsilon)))
-    if len(runs.received_by_token):
-        items.append(TableItem(
-            "sink-tokens", "Tokens that receive the most attention",
-            tables_anatomy.sink_tokens_display(runs, TOP_TOKENS), sink_tokens_caption(runs)))
+    sink_tokens = tables_anatomy.sink_tokens_display(runs, TOP_TOKENS)
+    if len(sink_tokens):
+        items.append(TableItem("sink-tokens", "Tokens that receive the most attention",
+                               sink_tokens, sink_tokens_caption(runs)))
     if len(runs.secondary_sinks):
         items.append(TableItem(
             "secondary-sinks", "Secondary sinks",
@@ -135,13 +135,13 @@ def sink_tokens_caption(runs: Runs) -> str:
     least.discard(None)
     seen = (f"cells seen by at least {', '.join(str(n) for n in sorted(least))} queries"
             if least else "cells seen by enough queries")
-    return (f"Per run the {TOP_TOKENS} tokens with the highest mean importance score, pooled "
-            "over layers from each layer's list of top tokens (received_by_token.csv): mean "
-            "score and sink share (the share of its cells and heads above ε) are means over the "
-            "layers weighted by cells; cells counts the (sequence, key) cells of the token over "
-            "those layers, layers how many layers list it. Only " + seen + " count, as the "
-            "last keys of a sequence are seen by few queries. The token at position 0 (marked) "
-            f"is listed after the top {TOP_TOKENS} where it is not among them.")
+    return (f"Per run the {TOP_TOKENS} tokens with the highest mean importance score over the "
+            "whole model: the mean over every layer, head and (sequence, key) cell of the token "
+            "(received_by_token.csv, layer -1; summary.json's top_sink_tokens are its first "
+            "rows). Sink share: the share of those cells and heads above ε; cells counts the "
+            "token's cells summed over layers. Only " + seen + " count, as the last keys of a "
+            "sequence are seen by few queries. The token at position 0 (marked) is listed after "
+            f"the top {TOP_TOKENS} where it is not among them.")
 
 
 def gate_sink_caption(runs: Runs) -> str:

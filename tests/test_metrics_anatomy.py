@@ -136,6 +136,30 @@ def test_the_planted_secondary_sink_is_found_at_its_position_and_token(planted_r
     assert drains.queries.tolist() == [sum(LENGTHS)] * 4
 
 
+def test_one_pooled_token_score_in_the_table_and_the_summary(planted_run):
+    """A token's received attention over the whole model is defined once: the mean of its
+    cells' eager column means over every layer, head and (sequence, key) seen by at least
+    MIN_QUERIES queries. received_by_token's layer -1 rows and summary.json's top_sink_tokens
+    are that number (the report's token table reads the layer -1 rows)."""
+    a, rows, eager = planted_run
+    total, cells = {}, {}
+    for ids, per_layer in zip(rows, eager):
+        for layer, window in enumerate([None, HF_WINDOW]):
+            score, _, count = column_means(per_layer[layer], window)             # (H, L), (L,)
+            for k, tok in enumerate(ids):
+                if count[k] >= MIN_QUERIES:
+                    total[tok] = total.get(tok, 0.0) + float(score[:, k].sum())
+                    cells[tok] = cells.get(tok, 0) + score.shape[0]
+    want = sorted(((total[t] / cells[t], t) for t in total), key=lambda x: (-x[0], x[1]))
+    pooled = a.received_by_token[a.received_by_token.layer == -1].sort_values("rank")
+    assert pooled["rank"].tolist() == list(range(1, len(pooled) + 1)) and len(pooled) == min(20, len(want))
+    assert pooled.token_id.tolist() == [t for _, t in want[:len(pooled)]]
+    assert pooled.score.tolist() == pytest.approx([m for m, _ in want[:len(pooled)]], abs=TOL)
+    summary = a.summary["anatomy"]["top_sink_tokens"]
+    assert [s["token_id"] for s in summary] == pooled.token_id.tolist()[:len(summary)]
+    assert [s["score"] for s in summary] == pooled.score.tolist()[:len(summary)]
+
+
 def test_meta_summary_and_the_bridge_refusal(planted_run):
     a, _, _ = planted_run
     assert a.meta["anatomy"] is True and a.meta["anatomy_min_queries"] == MIN_QUERIES

@@ -4,6 +4,7 @@ straight from the CSV files; runs without the tables get no section."""
 
 from __future__ import annotations
 
+import json
 
 import numpy as np
 import pandas as pd
@@ -15,7 +16,7 @@ import reports
 from reports.sections import FigureItem, build_sections, shown
 
 from anatomy_runs import (ANATOMY_COLUMNS, ANATOMY_SPECS, BOS, DEEP_ANATOMY_SPECS, EPSILON,
-                          MIN_QUERIES, buckets, write_anatomy_run)
+                          MIN_QUERIES, NEWLINE_ID, buckets, write_anatomy_run)
 
 SECTION = "sink-anatomy"
 
@@ -107,37 +108,33 @@ def test_heatmap_caption_quotes_the_buckets_epsilon_and_scale(anatomy_runs, anat
 
 # -- the tables ------------------------------------------------------------------------------
 
-def direct_sink_tokens(frame: pd.DataFrame) -> list[tuple]:
-    """(token_id, token, layers, cells, score, sink_share), pooled over layers by hand."""
-    pooled = {}
-    for row in frame.itertuples():
-        entry = pooled.setdefault(row.token_id, [row.token, 0, 0, 0.0, 0.0])
-        entry[1] += 1
-        entry[2] += row.cells
-        entry[3] += row.score * row.cells
-        entry[4] += row.sink_share * row.cells
-    rows = [(tid, tok, n, cells, s / cells, share / cells)
-            for tid, (tok, n, cells, s, share) in pooled.items()]
-    return sorted(rows, key=lambda r: (-r[4], r[0]))
-
-
 @pytest.mark.parametrize("per_model", [8, 1])
-def test_sink_tokens_are_pooled_over_layers_weighted_by_cells(anatomy_runs, anatomy_dirs,
-                                                              per_model):
+def test_sink_tokens_are_the_pooled_rows_the_summary_reads(anatomy_runs, anatomy_dirs, per_model):
+    """The token table is received_by_token.csv's layer -1 rows (the mean over every layer),
+    the same numbers as summary.json's top_sink_tokens, never a mean over the layers whose top
+    lists happen to name the token (a higher number for the same token)."""
     table = reports.sink_tokens_table(anatomy_runs, per_model=per_model)
-    for model in anatomy_dirs:
-        expected = direct_sink_tokens(csv(anatomy_dirs, model, "received_by_token"))
-        picked = expected[:per_model]
-        if not any(r[1] == BOS for r in picked):   # the position-0 token is always listed
-            picked += [r for r in expected if r[1] == BOS]
+    for model, path in anatomy_dirs.items():
+        rows = csv(anatomy_dirs, model, "received_by_token")
+        pooled = rows[rows["layer"] == -1].sort_values("rank")
+        picked = pooled.head(per_model)
+        if BOS not in set(picked["token"]):        # the position-0 token is always listed
+            picked = pd.concat([picked, pooled[pooled["token"] == BOS]])
         got = table[table["model"] == model]
-        assert list(got["token_id"]) == [r[0] for r in picked]
-        assert list(got["token"]) == [r[1] for r in picked]
-        assert list(got["layers"]) == [r[2] for r in picked]
-        assert list(got["cells"]) == [r[3] for r in picked]
-        np.testing.assert_allclose(got["score"], [r[4] for r in picked], rtol=1e-12)
-        np.testing.assert_allclose(got["sink_share"], [r[5] for r in picked], rtol=1e-12)
-        assert list(got["position_0"]) == [r[1] == BOS for r in picked]
+        assert list(got["token_id"]) == list(picked["token_id"])
+        assert list(got["cells"]) == list(picked["cells"])
+        np.testing.assert_array_equal(got["score"], picked["score"])
+        np.testing.assert_array_equal(got["sink_share"], picked["sink_share"])
+        assert list(got["position_0"]) == [t == BOS for t in picked["token"]]
+        summary = json.loads((path / "summary.json").read_text())["anatomy"]["top_sink_tokens"]
+        head = pooled.head(len(summary))
+        assert [s["token_id"] for s in summary] == list(head["token_id"])
+        assert [s["score"] for s in summary] == list(head["score"])
+        # A token listed by few layers: the mean over its listing layers would be higher.
+        listed = rows[(rows["layer"] >= 0) & (rows["token_id"] == NEWLINE_ID)]
+        mine = got[got["token_id"] == NEWLINE_ID]
+        if len(mine):
+            assert float(mine["score"].iloc[0]) < float(listed["score"].mean())
     # In the gated run the first token is not the top one: with one row it comes second.
     gated = table[table["model"] == "sink_gated"]
     if per_model == 1:
