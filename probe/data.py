@@ -43,6 +43,7 @@ class Dataset:
     # Per sequence, positions [lo, hi) that are context only (sliding windows); empty: none.
     context: list[tuple[int, int]] = field(default_factory=list)
     windows: dict = field(default_factory=dict)   # max_length, stride, windowed documents
+    files: list[dict] | None = None       # the files read and their documents (Documents.files)
 
     def digest(self) -> str:
         """SHA-256 of the token ids of every sequence: equal digests, equal token streams."""
@@ -142,7 +143,9 @@ def build_dataset(path, tokenizer, *, seq_len: int = 512, bos: str = "auto",
         id_lists = docs.ids
     # Rows as given are sequences, whatever per_document says: they are never joined or re-cut.
     per_document = per_document or docs.rows
-    notes: list[str] = []
+    notes: list[str] = list(docs.notes)
+    for note in docs.notes:                # files left out, options that did nothing: say so
+        warnings.warn(note)
     empty = sum(1 for ids in id_lists if len(ids) == 0)
     id_lists = [ids for ids in id_lists if len(ids) > 0]
     if not id_lists:
@@ -241,7 +244,7 @@ def build_dataset(path, tokenizer, *, seq_len: int = 512, bos: str = "auto",
                    # to, and the tokens between window starts where windows ran (None: none did).
                    {"max_length": max_length, "stride": stride, "on_long": on_long,
                     "windowed_documents": windowed, "length": seq_len,
-                    "step": step if windowed else None})
+                    "step": step if windowed else None}, docs.files)
 
 
 def describe_position0(sequences, tokenizer, use_bos: bool, bos_token_id) -> str:
