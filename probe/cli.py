@@ -273,13 +273,23 @@ def cmd_compare(args, command_line) -> int:
 
 def cmd_check(args, command_line) -> int:
     """Exit 0 when every check passes (or there is no gate to check), 1 when one fails."""
-    from .check import run_checks, summary_line
+    import pandas as pd
+
+    from .check import COLUMNS, CheckReport, run_checks, summary_line
     from .load import load, warn_if_gate_declared_away
     from .options import check_int
+    from .preflight import check_device, layout_without_weights
 
     check_int("seq_len", args.seq_len, 2)
     check_int("batch_size", args.batch_size, 1)
 
+    check_device(args.device)
+    # An ungated checkpoint has nothing to check: say so from its config, before the weights
+    # load (a GGUF file would be dequantised in full first).
+    empty = layout_without_weights(args.checkpoint, args.gate) if args.gate is None else None
+    if empty is not None and not empty.gated:
+        print(summary_line(CheckReport(pd.DataFrame(columns=COLUMNS), False, []), empty))
+        return 0
     loaded = load(args.checkpoint, dtype=args.dtype, device=args.device, gate=args.gate)
     warn_if_gate_declared_away(loaded.model, loaded.layout, args.gate)
     report = run_checks(loaded, seq_len=args.seq_len, batch_size=args.batch_size, seed=args.seed)

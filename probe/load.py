@@ -21,6 +21,7 @@ from .adapters import describe, text_config, warn_if_gate_declared_away  # noqa:
 from .checkpoint_files import check_checkpoint_dir, check_loading_info, config_hash, shape_mismatch
 from .errors import ProbeError, first_line, flag
 from .gates import GateSpec
+from .preflight import check_device
 from .reprs import LoadedModelRepr
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -118,6 +119,8 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
     path = Path(path)
     if dtype not in DTYPES:
         raise ProbeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    if not device_map:
+        check_device(device)                   # before the weights (a GGUF file dequantises first)
     file = gguf.gguf_file(path)
     if file is not None:
         return load_gguf(file, dtype=dtype, device=device, device_map=device_map, gate=gate, tokenizer=tokenizer)
