@@ -248,6 +248,8 @@ def cmd_compare(args, command_line) -> int:
         check_writable(out)
         _check_figures_dir(args.figures, args.force)
     names = compare_names(args.checkpoints, args.name)
+    if main_rank:
+        warn_repeated(args.checkpoints)
     analyses = [_run_analysis(ckpt, options, data, name, command_line)
                 for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
@@ -326,6 +328,17 @@ def compare_names(checkpoints, given) -> list[str]:
         raise ProbeError(f"--name {' '.join(given)}: the names must be distinct and usable as folder "
                          "names (no '/')")
     return list(given)
+
+
+def warn_repeated(checkpoints) -> None:
+    """One line per checkpoint named more than once: its runs hold the same numbers."""
+    seen: dict[Path, list[str]] = {}
+    for ckpt in checkpoints:
+        seen.setdefault(Path(ckpt).resolve(), []).append(ckpt)
+    for given in seen.values():
+        if len(given) > 1:
+            print(f"probe: warning: {given[0]} is given {len(given)} times; each is analysed on the "
+                  "same data, so their runs hold the same numbers", file=sys.stderr)
 
 
 def unique_names(checkpoints) -> list[str]:

@@ -22,6 +22,7 @@ The BOS policy decides what sits at position 0:
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -256,4 +257,11 @@ def describe_position0(sequences, tokenizer, use_bos: bool, bos_token_id) -> str
         tid = firsts.pop()
         name = tokenizer.convert_ids_to_tokens(tid) if tokenizer is not None else str(tid)
         return f"no BOS; every sequence starts with token {name!r} (id {tid})"
-    return f"no BOS; position 0 holds an ordinary text token ({len(firsts)} distinct first tokens)"
+    # Which tokens, most common first (at most 5): the count alone does not say what sits there.
+    # Without "(id N)": reports read a single position-0 id from that pattern.
+    counts = Counter(int(s[0]) for s in sequences).most_common()
+    shown = ", ".join(f"{(tokenizer.convert_ids_to_tokens(t) if tokenizer is not None else str(t))!r} "
+                      f"in {n}" for t, n in counts[:5])
+    more = f", {len(counts) - 5} more" if len(counts) > 5 else ""
+    return (f"no BOS; position 0 holds an ordinary text token ({len(firsts)} distinct first tokens: "
+            f"{shown}{more} of {len(sequences)} sequences)")

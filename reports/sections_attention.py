@@ -110,7 +110,7 @@ def attention_patterns(runs: Runs) -> Section:
     elif prompts:
         caption += " Prompt tokens: " + "; ".join(f"{', '.join(models)}: {text}"
                                                    for text, models in prompts.items())
-    figure = FigureItem("attention-patterns-figure", "Attention patterns of the display prompt",
+    figure = FigureItem("display-prompt-patterns", "Attention patterns of the display prompt",
                         partial(plots.plot_attention_patterns, runs),
                         caption)
     return Section(
@@ -123,7 +123,7 @@ def attention_patterns(runs: Runs) -> Section:
 
 def massive(runs: Runs) -> Section:
     figure = FigureItem(
-        "m-act-figure", "M-Act per layer at four sites",
+        "m-act-by-site", "M-Act per layer at four sites",
         partial(plots.plot_massive_activations, runs),
         "Largest |activation| over all tokens and hidden dimensions per layer (solid, log "
         "scale) at four points of each decoder layer: the attention branch output (after "

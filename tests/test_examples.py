@@ -118,3 +118,17 @@ def test_examples_use_the_shipped_arms_and_public_api_only(path):
     assert not [n for n in names if n.startswith("_")], f"{path.name} imports private names: {names}"
     assert "examples/checkpoints" in source and "checkpoints" in source
     assert not re.search(r"\bbuild\(", source), f"{path.name} builds a model instead of using the arms"
+
+
+def test_the_demo_names_the_first_token_or_how_many_kinds():
+    """The demo's "position 0" column: the one token all sequences start with, else the count
+    (it used to show the first sequence's token as if it were every sequence's)."""
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        from _demo_real import position0_label
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    assert position0_label({"position0": "BOS token '<bos>' (id 2) in every sequence"}) == "'<bos>'"
+    assert position0_label({"position0": "no BOS; every sequence starts with token 'The' (id 5)"}) == "'The'"
+    assert position0_label({"position0": "no BOS; position 0 holds an ordinary text token (8 distinct "
+                                         "first tokens: 'a' in 2, 'b' in 1 of 8 sequences)"}) == "8 kinds"
