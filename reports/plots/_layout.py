@@ -28,7 +28,33 @@ NOT_APPLICABLE_GID = "not-applicable"
 
 def new_figure(width: float, height: float) -> Figure:
     # The object API (no pyplot): no global figure registry, no GUI backend, safe under Agg.
+    show_inline_in_ipython()
     return Figure(figsize=(width, height), layout="constrained")
+
+
+# The formats IPython could draw a Figure in: one already set means the user chose (%matplotlib
+# inline, set_matplotlib_formats) and probe leaves it alone.
+_FIGURE_FORMATS = ("image/png", "image/svg+xml", "image/jpeg", "application/pdf", "text/html")
+
+
+def show_inline_in_ipython() -> None:
+    """In a Jupyter kernel, let a probe Figure that ends a cell draw as a PNG.
+
+    matplotlib registers IPython's figure formatter only when pyplot starts the inline backend;
+    probe never imports pyplot (figures come from the object API), so in a plain kernel a figure
+    printed as "<Figure size 360x390 with 2 Axes>". Outside IPython this does nothing."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    formatters = getattr(getattr(shell, "display_formatter", None), "formatters", None)
+    if not formatters or "image/png" not in formatters:
+        return
+    if any(Figure in getattr(formatters.get(kind), "type_printers", {}) for kind in _FIGURE_FORMATS):
+        return
+    from IPython.core.pylabtools import print_figure
+
+    formatters["image/png"].for_type(Figure, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
 
 
 def axes_or_new(ax: Axes | None, width: float = 6.4, height: float = 3.6) -> Axes:
