@@ -19,6 +19,7 @@ from pathlib import Path
 
 SEQ_LEN = 512            # Gemma 3's sliding window is 512: its local layers see every key here
 SEQUENCES = 2            # of the built-in Python documentation sample, per run
+REPORT_FORMATS = "html,pdf"   # demo-out/real/report.html and report.pdf, as for the tiny arms
 TITLE = ("Two real pretrained models, ungated and quantised (not a gated comparison: the tiny arms are): "
          "attention sinks, massive activations, and what <bos> at position 0 does")
 RUNS = (("smollm2", "SmolLM2-135M", "auto"), ("gemma3", "Gemma3-270M", "auto"),
@@ -50,7 +51,7 @@ def run(out: Path, report) -> int:
         analysis.save(runs / name, force=True)
     loaded.clear()
     names = [name for _, name, _ in RUNS]
-    code = report(["report", *[str(runs / n) for n in names], "--out", str(out), "--format", "html",
+    code = report(["report", *[str(runs / n) for n in names], "--out", str(out), "--format", REPORT_FORMATS,
                    "--force", "--title", TITLE])
     if code == 0:
         print_findings(runs, names)

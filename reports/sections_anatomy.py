@@ -46,7 +46,10 @@ def anatomy(runs: Runs) -> Section | None:
             f"ε = {_listed(epsilon)}, highest first; the token is the one at that position. "
             "A sink away from position 0 (a delimiter, a newline, a repeated special token) "
             "is one F-Attn cannot see."))
-    if len(runs.value_drains):
+    sinks = sink_models(runs)
+    # Without a sink in any run the "sink key" is an ordinary key: the figures about sinks and
+    # their captions would describe what is not there.
+    if len(runs.value_drains) and sinks:
         items.append(FigureItem(
             "value-drains", "Value drains per layer",
             partial(plots.plot_value_drains, runs),
@@ -56,11 +59,12 @@ def anatomy(runs: Runs) -> Section | None:
             "(over all keys the shares sum to 1), mean over heads. One line per run. A sink "
             "that receives much attention but carries a small value (ratio below 1, small "
             "share) is a no-op: the head parks its attention there to pass nothing on."))
-    if len(runs.gate_sink):
+    if len(runs.gate_sink) and sinks:
         items.append(FigureItem(
             "gate-vs-sink", "Gate score against attention on the sink",
             partial(plots.plot_gate_vs_sink_attention, runs), gate_sink_caption(runs)))
-    pairs = same_token_pairs(runs)
+    pairs = [(baseline, gated) for baseline, gated in same_token_pairs(runs)
+             if has_sink_head(runs, baseline, _single(epsilon) or SINK_EPSILON)]
     if pairs:
         items.append(FigureItem(
             "f-attn-vs-gate", "Baseline F-Attn against the gated model's gate, per head",
@@ -81,8 +85,43 @@ def anatomy(runs: Runs) -> Section | None:
                "receive it, whether the sinks carry any value, and whether a gated head "
                "closes its gate where it would otherwise dump attention on a sink."),
         items=items,
-        notes=_missing_notes(runs),
+        notes=(_missing_notes(runs) + _no_sink_notes(runs, sinks, epsilon)
+               + [f"Baseline F-Attn against the gate is left out for {plain(gated)} vs "
+                  f"{plain(baseline)}: no head of {plain(baseline)} has F-Attn above ε = "
+                  f"{_listed(epsilon)}, so there is no sink head whose gate to compare."
+                  for baseline, gated in same_token_pairs(runs) if (baseline, gated) not in pairs]),
     )
+
+
+def sink_models(runs: Runs) -> list[str]:
+    """The runs with a sink to show: some (layer, head, key bucket) whose keys' importance score
+    exceeds ε in at least one cell (received_by_position.csv's sink_rate > 0, per head)."""
+    rows = runs.received_by_position
+    if rows.empty:
+        return []
+    found = set(rows[(rows["head"] >= 0) & (rows["sink_rate"] > 0)]["model"])
+    return [model for model in runs.models if model in found]
+
+
+def has_sink_head(runs: Runs, model: str, epsilon: float) -> bool:
+    """Whether some head of `model` is a first-token sink: F-Attn above ε (first_token.csv)."""
+    rows = runs.rows("first_token", model)
+    rows = rows[rows["metric"] == "f_attn"]
+    return bool((rows["value"] > epsilon).any())
+
+
+def _no_sink_notes(runs: Runs, sinks: list[str], epsilon: dict[str, float]) -> list[str]:
+    """Which runs have no sink (no key above ε), and, where none has, that the figures about
+    sinks are left out."""
+    none = [model for model in anatomy_models(runs) if model not in sinks]
+    if not none:
+        return []
+    names = ", ".join(plain(model) for model in none)
+    if sinks:
+        return [f"{names}: no key receives an importance score above ε = {_listed(epsilon)} (no "
+                "attention sink); in the figures about sinks its \"sink key\" is its top key."]
+    return [f"No run has an attention sink (no key receives an importance score above ε = "
+            f"{_listed(epsilon)}): the value-drain and gate-against-sink figures are left out."]
 
 
 def anatomy_epsilon(runs: Runs) -> dict[str, float]:

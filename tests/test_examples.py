@@ -172,3 +172,14 @@ def test_the_demo_names_the_first_token_or_how_many_kinds():
     assert position0_label({"position0": "no BOS; every sequence starts with token 'The' (id 5)"}) == "'The'"
     assert position0_label({"position0": "no BOS; position 0 holds an ordinary text token (8 distinct "
                                          "first tokens: 'a' in 2, 'b' in 1 of 8 sequences)"}) == "8 kinds"
+
+
+def test_the_demo_writes_a_pdf_for_its_real_part_too():
+    """make demo's real-model report comes as HTML and PDF, as the tiny arms' does."""
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import _demo_real
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    assert set(_demo_real.REPORT_FORMATS.split(",")) == {"html", "pdf"}
+    assert "report.pdf" in (EXAMPLES / "demo.py").read_text()

@@ -16,7 +16,7 @@ import pandas as pd
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure, SubFigure
 
-from reports.plots._layout import (figure_or_new, legend_outside, not_applicable,
+from reports.plots._layout import (figure_or_new, legend_outside, not_applicable, panel_title,
                                    set_layer_ticks)
 from reports.runs import Runs, load_runs
 from reports.style import MISSING_COLOR, REFERENCE_COLOR, model_colors, styled
@@ -171,7 +171,7 @@ def plot_received_attention(runs: Any, *, fig: Figure | SubFigure | None = None,
         ax.set_xticks(range(len(labels)), labels=labels, rotation=90)
         ax.set_xlabel("key position")
         set_layer_ticks(ax, range(matrix.shape[0]), axis="y")
-        ax.set_title(plain(model))
+        panel_title(ax, model, panels=len(models))
         ax.grid(False)
     colorbar = fig.colorbar(image, ax=list(axes), shrink=0.9,
                             label="received attention")
@@ -239,7 +239,7 @@ def plot_gate_vs_sink_attention(runs: Any, *, fig: Figure | SubFigure | None = N
                     color=colours(norm(int(layer))), label=f"layer {int(layer)}")
         ax.set_xlim(0, 1)
         ax.set_xlabel("attention on the top sink key")
-        ax.set_title(plain(model))
+        panel_title(ax, model, panels=len(models))
     axes[0].set_ylabel("mean gate score")
     axes[0].set_ylim(bottom=0)
     colorbar = fig.colorbar(ScalarMappable(norm=norm, cmap=colours), ax=list(axes), shrink=0.9,
@@ -271,7 +271,7 @@ def plot_gate_vs_baseline_f_attn(runs: Any, *, fig: Figure | SubFigure | None = 
         # points apart instead of pressed against the left edge of [0, 1].
         ax.set_xlim(0, max(0.05, 1.08 * float(points["f_attn"].max()) if len(points) else 1.0))
         ax.set_xlabel(f"F-Attn of {plain(baseline)}")
-        ax.set_title(f"{plain(gated)} vs {plain(baseline)}")
+        panel_title(ax, f"{gated} vs {baseline}", panels=len(pairs))
     axes[0].set_ylabel("mean gate score (gated run)")
     axes[0].set_ylim(0, 1)
     colorbar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(axes), shrink=0.9,

@@ -330,3 +330,31 @@ def test_gate_sink_caption_counts_bins_by_their_width(anatomy_dirs):
     # A bin that no query reached has no row: the caption still says 10 bins.
     runs.gate_sink = runs.gate_sink[runs.gate_sink["attention_lo"] < 0.85]
     assert "10 bins of width 0.1" in item(runs, "gate-vs-sink").caption
+
+
+def test_without_a_sink_the_sink_figures_are_left_out_and_said_so(anatomy_dirs, tmp_path):
+    """Runs in which no key scores above ε (the tiny arms) get no value-drain, gate-against-sink
+    or F-Attn-against-gate figure (their captions describe sinks that are not there), and the
+    section says why."""
+    import shutil
+
+    runs = []
+    for model, path in anatomy_dirs.items():
+        copy = tmp_path / model
+        shutil.copytree(path, copy)
+        positions = pd.read_csv(copy / "received_by_position.csv")
+        positions["sink_rate"] = 0.0
+        positions.to_csv(copy / "received_by_position.csv", index=False)
+        first = pd.read_csv(copy / "first_token.csv")
+        first.loc[first["metric"] == "f_attn", "value"] = 0.05
+        first.to_csv(copy / "first_token.csv", index=False)
+        runs.append(copy)
+    section = section_of(reports.load_runs(runs))
+    ids = [item.id for item in section.items]
+    assert "received-attention" in ids
+    assert not {"value-drains", "gate-vs-sink", "f-attn-vs-gate"} & set(ids)
+    assert any("No run has an attention sink" in note for note in section.notes)
+    assert any("no head of sink_base has F-Attn above" in note for note in section.notes)
+    # With the sinks (the fixture as written) the figures are there.
+    assert {"value-drains", "gate-vs-sink", "f-attn-vs-gate"} <= {
+        item.id for item in section_of(reports.load_runs(list(anatomy_dirs.values()))).items}
