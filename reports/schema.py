@@ -10,7 +10,7 @@ from __future__ import annotations
 # Every table of the run directory, name -> column -> kind, as the metrics that write them
 # declare it: "str" columns are kept verbatim (a token may be "NA" or ""), "int" and "float" are
 # parsed with NaN for empty or "nan" cells. A run that lacks a column is refused.
-from probe.schema import (HEADLINE_THRESHOLDS, OPTIONAL_TABLES, SINK_EPSILON, SITES, TABLES,  # noqa: E402,F401
+from probe.schema import (HEADLINE_THRESHOLDS, OPTIONAL_TABLES, SINK_EPSILON, SINK_MIN_QUERIES, SITES, TABLES,  # noqa: E402,F401
                           TOKEN_TYPES, VARIANTS)
 from probe.intervention_kinds import ALL_LAYERS, INTERVENTIONS  # noqa: E402,F401
 

@@ -13,8 +13,8 @@ from functools import partial
 from reports import plots
 from reports import tables_anatomy
 from reports.items import FigureItem, Item, Section, TableItem
-from reports.plots.anatomy import (anatomy_models, key_label, log_norm, received_buckets,
-                                   received_matrix, same_token_pairs)
+from reports.plots.anatomy import (anatomy_models, few_query_columns, key_label, log_norm,
+                                   received_buckets, received_matrix, same_token_pairs, sink_bar)
 from reports.runs import Runs
 from reports.schema import SINK_EPSILON
 from reports.text import plain
@@ -44,6 +44,9 @@ def anatomy(runs: Runs) -> Section | None:
             "sequence, key position ≥ 1) cell whose importance score (the mean attention the "
             "key receives from the queries that see it) exceeds "
             f"ε = {_listed(epsilon)}, highest first; the token is the one at that position. "
+            "Only keys seen by at least "
+            + ", ".join(str(b) for b in sorted({sink_bar(runs, m) for m in anatomy_models(runs)}))
+            + " queries count (fewer read high from recency alone). "
             "A sink away from position 0 (a delimiter, a newline, a repeated special token) "
             "is one F-Attn cannot see."))
     sinks = sink_models(runs)
@@ -165,7 +168,22 @@ def received_caption(runs: Runs, epsilon: dict[str, float]) -> str:
             f"ln(T)/T for T keys; a sink is near 1. Colour: log scale from {norm.vmin:.2g} to "
             f"{norm.vmax:.2g}, shared by all panels (smaller values at its bottom); a key whose score exceeds ε = "
             f"{_listed(epsilon)} is a sink in Gu et al.'s sense{marked}. Grey: no such key "
-            "(a bucket past the longest sequence, a layer without softmax attention).")
+            "(a bucket past the longest sequence, a layer without softmax attention)."
+            + few_queries_sentence(runs))
+
+
+def few_queries_sentence(runs: Runs) -> str:
+    """What the hatched columns mean, where a panel has one: buckets of keys seen by fewer
+    queries than a secondary sink needs (the end of the sequences)."""
+    marked = [model for model in anatomy_models(runs) if few_query_columns(runs, model)]
+    if not marked:
+        return ""
+    bars = sorted({sink_bar(runs, model) for model in marked})
+    return (" Hatched: buckets whose keys are seen by fewer than "
+            f"{', '.join(map(str, bars))} queries on average (" + ", ".join(plain(m) for m in marked)
+            + "): the last keys of a sequence are seen only by their nearest queries, which "
+            "attend to recent keys, so their scores read high from recency, not as sinks; "
+            "such keys are not listed as secondary sinks.")
 
 
 def sink_tokens_caption(runs: Runs) -> str:

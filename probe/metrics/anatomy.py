@@ -12,7 +12,7 @@ never a T x S matrix; probe/anatomy_stats.py reduces it over the data.
 
 Tables (written only when the option is on: probe.schema.OPTIONAL_TABLES): received_by_position,
 received_by_token, secondary_sinks, value_drains, gate_sink (gated models); summary.json
-`anatomy`; meta.json `anatomy`, `anatomy_min_queries`.
+`anatomy`; meta.json `anatomy`, `anatomy_min_queries`, `anatomy_sink_min_queries`.
 """
 from __future__ import annotations
 
@@ -21,12 +21,19 @@ import torch
 
 from ..events import ATTENTION, GATE
 from ..schema import ANATOMY
+from ..schema import SINK_MIN_QUERIES as SCHEMA_SINK_MIN_QUERIES
 from .base import Metric
 from .massive import token_text
 
-# Keys seen by fewer queries than this are left out of the token table, the secondary sinks and
-# the choice of each head's top sink key (the last keys of a causal sequence: noisy scores).
+# Keys seen by fewer queries than this are left out of the token table and the choice of each
+# head's top sink key (the last keys of a causal sequence: noisy scores).
 MIN_QUERIES = 16
+# A secondary sink must be seen by this many queries: fewer read high from recency alone. On the
+# real models (benchmarks/anatomy_min_queries.py, T = 1024, scores against 512 queries) a key's
+# score over its first 128 queries is a median 3.6x its 512-query score (17x over 16); of the
+# cells above epsilon with 16 queries 13% (SmolLM2: 15 of 114) and none (Gemma 3: 0 of 2) stay
+# above it with 512, with 128 queries 52% (15 of 29) and no cell on Gemma 3.
+SINK_MIN_QUERIES = SCHEMA_SINK_MIN_QUERIES
 TOP_TOKENS = 20         # rows of received_by_token.csv per layer (and for layer -1)
 SUMMARY_TOKENS = 5      # summary.json anatomy.top_sink_tokens: the first rows of layer -1
 ALL_LAYERS = -1         # received_by_token rows pooled over every attention layer
@@ -50,7 +57,8 @@ class Anatomy(Metric):
             if not vocab_size:
                 raise ValueError("sink anatomy needs the vocabulary size (vocab_size=)")
             self.stats = {i: AnatomyStats(i, layout.num_heads, vocab_size, epsilon=EPSILON,
-                                          min_queries=MIN_QUERIES) for i in layout.attention_layers}
+                                          min_queries=MIN_QUERIES, sink_min_queries=SINK_MIN_QUERIES)
+                          for i in layout.attention_layers}
 
     def subscribe(self, on) -> None:
         if not self.enabled:
@@ -145,4 +153,5 @@ class Anatomy(Metric):
     def meta(self, done) -> dict:
         if not self.enabled:
             return {}
-        return {"anatomy": True, "anatomy_min_queries": MIN_QUERIES}
+        return {"anatomy": True, "anatomy_min_queries": MIN_QUERIES,
+                "anatomy_sink_min_queries": SINK_MIN_QUERIES}

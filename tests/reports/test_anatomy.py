@@ -358,3 +358,29 @@ def test_without_a_sink_the_sink_figures_are_left_out_and_said_so(anatomy_dirs, 
     # With the sinks (the fixture as written) the figures are there.
     assert {"value-drains", "gate-vs-sink", "f-attn-vs-gate"} <= {
         item.id for item in section_of(reports.load_runs(list(anatomy_dirs.values()))).items}
+
+
+def test_key_buckets_seen_by_too_few_queries_are_hatched_and_captioned(anatomy_dirs, tmp_path):
+    """The last bucket of a sequence (keys seen by few, nearby queries) is hatched in the
+    heatmap and the caption says why; the bar is meta.json's anatomy_sink_min_queries."""
+    import json
+    import shutil
+
+    from reports.plots.anatomy import FEW_QUERIES_GID, few_query_columns
+
+    runs = reports.load_runs(list(anatomy_dirs.values()))
+    assert not any(few_query_columns(runs, model) for model in runs.models)   # 1024 tokens, bar 128
+    assert "Hatched:" not in item(runs, "received-attention").caption
+    copy = tmp_path / "sink_base"
+    shutil.copytree(anatomy_dirs["sink_base"], copy)
+    meta = json.loads((copy / "meta.json").read_text())
+    (copy / "meta.json").write_text(json.dumps({**meta, "anatomy_sink_min_queries": 300}))
+    runs = reports.load_runs([copy])
+    # Keys 512-1023 of 1024-token sequences: 256.5 queries each on average, under 300.
+    assert few_query_columns(runs, "sink_base") == [len(buckets()) - 1]
+    figure = reports.plot_received_attention(runs)
+    hatched = [p for ax in figure.axes for p in ax.patches if p.get_gid() == FEW_QUERIES_GID]
+    assert len(hatched) == 1 and hatched[0].get_x() == len(buckets()) - 1.5
+    caption = item(runs, "received-attention").caption
+    assert "Hatched: buckets whose keys are seen by fewer than 300 queries on average" in caption
+    assert "at least 300 queries count" in item(runs, "secondary-sinks").caption

@@ -54,8 +54,9 @@ def test_every_page_opens_with_its_title(page_texts, sections):
     assert positions == sorted(positions)
 
 
-def test_three_models_fit_in_fifteen_pages(pdf):
-    assert len(pdf.pages) <= 15
+def test_three_models_fit_in_sixteen_pages(pdf):
+    # 16 since tables that fit on a page are no longer split to fill the one before (issue 25).
+    assert len(pdf.pages) <= 16
 
 
 def test_pages_are_a4_landscape(pdf):
