@@ -186,10 +186,21 @@ def note_hatched_rows(ax: Axes, reason: str) -> None:
 
 
 def legend_beside(ax: Axes, title: str | None = "model") -> None:
-    """The panel's legend right of it, off the data: inside, it covered lines and markers (the
-    uniform reference ran through its title). Constrained layout makes room for it."""
-    if ax.get_legend_handles_labels()[0]:
+    """The panel's legend off the data: inside, it covered lines and markers (the uniform
+    reference ran through its title). Short entries go in a column right of the panel; long
+    ones (GGUF run names) in rows above it, where a column would squeeze the panel to a strip.
+    Constrained layout makes room either way."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    width = ax.get_figure(root=True).get_figwidth() * 72                 # points
+    entry = max(text_width(plain(label), 8.0) for label in labels) + 34     # marker and gap
+    if entry <= 0.3 * width:
         ax.legend(title=title, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        return
+    columns = max(1, min(len(labels), int(0.95 * width // entry)))
+    ax.legend(title=title, loc="lower left", bbox_to_anchor=(0.0, 1.02), borderaxespad=0.0,
+              ncols=columns, fontsize=8)
 
 
 def legend_width(labels: Sequence[str], title: str | None = "model", size: float = 9.0) -> float:
