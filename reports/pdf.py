@@ -169,6 +169,10 @@ def _paginate(rows: list[Row], first_title: str) -> list[Page]:
                 if row.heading:    # a heading goes with the header and the first rows at least
                     start = rows[index + 1:index + 1 + WIDOW_ROWS]
                     extra = sum(r.height for r in start) + (following.header.height if following.header else 0)
+            elif row.heading and following is not None:
+                # A heading before a figure too tall to share the page: it starts a page, with
+                # the figure drawn under it, rather than stay alone at the foot of this one.
+                extra = max(0.0, capacity - row.height - 0.01)
         if (row.table is not None and id(row.table) in breaking
                 and _rows_after_in_table(rows, index) >= WIDOW_ROWS):
             extra = 0.0  # a breaking table: rows go where there is room, the last ones together
