@@ -255,3 +255,19 @@ def test_a_heading_is_followed_by_its_long_table_and_no_page_holds_one_row():
     tall = _table(40, 2, section)
     body = _rows_per_page(_paginate([heading, *tall], "T"), lambda r: r.table is not None and r.header is not None)
     assert sum(body) == 40 and min(body) >= WIDOW_ROWS
+
+
+def test_a_heading_before_a_figure_too_tall_to_share_the_page_starts_the_next_page():
+    """The real-model report left "Sink anatomy" and its intro alone at the foot of a page, its
+    30-layer heatmap on the next."""
+    from types import SimpleNamespace
+
+    from reports.pdf import _paginate
+    from reports.pdf_page import Row
+
+    section = SimpleNamespace(title="Sink anatomy")
+    before = Row(3.0, lambda page, top: [], SimpleNamespace(title="Attention patterns"))
+    heading = Row(0.6, lambda page, top: [], section, heading=True, keep_with_next=True)
+    figure = Row(6.3, lambda page, top: [], section)                  # nearly a page
+    pages = _paginate([before, heading, figure], "T")
+    assert [[row for row, _ in page.rows] for page in pages] == [[before], [heading, figure]]
