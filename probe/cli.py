@@ -278,9 +278,9 @@ def cmd_check(args, command_line) -> int:
     import pandas as pd
 
     from .check import COLUMNS, CheckReport, run_checks, summary_line
-    from .load import load, warn_if_gate_declared_away
+    from .load import layout_without_weights, load, warn_if_gate_declared_away
     from .options import check_int
-    from .preflight import check_device, layout_without_weights
+    from .preflight import check_device
 
     check_int("seq_len", args.seq_len, 2)
     check_int("batch_size", args.batch_size, 1)

@@ -230,3 +230,27 @@ def ready(model: nn.Module, path: Path, digest: str, tok, *, device: str, device
     model.eval()
     layout = describe(model, gate, user_declared=gate is not None)
     return LoadedModel(model, layout, tok, str(path), digest)
+
+
+def layout_without_weights(path: str | Path, gate=None) -> ModelLayout | None:
+    """The checkpoint's layout from an empty model built from its config on the meta device (no
+    weights read, nothing dequantised), or None where that cannot be built; the real load then
+    says what is wrong."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(path)
+    file = gguf.gguf_file(path) if path.exists() else None
+    try:
+        with quiet_transformers():
+            if file is not None:
+                config = AutoConfig.from_pretrained(str(file.parent), gguf_file=file.name)
+            elif (path / "config.json").is_file():
+                config = AutoConfig.from_pretrained(str(path))
+            else:
+                return None
+            cls = model_class(config)
+            with torch.device("meta"):
+                model = cls(config) if cls is not None else AutoModelForCausalLM.from_config(config)
+            return describe(model, gate, user_declared=gate is not None)
+    except Exception:       # a broken checkpoint: the real load refuses it in one line
+        return None

@@ -1,10 +1,9 @@
-"""Checks that need only the command line and the checkpoint's config, run before any weights
-load: a GGUF file is dequantised in full before the model exists (32 s for a 135M model), so a
-device the machine lacks, or a `probe check` with no gate to check, should not wait for that.
+"""Checks that need only the command line, run before any weights load: a GGUF file is
+dequantised in full before the model exists (32 s for a 135M model), so a device the machine
+lacks should not wait for that. (probe.load.layout_without_weights answers from the config
+alone what `probe check` needs to know first: whether there is a gate.)
 """
 from __future__ import annotations
-
-from pathlib import Path
 
 import torch
 
@@ -31,31 +30,3 @@ def check_device(device: str | None) -> None:
     elif where.type == "mps" and not torch.backends.mps.is_available():
         raise ProbeError(f"{flag('device', device)}: torch finds no MPS device on this machine; "
                          f"pass {flag('device', 'cpu')}")
-
-
-def layout_without_weights(path: str | Path, gate=None):
-    """The checkpoint's layout from an empty model built from its config on the meta device (no
-    weights read, nothing dequantised), or None where that cannot be built; the real load then
-    says what is wrong."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from . import gguf
-    from .adapters import describe, model_class
-    from .load import quiet_transformers
-
-    path = Path(path)
-    file = gguf.gguf_file(path) if path.exists() else None
-    try:
-        with quiet_transformers():
-            if file is not None:
-                config = AutoConfig.from_pretrained(str(file.parent), gguf_file=file.name)
-            elif (path / "config.json").is_file():
-                config = AutoConfig.from_pretrained(str(path))
-            else:
-                return None
-            cls = model_class(config)
-            with torch.device("meta"):
-                model = cls(config) if cls is not None else AutoModelForCausalLM.from_config(config)
-            return describe(model, gate, user_declared=gate is not None)
-    except Exception:       # a broken checkpoint: the real load refuses it in one line
-        return None

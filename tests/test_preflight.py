@@ -8,7 +8,8 @@ import torch
 import importlib
 from probe import ProbeError
 from probe.cli import main
-from probe.preflight import check_device, layout_without_weights
+from probe.load import layout_without_weights
+from probe.preflight import check_device
 
 pytest.importorskip("gguf")
 import tiny  # noqa: E402
