@@ -88,11 +88,11 @@ def test_deep_heatmaps_still_label_first_and_some_layers(deep_runs):
 
 # Run names as GGUF file stems make them: long, without spaces.
 LONG = (
-    RunSpec("SmolLM2-135M-Instruct.Q4_1", 30, 9, (), "none", 0.5, 900.0, training=False,
+    RunSpec("SmolLM2-135M-Instruct.Q4_1", 6, 3, (), "none", 0.5, 900.0, training=False,
             patterns=True, buckets=True, token_types=False),
-    RunSpec("gemma-3-270m-q4_k_m", 18, 4, (), "none", 0.4, 300.0, training=False,
+    RunSpec("gemma-3-270m-q4_k_m", 4, 2, (), "none", 0.4, 300.0, training=False,
             patterns=True, buckets=True),
-    RunSpec("Qwen3-Next-80B-A3B-Instruct.Q4_K_M", 12, 8, (), "official_headwise", 0.08, 90.0,
+    RunSpec("Qwen3-Next-80B-A3B-Instruct.Q4_K_M", 4, 4, (), "official_headwise", 0.08, 90.0,
             training=False, patterns=True, token_types=True, buckets=True),
 )
 
@@ -103,11 +103,17 @@ def long_runs(tmp_path_factory):
     return reports.load_runs([write_run(root, spec, seed) for seed, spec in enumerate(LONG)])
 
 
-def test_long_names_in_panel_titles_do_not_run_together(long_runs):
+@pytest.fixture(scope="module")
+def long_figures(long_runs):
+    """Every figure of the long-named runs as the PDF saves it, drawn once for the tests below."""
+    return list(figures_as_saved(long_runs))
+
+
+def test_long_names_in_panel_titles_do_not_run_together(long_figures):
     """Panel titles of one figure (one per model) do not overlap: a long name breaks after "-",
     "." or "_" (the compare PDF read "SmolLM2-135M-Instruct.Q4_1gemma-3-270m-q4_k_m")."""
     checked = 0
-    for item, figure, renderer in figures_as_saved(long_runs):
+    for item, figure, renderer in long_figures:
         titles = [ax.title.get_window_extent(renderer) for ax in figure.findobj(Axes)
                   if ax.get_title().strip()]
         checked += len(titles)
@@ -117,11 +123,11 @@ def test_long_names_in_panel_titles_do_not_run_together(long_runs):
     assert checked > 10
 
 
-def test_legends_sit_beside_the_data_not_on_it(long_runs):
+def test_legends_sit_beside_the_data_not_on_it(long_figures):
     """No legend covers its panel's plotting area (they covered the lines of the F-Attn figures,
     the uniform reference running through the legend's title)."""
     checked = 0
-    for item, figure, renderer in figures_as_saved(long_runs):
+    for item, figure, renderer in long_figures:
         for ax in figure.findobj(Axes):
             legend = ax.get_legend()
             if legend is None or not legend.get_visible():
