@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from functools import partial
 
+import numpy as np
+
 from reports import plots
 from reports import tables_anatomy
 from reports.items import FigureItem, Item, Section, TableItem
@@ -98,11 +100,19 @@ def anatomy(runs: Runs) -> Section | None:
 
 def sink_models(runs: Runs) -> list[str]:
     """The runs with a sink to show: some (layer, head, key bucket) whose keys' importance score
-    exceeds ε in at least one cell (received_by_position.csv's sink_rate > 0, per head)."""
+    exceeds ε in at least one cell (received_by_position.csv's sink_rate > 0, per head), in a
+    bucket whose keys are seen by the run's bar of queries on average."""
     rows = runs.received_by_position
     if rows.empty:
         return []
-    found = set(rows[(rows["head"] >= 0) & (rows["sink_rate"] > 0)]["model"])
+    # Only buckets whose keys are seen by enough queries: the last keys of a sequence read
+    # above ε from recency alone (the hatched columns of the heatmap).
+    rows = rows[(rows["head"] >= 0) & (rows["sink_rate"] > 0) & (rows["cells"] > 0)]
+    if rows.empty:
+        return []
+    bars = np.array([sink_bar(runs, model) for model in rows["model"]], dtype=float)
+    enough = (rows["queries"] / rows["cells"]).to_numpy(dtype=float) >= bars
+    found = set(rows[enough]["model"])
     return [model for model in runs.models if model in found]
 
 

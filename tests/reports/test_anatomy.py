@@ -384,3 +384,23 @@ def test_key_buckets_seen_by_too_few_queries_are_hatched_and_captioned(anatomy_d
     caption = item(runs, "received-attention").caption
     assert "Hatched: buckets whose keys are seen by fewer than 300 queries on average" in caption
     assert "at least 300 queries count" in item(runs, "secondary-sinks").caption
+
+
+def test_a_sink_only_at_the_end_of_the_sequences_is_no_sink(anatomy_dirs, tmp_path):
+    """A key bucket above ε only where its keys have few queries (recency) does not count: the
+    sink figures stay out, as for runs without any sink."""
+    import shutil
+
+    runs = []
+    for model, path in anatomy_dirs.items():
+        copy = tmp_path / model
+        shutil.copytree(path, copy)
+        positions = pd.read_csv(copy / "received_by_position.csv")
+        last = positions["key_lo"] == positions["key_lo"].max()
+        positions["sink_rate"] = 0.0
+        positions.loc[last, "sink_rate"] = 0.5                            # keys 512-1023 only
+        positions.loc[last, "queries"] = positions.loc[last, "cells"] * 20  # 20 queries a key
+        positions.to_csv(copy / "received_by_position.csv", index=False)
+        runs.append(copy)
+    section = section_of(reports.load_runs(runs))
+    assert not {"value-drains", "gate-vs-sink"} & {item.id for item in section.items}
