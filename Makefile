@@ -15,8 +15,12 @@ $(PY):
 # changes, not on every make call.
 INSTALLED := $(VENV)/.probe-installed
 
+# PYTHONWARNINGS=ignore: setuptools prints an "Editable installation" notice (a warning block
+# that reads like trouble) for every editable install, whatever editable_mode; errors still show.
+EDITABLE := PYTHONWARNINGS=ignore $(PIP) install -q -e
+
 $(INSTALLED): pyproject.toml | $(PY)
-	$(PIP) install -q -e '.[test]'
+	$(EDITABLE) '.[test]'
 	touch $@
 
 setup: $(INSTALLED)

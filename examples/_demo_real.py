@@ -19,6 +19,7 @@ from pathlib import Path
 
 SEQ_LEN = 512            # Gemma 3's sliding window is 512: its local layers see every key here
 SEQUENCES = 2            # of the built-in Python documentation sample, per run
+REPORT_FORMATS = "html,pdf"   # demo-out/real/report.html and report.pdf, as for the tiny arms
 TITLE = ("Two real pretrained models, ungated and quantised (not a gated comparison: the tiny arms are): "
          "attention sinks, massive activations, and what <bos> at position 0 does")
 RUNS = (("smollm2", "SmolLM2-135M", "auto"), ("gemma3", "Gemma3-270M", "auto"),
@@ -50,22 +51,35 @@ def run(out: Path, report) -> int:
         analysis.save(runs / name, force=True)
     loaded.clear()
     names = [name for _, name, _ in RUNS]
-    code = report(["report", *[str(runs / n) for n in names], "--out", str(out), "--format", "html",
+    code = report(["report", *[str(runs / n) for n in names], "--out", str(out), "--format", REPORT_FORMATS,
                    "--force", "--title", TITLE])
     if code == 0:
         print_findings(runs, names)
     return code
 
 
+def position0_label(meta: dict) -> str:
+    """The one token at position 0 of every sequence, or "N kinds" (from meta.json's position0)."""
+    import re
+
+    words = meta.get("position0", "")
+    one = re.search(r"(?:BOS token|starts with token) ('.*?'|\".*?\") \(id", words)
+    if one:
+        return one.group(1)[:13]
+    kinds = re.search(r"\((\d+) distinct first tokens", words)
+    return f"{kinds.group(1)} kinds" if kinds else "?"
+
+
 def print_findings(runs: Path, names) -> None:
     print("\n[demo] real models on Python documentation text (F-Attn: attention on position 0, "
-          "queries t >= 1; sink rate: share of heads above 0.3; position 0: of the first sequence)")
+          "queries t >= 1; sink rate: share of heads above 0.3; position 0: the token every sequence "
+          "starts with, or how many kinds)")
     print(f"{'model':<20}{'position 0':<14}{'F-Attn':>8}{'uniform':>9}{'sink rate':>10}{'M-Act':>10}{'loss':>7}")
     summaries = {}
     for name in names:
         s = summaries[name] = json.loads((runs / name / "summary.json").read_text())
         meta = json.loads((runs / name / "meta.json").read_text())
-        first = repr(meta["display_tokens"][0])[:13]
+        first = position0_label(meta)
         print(f"{name:<20}{first:<14}{s['f_attn']:>8.3f}{s['f_attn_uniform']:>9.4f}"
               f"{s['sink_rate']:>10.2f}{s['m_act']:>10.0f}{s['loss']:>7.2f}")
     with_bos, without = summaries["Gemma3-270M"], summaries["Gemma3-270M-no-bos"]

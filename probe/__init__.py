@@ -19,9 +19,11 @@ __version__ = "0.1.0"
 from .errors import ProbeError  # noqa: E402  (no dependencies)
 
 _LAZY = {"GateSpec": "gates", "load": "load", "Analysis": "results", "Capture": "capture",
-         "analyze": "analyze", "AnalysisOptions": "options"}
+         "analyze": "analyze", "AnalysisOptions": "options", "summary_frame": "run_names",
+         "shipped_checkpoints": "shipped"}
 
-__all__ = ["Analysis", "AnalysisOptions", "Capture", "GateSpec", "ProbeError", "analyze", "load", "__version__"]
+__all__ = ["Analysis", "AnalysisOptions", "Capture", "GateSpec", "ProbeError", "analyze", "load",
+           "shipped_checkpoints", "summary_frame", "__version__"]
 
 
 class _Package(types.ModuleType):

@@ -19,8 +19,11 @@ score is Gu et al.'s importance score (the mean of P[t, k] over the queries that
   share of the attention output (probe.received.ValueDrains).
 
 The last keys of a causal sequence are seen by a handful of queries (the last one by itself
-only), so their scores are noisy: the token table and the secondary sinks take only cells seen
-by at least `min_queries` queries. The position table keeps every cell, as Gu et al. define it.
+only), their nearest neighbours, which attend to recent keys: their scores read high (recency,
+not a sink). The token table takes only cells seen by at least `min_queries` queries, the
+secondary sinks only cells seen by at least `sink_min_queries` (benchmarks/anatomy_min_queries.py
+measures how many a key needs on the real models). The position table keeps every cell, as Gu
+et al. define it.
 Sums are float64 and counts int64; merge is exact (up to float64 summation order).
 """
 from __future__ import annotations
@@ -54,10 +57,13 @@ class AnatomyStats(Reducer):
     gathered = ("top",)
 
     def __init__(self, layer: int, heads: int, vocab_size: int, *, epsilon: float = EPSILON,
-                 top: int = 100, min_queries: int = 16, device="cpu"):
+                 top: int = 100, min_queries: int = 16, sink_min_queries: int | None = None,
+                 device="cpu"):
         nb = len(EDGES)
         self.layer, self.heads, self.vocab_size = layer, heads, vocab_size
         self.epsilon, self.top_n, self.min_queries = float(epsilon), top, min_queries
+        # Secondary sinks: cells seen by this many queries at least (None: min_queries).
+        self.sink_min_queries = min_queries if sink_min_queries is None else sink_min_queries
         z = lambda *shape, dtype=F64: torch.zeros(*shape, dtype=dtype, device=device)  # noqa: E731
         self.pos_score = z(nb, heads)               # sum of cell scores
         self.pos_cells = z(nb, dtype=I64)           # cells per head (the same in every head)
@@ -105,7 +111,8 @@ class AnatomyStats(Reducer):
         self.token_score.index_add_(0, tok, (score * firm[:, None]).sum(1)[firm])
         self.token_cells.index_add_(0, tok, torch.ones_like(tok))
         self.token_sinks.index_add_(0, tok, (sink & firm[:, None]).sum(1)[firm])
-        secondary = sink & firm[:, None] & (torch.arange(S, device=device) >= 1)  # (B, H, S)
+        seen = (count >= max(1, self.sink_min_queries))[:, None, :]              # (B, 1, S)
+        secondary = sink & seen & (torch.arange(S, device=device) >= 1)           # (B, H, S)
         self.secondary_cells += secondary.sum((0, 2))
         self._keep_top(score, secondary, input_ids.to(device), seq_index.to(device))
 

@@ -256,6 +256,8 @@ def cmd_compare(args, command_line) -> int:
         check_writable(out)
         _check_figures_dir(args.figures, args.force)
     names = compare_names(args.checkpoints, args.name)
+    if main_rank:
+        warn_repeated(args.checkpoints)
     analyses = [_run_analysis(ckpt, options, data, name, command_line)
                 for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
@@ -281,13 +283,23 @@ def cmd_compare(args, command_line) -> int:
 
 def cmd_check(args, command_line) -> int:
     """Exit 0 when every check passes (or there is no gate to check), 1 when one fails."""
-    from .check import run_checks, summary_line
-    from .load import load, warn_if_gate_declared_away
+    import pandas as pd
+
+    from .check import COLUMNS, CheckReport, run_checks, summary_line
+    from .load import layout_without_weights, load, warn_if_gate_declared_away
     from .options import check_int
+    from .preflight import check_device
 
     check_int("seq_len", args.seq_len, 2)
     check_int("batch_size", args.batch_size, 1)
 
+    check_device(args.device)
+    # An ungated checkpoint has nothing to check: say so from its config, before the weights
+    # load (a GGUF file would be dequantised in full first).
+    empty = layout_without_weights(args.checkpoint, args.gate) if args.gate is None else None
+    if empty is not None and not empty.gated:
+        print(summary_line(CheckReport(pd.DataFrame(columns=COLUMNS), False, []), empty))
+        return 0
     loaded = load(args.checkpoint, dtype=args.dtype, device=args.device, gate=args.gate)
     warn_if_gate_declared_away(loaded.model, loaded.layout, args.gate)
     report = run_checks(loaded, seq_len=args.seq_len, batch_size=args.batch_size, seed=args.seed)
@@ -324,6 +336,17 @@ def compare_names(checkpoints, given) -> list[str]:
         raise ProbeError(f"--name {' '.join(given)}: the names must be distinct and usable as folder "
                          "names (no '/')")
     return list(given)
+
+
+def warn_repeated(checkpoints) -> None:
+    """One line per checkpoint named more than once: its runs hold the same numbers."""
+    seen: dict[Path, list[str]] = {}
+    for ckpt in checkpoints:
+        seen.setdefault(Path(ckpt).resolve(), []).append(ckpt)
+    for given in seen.values():
+        if len(given) > 1:
+            print(f"probe: warning: {given[0]} is given {len(given)} times; each is analysed on the "
+                  "same data, so their runs hold the same numbers", file=sys.stderr)
 
 
 def unique_names(checkpoints) -> list[str]:

@@ -6,7 +6,7 @@ and none runs as a spreadsheet formula.
 - A text cell that a spreadsheet would run as a formula (it starts with =, +, -, @, a tab or
   a carriage return) gets one apostrophe in front, as OWASP recommends; so that this is
   reversible, a cell made of apostrophes followed by such a character gets one too. Reading
-  (reports/run_files.py) takes exactly one off again: `raw(neutral(s)) == s` for every string.
+  (probe/run_files.py) takes exactly one off again: `raw(neutral(s)) == s` for every string.
 
 It imports nothing from probe, so reports/ reads runs with it without loading torch.
 """

@@ -22,6 +22,7 @@ The BOS policy decides what sits at position 0:
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
@@ -43,6 +44,7 @@ class Dataset:
     # Per sequence, positions [lo, hi) that are context only (sliding windows); empty: none.
     context: list[tuple[int, int]] = field(default_factory=list)
     windows: dict = field(default_factory=dict)   # max_length, stride, windowed documents
+    files: list[dict] | None = None       # the files read and their documents (Documents.files)
 
     def digest(self) -> str:
         """SHA-256 of the token ids of every sequence: equal digests, equal token streams."""
@@ -145,7 +147,9 @@ def build_dataset(path, tokenizer, *, seq_len: int = 512, bos: str = "auto",
         id_lists = docs.ids
     # Rows as given are sequences, whatever per_document says: they are never joined or re-cut.
     per_document = per_document or docs.rows
-    notes: list[str] = []
+    notes: list[str] = list(docs.notes)
+    for note in docs.notes:                # files left out, options that did nothing: say so
+        warnings.warn(note)
     empty = sum(1 for ids in id_lists if len(ids) == 0)
     id_lists = [ids for ids in id_lists if len(ids) > 0]
     if not id_lists:
@@ -244,7 +248,7 @@ def build_dataset(path, tokenizer, *, seq_len: int = 512, bos: str = "auto",
                    # to, and the tokens between window starts where windows ran (None: none did).
                    {"max_length": max_length, "stride": stride, "on_long": on_long,
                     "windowed_documents": windowed, "length": seq_len,
-                    "step": step if windowed else None})
+                    "step": step if windowed else None}, docs.files)
 
 
 def describe_position0(sequences, tokenizer, use_bos: bool, bos_token_id) -> str:
@@ -256,4 +260,11 @@ def describe_position0(sequences, tokenizer, use_bos: bool, bos_token_id) -> str
         tid = firsts.pop()
         name = tokenizer.convert_ids_to_tokens(tid) if tokenizer is not None else str(tid)
         return f"no BOS; every sequence starts with token {name!r} (id {tid})"
-    return f"no BOS; position 0 holds an ordinary text token ({len(firsts)} distinct first tokens)"
+    # Which tokens, most common first (at most 5): the count alone does not say what sits there.
+    # Without "(id N)": reports read a single position-0 id from that pattern.
+    counts = Counter(int(s[0]) for s in sequences).most_common()
+    shown = ", ".join(f"{(tokenizer.convert_ids_to_tokens(t) if tokenizer is not None else str(t))!r} "
+                      f"in {n}" for t, n in counts[:5])
+    more = f", {len(counts) - 5} more" if len(counts) > 5 else ""
+    return (f"no BOS; position 0 holds an ordinary text token ({len(firsts)} distinct first tokens: "
+            f"{shown}{more} of {len(sequences)} sequences)")

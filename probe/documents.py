@@ -12,7 +12,7 @@ import numbers
 import os
 import stat
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -32,6 +32,11 @@ class Documents:
     # True: each id list is one sequence as the user gave it (a 2-D array, a list of lists,
     # JSONL input_ids rows); False: a stream (1-D ids) to be cut into sequences.
     rows: bool = False
+    # The files read, each {"file": path (in a folder: relative to it), "documents": count};
+    # None for data in memory. meta.json records them as data_files.
+    files: list[dict] | None = None
+    # What the reader left out or ignored, in words (data_notes in meta.json, and a warning).
+    notes: list[str] = field(default_factory=list)
 
 
 def read_data(data, *, texts=None, text_field: str = "text") -> Documents:
@@ -55,7 +60,14 @@ def read_data(data, *, texts=None, text_field: str = "text") -> Documents:
                 raise ProbeError(f"data {path} does not exist")
             raise ProbeError(f"data={_short(data)} is not an existing file or folder; to analyse "
                              "text in memory pass texts=[...]")
-        return read_path(path, text_field)
+        docs = read_path(path, text_field)
+        if docs.files is None:
+            docs.files = [{"file": str(path), "documents": len(docs.texts if docs.texts is not None else docs.ids)}]
+        read = [Path(f["file"]).suffix.lower() for f in docs.files]
+        if text_field != "text" and not {".json", ".jsonl"} & set(read):
+            docs.notes.append(f"{flag('text_field', text_field)} was not used: it names the text "
+                              f"field of JSON/JSONL records, and {path} holds no JSON")
+        return docs
     if isinstance(data, torch.Tensor) or type(data).__module__ == "numpy":
         return _array_documents(f"<{type(data).__name__} {tuple(data.shape)}>", data, "data")
     if isinstance(data, (list, tuple)):
@@ -192,17 +204,7 @@ def _decode(raw: bytes, path: Path) -> str:
 def read_path(path: Path, text_field: str = "text") -> Documents:
     """A data file or folder, checked; see read_data."""
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES | {".jsonl"})
-        if not files:
-            raise ProbeError(f"data folder {path} holds no .txt/.md/.jsonl files")
-        parts = [read_path(f, text_field) for f in files]
-        texts = [t for d in parts for t in d.texts or ()]
-        ids = [i for d in parts for i in d.ids or ()]
-        if texts and ids:
-            raise ProbeError(f"data folder {path} mixes text and token ids; keep one kind")
-        if ids:
-            return Documents(str(path), ids=ids, rows=any(d.rows for d in parts))
-        return Documents(str(path), texts=texts)
+        return _read_folder(path, text_field)
     suffix = path.suffix.lower()
     if suffix == ".npy":
         import numpy as np
@@ -237,6 +239,38 @@ def read_path(path: Path, text_field: str = "text") -> Documents:
     if suffix in (".jsonl", ".json"):
         return read_json(path, text_field)
     return Documents(str(path), texts=[_decode(read_bytes(path), path)])
+
+
+def _read_folder(path: Path, text_field: str) -> Documents:
+    """A folder's text and JSONL files (recursively, in name order) as one data set; files of
+    other kinds and hidden ones (.git, .DS_Store) are left out, and named in a note."""
+    found = sorted(p for p in path.rglob("*") if p.is_file())
+    hidden = [p for p in found if any(part.startswith(".") for part in p.relative_to(path).parts)]
+    files = [p for p in found if p.suffix in TEXT_SUFFIXES | {".jsonl"} and p not in hidden]
+    other = [p for p in found if p not in files and p not in hidden]
+    if not files:
+        kinds = f" (it holds {_listed(other, path)})" if other else ""
+        raise ProbeError(f"data folder {path} holds no .txt/.md/.jsonl files{kinds}")
+    parts = [read_path(f, text_field) for f in files]
+    texts = [t for d in parts for t in d.texts or ()]
+    ids = [i for d in parts for i in d.ids or ()]
+    if texts and ids:
+        raise ProbeError(f"data folder {path} mixes text and token ids; keep one kind")
+    read = [{"file": str(f.relative_to(path)), "documents": len(d.texts if d.texts is not None else d.ids)}
+            for f, d in zip(files, parts)]
+    notes = [n for d in parts for n in d.notes]
+    if other:
+        notes.append(f"data folder {path}: {len(other)} file{'s' if len(other) > 1 else ''} of a kind "
+                     f"probe does not read in a folder left out ({_listed(other, path)}); it reads "
+                     ".txt, .md, .rst, .text, .jsonl and files without a suffix")
+    if ids:
+        return Documents(str(path), ids=ids, rows=any(d.rows for d in parts), files=read, notes=notes)
+    return Documents(str(path), texts=texts, files=read, notes=notes)
+
+
+def _listed(paths: list[Path], root: Path, most: int = 5) -> str:
+    names = [str(p.relative_to(root)) for p in paths[:most]]
+    return ", ".join(names) + (f" and {len(paths) - most} more" if len(paths) > most else "")
 
 
 def read_json(path: Path, text_field: str) -> Documents:

@@ -21,6 +21,7 @@ from .adapters import describe, text_config, warn_if_gate_declared_away  # noqa:
 from .checkpoint_files import check_checkpoint_dir, check_loading_info, config_hash, shape_mismatch
 from .errors import ProbeError, first_line, flag
 from .gates import GateSpec
+from .preflight import check_device
 from .reprs import LoadedModelRepr
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -118,6 +119,8 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
     path = Path(path)
     if dtype not in DTYPES:
         raise ProbeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    if not device_map:
+        check_device(device)                   # before the weights (a GGUF file dequantises first)
     file = gguf.gguf_file(path)
     if file is not None:
         return load_gguf(file, dtype=dtype, device=device, device_map=device_map, gate=gate, tokenizer=tokenizer)
@@ -227,3 +230,27 @@ def ready(model: nn.Module, path: Path, digest: str, tok, *, device: str, device
     model.eval()
     layout = describe(model, gate, user_declared=gate is not None)
     return LoadedModel(model, layout, tok, str(path), digest)
+
+
+def layout_without_weights(path: str | Path, gate=None) -> ModelLayout | None:
+    """The checkpoint's layout from an empty model built from its config on the meta device (no
+    weights read, nothing dequantised), or None where that cannot be built; the real load then
+    says what is wrong."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(path)
+    file = gguf.gguf_file(path) if path.exists() else None
+    try:
+        with quiet_transformers():
+            if file is not None:
+                config = AutoConfig.from_pretrained(str(file.parent), gguf_file=file.name)
+            elif (path / "config.json").is_file():
+                config = AutoConfig.from_pretrained(str(path))
+            else:
+                return None
+            cls = model_class(config)
+            with torch.device("meta"):
+                model = cls(config) if cls is not None else AutoModelForCausalLM.from_config(config)
+            return describe(model, gate, user_declared=gate is not None)
+    except Exception:       # a broken checkpoint: the real load refuses it in one line
+        return None

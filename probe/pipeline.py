@@ -200,6 +200,7 @@ def build_meta(loaded: LoadedModel, dataset: Dataset, name, dev, options: Analys
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "device": str(dev),
         "data": dataset.source,
+        "data_files": dataset.files,           # [{"file", "documents"}]; None for data in memory
         "tokens": dataset.tokens,
         "tokens_sha256": dataset.digest(),     # runs with equal digests saw the same token ids
         "sequences": len(dataset.sequences),

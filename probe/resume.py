@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -199,7 +200,17 @@ class PassCheckpoint:
             refuse_waiting_run(self.folder, resume)
         barrier()
         if resume and (self.folder / PROGRESS).exists() and self.state_file.exists():
-            return self._load(cap)
+            done = self._load(cap)
+            if self.rank == 0:
+                # Say where the pass picks up: a resumed run should not look like a fresh one.
+                print(f"probe: resuming {self.folder}: {done} of {self.total_batches} batches were "
+                      f"done, continuing with batch {done + 1}", file=sys.stderr)
+            return done
+        if resume and self.rank == 0 and holds_state(self.folder):
+            # progress.json without the state it describes (or the reverse): nothing to continue.
+            missing = self.state_file.name if not self.state_file.exists() else PROGRESS
+            print(f"probe: {self.folder} has no {missing}, so there is no saved state to continue; "
+                  f"{flag('resume', True)} starts from the beginning", file=sys.stderr)
         if self.rank == 0:
             self._write(self.folder / "README.txt", lambda: write_text(
                 self.folder / "README.txt",

@@ -19,6 +19,10 @@ MANIFEST_KEY = "tables"
 
 # -- first_token.py: F-Attn ------------------------------------------------------------------
 SINK_EPSILON = 0.3      # F-Attn above which a head counts as a sink (summary.json sink_rate)
+# Queries a key needs before its received-attention score can name a secondary sink (fewer read
+# high from recency; the measurement is in probe/metrics/anatomy.py). Reports mark the key
+# buckets below it and read it from meta.json's anatomy_sink_min_queries.
+SINK_MIN_QUERIES = 128
 FIRST_TOKEN = {
     "first_token": {"model": "str", "layer": "int", "head": "int", "layer_type": "str",
                     "metric": "str", "value": "float"},

@@ -28,8 +28,8 @@ from reports.pdf_figures import (FIGURE_METADATA, figure_row, figure_size,  # no
                                  natural_size, render_figure, render_formats)
 from reports.pdf_page import (CELL_PAD_PT, COLUMN_GAP_IN, COLUMN_WIDTH_IN,  # noqa: F401
                               COVER_TITLE_SIZE, HEADING_SIZE, MARGIN_IN, NARROW_IN, PAGE_SIZE,
-                              ROW_GAP_IN, TABLE_SIZE, TEXT_SIZE, TEXT_WIDTH_IN, Page, Row, Stamp,
-                              line_in, page_text)
+                              ROW_GAP_IN, TABLE_SIZE, TEXT_SIZE, TEXT_WIDTH_IN, WIDOW_ROWS, Page, Row,
+                              Stamp, line_in, page_text)
 from reports.pdf_tables import column_widths, table_rows  # noqa: F401
 from reports.style import report_style
 
@@ -139,16 +139,44 @@ def _chain_height(rows: list[Row], index: int) -> float:
     return total
 
 
+def _rows_after_in_table(rows: list[Row], index: int) -> int:
+    """How many body rows of the same table follow rows[index]."""
+    count, table = 0, rows[index].table
+    while index + 1 < len(rows) and rows[index + 1].table is table and table is not None:
+        index, count = index + 1, count + 1
+    return count
+
+
 def _paginate(rows: list[Row], first_title: str) -> list[Page]:
+    """Rows onto pages. A table stays whole where it fits on a page; it breaks (header repeated,
+    at least WIDOW_ROWS rows carried to the caption's page) only when it is taller than a page,
+    or when its heading and it together are: then it starts under its heading instead of leaving
+    the heading alone at the foot of a half-empty page."""
     pages: list[Page] = []
     y = _BODY_BOTTOM_IN  # forces a first page
     last_table = None
     rows = list(rows)
+    capacity = _BODY_BOTTOM_IN - MARGIN_IN - _CONTINUED_IN - 0.5
+    breaking: set[int] = set()         # id() of the tables that break where the page ends
     for index in range(len(rows)):
         row = rows[index]
         extra = _chain_height(rows, index)
-        if row.height + extra > _BODY_BOTTOM_IN - MARGIN_IN - _CONTINUED_IN - 0.5:
+        following = rows[index + 1] if index + 1 < len(rows) else None
+        if row.height + extra > capacity:
             extra = 0.0  # too tall to keep together on any page: let it break here
+            if following is not None and following.table is not None and (
+                    row.heading or row.table is following.table):
+                breaking.add(id(following.table))
+                if row.heading:    # a heading goes with the header and the first rows at least
+                    start = rows[index + 1:index + 1 + WIDOW_ROWS]
+                    extra = sum(r.height for r in start) + (following.header.height if following.header else 0)
+            elif row.heading and following is not None:
+                # A heading before a figure too tall to share the page: it starts a page, with
+                # the figure drawn under it, rather than stay alone at the foot of this one.
+                extra = max(0.0, capacity - row.height - 0.01)
+        if (row.table is not None and id(row.table) in breaking
+                and _rows_after_in_table(rows, index) >= WIDOW_ROWS):
+            extra = 0.0  # a breaking table: rows go where there is room, the last ones together
         needs_header = row.table is not None and row.header is not None and (
             row.table is not last_table)
         header_in = row.header.height if needs_header else 0.0

@@ -24,7 +24,9 @@ TEXT_SIZE = 8.5
 CAPTION_SIZE = 8
 TABLE_SIZE = 7.5
 ROW_GAP_IN = 0.16
-SHORT_TABLE_ROWS = 10
+# A table that breaks over pages carries at least this many of its last rows to the caption's
+# page (a page holding one row of a table reads as a mistake).
+WIDOW_ROWS = 3
 CELL_PAD_PT = 3.0
 
 

@@ -9,7 +9,7 @@ from matplotlib.patches import Rectangle
 from reports.claims import BELOW_THRESHOLD, CONSISTENT, NOT_CONSISTENT, NOT_TESTABLE
 from reports.items import Section, TableItem
 from reports.measure import text_width, wrap
-from reports.pdf_page import (CAPTION_SIZE, CELL_PAD_PT, MARGIN_IN, PAGE_SIZE, SHORT_TABLE_ROWS,
+from reports.pdf_page import (CAPTION_SIZE, CELL_PAD_PT, MARGIN_IN, PAGE_SIZE,
                               TABLE_SIZE, TEXT_WIDTH_IN, Row, Stamp, caption_lines,
                               draw_caption_text, line_in, page_text)
 from reports.tables import numeric_columns
@@ -36,9 +36,9 @@ def table_rows(item: TableItem, section: Section) -> list[Row]:
         draw_caption_text(page, MARGIN_IN, top + 0.06, item.label, lines)
         return []
 
-    # A short table stays in one piece; a long one keeps at least its last row with the
-    # caption.
-    for row in rows if len(rows) <= SHORT_TABLE_ROWS else rows[-1:]:
+    # A table that fits on a page stays in one piece with its caption (pdf._paginate breaks
+    # one only where it cannot: taller than a page, or too tall to follow its heading).
+    for row in rows:
         row.keep_with_next = True
     caption = Row(0.06 + line_in(CAPTION_SIZE) * len(lines), draw_caption, section)
     return [*rows, caption] if rows else [header, caption]

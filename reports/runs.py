@@ -18,6 +18,7 @@ import pandas as pd
 
 from probe.run_files import RunDirectoryError, read_run_dir  # noqa: F401  (part of this module's API)
 from probe.run_files import _coerce, _empty
+from probe.run_names import distinct_names
 from reports.schema import ATTENTION, LINEAR_ATTENTION, META_FILE, SUMMARY_FILE, TABLES
 
 
@@ -206,13 +207,11 @@ def _combine(parts: list[_Part]) -> Runs:
 
 
 def _rename_duplicates(parts: list[_Part]) -> None:
-    """Two runs with the same name (e.g. two seeds) would merge their rows: keep them apart."""
-    seen: dict[str, int] = {}
-    for part in parts:
-        count = seen.get(part.model, 0) + 1
-        seen[part.model] = count
-        if count > 1:
-            renamed = f"{part.model} ({count})"
+    """Runs with the same name (one checkpoint in two dtypes, on two data sets, two seeds) would
+    merge their rows: each is named by what differs in its meta.json (probe.run_names)."""
+    names = distinct_names([part.model for part in parts], [part.meta for part in parts])
+    for part, renamed in zip(parts, names):
+        if renamed != part.model:
             warnings.warn(f"two runs are named {part.model!r}; the one from {part.source} is "
                           f"shown as {renamed!r}", stacklevel=3)
             part.model = renamed

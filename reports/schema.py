@@ -12,7 +12,7 @@ from __future__ import annotations
 # parsed with NaN for empty or "nan" cells. A run that lacks a column is refused.
 # meta.json and summary.json, and meta.json's list of the tables written (MANIFEST_KEY).
 from probe.schema import (HEADLINE_THRESHOLDS, MANIFEST_KEY, META_FILE, OPTIONAL_TABLES,  # noqa: E402,F401
-                          SINK_EPSILON, SITES, SUMMARY_FILE, TABLES, TOKEN_TYPES, VARIANTS)
+                          SINK_EPSILON, SINK_MIN_QUERIES, SITES, SUMMARY_FILE, TABLES, TOKEN_TYPES, VARIANTS)
 from probe.intervention_kinds import ALL_LAYERS, INTERVENTIONS  # noqa: E402,F401
 
 ATTENTION = "attention"

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from functools import partial
 
+import numpy as np
+
 from reports import plots
 from reports import tables_anatomy
 from reports.items import FigureItem, Item, Section, TableItem
-from reports.plots.anatomy import (anatomy_models, key_label, log_norm, received_buckets,
-                                   received_matrix, same_token_pairs)
+from reports.plots.anatomy import (anatomy_models, few_query_columns, key_label, log_norm,
+                                   received_buckets, received_matrix, same_token_pairs, sink_bar)
 from reports.runs import Runs
 from reports.schema import SINK_EPSILON
 from reports.text import plain
@@ -32,10 +34,10 @@ def anatomy(runs: Runs) -> Section | None:
             "received-attention", "Attention received per key position and layer",
             partial(plots.plot_received_attention, runs, epsilon=_single(epsilon)),
             received_caption(runs, epsilon)))
-    if len(runs.received_by_token):
-        items.append(TableItem(
-            "sink-tokens", "Tokens that receive the most attention",
-            tables_anatomy.sink_tokens_display(runs, TOP_TOKENS), sink_tokens_caption(runs)))
+    sink_tokens = tables_anatomy.sink_tokens_display(runs, TOP_TOKENS)
+    if len(sink_tokens):
+        items.append(TableItem("sink-tokens", "Tokens that receive the most attention",
+                               sink_tokens, sink_tokens_caption(runs)))
     if len(runs.secondary_sinks):
         items.append(TableItem(
             "secondary-sinks", "Secondary sinks",
@@ -44,9 +46,15 @@ def anatomy(runs: Runs) -> Section | None:
             "sequence, key position ≥ 1) cell whose importance score (the mean attention the "
             "key receives from the queries that see it) exceeds "
             f"ε = {_listed(epsilon)}, highest first; the token is the one at that position. "
+            "Only keys seen by at least "
+            + ", ".join(str(b) for b in sorted({sink_bar(runs, m) for m in anatomy_models(runs)}))
+            + " queries count (fewer read high from recency alone). "
             "A sink away from position 0 (a delimiter, a newline, a repeated special token) "
             "is one F-Attn cannot see."))
-    if len(runs.value_drains):
+    sinks = sink_models(runs)
+    # Without a sink in any run the "sink key" is an ordinary key: the figures about sinks and
+    # their captions would describe what is not there.
+    if len(runs.value_drains) and sinks:
         items.append(FigureItem(
             "value-drains", "Value drains per layer",
             partial(plots.plot_value_drains, runs),
@@ -56,11 +64,12 @@ def anatomy(runs: Runs) -> Section | None:
             "(over all keys the shares sum to 1), mean over heads. One line per run. A sink "
             "that receives much attention but carries a small value (ratio below 1, small "
             "share) is a no-op: the head parks its attention there to pass nothing on."))
-    if len(runs.gate_sink):
+    if len(runs.gate_sink) and sinks:
         items.append(FigureItem(
             "gate-vs-sink", "Gate score against attention on the sink",
             partial(plots.plot_gate_vs_sink_attention, runs), gate_sink_caption(runs)))
-    pairs = same_token_pairs(runs)
+    pairs = [(baseline, gated) for baseline, gated in same_token_pairs(runs)
+             if has_sink_head(runs, baseline, _single(epsilon) or SINK_EPSILON)]
     if pairs:
         items.append(FigureItem(
             "f-attn-vs-gate", "Baseline F-Attn against the gated model's gate, per head",
@@ -81,8 +90,51 @@ def anatomy(runs: Runs) -> Section | None:
                "receive it, whether the sinks carry any value, and whether a gated head "
                "closes its gate where it would otherwise dump attention on a sink."),
         items=items,
-        notes=_missing_notes(runs),
+        notes=(_missing_notes(runs) + _no_sink_notes(runs, sinks, epsilon)
+               + [f"Baseline F-Attn against the gate is left out for {plain(gated)} vs "
+                  f"{plain(baseline)}: no head of {plain(baseline)} has F-Attn above ε = "
+                  f"{_listed(epsilon)}, so there is no sink head whose gate to compare."
+                  for baseline, gated in same_token_pairs(runs) if (baseline, gated) not in pairs]),
     )
+
+
+def sink_models(runs: Runs) -> list[str]:
+    """The runs with a sink to show: some (layer, head, key bucket) whose keys' importance score
+    exceeds ε in at least one cell (received_by_position.csv's sink_rate > 0, per head), in a
+    bucket whose keys are seen by the run's bar of queries on average."""
+    rows = runs.received_by_position
+    if rows.empty:
+        return []
+    # Only buckets whose keys are seen by enough queries: the last keys of a sequence read
+    # above ε from recency alone (the hatched columns of the heatmap).
+    rows = rows[(rows["head"] >= 0) & (rows["sink_rate"] > 0) & (rows["cells"] > 0)]
+    if rows.empty:
+        return []
+    bars = np.array([sink_bar(runs, model) for model in rows["model"]], dtype=float)
+    enough = (rows["queries"] / rows["cells"]).to_numpy(dtype=float) >= bars
+    found = set(rows[enough]["model"])
+    return [model for model in runs.models if model in found]
+
+
+def has_sink_head(runs: Runs, model: str, epsilon: float) -> bool:
+    """Whether some head of `model` is a first-token sink: F-Attn above ε (first_token.csv)."""
+    rows = runs.rows("first_token", model)
+    rows = rows[rows["metric"] == "f_attn"]
+    return bool((rows["value"] > epsilon).any())
+
+
+def _no_sink_notes(runs: Runs, sinks: list[str], epsilon: dict[str, float]) -> list[str]:
+    """Which runs have no sink (no key above ε), and, where none has, that the figures about
+    sinks are left out."""
+    none = [model for model in anatomy_models(runs) if model not in sinks]
+    if not none:
+        return []
+    names = ", ".join(plain(model) for model in none)
+    if sinks:
+        return [f"{names}: no key receives an importance score above ε = {_listed(epsilon)} (no "
+                "attention sink); in the figures about sinks its \"sink key\" is its top key."]
+    return [f"No run has an attention sink (no key receives an importance score above ε = "
+            f"{_listed(epsilon)}): the value-drain and gate-against-sink figures are left out."]
 
 
 def anatomy_epsilon(runs: Runs) -> dict[str, float]:
@@ -126,7 +178,22 @@ def received_caption(runs: Runs, epsilon: dict[str, float]) -> str:
             f"ln(T)/T for T keys; a sink is near 1. Colour: log scale from {norm.vmin:.2g} to "
             f"{norm.vmax:.2g}, shared by all panels (smaller values at its bottom); a key whose score exceeds ε = "
             f"{_listed(epsilon)} is a sink in Gu et al.'s sense{marked}. Grey: no such key "
-            "(a bucket past the longest sequence, a layer without softmax attention).")
+            "(a bucket past the longest sequence, a layer without softmax attention)."
+            + few_queries_sentence(runs))
+
+
+def few_queries_sentence(runs: Runs) -> str:
+    """What the hatched columns mean, where a panel has one: buckets of keys seen by fewer
+    queries than a secondary sink needs (the end of the sequences)."""
+    marked = [model for model in anatomy_models(runs) if few_query_columns(runs, model)]
+    if not marked:
+        return ""
+    bars = sorted({sink_bar(runs, model) for model in marked})
+    return (" Hatched: buckets whose keys are seen by fewer than "
+            f"{', '.join(map(str, bars))} queries on average (" + ", ".join(plain(m) for m in marked)
+            + "): the last keys of a sequence are seen only by their nearest queries, which "
+            "attend to recent keys, so their scores read high from recency, not as sinks; "
+            "such keys are not listed as secondary sinks.")
 
 
 def sink_tokens_caption(runs: Runs) -> str:
@@ -135,13 +202,13 @@ def sink_tokens_caption(runs: Runs) -> str:
     least.discard(None)
     seen = (f"cells seen by at least {', '.join(str(n) for n in sorted(least))} queries"
             if least else "cells seen by enough queries")
-    return (f"Per run the {TOP_TOKENS} tokens with the highest mean importance score, pooled "
-            "over layers from each layer's list of top tokens (received_by_token.csv): mean "
-            "score and sink share (the share of its cells and heads above ε) are means over the "
-            "layers weighted by cells; cells counts the (sequence, key) cells of the token over "
-            "those layers, layers how many layers list it. Only " + seen + " count, as the "
-            "last keys of a sequence are seen by few queries. The token at position 0 (marked) "
-            f"is listed after the top {TOP_TOKENS} where it is not among them.")
+    return (f"Per run the {TOP_TOKENS} tokens with the highest mean importance score over the "
+            "whole model: the mean over every layer, head and (sequence, key) cell of the token "
+            "(received_by_token.csv, layer -1; summary.json's top_sink_tokens are its first "
+            "rows). Sink share: the share of those cells and heads above ε; cells counts the "
+            "token's cells summed over layers. Only " + seen + " count, as the last keys of a "
+            "sequence are seen by few queries. The token at position 0 (marked) is listed after "
+            f"the top {TOP_TOKENS} where it is not among them.")
 
 
 def gate_sink_caption(runs: Runs) -> str:

@@ -57,11 +57,19 @@ def bucket_caption(runs: Runs) -> str:
     edges = sorted(set(zip(runs.first_token_buckets["bucket_lo"],
                            runs.first_token_buckets["bucket_hi"])))
     powers = all(hi == 2 * lo or (hi == float("inf") and lo >= 1 << 20) for lo, hi in edges)
+    # The last query position: meta.json's longest_sequence, not the last bucket's edge (a
+    # 306-token text fills the bucket [256, 512) only up to t = 305).
+    longest = [int(runs.meta[m]["longest_sequence"]) for m in runs.models
+               if runs.meta[m].get("longest_sequence")]
+    if longest:
+        last = (f"up to t = {max(longest) - 1}, the last position of the longest sequence "
+                f"analysed ({max(longest)} tokens)")
+    else:
+        last = ("below " + (f"{int(edges[-1][1])}" if edges and edges[-1][1] != float("inf")
+                            else "any bound"))
     if powers and edges:
         pooled = (f"each point pools the query positions t with 2^k ≤ t < 2^(k+1) ({len(edges)} "
-                  f"buckets, from t = 1 up to the longest sequence analysed, "
-                  f"{int(edges[-1][1]) - 1 if edges[-1][1] != float('inf') else 'and beyond'}), "
-                  "drawn at its first position on a log2 axis")
+                  f"buckets, from t = 1 {last}), drawn at its first position on a log2 axis")
     else:
         pooled = ("each point pools the query positions of one bucket ("
                   + ", ".join(bucket_label(lo, hi) for lo, hi in edges)
@@ -102,7 +110,7 @@ def attention_patterns(runs: Runs) -> Section:
     elif prompts:
         caption += " Prompt tokens: " + "; ".join(f"{', '.join(models)}: {text}"
                                                    for text, models in prompts.items())
-    figure = FigureItem("attention-patterns-figure", "Attention patterns of the display prompt",
+    figure = FigureItem("display-prompt-patterns", "Attention patterns of the display prompt",
                         partial(plots.plot_attention_patterns, runs),
                         caption)
     return Section(
@@ -115,7 +123,7 @@ def attention_patterns(runs: Runs) -> Section:
 
 def massive(runs: Runs) -> Section:
     figure = FigureItem(
-        "m-act-figure", "M-Act per layer at four sites",
+        "m-act-by-site", "M-Act per layer at four sites",
         partial(plots.plot_massive_activations, runs),
         "Largest |activation| over all tokens and hidden dimensions per layer (solid, log "
         "scale) at four points of each decoder layer: the attention branch output (after "

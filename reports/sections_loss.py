@@ -51,7 +51,7 @@ def interventions(runs: Runs) -> Section:
                  "massive activations → 0: layer-output elements with |h| ≥ "
                  f"max({MASSIVE_MIN_ABS:g}, {MASSIVE_RATIO:g} × the layer's median |h|) set to 0.")
     items: list[Item] = [FigureItem(
-        "interventions-figure", "Loss change under interventions, all layers",
+        "loss-change-all-layers", "Loss change under interventions, all layers",
         axes_level(partial(plots.plot_interventions, runs)),
         "Held-out next-token loss with the intervention applied to every layer at once, minus "
         f"the unmodified model's loss, one bar per model. {explained} Baselines have only the "

@@ -1,5 +1,5 @@
 """The sink-anatomy tables of the report (`probe analyze --anatomy`): the tokens that receive
-the most attention, pooled over layers, and the secondary sinks."""
+the most attention over the whole model, and the secondary sinks."""
 from __future__ import annotations
 
 import re
@@ -11,35 +11,27 @@ import pandas as pd
 from reports.runs import load_runs
 from reports.tables import _count, _fixed, _significant, as_display, repr_token
 
-SINK_TOKEN_COLUMNS = ["model", "token", "token_id", "layers", "cells", "score", "sink_share",
-                      "position_0"]
+SINK_TOKEN_COLUMNS = ["model", "token", "token_id", "cells", "score", "sink_share", "position_0"]
 SECONDARY_SINK_COLUMNS = ["model", "layer", "head", "position", "token", "score"]
+ALL_LAYERS = -1     # received_by_token.csv's rows pooled over every layer
 
 
 def sink_tokens_table(runs: Any, per_model: int = 8) -> pd.DataFrame:
-    """The tokens that receive the most attention, per run, pooled over layers from
-    received_by_token.csv (each layer's top list): score and sink share are means weighted by
-    the layer's cells, cells and layers (how many layers list the token) are counts. Highest
-    score first, ties by token id; the token at position 0 (meta.json's BOS id, or the one
-    first token every sequence starts with) is added after the top `per_model` if it is not
-    among them, so the first-token sink is always there to compare with."""
+    """The tokens that receive the most attention, per run: received_by_token.csv's layer -1
+    rows, the mean importance score of a token over every layer, head and cell (the definition
+    summary.json's top_sink_tokens uses too), highest first as written. The token at position 0
+    (meta.json's BOS id, or the one first token every sequence starts with) is added after the
+    top `per_model` if it is among the pooled rows but not the top ones, so the first-token sink
+    is there to compare with. Runs written without layer -1 rows have no rows here."""
     runs = load_runs(runs)
     table = runs.received_by_token
+    table = table[table["layer"] == ALL_LAYERS] if len(table) else table
     if table.empty:
         return pd.DataFrame(columns=SINK_TOKEN_COLUMNS)
-    weighted = table.assign(score=table["score"] * table["cells"],
-                            sink_share=table["sink_share"] * table["cells"], layers=1)
-    pooled = weighted.groupby(["model", "token_id"], sort=False).agg(
-        token=("token", "first"), layers=("layers", "sum"), cells=("cells", "sum"),
-        score=("score", "sum"), sink_share=("sink_share", "sum")).reset_index()
-    pooled["score"] /= pooled["cells"]
-    pooled["sink_share"] /= pooled["cells"]
     parts = []
     for model in runs.models:
-        rows = pooled[pooled["model"] == model].sort_values(["score", "token_id"],
-                                                            ascending=[False, True], kind="stable")
-        first = position0_token_id(runs.meta[model])
-        rows = rows.assign(position_0=rows["token_id"] == first)
+        rows = table[table["model"] == model].sort_values("rank", kind="stable")
+        rows = rows.assign(position_0=rows["token_id"] == position0_token_id(runs.meta[model]))
         top = rows.head(per_model)
         parts.append(pd.concat([top, rows.iloc[per_model:][rows.iloc[per_model:]["position_0"]]]))
     return pd.concat(parts, ignore_index=True)[SINK_TOKEN_COLUMNS]
@@ -57,7 +49,7 @@ def position0_token_id(meta: Mapping[str, Any]) -> int | None:
 def sink_tokens_display(runs: Any, per_model: int = 8) -> pd.DataFrame:
     frame = sink_tokens_table(runs, per_model)
     display = as_display(frame.drop(columns=["position_0"]),
-                         {"token_id": _count, "layers": _count, "cells": _count,
+                         {"token_id": _count, "cells": _count,
                           "score": _significant, "sink_share": _fixed(2)})
     display["token"] = [repr_token(token) + (" (position 0)" if first else "")
                         for token, first in zip(frame["token"], frame["position_0"])]

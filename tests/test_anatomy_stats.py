@@ -115,6 +115,19 @@ def test_secondary_sinks_are_the_best_cells_away_from_position_0(top):
     assert all(c["position"] != 0 for c in stats.secondary_sinks())
 
 
+def test_secondary_sinks_need_sink_min_queries_the_token_table_min_queries():
+    """Two bars: a cell counts for its token with min_queries queries, as a secondary sink only
+    with sink_min_queries (recency lifts the scores of keys with few queries)."""
+    r, ids, seq, _ = batch()
+    bar = 20
+    stats = AnatomyStats(layer=3, heads=H, vocab_size=V, min_queries=8, sink_min_queries=bar)
+    stats.update(r, ids, seq)
+    want = [c for c in cells(r) if c[2] >= 1 and c[3] >= bar and c[4] > 0.3]
+    assert int(stats.secondary_cells.sum()) == len(want)
+    assert all(r.count[c["sequence"] == seq][0, c["position"]] >= bar for c in stats.secondary_sinks())
+    assert int(stats.token_cells.sum()) == int((r.count >= 8).sum())       # the token table's bar
+
+
 def split(r: ReceivedAttention, rows):
     return ReceivedAttention(r.total[rows], r.count[rows], r.excluded[rows])
 

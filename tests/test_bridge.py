@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import warnings
 
 import pytest
 import torch
@@ -233,16 +234,19 @@ def test_every_analyze_option_is_honoured_or_refused(checkpoint, tmp_path, monke
         """What a run shows of its options (or the ProbeError it stops with)."""
         passes.clear()
         try:
-            a = probe.analyze(bridge, **kwargs)
+            with warnings.catch_warnings(record=True) as seen:   # a warning is part of what it shows
+                warnings.simplefilter("always")
+                a = probe.analyze(bridge, **kwargs)
         except ProbeError as err:
             return ("refused", str(err))
         finally:
             stderr = capsys.readouterr().err
+        warned = tuple(str(w.message) for w in seen if issubclass(w.category, UserWarning))
         m = a.meta
         return (m["name"], m["data"], m["seq_len"], m["seed"], m["command"], m["tokens"], m["sequences"],
                 m["bos_policy"], m["windows"], len(m["display_tokens"]), sorted(set(a.sparsity.threshold)),
                 sorted(set(a.gates_by_token_type.token_type)), len(passes), bool(stderr.strip()),
-                a.summary["loss"])
+                a.summary["loss"], warned)
 
     baselines = {}                                  # one run per distinct set of shared arguments
     for option, (value, shared) in honoured.items():

@@ -251,3 +251,12 @@ def test_anatomy_is_off_by_default_and_on_with_the_flag(checkpoint, text_file, t
         assert meta["tables"].keys() >= {"received_by_position", "received_by_token", "value_drains"}
         summary = json.loads((run / "summary.json").read_text())["anatomy"]
         assert summary["secondary_sinks"] == meta["tables"].get("secondary_sinks", 0) == 0
+
+
+def test_compare_says_when_one_checkpoint_is_given_twice(checkpoint, text_file, tmp_path, capsys):
+    path = checkpoint("qwen3")
+    assert main(["compare", str(path), str(path.parent / ".." / path.parent.name / path.name),
+                 "--data", str(text_file), "--seq-len", "16", "--out", str(tmp_path / "cmp"),
+                 "--format", "", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert f"probe: warning: {path} is given 2 times; each is analysed on the same data" in err

@@ -173,3 +173,16 @@ def test_a_tokenizer_folder_works_with_a_model_object_too(checkpoint, loaded):
         assert a.meta["tokens_sha256"] == own.meta["tokens_sha256"]
     with pytest.raises(ProbeError, match="tokenizer='nope' does not exist"):
         probe.analyze(lm, tokenizer="nope", **run)
+
+
+def test_position0_names_the_first_tokens_when_they_differ():
+    """meta.json's position0 says which tokens sit first, most common first, not only how many."""
+    from probe.data import describe_position0
+
+    seqs = [torch.tensor([5, 1]), torch.tensor([7, 1]), torch.tensor([5, 2])]
+    text = describe_position0(seqs, None, False, None)
+    assert text == ("no BOS; position 0 holds an ordinary text token (2 distinct first tokens: "
+                    "'5' in 2, '7' in 1 of 3 sequences)")
+    assert "(id " not in text                   # reports read a single position-0 id from "(id N)"
+    many = [torch.tensor([i]) for i in range(8)]
+    assert describe_position0(many, None, False, None).endswith("'4' in 1, 3 more of 8 sequences)")

@@ -24,11 +24,30 @@ RUN_NOTEBOOK = """
 import sys, nbformat
 from nbclient import NotebookClient
 nb = nbformat.read(sys.argv[1], as_version=4)
-# The kernel starts in examples/, as when a user opens the notebook there.
+# The kernel starts in argv[3]: a folder outside the repository, as for a user who copied the
+# notebook elsewhere (the arms are found all the same).
 NotebookClient(nb, kernel_name=sys.argv[2], timeout=300, startup_timeout=300, allow_errors=False,
                resources={"metadata": {"path": sys.argv[3]}}).execute()
 nbformat.write(nb, sys.argv[4])
 """
+# A notebook that does nothing special: no %matplotlib, no set_matplotlib_formats, no backend
+# chosen. A probe figure as a cell's last line must still draw as an image.
+PLAIN_NOTEBOOK = "plain.ipynb"
+PLAIN_CELLS = (
+    "import probe",
+    "a = probe.analyze(probe.shipped_checkpoints() / 'elementwise', texts=['the gate closes the head'] * 4,\n"
+    "                  seq_len=16, progress=False)",
+    "a.plot_first_token_heatmap()",
+)
+
+
+def plain_notebook(path: Path) -> Path:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in PLAIN_CELLS])
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
+    nbformat.write(nb, path)
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -40,27 +59,37 @@ def executions(tmp_path_factory):
 
     jupyter = tmp_path_factory.mktemp("jupyter")
     write_kernel_spec(jupyter / "kernels" / KERNEL, overrides={"display_name": "probe examples (test)"})
-    env = {**os.environ,
+    # No MPLBACKEND for the notebooks: their kernels choose as a user's would. Scripts get Agg.
+    base = {key: value for key, value in os.environ.items() if key != "MPLBACKEND"}
+    env = {**base,
            "JUPYTER_PATH": os.pathsep.join(filter(None, [str(jupyter), os.environ.get("JUPYTER_PATH")])),
-           "MPLBACKEND": "Agg", "TOKENIZERS_PARALLELISM": "false", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+           # The probe of this tree, also for kernels started outside it (the venv's editable
+           # install may point at another checkout).
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+           "TOKENIZERS_PARALLELISM": "false", "PYDEVD_DISABLE_FILE_VALIDATION": "1",
            # Several processes share the cores; tiny models gain nothing from more threads.
            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
-    def run(argv, cwd, workdir=None):
+    def run(argv, cwd, workdir=None, **extra):
         # Each example gets its own output folder, as if run alone.
-        job_env = {**env, "PROBE_EXAMPLES_DIR": str(Path(workdir or cwd) / "work")}
+        job_env = {**env, "PROBE_EXAMPLES_DIR": str(Path(workdir or cwd) / "work"), **extra}
         return subprocess.run(argv, cwd=cwd, env=job_env, capture_output=True, text=True, timeout=600)
 
     jobs = {}
+    plain = plain_notebook(tmp_path_factory.mktemp("plain") / PLAIN_NOTEBOOK)
     with ThreadPoolExecutor(max_workers=3) as pool:
-        for path in NOTEBOOKS:
+        for path in [*NOTEBOOKS, plain]:
+            # A copy in a folder of its own, outside the repository, opened there.
             workdir = tmp_path_factory.mktemp(path.stem + "-nb")
+            copy = workdir / path.name
+            copy.write_bytes(path.read_bytes())
             executed = workdir / f"executed-{path.name}"
-            jobs[path.name] = (pool.submit(run, [sys.executable, "-c", RUN_NOTEBOOK, str(path), KERNEL,
-                                                 str(EXAMPLES), str(executed)], workdir), executed)
+            jobs[path.name] = (pool.submit(run, [sys.executable, "-c", RUN_NOTEBOOK, str(copy), KERNEL,
+                                                 str(workdir), str(executed)], workdir), executed)
         for path in SCRIPTS:                 # from the repository, as `python examples/X.py`
             workdir = tmp_path_factory.mktemp(path.stem)
-            jobs[path.name] = (pool.submit(run, [sys.executable, str(path)], ROOT, workdir), None)
+            jobs[path.name] = (pool.submit(run, [sys.executable, str(path)], ROOT, workdir,
+                                           MPLBACKEND="Agg"), None)
         yield jobs
 
 
@@ -102,6 +131,17 @@ def test_notebook_runs_top_to_bottom(path, executions):
         assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name} showed no figure"
 
 
+def test_a_plain_notebook_draws_probe_figures_inline(executions):
+    """A cell ending in a probe figure shows an image in a kernel nobody configured (it printed
+    "<Figure size 360x390 with 2 Axes>": probe draws without pyplot, so matplotlib never
+    registered IPython's figure formatter)."""
+    import nbformat
+
+    nb = nbformat.read(_result(executions, PLAIN_NOTEBOOK), as_version=4)
+    last = nb.cells[-1].outputs
+    assert any("image/png" in o.get("data", {}) for o in last), last
+
+
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
 def test_script_runs(path, executions):
     _result(executions, path.name)
@@ -118,3 +158,28 @@ def test_examples_use_the_shipped_arms_and_public_api_only(path):
     assert not [n for n in names if n.startswith("_")], f"{path.name} imports private names: {names}"
     assert "examples/checkpoints" in source and "checkpoints" in source
     assert not re.search(r"\bbuild\(", source), f"{path.name} builds a model instead of using the arms"
+
+
+def test_the_demo_names_the_first_token_or_how_many_kinds():
+    """The demo's "position 0" column: the one token all sequences start with, else the count
+    (it used to show the first sequence's token as if it were every sequence's)."""
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        from _demo_real import position0_label
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    assert position0_label({"position0": "BOS token '<bos>' (id 2) in every sequence"}) == "'<bos>'"
+    assert position0_label({"position0": "no BOS; every sequence starts with token 'The' (id 5)"}) == "'The'"
+    assert position0_label({"position0": "no BOS; position 0 holds an ordinary text token (8 distinct "
+                                         "first tokens: 'a' in 2, 'b' in 1 of 8 sequences)"}) == "8 kinds"
+
+
+def test_the_demo_writes_a_pdf_for_its_real_part_too():
+    """make demo's real-model report comes as HTML and PDF, as the tiny arms' does."""
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import _demo_real
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    assert set(_demo_real.REPORT_FORMATS.split(",")) == {"html", "pdf"}
+    assert "report.pdf" in (EXAMPLES / "demo.py").read_text()

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -146,6 +148,12 @@ class Case:
     options: dict = field(default_factory=dict)   # probe.analyze keyword arguments
     cli: tuple[str, ...] | None = None            # run `probe analyze CHECKPOINT ...` instead
     bridge: bool = False                          # analyse through a TransformerLens bridge
+    # The UserWarnings the case must give (a regex each); any other warning fails the case.
+    warns: tuple[str, ...] = ()
+
+
+TRUNCATED = r"documents longer than 48 tokens were truncated"
+NOTHING_ZEROED = r"massive_zero'?: no activation reached the threshold"
 
 
 CASES = (
@@ -153,22 +161,22 @@ CASES = (
          tiny_kind("qwen3_next", **HYBRID), dict(texts=[TEXT], token_groups=GROUPS)),
     Case("qwen3_5_padding", "Qwen3.5 hybrid, per-document sequences of unequal length (padding)",
          tiny_kind("qwen3_5", **HYBRID),
-         dict(texts=UNEQUAL, per_document=True, seq_len=48, batch_size=3, max_sequences=None)),
+         dict(texts=UNEQUAL, per_document=True, seq_len=48, batch_size=3, max_sequences=None), warns=(TRUNCATED,)),
     Case("qwen3_5_vl", "Qwen3.5 release format (ForConditionalGeneration, text_config)",
          tiny_kind("qwen3_5_vl", **HYBRID), dict(texts=[TEXT])),
     Case("official_headwise_interventions", "official grouped layout, headwise gate, every intervention",
-         tiny_kind("official_headwise", **SMALL), dict(texts=[TEXT], interventions="all")),
+         tiny_kind("official_headwise", **SMALL), dict(texts=[TEXT], interventions="all"), warns=(NOTHING_ZEROED,)),
     Case("official_elementwise_exact", "official grouped layout, elementwise gate, exact control",
          tiny_kind("official_elementwise", num_hidden_layers=1), dict(texts=[TEXT], exact_control=True)),
     Case("official_baseline", "official gate-free baseline (stock Qwen3), interventions on a baseline",
-         tiny_kind("official_baseline", **ONE), dict(texts=[TEXT], interventions="all")),
+         tiny_kind("official_baseline", **ONE), dict(texts=[TEXT], interventions="all"), warns=(NOTHING_ZEROED, r"mean_gate,gate_one,gate_zero'?: not applicable: the model has no gate")),
     Case("qwen3", "Qwen3 ungated", tiny_kind("qwen3", **ONE), dict(texts=[TEXT])),
     Case("qwen3_massive_zero", "a massive activation that massive_zero zeroes", massive,
          dict(texts=[TEXT], interventions="massive_zero")),
     Case("qwen2", "Qwen2 ungated", tiny_kind("qwen2", **ONE), dict(texts=[TEXT])),
     Case("llama_padding", "Llama (tokenizer adds BOS), per-document padding",
          tiny_kind("llama", **SMALL),
-         dict(texts=UNEQUAL, per_document=True, seq_len=48, batch_size=3, max_sequences=None)),
+         dict(texts=UNEQUAL, per_document=True, seq_len=48, batch_size=3, max_sequences=None), warns=(TRUNCATED,)),
     Case("mistral_windows", "Mistral, sliding windows over a long document (max_length / stride)",
          tiny_kind("mistral", **SMALL),
          dict(texts=LONG, per_document=True, max_length=24, stride=16, batch_size=3,
@@ -199,7 +207,7 @@ CASES = (
          dict(texts=[TEXT])),
     Case("qwen3_next_anatomy", "sink anatomy (anatomy=True) on a gated hybrid: gate_sink, padding",
          tiny_kind("qwen3_next", **HYBRID),
-         dict(texts=UNEQUAL, per_document=True, seq_len=48, batch_size=3, max_sequences=None, anatomy=True)),
+         dict(texts=UNEQUAL, per_document=True, seq_len=48, batch_size=3, max_sequences=None, anatomy=True), warns=(TRUNCATED,)),
     Case("bridge_qwen3_next", "the TransformerLens bridge path, hybrid gated model",
          tiny_kind("qwen3_next", **HYBRID), dict(texts=[TEXT]), bridge=True),
     Case("cli_qwen3_next", "probe analyze on the command line: data file, token groups "
@@ -227,7 +235,21 @@ def run_case(case: Case, root: Path) -> Path:
 
     out = root / "runs" / case.name
     shutil.rmtree(out, ignore_errors=True)
-    with tiny.single_thread():          # one thread: the same float sums whatever the core count
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _run(case, root, out)
+    messages = [str(w.message) for w in seen if issubclass(w.category, UserWarning)]
+    for pattern in case.warns:
+        assert any(re.search(pattern, m) for m in messages), f"case {case.name}: no warning {pattern!r} in {messages}"
+    unexpected = [m for m in messages if not any(re.search(p, m) for p in case.warns)]
+    assert not unexpected, f"case {case.name}: unexpected warnings {unexpected}"
+    return out
+
+
+def _run(case: Case, root: Path, out: Path) -> None:
+    import probe
+
+    with tiny.single_thread():          # one thread: the same float sums whatever the machine
         checkpoint = case.build(root / "checkpoints" / case.name)
         if case.cli is not None:
             from probe.cli import main
@@ -241,7 +263,6 @@ def run_case(case: Case, root: Path) -> Path:
 
                 model = build_bridge(checkpoint)
             probe.analyze(model, name=NAME, **{**COMMON, **case.options}).save(out)
-    return out
 
 
 def compare_with_gold(name: str, files: dict[str, str], run: Path, root: Path) -> None:

@@ -367,3 +367,33 @@ def test_a_waiting_run_is_named_before_the_model_loads(tmp_path, capsys):
                               "--quiet"])
     assert "an interrupted run is waiting" in line and "--resume" in line
     assert sorted(p.name for p in partial.iterdir()) == ["lock", "progress.json"]
+
+
+def test_resume_says_where_it_continues_and_when_it_cannot(checkpoint, text_file, tmp_path, monkeypatch, capsys):
+    ckpt = str(checkpoint("official_headwise"))
+    out = tmp_path / "run"
+    common = ["--data", str(text_file), "--seq-len", "32", "--batch-size", "4", "--quiet", "--out", str(out)]
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 2)
+        assert main(["analyze", ckpt, *common, "--save-every", "0"]) == 130
+    capsys.readouterr()
+    partial = tmp_path / "run.partial"
+    total = json.loads((partial / "progress.json").read_text())
+    state = partial / "state-rank0.pt"
+
+    # progress.json unreadable and no state beside it: starts over, and says so.
+    state.unlink()
+    (partial / "progress.json").write_text("{not json")
+    assert main(["analyze", ckpt, *common, "--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "has no state-rank0.pt, so there is no saved state to continue; --resume starts from the beginning" in err
+    # With the state, the resumed run names the batch it continues with.
+    again = [a if a != str(out) else str(tmp_path / "again") for a in common]
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 2)
+        assert main(["analyze", ckpt, *again, "--save-every", "0"]) == 130
+    capsys.readouterr()
+    assert main(["analyze", ckpt, *again, "--resume"]) == 0
+    batches = -(-probe.analyze(ckpt, text_file, seq_len=32, progress=False).meta["sequences"] // 4)
+    assert f"2 of {batches} batches were done, continuing with batch 3" in capsys.readouterr().err
+    assert total["batches_done"] == 2

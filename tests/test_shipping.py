@@ -38,6 +38,31 @@ def test_make_installs_the_package_once(tmp_path):
     assert "pip install" not in would_run("demo")
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_the_first_make_prints_no_editable_installation_notice(tmp_path):
+    """The Makefile's install command, run as written (with --no-deps --no-build-isolation into a
+    scratch venv, so that it needs no network), prints nothing: setuptools' "Editable
+    installation" block used to end the first `make`."""
+    import site
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    dry = subprocess.run(["make", "-n", "-C", str(ROOT), "setup", f"VENV={venv}"], capture_output=True,
+                         text=True, timeout=30).stdout
+    line = next(line for line in dry.splitlines() if "install -q -e" in line)
+    command = line.replace(f"{venv}/bin/pip", f"{sys.executable} -m pip").replace(
+        "install -q -e '.[test]'", f"install -q --no-deps --no-build-isolation --prefix {tmp_path / 'prefix'} "
+        f"-e {ROOT}")
+    # This interpreter's setuptools builds it (no build isolation: nothing is downloaded).
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(site.getsitepackages())}
+    done = subprocess.run(command, shell=True, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Editable installation" not in done.stdout + done.stderr
+    assert not (done.stdout + done.stderr).strip(), done.stdout + done.stderr
+
+
 MACHINE_PATHS = re.compile(r"(?<![\w.])/(?:work|home|root|Users|tmp)/")
 
 

@@ -12,7 +12,7 @@ never a T x S matrix; probe/anatomy_stats.py reduces it over the data.
 
 Tables (written only when the option is on: probe.schema.OPTIONAL_TABLES): received_by_position,
 received_by_token, secondary_sinks, value_drains, gate_sink (gated models); summary.json
-`anatomy`; meta.json `anatomy`, `anatomy_min_queries`.
+`anatomy`; meta.json `anatomy`, `anatomy_min_queries`, `anatomy_sink_min_queries`.
 """
 from __future__ import annotations
 
@@ -21,14 +21,22 @@ import torch
 
 from ..events import ATTENTION, GATE
 from ..schema import ANATOMY
+from ..schema import SINK_MIN_QUERIES as SCHEMA_SINK_MIN_QUERIES
 from .base import Metric
 from .massive import token_text
 
-# Keys seen by fewer queries than this are left out of the token table, the secondary sinks and
-# the choice of each head's top sink key (the last keys of a causal sequence: noisy scores).
+# Keys seen by fewer queries than this are left out of the token table and the choice of each
+# head's top sink key (the last keys of a causal sequence: noisy scores).
 MIN_QUERIES = 16
-TOP_TOKENS = 20         # rows of received_by_token.csv per layer
-SUMMARY_TOKENS = 5      # summary.json anatomy.top_sink_tokens
+# A secondary sink must be seen by this many queries: fewer read high from recency alone. On the
+# real models (benchmarks/anatomy_min_queries.py, T = 1024, scores against 512 queries) a key's
+# score over its first 128 queries is a median 3.6x its 512-query score (17x over 16); of the
+# cells above epsilon with 16 queries 13% (SmolLM2: 15 of 114) and none (Gemma 3: 0 of 2) stay
+# above it with 512, with 128 queries 52% (15 of 29) and no cell on Gemma 3.
+SINK_MIN_QUERIES = SCHEMA_SINK_MIN_QUERIES
+TOP_TOKENS = 20         # rows of received_by_token.csv per layer (and for layer -1)
+SUMMARY_TOKENS = 5      # summary.json anatomy.top_sink_tokens: the first rows of layer -1
+ALL_LAYERS = -1         # received_by_token rows pooled over every attention layer
 
 
 class Anatomy(Metric):
@@ -49,7 +57,8 @@ class Anatomy(Metric):
             if not vocab_size:
                 raise ValueError("sink anatomy needs the vocabulary size (vocab_size=)")
             self.stats = {i: AnatomyStats(i, layout.num_heads, vocab_size, epsilon=EPSILON,
-                                          min_queries=MIN_QUERIES) for i in layout.attention_layers}
+                                          min_queries=MIN_QUERIES, sink_min_queries=SINK_MIN_QUERIES)
+                          for i in layout.attention_layers}
 
     def subscribe(self, on) -> None:
         if not self.enabled:
@@ -92,13 +101,15 @@ class Anatomy(Metric):
                 text[t] = token_text(done.tokenizer, t)
             return text[t]
 
+        def token_table(layer: int, rows: list[dict]) -> list[dict]:
+            return [{"model": done.name, "layer": layer, "rank": rank, "token_id": r["token"],
+                     "token": token(r["token"]), "cells": r["cells"], "score": r["score"],
+                     "sink_share": r["sink_share"]} for rank, r in enumerate(rows, start=1)]
+
         for layer, st in sorted(self.stats.items()):
             where = {"model": done.name, "layer": layer}
             tables["received_by_position"] += [{**where, **row} for row in st.position_rows()]
-            tables["received_by_token"] += [
-                {**where, "rank": rank, "token_id": r["token"], "token": token(r["token"]), "cells": r["cells"],
-                 "score": r["score"], "sink_share": r["sink_share"]}
-                for rank, r in enumerate(st.token_rows(TOP_TOKENS), start=1)]
+            tables["received_by_token"] += token_table(layer, st.token_rows(TOP_TOKENS))
             tables["secondary_sinks"] += [
                 {**where, "head": c["head"], "sequence": c["sequence"], "position": c["position"],
                  "token_id": c["token"], "token": token(c["token"]), "score": c["score"]}
@@ -106,6 +117,7 @@ class Anatomy(Metric):
             tables["value_drains"] += [{**where, **row} for row in st.drain_rows()]
             if self.layout.gated:
                 tables["gate_sink"] += [{**where, **row} for row in st.gate_rows()]
+        tables["received_by_token"] += token_table(ALL_LAYERS, self.pooled_token_rows(TOP_TOKENS))
         return {t: pd.DataFrame(rows, columns=list(self.TABLES[t])) for t, rows in tables.items()}
 
     def summarise(self, a, layers, done) -> dict:
@@ -115,19 +127,31 @@ class Anatomy(Metric):
                             "secondary_sinks": sum(int(st.secondary_cells.sum()) for st in self.stats.values()),
                             "top_sink_tokens": self.top_tokens(done.tokenizer)}}
 
-    def top_tokens(self, tokenizer, k: int = SUMMARY_TOKENS) -> list[dict]:
-        """The k tokens with the highest mean score pooled over layers (cells and heads), ties by id."""
+    def pooled_token_rows(self, k: int | None) -> list[dict]:
+        """The one definition of a token's received attention over a whole model: the mean
+        importance score of its cells over every attention layer and head (cells seen by at
+        least MIN_QUERIES queries), the k highest, ties by id. received_by_token.csv's layer -1
+        rows, summary.json's top_sink_tokens and the report's token table all read this.
+        Rows: token (id), cells (over layers), score, sink_share."""
         if not self.stats:
             return []
-        score = sum(st.token_score for st in self.stats.values())                 # (V,)
-        cells = sum(st.token_cells * st.heads for st in self.stats.values())      # (V,)
+        st = next(iter(self.stats.values()))
+        score = sum(s.token_score for s in self.stats.values())                   # (V,)
+        cells = sum(s.token_cells for s in self.stats.values())                   # (V,) cell-layers
+        sinks = sum(s.token_sinks for s in self.stats.values())                   # (V,)
         seen = (cells > 0).nonzero()[:, 0]
-        mean = (score[seen] / cells[seen].double()).tolist()
+        mean = (score[seen] / (cells[seen].double() * st.heads)).tolist()
         order = sorted(range(len(seen)), key=lambda i: (-mean[i], int(seen[i])))[:k]
-        return [{"token": token_text(tokenizer, int(seen[i])), "token_id": int(seen[i]), "score": mean[i]}
-                for i in order]
+        return [{"token": int(seen[i]), "cells": int(cells[seen[i]]), "score": mean[i],
+                 "sink_share": int(sinks[seen[i]]) / (int(cells[seen[i]]) * st.heads)} for i in order]
+
+    def top_tokens(self, tokenizer, k: int = SUMMARY_TOKENS) -> list[dict]:
+        """summary.json's top_sink_tokens: the first k rows of pooled_token_rows."""
+        return [{"token": token_text(tokenizer, r["token"]), "token_id": r["token"], "score": r["score"]}
+                for r in self.pooled_token_rows(k)]
 
     def meta(self, done) -> dict:
         if not self.enabled:
             return {}
-        return {"anatomy": True, "anatomy_min_queries": MIN_QUERIES}
+        return {"anatomy": True, "anatomy_min_queries": MIN_QUERIES,
+                "anatomy_sink_min_queries": SINK_MIN_QUERIES}

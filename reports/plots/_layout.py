@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from matplotlib.figure import Figure, SubFigure
 from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
 
+from reports.measure import text_width, wrap
 from reports.schema import LINEAR_ATTENTION
 from reports.style import HATCH_COLOR, MISSING_COLOR
 from reports.text import plain
@@ -28,7 +30,33 @@ NOT_APPLICABLE_GID = "not-applicable"
 
 def new_figure(width: float, height: float) -> Figure:
     # The object API (no pyplot): no global figure registry, no GUI backend, safe under Agg.
+    show_inline_in_ipython()
     return Figure(figsize=(width, height), layout="constrained")
+
+
+# The formats IPython could draw a Figure in: one already set means the user chose (%matplotlib
+# inline, set_matplotlib_formats) and probe leaves it alone.
+_FIGURE_FORMATS = ("image/png", "image/svg+xml", "image/jpeg", "application/pdf", "text/html")
+
+
+def show_inline_in_ipython() -> None:
+    """In a Jupyter kernel, let a probe Figure that ends a cell draw as a PNG.
+
+    matplotlib registers IPython's figure formatter only when pyplot starts the inline backend;
+    probe never imports pyplot (figures come from the object API), so in a plain kernel a figure
+    printed as "<Figure size 360x390 with 2 Axes>". Outside IPython this does nothing."""
+    import sys
+
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    formatters = getattr(getattr(shell, "display_formatter", None), "formatters", None)
+    if not formatters or "image/png" not in formatters:
+        return
+    if any(Figure in getattr(formatters.get(kind), "type_printers", {}) for kind in _FIGURE_FORMATS):
+        return
+    from IPython.core.pylabtools import print_figure
+
+    formatters["image/png"].for_type(Figure, lambda fig: print_figure(fig, "png", bbox_inches="tight"))
 
 
 def axes_or_new(ax: Axes | None, width: float = 6.4, height: float = 3.6) -> Axes:
@@ -89,10 +117,35 @@ def model_heatmaps(fig: Figure | SubFigure, runs: Any, models: Sequence[str],
         linear = runs.layers_of_type(model, LINEAR_ATTENTION)
         image = layer_head_heatmap(ax, matrix, norm=norm, cmap=cmap,
                                    missing_label={layer: "linear attn." for layer in linear})
-        ax.set_title(plain(model))
+        panel_title(ax, model, panels=len(models))
         if note is not None:
             note_hatched_rows(ax, note)
     fig.colorbar(image, ax=list(axes), label=label, shrink=0.9)
+
+
+def panel_title(ax: Axes, text: str, *, panels: int = 1, fontsize: float = 9.0,
+                after: str | None = None) -> None:
+    """A panel's title wrapped to the panel's width: long run names (GGUF file stems such as
+    "SmolLM2-135M-Instruct.Q4_1") break after "-", "." or "_" instead of running into the
+    next panel's title. `panels`: how many panels share the figure's width; `after`: a line
+    under the name (a threshold, a layer)."""
+    figure = ax.get_figure(root=True)
+    width = figure.get_figwidth() * 72 / max(panels, 1) * 0.85        # points, less the gaps
+    lines = break_name(plain(text), width, fontsize) + ([after] if after else [])
+    ax.set_title("\n".join(lines), fontsize=fontsize)
+
+
+def break_name(text: str, width_pt: float, size: float) -> list[str]:
+    """`text` in lines no wider than `width_pt`, broken after spaces, "-", "." or "_" (inside a
+    part only where one part alone is too wide)."""
+    lines, line = [], ""
+    for part in re.split(r"(?<=[-._ ])", text):
+        if line and text_width(line + part, size) > width_pt:
+            lines.append(line.rstrip())
+            line = ""
+        line += part
+    lines.append(line.rstrip())
+    return [piece for line in lines for piece in wrap(line, width_pt, size)]
 
 
 def _with_missing_color(cmap: str | Colormap) -> Colormap:
@@ -130,6 +183,31 @@ def note_hatched_rows(ax: Axes, reason: str) -> None:
     not follow the figure into a subfigure or a PDF page's layout rectangle.
     """
     ax.set_xlabel(f"{ax.get_xlabel()}\n(hatched: {reason})")
+
+
+def legend_beside(ax: Axes, title: str | None = "model") -> None:
+    """The panel's legend off the data: inside, it covered lines and markers (the uniform
+    reference ran through its title). Short entries go in a column right of the panel; long
+    ones (GGUF run names) in rows above it, where a column would squeeze the panel to a strip.
+    Constrained layout makes room either way."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    width = ax.get_figure(root=True).get_figwidth() * 72                 # points
+    entry = max(text_width(plain(label), 8.0) for label in labels) + 34     # marker and gap
+    if entry <= 0.3 * width:
+        ax.legend(title=title, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        return
+    columns = max(1, min(len(labels), int(0.95 * width // entry)))
+    ax.legend(title=title, loc="lower left", bbox_to_anchor=(0.0, 1.02), borderaxespad=0.0,
+              ncols=columns, fontsize=8)
+
+
+def legend_width(labels: Sequence[str], title: str | None = "model", size: float = 9.0) -> float:
+    """Inches a legend right of the panels takes (its longest entry, the marker, the padding):
+    a figure sized for its panels alone would squeeze them to make room for it."""
+    widest = max([text_width(plain(label), size) for label in labels] + [text_width(title or "", size)])
+    return (widest + 40) / 72
 
 
 def legend_outside(ax: Axes, handles: Sequence[Any], labels: Sequence[str],

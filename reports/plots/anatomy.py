@@ -15,14 +15,17 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure, SubFigure
+from matplotlib.patches import Rectangle
 
-from reports.plots._layout import (figure_or_new, legend_outside, not_applicable,
+from reports.plots._layout import (figure_or_new, legend_outside, not_applicable, panel_title,
                                    set_layer_ticks)
 from reports.runs import Runs, load_runs
-from reports.style import MISSING_COLOR, REFERENCE_COLOR, model_colors, styled
+from reports.schema import SINK_MIN_QUERIES
+from reports.style import HATCH_COLOR, MISSING_COLOR, REFERENCE_COLOR, model_colors, styled
 from reports.text import plain
 
 POOLED_HEADS = -1           # received_by_position's head of the mean over heads
+FEW_QUERIES_GID = "few-queries"   # the hatching over key buckets seen by too few queries
 # The log colour scale spans at most this many decades below the largest cell: a sink near 1
 # and the ordinary keys near 1/T stay apart, and a stray tiny cell does not flatten the rest.
 LOG_DECADES = 4
@@ -138,6 +141,23 @@ def log_norm(matrices: list[np.ndarray]) -> Normalize:
 
 # -- figures --------------------------------------------------------------------------------
 
+def sink_bar(runs: Runs, model: str) -> int:
+    """The queries a key needs to name a secondary sink in this run (meta.json)."""
+    return int(runs.meta[model].get("anatomy_sink_min_queries") or SINK_MIN_QUERIES)
+
+
+def few_query_columns(runs: Runs, model: str) -> list[int]:
+    """Columns (buckets of received_buckets) whose keys are seen by fewer than the run's bar of
+    queries on average: the end of its sequences, where recency lifts every score."""
+    rows = runs.rows("received_by_position", model)
+    rows = rows[rows["head"] == POOLED_HEADS].drop_duplicates(["key_lo", "key_hi"])
+    column = {bucket: j for j, bucket in enumerate(received_buckets(runs))}
+    bar = sink_bar(runs, model)
+    return sorted(column[(float(lo), float(hi))] for lo, hi, cells, queries in
+                  zip(rows["key_lo"], rows["key_hi"], rows["cells"], rows["queries"])
+                  if cells and queries / cells < bar)
+
+
 @styled
 def plot_received_attention(runs: Any, *, fig: Figure | SubFigure | None = None,
                             cmap: str = "magma_r",
@@ -171,8 +191,11 @@ def plot_received_attention(runs: Any, *, fig: Figure | SubFigure | None = None,
         ax.set_xticks(range(len(labels)), labels=labels, rotation=90)
         ax.set_xlabel("key position")
         set_layer_ticks(ax, range(matrix.shape[0]), axis="y")
-        ax.set_title(plain(model))
+        panel_title(ax, model, panels=len(models))
         ax.grid(False)
+        for j in few_query_columns(runs, model):     # hatched: too few queries to read
+            ax.add_patch(Rectangle((j - 0.5, -0.5), 1, matrix.shape[0], fill=False, hatch="xx",
+                                   edgecolor=HATCH_COLOR, linewidth=0, gid=FEW_QUERIES_GID))
     colorbar = fig.colorbar(image, ax=list(axes), shrink=0.9,
                             label="received attention")
     if epsilon is not None and norm.vmin < epsilon < norm.vmax:
@@ -239,7 +262,7 @@ def plot_gate_vs_sink_attention(runs: Any, *, fig: Figure | SubFigure | None = N
                     color=colours(norm(int(layer))), label=f"layer {int(layer)}")
         ax.set_xlim(0, 1)
         ax.set_xlabel("attention on the top sink key")
-        ax.set_title(plain(model))
+        panel_title(ax, model, panels=len(models))
     axes[0].set_ylabel("mean gate score")
     axes[0].set_ylim(bottom=0)
     colorbar = fig.colorbar(ScalarMappable(norm=norm, cmap=colours), ax=list(axes), shrink=0.9,
@@ -271,7 +294,7 @@ def plot_gate_vs_baseline_f_attn(runs: Any, *, fig: Figure | SubFigure | None = 
         # points apart instead of pressed against the left edge of [0, 1].
         ax.set_xlim(0, max(0.05, 1.08 * float(points["f_attn"].max()) if len(points) else 1.0))
         ax.set_xlabel(f"F-Attn of {plain(baseline)}")
-        ax.set_title(f"{plain(gated)} vs {plain(baseline)}")
+        panel_title(ax, f"{gated} vs {baseline}", panels=len(pairs))
     axes[0].set_ylabel("mean gate score (gated run)")
     axes[0].set_ylim(0, 1)
     colorbar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(axes), shrink=0.9,

@@ -10,8 +10,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
 from reports.frames import first_token_by_bucket, first_token_by_layer, first_token_matrix
-from reports.plots._layout import (axes_or_new, figure_or_new, model_heatmaps, not_applicable,
-                                   set_layer_ticks)
+from reports.plots._layout import (axes_or_new, figure_or_new, legend_beside, model_heatmaps,
+                                   not_applicable, set_layer_ticks)
 from reports.runs import load_runs
 from reports.schema import LINEAR_ATTENTION
 from reports.style import REFERENCE_COLOR, model_colors, styled
@@ -67,7 +67,7 @@ def plot_first_token_by_layer(runs: Any, *, ax: Axes | None = None,
     set_layer_ticks(ax, sorted(all_layers), max_ticks=24)
     ax.set_ylabel(METRIC_LABELS.get(metric, metric))
     ax.set_ylim(bottom=0)
-    ax.legend(title="model")
+    legend_beside(ax)
     return ax
 
 
@@ -137,7 +137,7 @@ def plot_first_token_by_bucket(runs: Any, *,
         ax.set_yscale("log")
     else:
         ax.set_ylim(bottom=0)
-    ax.legend()
+    legend_beside(ax, title=None)
     return ax
 
 

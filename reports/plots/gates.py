@@ -10,8 +10,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
 from reports.frames import gate_hist_by_layer, gate_matrix, gate_saturation, gate_stats_by_layer
-from reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, legend_entries,
-                                   legend_outside, model_heatmaps, not_applicable,
+from reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, legend_beside,
+                                   legend_entries, legend_outside, model_heatmaps, not_applicable,
                                    set_layer_ticks, spread)
 from reports.runs import Runs, load_runs
 from reports.style import model_colors, styled
@@ -99,7 +99,7 @@ def plot_gate_stats_by_layer(runs: Any, *,
     set_layer_ticks(ax, sorted(layers), max_ticks=24)
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel("gate score")
-    ax.legend(title="model")
+    legend_beside(ax)
     return ax
 
 
@@ -150,7 +150,7 @@ def plot_gate_saturation(runs: Any, *,
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("gate score x (logit scale)")
     ax.set_ylabel("share below x")
-    ax.legend(title="model", loc="upper left")
+    legend_beside(ax)
     return ax
 
 

@@ -8,8 +8,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
 from reports.frames import massive_by_layer
-from reports.plots._layout import (axes_or_new, figure_or_new, legend_entries, legend_outside,
-                                   not_applicable, set_layer_ticks)
+from reports.plots._layout import (axes_or_new, figure_or_new, legend_beside, legend_entries,
+                                   legend_outside, not_applicable, set_layer_ticks)
 from reports.runs import load_runs
 from reports.schema import SITE_LABELS, SITES
 from reports.style import model_colors, styled
@@ -49,7 +49,7 @@ def plot_massive_by_layer(runs: Any, *, site: str = "resid_post", ax: Axes | Non
     ax.set_ylabel("max |h|")
     ax.set_title(SITE_LABELS.get(site, site))
     if legend:
-        ax.legend(title="model")
+        legend_beside(ax)
     return ax
 
 

@@ -9,8 +9,8 @@ import numpy as np
 from matplotlib.figure import Figure, SubFigure
 
 from reports.frames import sparsity_at, sparsity_sweep
-from reports.plots._layout import (figure_or_new, legend_entries, legend_outside,
-                                   not_applicable, set_layer_ticks, side_by_side)
+from reports.plots._layout import (figure_or_new, legend_entries, legend_outside, legend_width,
+                                   not_applicable, panel_title, set_layer_ticks, side_by_side)
 from reports.runs import load_runs
 from reports.schema import HEADLINE_THRESHOLDS, VARIANT_LABELS, VARIANTS
 from reports.style import model_colors, styled
@@ -34,7 +34,9 @@ def plot_sparsity_by_layer(runs: Any, *, fig: Figure | SubFigure | None = None,
     most_layers = max(runs.rows("sparsity", model)["layer"].nunique() for model in models)
     panel_width = min(max(2.5 + 0.12 * most_layers, 4.2), 7.0)
     fig = figure_or_new(fig, 2.2 + panel_width * len(thresholds), 0.5 + 2.3 * len(models))
-    axes = fig.subplots(len(models), len(thresholds), squeeze=False, sharey="col")
+    # Each panel its own y scale: a model whose shares are small (Gemma 3 next to a toy arm)
+    # keeps bars that can be read; the tick labels say the scale.
+    axes = fig.subplots(len(models), len(thresholds), squeeze=False)
     for column, threshold in enumerate(thresholds):
         at_threshold = sparsity_at(runs, threshold)
         for row, model in enumerate(models):
@@ -44,7 +46,7 @@ def plot_sparsity_by_layer(runs: Any, *, fig: Figure | SubFigure | None = None,
                 not_applicable(ax, f"{model}: no sparsity at threshold {threshold:g}")
                 continue
             _variant_bars(ax, rows, gated=runs.is_gated(model))
-            ax.set_title(f"{plain(model)}\n|x| < {threshold:g}")
+            panel_title(ax, model, panels=len(thresholds), after=f"|x| < {threshold:g}")
             if column == 0:
                 ax.set_ylabel("share below threshold")
     legend_outside(axes[0][-1], *legend_entries(axes.ravel()), title="attention output")
@@ -77,7 +79,10 @@ def plot_sparsity_sweep(runs: Any, *, fig: Figure | SubFigure | None = None
     drawn = {(model, variant) for model, variant in zip(sweep["model"], sweep["variant"])
              if variant == "ungated" or runs.is_gated(model)}
     variants = [variant for variant in VARIANTS if any(v == variant for _, v in drawn)]
-    fig = figure_or_new(fig, 0.8 + 3.2 * max(len(variants), 1), 3.3)
+    # Panels of 3.2 in whatever the legend beside them takes (long GGUF names made the one
+    # panel of ungated models 130 px wide).
+    labels = [plain(model) for model in runs.models if any(m == model for m, _ in drawn)]
+    fig = figure_or_new(fig, 1.0 + 3.2 * max(len(variants), 1) + legend_width(labels), 3.3)
     if not variants:
         not_applicable(fig.add_subplot(), "No sparsity table in these runs.")
         return fig

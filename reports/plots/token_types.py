@@ -10,7 +10,7 @@ from matplotlib.figure import Figure, SubFigure
 from reports.frames import gate_mean_by_token_type, token_type_order
 from matplotlib.colors import Normalize
 
-from reports.plots._layout import figure_or_new, not_applicable, set_layer_ticks
+from reports.plots._layout import figure_or_new, not_applicable, panel_title, set_layer_ticks
 from reports.runs import load_runs
 from reports.style import MISSING_COLOR, styled
 from reports.text import plain
@@ -65,7 +65,7 @@ def plot_gate_by_token_type(runs: Any, *, fig: Figure | SubFigure | None = None,
         ax.set_xticks(range(len(order)), labels=[plain(name) for name in order],
                       rotation=45, ha="right", rotation_mode="anchor")
         ax.set_xlabel("token type")
-        ax.set_title(plain(model))
+        panel_title(ax, model, panels=len(models))
         ax.grid(False)
     fig.colorbar(image, ax=list(axes), label="mean gate score", shrink=0.9)
     return fig

@@ -8,8 +8,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
-from reports.plots._layout import (axes_or_new, figure_or_new, legend_entries, legend_outside,
-                                   not_applicable)
+from reports.plots._layout import (axes_or_new, figure_or_new, legend_beside, legend_entries,
+                                   legend_outside, not_applicable)
 from reports.runs import load_runs
 from reports.style import REFERENCE_COLOR, model_colors, styled
 from reports.text import plain
@@ -108,7 +108,7 @@ def plot_loss_by_length(runs: Any, *, ax: Axes | None = None) -> Figure | SubFig
                     fontsize=7, color=REFERENCE_COLOR)
     ax.set_xlabel("input length (tokens)")
     ax.set_ylabel("held-out loss")
-    ax.legend(title="model")
+    legend_beside(ax)
     return ax
 
 

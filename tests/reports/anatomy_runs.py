@@ -85,7 +85,8 @@ def write_anatomy_run(root: Path, spec: RunSpec, seed: int) -> Path:
                                       "tokens_sha256": TOKENS_SHA256, "bos_token_id": BOS_ID,
                                       "position0": f"BOS token {BOS!r} (id {BOS_ID}) in every "
                                                    "sequence"})
-    top = tables["received_by_token"].sort_values("score", ascending=False).head(5)
+    by_token = tables["received_by_token"]
+    top = by_token[by_token["layer"] == -1].head(5)
     _update_json(path / "summary.json", {"anatomy": {
         "epsilon": EPSILON, "secondary_sinks": len(tables["secondary_sinks"]),
         "top_sink_tokens": [{"token": t, "token_id": int(i), "score": float(s)}
@@ -138,19 +139,33 @@ def _by_position(spec: RunSpec, rng, sink: float) -> pd.DataFrame:
 
 
 def _by_token(spec: RunSpec, rng, sink: float) -> pd.DataFrame:
+    """Each layer's top 6 of the 9 tokens, then layer -1: every token's mean over the layers
+    (a token has the same cells in every layer, as in probe)."""
     rows = []
+    cells = {token_id: SEQUENCES if token_id == BOS_ID else int(rng.integers(40, 400))
+             for token_id in TOKENS}
+    pooled = {token_id: [0.0, 0.0] for token_id in TOKENS}
     for layer in range(spec.num_layers):
         scores = {token_id: float(rng.uniform(0.004, 0.03)) for token_id in TOKENS}
         scores[BOS_ID] = sink * rng.uniform(0.8, 1.1) if layer > 0 else 0.04
         if layer == _secondary_layer(spec):
             scores[NEWLINE_ID] = 0.35
+        if spec.gated:             # a weak sink: "." receives more than the first token
+            scores[29] = float(rng.uniform(0.15, 0.2))
+        shares = {t: float(v > EPSILON) * rng.uniform(0.6, 1) for t, v in scores.items()}
+        for token_id in TOKENS:
+            pooled[token_id][0] += scores[token_id] / spec.num_layers
+            pooled[token_id][1] += shares[token_id] / spec.num_layers
         # Each layer lists its top tokens only (probe keeps the top 20; here 6 of 9).
         listed = sorted(scores, key=lambda t: (-scores[t], t))[:6]
         for rank, token_id in enumerate(listed, start=1):
-            cells = SEQUENCES if token_id == BOS_ID else int(rng.integers(40, 400))
             rows.append({"layer": layer, "rank": rank, "token_id": token_id,
-                         "token": TOKENS[token_id], "cells": cells, "score": scores[token_id],
-                         "sink_share": float(scores[token_id] > EPSILON) * rng.uniform(0.6, 1)})
+                         "token": TOKENS[token_id], "cells": cells[token_id],
+                         "score": scores[token_id], "sink_share": shares[token_id]})
+    for rank, token_id in enumerate(sorted(pooled, key=lambda t: (-pooled[t][0], t)), start=1):
+        rows.append({"layer": -1, "rank": rank, "token_id": token_id, "token": TOKENS[token_id],
+                     "cells": cells[token_id] * spec.num_layers, "score": pooled[token_id][0],
+                     "sink_share": pooled[token_id][1]})
     return pd.DataFrame(rows)
 
 

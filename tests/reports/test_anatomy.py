@@ -4,6 +4,7 @@ straight from the CSV files; runs without the tables get no section."""
 
 from __future__ import annotations
 
+import json
 
 import numpy as np
 import pandas as pd
@@ -15,7 +16,7 @@ import reports
 from reports.sections import FigureItem, build_sections, shown
 
 from anatomy_runs import (ANATOMY_COLUMNS, ANATOMY_SPECS, BOS, DEEP_ANATOMY_SPECS, EPSILON,
-                          MIN_QUERIES, buckets, write_anatomy_run)
+                          MIN_QUERIES, NEWLINE_ID, buckets, write_anatomy_run)
 
 SECTION = "sink-anatomy"
 
@@ -107,37 +108,33 @@ def test_heatmap_caption_quotes_the_buckets_epsilon_and_scale(anatomy_runs, anat
 
 # -- the tables ------------------------------------------------------------------------------
 
-def direct_sink_tokens(frame: pd.DataFrame) -> list[tuple]:
-    """(token_id, token, layers, cells, score, sink_share), pooled over layers by hand."""
-    pooled = {}
-    for row in frame.itertuples():
-        entry = pooled.setdefault(row.token_id, [row.token, 0, 0, 0.0, 0.0])
-        entry[1] += 1
-        entry[2] += row.cells
-        entry[3] += row.score * row.cells
-        entry[4] += row.sink_share * row.cells
-    rows = [(tid, tok, n, cells, s / cells, share / cells)
-            for tid, (tok, n, cells, s, share) in pooled.items()]
-    return sorted(rows, key=lambda r: (-r[4], r[0]))
-
-
 @pytest.mark.parametrize("per_model", [8, 1])
-def test_sink_tokens_are_pooled_over_layers_weighted_by_cells(anatomy_runs, anatomy_dirs,
-                                                              per_model):
+def test_sink_tokens_are_the_pooled_rows_the_summary_reads(anatomy_runs, anatomy_dirs, per_model):
+    """The token table is received_by_token.csv's layer -1 rows (the mean over every layer),
+    the same numbers as summary.json's top_sink_tokens, never a mean over the layers whose top
+    lists happen to name the token (a higher number for the same token)."""
     table = reports.sink_tokens_table(anatomy_runs, per_model=per_model)
-    for model in anatomy_dirs:
-        expected = direct_sink_tokens(csv(anatomy_dirs, model, "received_by_token"))
-        picked = expected[:per_model]
-        if not any(r[1] == BOS for r in picked):   # the position-0 token is always listed
-            picked += [r for r in expected if r[1] == BOS]
+    for model, path in anatomy_dirs.items():
+        rows = csv(anatomy_dirs, model, "received_by_token")
+        pooled = rows[rows["layer"] == -1].sort_values("rank")
+        picked = pooled.head(per_model)
+        if BOS not in set(picked["token"]):        # the position-0 token is always listed
+            picked = pd.concat([picked, pooled[pooled["token"] == BOS]])
         got = table[table["model"] == model]
-        assert list(got["token_id"]) == [r[0] for r in picked]
-        assert list(got["token"]) == [r[1] for r in picked]
-        assert list(got["layers"]) == [r[2] for r in picked]
-        assert list(got["cells"]) == [r[3] for r in picked]
-        np.testing.assert_allclose(got["score"], [r[4] for r in picked], rtol=1e-12)
-        np.testing.assert_allclose(got["sink_share"], [r[5] for r in picked], rtol=1e-12)
-        assert list(got["position_0"]) == [r[1] == BOS for r in picked]
+        assert list(got["token_id"]) == list(picked["token_id"])
+        assert list(got["cells"]) == list(picked["cells"])
+        np.testing.assert_array_equal(got["score"], picked["score"])
+        np.testing.assert_array_equal(got["sink_share"], picked["sink_share"])
+        assert list(got["position_0"]) == [t == BOS for t in picked["token"]]
+        summary = json.loads((path / "summary.json").read_text())["anatomy"]["top_sink_tokens"]
+        head = pooled.head(len(summary))
+        assert [s["token_id"] for s in summary] == list(head["token_id"])
+        assert [s["score"] for s in summary] == list(head["score"])
+        # A token listed by few layers: the mean over its listing layers would be higher.
+        listed = rows[(rows["layer"] >= 0) & (rows["token_id"] == NEWLINE_ID)]
+        mine = got[got["token_id"] == NEWLINE_ID]
+        if len(mine):
+            assert float(mine["score"].iloc[0]) < float(listed["score"].mean())
     # In the gated run the first token is not the top one: with one row it comes second.
     gated = table[table["model"] == "sink_gated"]
     if per_model == 1:
@@ -333,3 +330,77 @@ def test_gate_sink_caption_counts_bins_by_their_width(anatomy_dirs):
     # A bin that no query reached has no row: the caption still says 10 bins.
     runs.gate_sink = runs.gate_sink[runs.gate_sink["attention_lo"] < 0.85]
     assert "10 bins of width 0.1" in item(runs, "gate-vs-sink").caption
+
+
+def test_without_a_sink_the_sink_figures_are_left_out_and_said_so(anatomy_dirs, tmp_path):
+    """Runs in which no key scores above ε (the tiny arms) get no value-drain, gate-against-sink
+    or F-Attn-against-gate figure (their captions describe sinks that are not there), and the
+    section says why."""
+    import shutil
+
+    runs = []
+    for model, path in anatomy_dirs.items():
+        copy = tmp_path / model
+        shutil.copytree(path, copy)
+        positions = pd.read_csv(copy / "received_by_position.csv")
+        positions["sink_rate"] = 0.0
+        positions.to_csv(copy / "received_by_position.csv", index=False)
+        first = pd.read_csv(copy / "first_token.csv")
+        first.loc[first["metric"] == "f_attn", "value"] = 0.05
+        first.to_csv(copy / "first_token.csv", index=False)
+        runs.append(copy)
+    section = section_of(reports.load_runs(runs))
+    ids = [item.id for item in section.items]
+    assert "received-attention" in ids
+    assert not {"value-drains", "gate-vs-sink", "f-attn-vs-gate"} & set(ids)
+    assert any("No run has an attention sink" in note for note in section.notes)
+    assert any("no head of sink_base has F-Attn above" in note for note in section.notes)
+    # With the sinks (the fixture as written) the figures are there.
+    assert {"value-drains", "gate-vs-sink", "f-attn-vs-gate"} <= {
+        item.id for item in section_of(reports.load_runs(list(anatomy_dirs.values()))).items}
+
+
+def test_key_buckets_seen_by_too_few_queries_are_hatched_and_captioned(anatomy_dirs, tmp_path):
+    """The last bucket of a sequence (keys seen by few, nearby queries) is hatched in the
+    heatmap and the caption says why; the bar is meta.json's anatomy_sink_min_queries."""
+    import json
+    import shutil
+
+    from reports.plots.anatomy import FEW_QUERIES_GID, few_query_columns
+
+    runs = reports.load_runs(list(anatomy_dirs.values()))
+    assert not any(few_query_columns(runs, model) for model in runs.models)   # 1024 tokens, bar 128
+    assert "Hatched:" not in item(runs, "received-attention").caption
+    copy = tmp_path / "sink_base"
+    shutil.copytree(anatomy_dirs["sink_base"], copy)
+    meta = json.loads((copy / "meta.json").read_text())
+    (copy / "meta.json").write_text(json.dumps({**meta, "anatomy_sink_min_queries": 300}))
+    runs = reports.load_runs([copy])
+    # Keys 512-1023 of 1024-token sequences: 256.5 queries each on average, under 300.
+    assert few_query_columns(runs, "sink_base") == [len(buckets()) - 1]
+    figure = reports.plot_received_attention(runs)
+    hatched = [p for ax in figure.axes for p in ax.patches if p.get_gid() == FEW_QUERIES_GID]
+    assert len(hatched) == 1 and hatched[0].get_x() == len(buckets()) - 1.5
+    caption = item(runs, "received-attention").caption
+    assert "Hatched: buckets whose keys are seen by fewer than 300 queries on average" in caption
+    assert "at least 300 queries count" in item(runs, "secondary-sinks").caption
+
+
+def test_a_sink_only_at_the_end_of_the_sequences_is_no_sink(anatomy_dirs, tmp_path):
+    """A key bucket above ε only where its keys have few queries (recency) does not count: the
+    sink figures stay out, as for runs without any sink."""
+    import shutil
+
+    runs = []
+    for model, path in anatomy_dirs.items():
+        copy = tmp_path / model
+        shutil.copytree(path, copy)
+        positions = pd.read_csv(copy / "received_by_position.csv")
+        last = positions["key_lo"] == positions["key_lo"].max()
+        positions["sink_rate"] = 0.0
+        positions.loc[last, "sink_rate"] = 0.5                            # keys 512-1023 only
+        positions.loc[last, "queries"] = positions.loc[last, "cells"] * 20  # 20 queries a key
+        positions.to_csv(copy / "received_by_position.csv", index=False)
+        runs.append(copy)
+    section = section_of(reports.load_runs(runs))
+    assert not {"value-drains", "gate-vs-sink"} & {item.id for item in section.items}

@@ -28,6 +28,8 @@ def test_report_writes_every_figure_as_pdf_svg_and_caption(run_dirs, tmp_path, c
     expected = {f"figure-{item.number:02d}-{item.id}.{ext}" for item in items
                 for ext in ("pdf", "svg", "txt")}
     assert {path.name for path in figures.iterdir()} == expected
+    # Names say what the figure shows, without a "-figure" tail (figure-04-...-figure.pdf).
+    assert not [name for name in expected if name.rsplit(".", 1)[0].endswith("-figure")]
     for item in items:
         stem = figures / f"figure-{item.number:02d}-{item.id}"
         # The caption as the report prints it, number first.

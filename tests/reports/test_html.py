@@ -16,9 +16,9 @@ from reports.sections import build_sections
 SECTIONS = ("claims", "summary", "first-token", "attention-patterns", "massive-activations",
             "gates", "sparsity", "interventions", "training", "inference", "provenance")
 FIGURES = ("f-attn-heatmap", "f-attn-by-layer", "f-attn-by-position",
-           "attention-patterns-figure", "m-act-figure",
+           "display-prompt-patterns", "m-act-by-site",
            "gate-histograms", "gate-stats", "gate-heatmap", "gate-saturation", "gate-token-types",
-           "sparsity-by-layer", "sparsity-sweep", "interventions-figure",
+           "sparsity-by-layer", "sparsity-sweep", "loss-change-all-layers",
            "interventions-by-layer", "training-curves", "loss-by-length")
 TABLES = ("claims-table", "summary-table", "m-act-top", "gate-position",
           "gate-token-type-table", "interventions-table", "provenance-table")

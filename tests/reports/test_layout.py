@@ -84,3 +84,75 @@ def test_deep_heatmaps_still_label_first_and_some_layers(deep_runs):
     ax = figure.axes[0]
     labels = [label.get_text() for label in ax.get_yticklabels() if label.get_text()]
     assert labels[0] == "0" and len(labels) >= 6
+
+
+# Run names as GGUF file stems make them: long, without spaces.
+LONG = (
+    RunSpec("SmolLM2-135M-Instruct.Q4_1", 6, 3, (), "none", 0.5, 900.0, training=False,
+            patterns=True, buckets=True, token_types=False),
+    RunSpec("gemma-3-270m-q4_k_m", 4, 2, (), "none", 0.4, 300.0, training=False,
+            patterns=True, buckets=True),
+    RunSpec("Qwen3-Next-80B-A3B-Instruct.Q4_K_M", 4, 4, (), "official_headwise", 0.08, 90.0,
+            training=False, patterns=True, token_types=True, buckets=True),
+)
+
+
+@pytest.fixture(scope="module")
+def long_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("long")
+    return reports.load_runs([write_run(root, spec, seed) for seed, spec in enumerate(LONG)])
+
+
+@pytest.fixture(scope="module")
+def long_figures(long_runs):
+    """Every figure of the long-named runs as the PDF saves it, drawn once for the tests below."""
+    return list(figures_as_saved(long_runs))
+
+
+def test_long_names_in_panel_titles_do_not_run_together(long_figures):
+    """Panel titles of one figure (one per model) do not overlap: a long name breaks after "-",
+    "." or "_" (the compare PDF read "SmolLM2-135M-Instruct.Q4_1gemma-3-270m-q4_k_m")."""
+    checked = 0
+    for item, figure, renderer in long_figures:
+        titles = [ax.title.get_window_extent(renderer) for ax in figure.findobj(Axes)
+                  if ax.get_title().strip()]
+        checked += len(titles)
+        assert not overlaps(titles), (item.id, [ax.get_title() for ax in figure.findobj(Axes)])
+        width = figure.bbox.width
+        assert all(box.x0 >= -1 and box.x1 <= width + 1 for box in titles), item.id
+    assert checked > 10
+
+
+def test_legends_sit_beside_the_data_not_on_it(long_figures):
+    """No legend covers its panel's plotting area (they covered the lines of the F-Attn figures,
+    the uniform reference running through the legend's title)."""
+    checked = 0
+    for item, figure, renderer in long_figures:
+        for ax in figure.findobj(Axes):
+            legend = ax.get_legend()
+            if legend is None or not legend.get_visible():
+                continue
+            checked += 1
+            box, area = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+            assert not overlaps([box, area]), (item.id, ax.get_title())
+    assert checked >= 4
+
+
+def test_sparsity_panels_have_their_own_y_scale(long_runs):
+    """Each model's panel is scaled to its own bars (a shared scale flattened the smaller
+    model's bars to nothing)."""
+    figure = reports.plot_sparsity_by_layer(long_runs)
+    axes = [ax for ax in figure.axes if ax.patches]
+    tops = {round(ax.get_ylim()[1], 6) for ax in axes}
+    highest = [max(p.get_height() for p in ax.patches) for ax in axes]
+    for ax, high in zip(axes, highest):
+        assert high >= 0.5 * ax.get_ylim()[1], ax.get_title()     # the bars fill the panel
+    assert len(tops) > 1
+
+
+def test_the_threshold_sweep_keeps_its_panels_wide_beside_a_long_legend(long_runs):
+    figure = reports.plot_sparsity_sweep(long_runs)
+    with report_style():
+        freeze_layout(figure)
+    for ax in figure.axes:
+        assert ax.get_window_extent().width / figure.dpi >= 2.4     # inches, not 130 px

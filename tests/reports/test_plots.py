@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import numpy as np
@@ -384,8 +386,14 @@ def test_powers_of_two_buckets_of_a_short_run(run_dirs, tmp_path):
     assert tick_labels(ax) == ["1", "2", "4", "8", "16", "32", "64"]
     figure = next(item for section in build_sections(reports.load_runs(run))
                   for item in section.items if item.id == "f-attn-by-position")
-    assert "2^k ≤ t < 2^(k+1) (7 buckets, from t = 1 up to the longest sequence analysed, 127)" \
-        in figure.caption
+    assert "2^k ≤ t < 2^(k+1) (7 buckets, from t = 1 below 128)" in figure.caption
+    # With meta.json's longest_sequence the caption names the last position, not the bucket's edge.
+    meta = json.loads((run / "meta.json").read_text())
+    (run / "meta.json").write_text(json.dumps({**meta, "longest_sequence": 100}))
+    figure = next(item for section in build_sections(reports.load_runs(run))
+                  for item in section.items if item.id == "f-attn-by-position")
+    assert ("(7 buckets, from t = 1 up to t = 99, the last position of the longest sequence "
+            "analysed (100 tokens))") in figure.caption
 
 
 def test_loss_by_length_and_training_length(all_runs):

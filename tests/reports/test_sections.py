@@ -78,7 +78,7 @@ def test_caption_numbers_follow_the_constants(run_dirs, monkeypatch):
 
     runs = reports.load_runs([run_dirs["baseline"], run_dirs["hybrid"]])
     captions = _captions(runs)
-    assert "max(100, 1000 × the layer's median |h|)" in captions["interventions-figure"]
+    assert "max(100, 1000 × the layer's median |h|)" in captions["loss-change-all-layers"]
     assert smoothing_window(1000) == round(1000 / SMOOTHING_DIVISOR)
     assert f"moving average over {100 / SMOOTHING_DIVISOR:g}% of" in captions["training-curves"]
     assert ("x = 0.01, 0.1, 0.5, 0.9 and 0.99 (logit x axis; below 0.9 and 0.99 as 1 − the share "
@@ -90,7 +90,7 @@ def test_caption_numbers_follow_the_constants(run_dirs, monkeypatch):
                         {"frac_lt_0.2": 0.2, "frac_gt_0.8": 0.8})
     monkeypatch.setattr(sections_gates, "_ABOVE", {"frac_gt_0.8": 0.8})
     captions = _captions(runs)
-    assert "max(100, 500 × the layer's median |h|)" in captions["interventions-figure"]
+    assert "max(100, 500 × the layer's median |h|)" in captions["loss-change-all-layers"]
     assert "moving average over 5% of" in captions["training-curves"]
     assert "x = 0.2 and 0.8 (logit x axis; below 0.8 as 1 − the share above)" \
         in captions["gate-saturation"]
