@@ -131,7 +131,7 @@ def assemble(cap, loaded: LoadedModel, dataset: Dataset, name: str, dev, o: Anal
              patterns: pd.DataFrame, control=None, world: int = 1) -> Analysis:
     """The Analysis of a finished pass (reducers on the CPU): every metric's tables, meta.json
     (provenance, then each metric's keys) and summary.json."""
-    done = Done(name, loaded.tokenizer, cap.metrics, control)
+    done = Done(name, loaded.tokenizer, cap.metrics, control, resamples=o.resamples)
     frames = cap.tables(name, loaded.tokenizer, control)
     analysis = Analysis(meta={"name": name}, summary={}, attention_patterns=patterns, **frames)
     analysis.meta = build_meta(loaded, dataset, name, dev, o)

@@ -60,12 +60,8 @@ class FirstTokenStats(Reducer):
         """
         B, H, T = p0.shape
         pos = torch.arange(T, device=p0.device)
-        w = torch.ones(B, T, dtype=F64, device=p0.device) if valid is None else valid.double()
-        if finite is not None or (p0.numel() and not bool(torch.isfinite(p0.amax()))):
-            finite = torch.isfinite(p0).all(1) & (True if finite is None else finite.to(p0.device))  # (B, T)
-            self.nonfinite += ((~finite) & (w > 0)).sum()
-            w = w * finite
-            p0 = p0.masked_fill(~finite[:, None, :], 0.0)
+        p0, w, dropped = first_key_weights(p0, valid, finite)
+        self.nonfinite += dropped
         weighted = p0.double() * w[:, None, :]                          # (B, H, T)
         self.sum_all += weighted.sum((0, 2))
         self.n_all += w.sum().long()
@@ -105,6 +101,21 @@ class FirstTokenStats(Reducer):
                 out.append({"head": head, "bucket_lo": edges[b], "bucket_hi": edges[b + 1],
                             "value": s / n, "n_queries": n, "uniform": uniform})
         return out
+
+
+def first_key_weights(p0: torch.Tensor, valid: torch.Tensor | None, finite: torch.Tensor | None):
+    """(p0 with left-out queries zeroed, w (B, T) float64: 1 where a query counts, the number of
+    valid queries left out). A query counts when it is valid and finite in every head (and its
+    output row is finite, `finite`); FirstTokenStats.update says why."""
+    B, H, T = p0.shape
+    w = torch.ones(B, T, dtype=F64, device=p0.device) if valid is None else valid.double()
+    dropped = torch.zeros((), dtype=I64, device=p0.device)
+    if finite is not None or (p0.numel() and not bool(torch.isfinite(p0.amax()))):
+        finite = torch.isfinite(p0).all(1) & (True if finite is None else finite.to(p0.device))  # (B, T)
+        dropped = ((~finite) & (w > 0)).sum()
+        w = w * finite
+        p0 = p0.masked_fill(~finite[:, None, :], 0.0)
+    return p0, w, dropped
 
 
 class FirstToken(Metric):
