@@ -11,6 +11,8 @@ from .errors import ProbeError
 from .options import DTYPE_NAMES
 
 EXIT_USAGE = 2
+PAIR_HELP = ("a gated model and its own baseline, by their names, for the claims' verdicts (arms of one "
+             "probe train run and a graft with its base pair themselves; other pairs are not comparable)")
 
 
 def _analysis_options(p: argparse.ArgumentParser, *, leave_out=()) -> None:
@@ -53,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--figures", metavar="DIR",
                    help="also write every figure as its own PDF and SVG with its caption into DIR")
     r.add_argument("--force", action="store_true")
+    r.add_argument("--pair", nargs="+", metavar="BASE:GATED", help=PAIR_HELP)
 
     c = sub.add_parser("compare", help="analyse several checkpoints on the same tokens, one report")
     c.add_argument("checkpoints", nargs="+", help="baseline first, then gated variants")
@@ -64,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the folder names)")
     c.add_argument("--figures", metavar="DIR",
                    help="also write every figure as its own PDF and SVG with its caption into DIR")
+    c.add_argument("--pair", nargs="+", metavar="BASE:GATED", help=PAIR_HELP)
     _analysis_options(c, leave_out=("resume", "checkpoint_seconds"))     # compare starts over
 
     t = sub.add_parser("train", help="train a small no-gate / headwise / elementwise model to analyse")
@@ -215,10 +219,11 @@ def cmd_report(args, command_line) -> int:
             raise ProbeError(f"{run} is not a probe run directory (no summary.json); "
                              "create it with probe analyze")
     runs = load_run_dirs([Path(r) for r in args.runs])      # a run that does not fit: one line, now
+    pairs = _pairs(args.pair, runs)
     for path in write_report(runs, out, formats=formats, title=args.title, force=args.force,
-                             figures=args.figures).values():
+                             figures=args.figures, pairs=pairs).values():
         print(f"wrote {path}")
-    print_claims(runs)
+    print_claims(runs, pairs)
     return 0
 
 
@@ -248,19 +253,22 @@ def cmd_compare(args, command_line) -> int:
         check_writable(out)
         _check_figures_dir(args.figures, args.force)
     names = compare_names(args.checkpoints, args.name)
+    _pairs(args.pair, None, names)                 # a malformed --pair: one line, before any pass
     analyses = [_run_analysis(ckpt, options, data, name, command_line)
                 for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
         return 0
     console.raise_if_interrupted()
+    pairs = _pairs(args.pair, analyses)
     reports = write_runs(dict(zip(names, analyses)), out, force=args.force, formats=formats,
-                         title=args.title, figures=args.figures)
+                         title=args.title, figures=args.figures, pairs=pairs)
     print_summary(analyses)
     if len({a.meta.get("tokens_sha256") for a in analyses}) > 1:
         print("probe: warning: the models did not see the same token ids (their tokenizers or BOS "
               "policies differ), so per-token comparisons do not apply; pass token ids (.npy / .pt) "
               "to compare on identical input", file=sys.stderr)
-    print_claims(analyses)
+    print_claims(analyses, pairs)
+    print_differences(analyses)
     print(f"wrote {out}/")                     # the run folders first, as probe analyze prints them
     for path in reports.values():
         print(f"wrote {path}")
@@ -340,10 +348,40 @@ def print_summary(analyses) -> None:
         print(frame.to_string(na_rep="-"))
 
 
-def print_claims(analyses) -> None:
+def _pairs(texts, runs, names=None):
+    """--pair BASE:GATED ... checked against the runs (or only their names, before the passes)."""
+    if not texts:
+        return None
+    from reports.claims_pairs import check_declared, parse_pairs
+    from reports.runs import load_runs
+
+    try:
+        pairs = parse_pairs(texts)
+        if runs is None:
+            unknown = [n for pair in pairs for n in pair if n not in names]
+            if unknown:
+                raise ValueError(f"--pair names {unknown[0]!r}, which is none of the models ({', '.join(names)})")
+        else:
+            check_declared(load_runs(runs), pairs)
+    except ValueError as err:
+        raise ProbeError(str(err)) from None
+    return pairs
+
+
+def print_claims(analyses, pairs=None) -> None:
     """The paper's claims checked on these models (Analysis objects or run directories;
     reports/claims.py has the rules)."""
     from reports.claims import claims_table, claims_text
 
     print()
-    print(claims_text(claims_table(analyses)))
+    print(claims_text(claims_table(analyses, pairs=pairs)))
+
+
+def print_differences(analyses) -> None:
+    """`probe compare`: each model against the first, paired bootstrap (reports/differences.py)."""
+    from reports.differences import differences_table, differences_text
+
+    text = differences_text(differences_table(analyses))
+    if text:
+        print()
+        print(text)

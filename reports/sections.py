@@ -20,13 +20,13 @@ from reports.sections_gates import gates, sparsity
 from reports.sections_loss import inference, interventions, training
 
 
-def build_sections(runs: Runs) -> list[Section]:
+def build_sections(runs: Runs, pairs=None) -> list[Section]:
     """Every section, in order; those with nothing to show carry `omitted` (the reason) and
     no items. Figures and tables are numbered in reading order over the shown sections."""
     # Sink anatomy only where a run has its tables: without them the report is as it was.
     sink_anatomy = anatomy(runs)
     return numbered([
-        _claims(runs),
+        _claims(runs, pairs),
         _summary(runs),
         first_token(runs),
         attention_patterns(runs),
@@ -41,16 +41,21 @@ def build_sections(runs: Runs) -> list[Section]:
     ])
 
 
-def _claims(runs: Runs) -> Section:
-    # First, so a reader sees the verdicts before the figures; the rules sit in the caption.
+def _claims(runs: Runs, pairs=None) -> Section:
+    # First, so a reader sees the verdicts before the figures; the rules in a table of their own.
+    if not runs.gated_models:
+        return Section(id="claims", title="Claims of the paper",
+                       intro=claims.NO_GATED[0].upper() + claims.NO_GATED[1:] + ".", items=[])
     return Section(
         id="claims", title="Claims of the paper",
         intro=("Does each headline claim of the paper hold in these runs, in the direction the "
-               "paper reports? One row per claim and gated model, with the numbers and the rule "
-               "behind each verdict. Small or briefly trained models are not expected to reach "
+               "paper reports? One row per claim and gated model, with the numbers and their 95% "
+               "intervals. Small or briefly trained models are not expected to reach "
                "the paper's values, only to move the same way."),
-        items=[TableItem("claims-table", "Claims of the paper", claims.claims_display(runs),
-                         claims.claims_caption(), index_label="claim")],
+        items=[TableItem("claims-table", "Claims of the paper", claims.claims_display(runs, pairs),
+                         claims.claims_caption(), index_label="claim"),
+               TableItem("claims-rules", "How each verdict is decided", claims.rules_display(),
+                         claims.rules_caption(), index_label="claim", free_text=True)],
     )
 
 
