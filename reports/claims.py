@@ -242,8 +242,8 @@ def _sparse_gate(runs: Runs) -> list[_Row]:
                 verdict = WITHIN_NOISE
         else:
             verdict = _judge(mean <= MEAN_GATE_MAX and share >= LOW_GATE_SHARE_MIN,
-                             mean < NO_PREFERENCE_GATE and share > LOW_GATE) + _no_interval(runs, [model])
-        rows.append(_Row(1, model, measured, verdict, numbers))
+                             mean < NO_PREFERENCE_GATE and share > LOW_GATE)
+        rows.append(_Row(1, model, measured + ("" if found else _no_interval(runs, [model])), verdict, numbers))
     return rows
 
 
@@ -274,8 +274,8 @@ def _sparse_output(runs: Runs) -> list[_Row]:
                 if verdict == CONSISTENT and min(steps) <= 0:
                     verdict = WITHIN_NOISE if max(steps) > 0 else OPPOSITE
             else:
-                verdict = _judge(min(steps) >= SPARSITY_MIN_STEP, min(steps) > 0) + _no_interval(runs, [model])
-        rows.append(_Row(2, model, measured, verdict, numbers))
+                verdict = _judge(min(steps) >= SPARSITY_MIN_STEP, min(steps) > 0)
+        rows.append(_Row(2, model, measured + ("" if gain else _no_interval(runs, [model])), verdict, numbers))
     return rows
 
 
@@ -287,7 +287,8 @@ def _unpaired(runs: Runs, claim: int, measure: Callable[[str], str]) -> list[_Ro
     """Claims 3-4 compare a baseline with a gated model: the rows that say why there is no
     such pair (empty when there is one)."""
     if not runs.gated_models:
-        return _no_gated_rows(runs, claim)
+        return [_Row(claim, ", ".join(runs.models), "; ".join(measure(m) for m in runs.models),
+                     _untestable(NO_GATED))]
     if not runs.ungated_models:
         return [_Row(claim, model, measure(model), _untestable("no baseline in this report"))
                 for model in runs.gated_models]
@@ -348,7 +349,8 @@ def _sink(runs: Runs, declared=None) -> list[_Row]:
             verdict = _decide(found["difference"][1], found["difference"][2])
         else:
             verdict = _judge(gated_ratio * F_ATTN_MIN_REDUCTION <= base_ratio,
-                             gated_ratio < base_ratio) + _no_interval(runs, [base, gated])
+                             gated_ratio < base_ratio)
+        measured += "" if found else _no_interval(runs, [base, gated])
         rows.append(_Row(3, f"{base} vs {gated}", measured, verdict, numbers))
     return rows + refused
 
@@ -379,7 +381,8 @@ def _massive(runs: Runs, declared=None) -> list[_Row]:
         else:
             verdict = _judge(numbers["gated_m_act"] * M_ACT_MIN_REDUCTION
                              <= numbers["baseline_m_act"],
-                             numbers["gated_m_act"] < numbers["baseline_m_act"]) + _no_interval(runs, [base, gated])
+                             numbers["gated_m_act"] < numbers["baseline_m_act"])
+        measured += "" if found else _no_interval(runs, [base, gated])
         rows.append(_Row(4, f"{base} vs {gated}", measured, verdict, numbers))
     return rows + refused
 

@@ -286,23 +286,27 @@ def test_thresholds_live_in_the_named_constants(run_dirs, monkeypatch):
     table = reports.claims_table(run_dirs["headwise"])
     assert verdict(table, 1, "headwise") == BELOW_THRESHOLD
     assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in table["rule"].iloc[0]
-    assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in claims.claims_caption()
+    assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in claims.rules_display()["rule"].iloc[0]
 
 
-def test_caption_quotes_the_no_preference_gate_from_its_constant(monkeypatch):
-    assert f"{claims.NO_PREFERENCE_GATE:g} is a gate without preference" in claims.claims_caption()
+def test_the_rules_quote_the_no_preference_gate_from_its_constant(monkeypatch):
     monkeypatch.setattr(claims, "NO_PREFERENCE_GATE", 0.45)
-    assert "(MEAN_GATE_MAX; 0.45 is a gate without preference)" in claims.claims_caption()
+    assert "mean gate above 0.45" in claims.rules_display()["rule"].iloc[0]
 
 
-def test_caption_quotes_every_threshold():
-    caption = claims.claims_caption()
-    for name in ("MEAN_GATE_MAX", "LOW_GATE_SHARE_MIN", "SPARSITY_MIN_STEP", "SINK_MIN_RATIO",
-                 "F_ATTN_MIN_REDUCTION", "M_ACT_MIN_REDUCTION"):
-        assert name in caption, name
+def test_the_rules_are_a_short_table_that_quotes_every_threshold_not_a_caption_of_names():
+    """Issue 25 item 12: one row per claim with its rule; the caption says how intervals decide,
+    in a few lines, without the constants' names."""
+    rules = claims.rules_display()
+    assert len(rules) == 4 and list(rules.columns) == ["rule"]
+    text = " ".join(rules["rule"])
     for value in (claims.MEAN_GATE_MAX, claims.LOW_GATE_SHARE_MIN, claims.SPARSITY_THRESHOLD,
-                  claims.SPARSITY_MIN_STEP, claims.SINK_MIN_RATIO):
-        assert f"{value:g}" in caption
+                  claims.SPARSITY_MIN_STEP, claims.SINK_MIN_RATIO, claims.F_ATTN_MIN_REDUCTION):
+        assert f"{value:g}" in text
+    for caption in (claims.claims_caption(), claims.rules_caption()):
+        assert "MEAN_GATE_MAX" not in caption and "SINK_MIN_RATIO" not in caption
+        assert len(caption) < 900
+    assert claims.WITHIN_NOISE in claims.rules_caption() and claims.OPPOSITE in claims.rules_caption()
 
 
 # --- Not testable -------------------------------------------------------------------------
@@ -328,9 +332,11 @@ def test_gated_runs_without_a_baseline(run_dirs):
 def test_ungated_only_runs_test_nothing(run_dirs):
     table = reports.claims_table(run_dirs["baseline"])
     assert table["claim"].tolist() == [1, 2, 3, 4]
-    assert set(table["verdict"]) == {"not testable: no gated model in this report"}
+    assert set(table["verdict"]) == {f"not testable: {claims.NO_GATED}"}
     sink = table[table["claim"] == 3]["these runs"].iloc[0]
     assert "baseline: F-Attn" in sink and "× uniform" in sink  # the numbers are still shown
+    # Issue 25 item 10: said once on the console.
+    assert claims.claims_text(table) == f"Claims of the paper: {claims.NO_GATED}."
 
 
 def test_missing_control_makes_claim2_untestable(copy_runs):
@@ -376,17 +382,17 @@ def test_table_opens_the_html_report(built_report, all_runs):
     html = built_report["html"].read_text(encoding="utf-8")
     assert html.index('<section id="claims">') < html.index('<section id="summary">')
     section = _claims_section(html)
+    section = section[:section.index("<table", section.index("<table") + 1)]       # the claims, not the rules
     table = reports.claims_table(all_runs)
     rows = re.findall(r"<tr><th scope=\"row\">(.*?)</th>(.*?)</tr>", section)
     assert len(rows) == len(table)
     for (label, cells), expected_row in zip(rows, table.to_dict("records")):
         assert label == f"{expected_row['claim']}. {expected_row['statement']}"
         # Coloured by verdict class; the words stay the same.
-        kind = {"direction consistent": "consistent", "not consistent": "inconsistent",
-                "not testable": "untestable"}[next(k for k in ("direction consistent", "not consistent",
-                                                               "not testable") if expected_row["verdict"].startswith(k))]
+        kind = next(k for text, k in claims.VERDICT_KINDS if expected_row["verdict"].startswith(text))
         assert f'<td class="verdict {kind}">{expected_row["verdict"]}</td>' in cells
-    assert "MEAN_GATE_MAX" in section and "SINK_MIN_RATIO" in section  # caption: the rules
+    rules = _claims_section(html)
+    assert "How each verdict is decided" in rules and "3×" in rules  # the rules' table
     assert "direction consistent with the paper" in section
     assert "reproduc" not in section.lower()
 
@@ -399,9 +405,9 @@ def test_table_is_in_the_pdf(built_report):
     claim_pages = [text for text in pages if "Claims of the paper" in text.split("Contents")[-1]]
     assert claim_pages and pages.index(claim_pages[0]) == 0
     text = " ".join(" ".join(claim_pages).split())
-    for needle in ("1. Gate scores are sparse", "massive activations", "baseline vs hybrid",
-                   "SINK_MIN_RATIO", "M_ACT_MIN_REDUCTION"):
+    for needle in ("1. Gate scores are sparse", "massive activations", "baseline vs hybrid"):
         assert needle in text, needle
+    assert "With per-sequence values a verdict is" in " ".join(" ".join(pages).split())   # the rules
     assert "direction consistent" in text
 
 
