@@ -11,7 +11,9 @@ from reports import claims, notes, tables
 # The building blocks live in items.py; html.py, pdf.py, build.py and the tests import them here.
 from reports.items import (PROVENANCE, FigureItem, Section, TableItem,  # noqa: F401
                            left_out_line, numbered, shown)
+from reports.differences import differences_display, differences_notes
 from reports.reference import table4_caption
+from reports.tables_intervals import interval_caption, interval_notes
 from reports.runs import Runs
 from reports.schema import ATTENTION
 from reports.sections_anatomy import anatomy
@@ -68,14 +70,23 @@ def _summary(runs: Runs) -> Section:
                "mean_t 1/(t+1), the value without any preference. Sink rate: share of (layer, "
                f"head) with F-Attn > {_sink_epsilon(runs)}. Loss / perplexity: held-out "
                "next-token loss. "
-               f"n/a: does not apply or was not measured. {table4_caption()}")
+               f"n/a: does not apply or was not measured. {interval_caption(runs)}{table4_caption()}")
+    items = [TableItem("summary-table", "Model summary (paper Table 4 style)",
+                       tables.summary_display(runs), caption)]
+    differences = differences_display(runs) if len(runs.models) > 1 else None
+    if differences is not None and len(differences):
+        items.append(TableItem(
+            "differences-table", "Paired differences against the first model", differences,
+            "Each model minus the first, on the same token ids: the difference and the ratio with 95% "
+            "intervals from a paired bootstrap (the same resampled sequences for both runs).",
+            index_label="models"))
     return Section(
         id="summary", title="Summary",
         intro=("One row per model. The questions: does the gate lower the attention on the "
                "first token (F-Attn) and the largest activations (M-Act), and at what loss?"),
-        items=[TableItem("summary-table", "Model summary (paper Table 4 style)",
-                         tables.summary_display(runs), caption)],
-        notes=(notes.nonfinite_notes(runs) + notes.no_gate_notes(runs)
+        items=items,
+        notes=(notes.nonfinite_notes(runs) + interval_notes(runs)
+               + (differences_notes(runs) if len(runs.models) > 1 else []) + notes.no_gate_notes(runs)
                + notes.token_stream_notes(runs) + notes.depth_notes(runs)),
     )
 
