@@ -9,10 +9,9 @@ from pathlib import Path
 from . import console, errors
 from .errors import ProbeError
 from .options import DTYPE_NAMES
+from .report_args import GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_claims, print_differences
 
 EXIT_USAGE = 2
-PAIR_HELP = ("a gated model and its own baseline, by their names, for the claims' verdicts (arms of one "
-             "probe train run and a graft with its base pair themselves; other pairs are not comparable)")
 
 
 def _analysis_options(p: argparse.ArgumentParser, *, leave_out=()) -> None:
@@ -56,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write every figure as its own PDF and SVG with its caption into DIR")
     r.add_argument("--force", action="store_true")
     r.add_argument("--pair", nargs="+", metavar="BASE:GATED", help=PAIR_HELP)
+    r.add_argument("--group", nargs="+", metavar="NAME:RUN,RUN", help=GROUP_HELP)
 
     c = sub.add_parser("compare", help="analyse several checkpoints on the same tokens, one report")
     c.add_argument("checkpoints", nargs="+", help="baseline first, then gated variants")
@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--figures", metavar="DIR",
                    help="also write every figure as its own PDF and SVG with its caption into DIR")
     c.add_argument("--pair", nargs="+", metavar="BASE:GATED", help=PAIR_HELP)
+    c.add_argument("--group", nargs="+", metavar="NAME:RUN,RUN", help=GROUP_HELP)
     _analysis_options(c, leave_out=("resume", "checkpoint_seconds"))     # compare starts over
 
     t = sub.add_parser("train", help="train a small no-gate / headwise / elementwise model to analyse")
@@ -219,9 +220,9 @@ def cmd_report(args, command_line) -> int:
             raise ProbeError(f"{run} is not a probe run directory (no summary.json); "
                              "create it with probe analyze")
     runs = load_run_dirs([Path(r) for r in args.runs])      # a run that does not fit: one line, now
-    pairs = _pairs(args.pair, runs)
+    pairs, groups = pairs_of(args.pair, runs), groups_of(args.group, runs)
     for path in write_report(runs, out, formats=formats, title=args.title, force=args.force,
-                             figures=args.figures, pairs=pairs).values():
+                             figures=args.figures, pairs=pairs, groups=groups).values():
         print(f"wrote {path}")
     print_claims(runs, pairs)
     return 0
@@ -253,15 +254,15 @@ def cmd_compare(args, command_line) -> int:
         check_writable(out)
         _check_figures_dir(args.figures, args.force)
     names = compare_names(args.checkpoints, args.name)
-    _pairs(args.pair, None, names)                 # a malformed --pair: one line, before any pass
+    pairs_of(args.pair, None, names)                 # a malformed --pair: one line, before any pass
     analyses = [_run_analysis(ckpt, options, data, name, command_line)
                 for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
         return 0
     console.raise_if_interrupted()
-    pairs = _pairs(args.pair, analyses)
+    pairs, groups = pairs_of(args.pair, analyses), groups_of(args.group, analyses)
     reports = write_runs(dict(zip(names, analyses)), out, force=args.force, formats=formats,
-                         title=args.title, figures=args.figures, pairs=pairs)
+                         title=args.title, figures=args.figures, pairs=pairs, groups=groups)
     print_summary(analyses)
     if len({a.meta.get("tokens_sha256") for a in analyses}) > 1:
         print("probe: warning: the models did not see the same token ids (their tokenizers or BOS "
@@ -346,42 +347,3 @@ def print_summary(analyses) -> None:
     with pd.option_context("display.float_format", lambda v: f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}",
                            "display.width", 120):
         print(frame.to_string(na_rep="-"))
-
-
-def _pairs(texts, runs, names=None):
-    """--pair BASE:GATED ... checked against the runs (or only their names, before the passes)."""
-    if not texts:
-        return None
-    from reports.claims_pairs import check_declared, parse_pairs
-    from reports.runs import load_runs
-
-    try:
-        pairs = parse_pairs(texts)
-        if runs is None:
-            unknown = [n for pair in pairs for n in pair if n not in names]
-            if unknown:
-                raise ValueError(f"--pair names {unknown[0]!r}, which is none of the models ({', '.join(names)})")
-        else:
-            check_declared(load_runs(runs), pairs)
-    except ValueError as err:
-        raise ProbeError(str(err)) from None
-    return pairs
-
-
-def print_claims(analyses, pairs=None) -> None:
-    """The paper's claims checked on these models (Analysis objects or run directories;
-    reports/claims.py has the rules)."""
-    from reports.claims import claims_table, claims_text
-
-    print()
-    print(claims_text(claims_table(analyses, pairs=pairs)))
-
-
-def print_differences(analyses) -> None:
-    """`probe compare`: each model against the first, paired bootstrap (reports/differences.py)."""
-    from reports.differences import differences_table, differences_text
-
-    text = differences_text(differences_table(analyses))
-    if text:
-        print()
-        print(text)

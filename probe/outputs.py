@@ -14,7 +14,8 @@ from .errors import ProbeError
 
 
 def write_runs(analyses: dict[str, object] | object, out: Path, *, force: bool, formats=(),
-               title: str | None = None, figures: Path | None = None, pairs=None) -> dict[str, Path]:
+               title: str | None = None, figures: Path | None = None, pairs=None,
+               groups=None) -> dict[str, Path]:
     """Write one run directory (an Analysis) or a folder of them ({name: Analysis}) at `out`,
     with report.<fmt> for each of `formats` (and every figure on its own in `figures`, a folder
     of its own); returns {format: final path}."""
@@ -30,14 +31,15 @@ def write_runs(analyses: dict[str, object] | object, out: Path, *, force: bool, 
             analyses.write_into(tmp)
             folders = {tmp: out}
         if formats:
-            _report(folders, tmp, formats, title, figures, pairs)
+            _report(folders, tmp, formats, title, figures, pairs, groups)
     written = {fmt: out / f"report.{fmt}" for fmt in formats}
     if formats and figures:
         written["figures"] = Path(figures)
     return written
 
 
-def _report(folders: dict[Path, Path], into: Path, formats, title, figures=None, pairs=None) -> None:
+def _report(folders: dict[Path, Path], into: Path, formats, title, figures=None, pairs=None,
+            groups=None) -> None:
     """Build the report from run directories written in a temporary folder; the report names
     them where they will be."""
     from reports import build_report, load_runs
@@ -45,11 +47,11 @@ def _report(folders: dict[Path, Path], into: Path, formats, title, figures=None,
     runs = load_runs(list(folders))
     where = dict(zip(runs.models, folders.values()))
     runs.sources.update({model: str(path) for model, path in where.items()})
-    build_report(runs, into, formats=formats, title=title, figures=figures, pairs=pairs)
+    build_report(runs, into, formats=formats, title=title, figures=figures, pairs=pairs, groups=groups)
 
 
 def write_report(runs, out: Path, *, formats, title: str | None, force: bool,
-                 figures: Path | None = None, pairs=None) -> dict:
+                 figures: Path | None = None, pairs=None, groups=None) -> dict:
     """`probe report`: report.<fmt> of saved runs (run directories or the `Runs` read from
     them) into the folder `out`."""
     from reports import build_report
@@ -67,7 +69,8 @@ def write_report(runs, out: Path, *, formats, title: str | None, force: bool,
     new = [t for t in targets if not t.exists()]
     made_folder = not out.exists()
     try:
-        return build_report(runs, out, formats=formats, title=title, figures=figures, pairs=pairs)
+        return build_report(runs, out, formats=formats, title=title, figures=figures, pairs=pairs,
+                            groups=groups)
     except RunDirectoryError as err:
         raise ProbeError(str(err)) from None
     except Exception as err:

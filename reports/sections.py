@@ -13,6 +13,7 @@ from reports.items import (PROVENANCE, FigureItem, Section, TableItem,  # noqa: 
                            left_out_line, numbered, shown)
 from reports.differences import differences_display, differences_notes
 from reports.reference import table4_caption
+from reports.seeds import seed_display
 from reports.tables_intervals import interval_caption, interval_notes
 from reports.runs import Runs
 from reports.schema import ATTENTION
@@ -22,14 +23,14 @@ from reports.sections_gates import gates, sparsity
 from reports.sections_loss import inference, interventions, training
 
 
-def build_sections(runs: Runs, pairs=None) -> list[Section]:
+def build_sections(runs: Runs, pairs=None, groups=None) -> list[Section]:
     """Every section, in order; those with nothing to show carry `omitted` (the reason) and
     no items. Figures and tables are numbered in reading order over the shown sections."""
     # Sink anatomy only where a run has its tables: without them the report is as it was.
     sink_anatomy = anatomy(runs)
     return numbered([
         _claims(runs, pairs),
-        _summary(runs),
+        _summary(runs, groups),
         first_token(runs),
         attention_patterns(runs),
         *([sink_anatomy] if sink_anatomy is not None else []),
@@ -61,7 +62,7 @@ def _claims(runs: Runs, pairs=None) -> Section:
     )
 
 
-def _summary(runs: Runs) -> Section:
+def _summary(runs: Runs, groups=None) -> Section:
     caption = ("Mean gate: mean sigmoid gate score over all gated layers, heads, positions (and "
                "dimensions for elementwise gates). M-Act: mean over layers of the largest "
                "|layer output|. F-Attn (t ≥ 1): attention probability on the first token, "
@@ -80,6 +81,14 @@ def _summary(runs: Runs) -> Section:
             "Each model minus the first, on the same token ids: the difference and the ratio with 95% "
             "intervals from a paired bootstrap (the same resampled sequences for both runs).",
             index_label="models"))
+    seeds = seed_display(runs, groups)
+    if len(seeds):
+        items.append(TableItem(
+            "seeds-table", "Runs that differ only in seed", seeds,
+            "Mean over seeds with its 95% Student t interval, each seed's value, and the two spreads "
+            "kept apart: the sd of the per-seed values (between seeds) and the bootstrap standard error "
+            "over sequences of one seed's value, averaged over the seeds (within a seed).",
+            index_label="group", free_text=True))
     return Section(
         id="summary", title="Summary",
         intro=("One row per model. The questions: does the gate lower the attention on the "
