@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from probe.intervals import SequenceValues, intervals_of, paired
+from reports.claim_numbers import fmt
 from reports.runs import Runs
 
 DEFAULT_RESAMPLES = 1000         # probe.options resamples' default, for runs that do not record it
@@ -87,3 +88,17 @@ def sink_difference(runs: Runs, base: str, gated: str):
 def m_act_difference(runs: Runs, base: str, gated: str):
     """Paired bootstrap of M-Act, baseline minus gated (and baseline / gated); None without."""
     return _paired(runs, base, gated, lambda v, W: v.m_act(W))
+
+
+def bracket(found) -> str:
+    """" [lo, hi]" of a (point, lo, hi), or nothing."""
+    return f" [{fmt(found[1])}, {fmt(found[2])}]" if found else ""
+
+
+def paired_text(found, what: str) -> str:
+    """"; baseline minus gated ... [lo, hi], ratio ... [lo, hi]" of a paired bootstrap, or nothing."""
+    if not found:
+        return ""
+    d, r = found["difference"], found["ratio"]
+    return (f"; baseline minus gated {what} {fmt(d[0])}{bracket(d)}, ratio {fmt(r[0])}{bracket(r)} "
+            "(paired bootstrap)")

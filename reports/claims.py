@@ -22,6 +22,7 @@ import pandas as pd
 # nonfinite_reason is imported from here by notes.py.
 from reports.claim_numbers import (f_attn_of, gate_numbers, m_act_of,  # noqa: F401
                                    nonfinite_reason, sparsity_numbers, uniform_of)
+from reports.claim_numbers import fmt as _fmt
 from reports import claim_intervals as ci
 from reports.claims_pairs import NOT_COMPARABLE, pairing
 from reports.claims_paper import paper_sparsity, table4
@@ -224,8 +225,8 @@ def _sparse_gate(runs: Runs) -> list[_Row]:
         mean, share = gate_numbers(runs, model, LOW_GATE)
         numbers = {"mean_gate": mean, f"share_below_{LOW_GATE:g}": share}
         found = ci.gate_intervals(runs, model)
-        measured = (f"{model}: mean gate {_fmt(mean)}{_bracket(found and found[0])}, share < {LOW_GATE:g} "
-                    f"{_fmt(share)}{_bracket(found and found[1])}")
+        measured = (f"{model}: mean gate {_fmt(mean)}{ci.bracket(found and found[0])}, share < {LOW_GATE:g} "
+                    f"{_fmt(share)}{ci.bracket(found and found[1])}")
         if (broken := nonfinite_reason(runs, [model])) is not None:
             verdict = _untestable(broken)
         elif math.isnan(mean) or math.isnan(share):
@@ -259,7 +260,7 @@ def _sparse_output(runs: Runs) -> list[_Row]:
         gain = ci.sparsity_gain(runs, model, SPARSITY_THRESHOLD)
         measured = (f"{model}, τ = {SPARSITY_THRESHOLD:g}, mean over {layers} layers: "
                     + ", ".join(f"{_SHORT_VARIANTS[v]} {_fmt(numbers[v])}" for v in order)
-                    + (f"; dynamic minus ungated {_fmt(gain[0])}{_bracket(gain)}" if gain else ""))
+                    + (f"; dynamic minus ungated {_fmt(gain[0])}{ci.bracket(gain)}" if gain else ""))
         if (broken := nonfinite_reason(runs, [model])) is not None:
             verdict = _untestable(broken)
         elif missing:
@@ -332,7 +333,7 @@ def _sink(runs: Runs, declared=None) -> list[_Row]:
         gated_ratio = _ratio(numbers["gated_f_attn"], numbers["gated_uniform"])
         numbers.update(baseline_ratio=base_ratio, gated_ratio=gated_ratio)
         found = ci.sink_difference(runs, base, gated)
-        measured = f"{measure(base)}; {measure(gated)}" + _paired_text(found, "F-Attn ÷ uniform")
+        measured = f"{measure(base)}; {measure(gated)}" + ci.paired_text(found, "F-Attn ÷ uniform")
         missing = [model for model, value in ((base, base_ratio), (gated, gated_ratio))
                    if math.isnan(value)]
         if (broken := nonfinite_reason(runs, [base, gated])) is not None:
@@ -367,7 +368,7 @@ def _massive(runs: Runs, declared=None) -> list[_Row]:
         numbers["factor"] = factor
         found = ci.m_act_difference(runs, base, gated)
         measured = (f"{measure(base)}; {measure(gated)} ({_fmt(factor)}× smaller)"
-                    + _paired_text(found, "M-Act"))
+                    + ci.paired_text(found, "M-Act"))
         missing = [model for model, key in ((base, "baseline_m_act"), (gated, "gated_m_act"))
                    if math.isnan(numbers[key])]
         if (broken := nonfinite_reason(runs, [base, gated])) is not None:
@@ -385,25 +386,3 @@ def _massive(runs: Runs, declared=None) -> list[_Row]:
         measured += "" if found else _no_interval(runs, [base, gated])
         rows.append(_Row(4, f"{base} vs {gated}", measured, verdict, numbers))
     return rows + refused
-
-
-def _bracket(found) -> str:
-    """" [lo, hi]" of a (point, lo, hi), or nothing."""
-    return f" [{_fmt(found[1])}, {_fmt(found[2])}]" if found else ""
-
-
-def _paired_text(found, what: str) -> str:
-    if not found:
-        return ""
-    d, r = found["difference"], found["ratio"]
-    return (f"; baseline minus gated {what} {_fmt(d[0])}{_bracket(d)}, ratio {_fmt(r[0])}{_bracket(r)} "
-            "(paired bootstrap)")
-
-
-def _fmt(value: float) -> str:
-    """Three significant digits (whole numbers from 1000 up); n/a for what is missing."""
-    if value is None or math.isnan(value):
-        return "n/a"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"

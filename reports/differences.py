@@ -4,13 +4,13 @@ both runs, probe/intervals/), from the runs' per-sequence tables."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pandas as pd
 
 from probe.intervals import paired
 from reports.claim_intervals import resamples_of, values_of
+from reports.claim_numbers import fmt as _f
 from reports.runs import load_runs
 from reports.schema import HEADLINE_THRESHOLDS, SINK_EPSILON
 
@@ -95,9 +95,3 @@ def differences_text(frame: pd.DataFrame) -> str:
                      f"[{_f(r['difference_lo'])}, {_f(r['difference_hi'])}], ratio {_f(r['ratio'])} "
                      f"[{_f(r['ratio_lo'])}, {_f(r['ratio_hi'])}]")
     return "\n".join(lines)
-
-
-def _f(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "n/a"
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"

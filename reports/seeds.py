@@ -17,6 +17,7 @@ import pandas as pd
 
 from probe.intervals import resample_weights, seed_interval
 from reports.claim_intervals import resamples_of, values_of
+from reports.claim_numbers import fmt as _f
 from reports.runs import Runs, load_runs
 from reports.schema import SINK_EPSILON
 
@@ -123,9 +124,3 @@ def _number(value) -> float:
         return float(value)
     except (TypeError, ValueError):
         return math.nan
-
-
-def _f(value) -> str:
-    if value is None or math.isnan(value):
-        return "n/a"
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
