@@ -27,12 +27,11 @@ import pandas as pd
 import torch
 
 from ..events import FIRST_KEY, GATE, SDPA, SITE_EVENTS, SITES, Z
-from ..reducers import F64, I64, Reducer, cut_bits
+from ..reducers import F64, I64, Reducer, cut_bits, float32_value
 from ..schema import HEADLINE_THRESHOLDS, LOW_GATE, PER_SEQUENCE, SINK_EPSILON
 from .base import Metric
 from .first_token import first_key_weights
 
-FINITE_BITS = 0x7F800000           # |x| bit patterns below this are finite float32 values
 SPARSE_VARIANTS = ("ungated", "gated")
 
 
@@ -91,7 +90,8 @@ class PerSequence(Metric):
     def __init__(self, layout, *, sequences: int | None = None, **context):
         super().__init__(layout)
         self.column = {layer: i for i, layer in enumerate(layout.attention_layers)}
-        self.cuts = [cut_bits(t) for t in HEADLINE_THRESHOLDS]
+        # The largest float32 below which |x| counts as below each threshold (LogHistogram's cuts).
+        self.limits = [float32_value(cut_bits(t)) for t in HEADLINE_THRESHOLDS]
         self.state = SequenceStats(len(self.column), len(layout.layers), layout.num_heads, layout.gated,
                                    sequences)
         self.fixed = sequences is not None
@@ -151,14 +151,19 @@ class PerSequence(Metric):
                 return
             seq, a = self._rows(b, x.device), self.column[layer]
             B, T = x.shape[:2]
-            x = x if x.dtype == torch.float32 else x.float()
-            bits = x.contiguous().view(torch.int32).reshape(B, T, -1) & 0x7FFFFFFF    # |x| as bits
+            ax = x.reshape(B, T, -1).abs()
+            ax = ax if ax.dtype == torch.float32 else ax.float()          # bfloat16, float16: exact
             valid = b.valid.to(x.device)
-            counts = [(bits < c).sum(2) for c in (*self.cuts, FINITE_BITS)]           # (B, T) each
-            counts = torch.stack([(c * valid).sum(1) for c in counts], 1)             # (B, K + 1)
+            # |x| < value(cut) <=> bits(|x|) < cut: the exact counts of LogHistogram (NaN counts nowhere).
+            counts = [torch.count_nonzero(ax < t, 2) for t in self.limits]                  # (B, T) each
+            if bool(torch.isfinite(ax.amax())):
+                finite = valid.sum(1) * ax.shape[2]                                         # (B,)
+            else:
+                finite = (torch.isfinite(ax).sum(2) * valid).sum(1)
+            counts = torch.stack([(c * valid).sum(1) for c in counts], 1)                 # (B, K)
             s = self.state
-            s.sparsity_below[:, a, variant].index_add_(0, seq, counts[:, :-1])
-            s.sparsity_n[:, a, variant].index_add_(0, seq, counts[:, -1])
+            s.sparsity_below[:, a, variant].index_add_(0, seq, counts)
+            s.sparsity_n[:, a, variant].index_add_(0, seq, finite)
         return update
 
     def _massive(self, site: int):
