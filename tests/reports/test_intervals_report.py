@@ -83,3 +83,15 @@ def test_a_declared_pair_is_judged_with_its_interval_on_the_console(pair, tmp_pa
     assert "(paired bootstrap)" in out and "not comparable" not in out
     assert main(["report", *map(str, pair), "--out", str(tmp_path / "r2"), "--format", "html"]) == 0
     assert "not comparable: not arms of one probe train run" in capsys.readouterr().out
+
+
+def test_ungated_runs_say_once_that_the_claims_need_a_gated_model(run_dirs):
+    """Issue 25 item 10: no "Gated attention report" title, no table of "not testable" rows."""
+    from reports.build import default_title
+    from reports.claims import NO_GATED
+
+    runs = load_runs([run_dirs["baseline"]])
+    claims = section(build_sections(runs), "claims")
+    assert claims.items == [] and NO_GATED in claims.intro.lower()
+    assert not default_title(runs).startswith("Gated attention report")
+    assert default_title(load_runs(list(run_dirs.values()))).startswith("Gated attention report")
