@@ -66,11 +66,18 @@ def check_declared(runs: Runs, pairs) -> None:
 
 
 def pairing(runs: Runs, base: str, gated: str, declared=None) -> str | None:
-    """None when (base, gated) is a matched pair, else why it is not comparable."""
+    """None when (base, gated) is a matched pair, else why it is not comparable. A declared pair
+    of runs that do not record their token ids (written before tokens_sha256) is taken on trust."""
+    digests = [runs.meta[m].get("tokens_sha256") for m in (base, gated)]
+    unknown = None in digests
+    if declared:
+        if (base, gated) not in set(declared):
+            return "not a declared pair (--pair BASE:GATED)"
+        return None if unknown or digests[0] == digests[1] else "not the same token ids (meta.json tokens_sha256)"
+    if unknown:
+        return "token ids not recorded (no meta.json tokens_sha256); declare the pair with --pair if it is one"
     if not _same_tokens(runs, base, gated):
         return "not the same token ids (meta.json tokens_sha256)"
-    if declared:
-        return None if (base, gated) in set(declared) else "not a declared pair (--pair BASE:GATED)"
     if _arms_of_one_training(runs, base, gated):
         return None
     if _grafted_onto(runs, base, gated):

@@ -303,9 +303,6 @@ def _meta(spec: RunSpec) -> dict:
                     "tests/data/docstrings.txt", "--out", f"runs/{spec.name}"],
         "created": "2026-11-01T12:00:00Z",
         "display_tokens": DISPLAY_TOKENS,
-        # The three runs are arms of one training run on the same token ids: matched pairs.
-        "tokens_sha256": "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
-        "train_recipe": {"arm": spec.gate_layout, "seed": 0, "steps": 1000},
     }
 
 

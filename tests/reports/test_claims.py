@@ -133,15 +133,24 @@ def scale_m_act(run: Path, factor: float) -> None:
     edit(run, "massive", change)
 
 
+def claims_table(*args) -> pd.DataFrame:
+    """The claims with every (baseline, gated) pair of the fixture runs declared matched (--pair):
+    the fixtures record no token ids, as runs written before tokens_sha256."""
+    from reports.runs import load_runs
+
+    runs = load_runs(args[0] if len(args) == 1 else list(args))
+    return reports.claims_table(runs, pairs=[(b, g) for g in runs.gated_models for b in runs.ungated_models])
+
+
 def table_of(runs: dict[str, Path]) -> pd.DataFrame:
-    return reports.claims_table(*runs.values())
+    return claims_table(*runs.values())
 
 
 # --- Verdicts on the fixture runs ---------------------------------------------------------
 
 
 def test_verdicts_follow_the_csv_numbers(run_dirs):
-    table = reports.claims_table(list(run_dirs.values()))
+    table = claims_table(list(run_dirs.values()))
     numbers = {name: csv_numbers(path) for name, path in run_dirs.items()}
     assert list(table.columns) == claims.COLUMNS
     assert table["claim"].tolist() == [1, 1, 2, 2, 3, 3, 4, 4]
@@ -157,7 +166,7 @@ def test_verdicts_follow_the_csv_numbers(run_dirs):
 
 
 def test_numbers_column_holds_what_the_verdict_used(run_dirs):
-    table = reports.claims_table(run_dirs["baseline"], run_dirs["headwise"])
+    table = claims_table(run_dirs["baseline"], run_dirs["headwise"])
     csv = {name: csv_numbers(run_dirs[name]) for name in ("baseline", "headwise")}
     by_claim = dict(zip(table["claim"], table["numbers"]))
     assert by_claim[1]["mean_gate"] == pytest.approx(csv["headwise"]["mean_gate"])
@@ -283,7 +292,7 @@ def test_thresholds_live_in_the_named_constants(run_dirs, monkeypatch):
     """Moving a constant moves the verdict, the rule and the caption together."""
     headwise = csv_numbers(run_dirs["headwise"])["mean_gate"]
     monkeypatch.setattr(claims, "MEAN_GATE_MAX", round(headwise - 0.01, 3))
-    table = reports.claims_table(run_dirs["headwise"])
+    table = claims_table(run_dirs["headwise"])
     assert verdict(table, 1, "headwise") == BELOW_THRESHOLD
     assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in table["rule"].iloc[0]
     assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in claims.rules_display()["rule"].iloc[0]
@@ -313,7 +322,7 @@ def test_the_rules_are_a_short_table_that_quotes_every_threshold_not_a_caption_o
 
 
 def test_one_gated_run_tests_claims_1_and_2_only(run_dirs):
-    table = reports.claims_table(run_dirs["headwise"])
+    table = claims_table(run_dirs["headwise"])
     numbers = csv_numbers(run_dirs["headwise"])
     assert verdict(table, 1, "headwise") == expected(1, numbers)
     assert verdict(table, 2, "headwise") == expected(2, numbers)  # within the one run
@@ -322,7 +331,7 @@ def test_one_gated_run_tests_claims_1_and_2_only(run_dirs):
 
 
 def test_gated_runs_without_a_baseline(run_dirs):
-    table = reports.claims_table(run_dirs["headwise"], run_dirs["hybrid"])
+    table = claims_table(run_dirs["headwise"], run_dirs["hybrid"])
     untestable = table[table["claim"].isin([3, 4])]
     assert len(untestable) == 4
     assert set(untestable["verdict"]) == {"not testable: no baseline in this report"}
@@ -330,7 +339,7 @@ def test_gated_runs_without_a_baseline(run_dirs):
 
 
 def test_ungated_only_runs_test_nothing(run_dirs):
-    table = reports.claims_table(run_dirs["baseline"])
+    table = claims_table(run_dirs["baseline"])
     assert table["claim"].tolist() == [1, 2, 3, 4]
     assert set(table["verdict"]) == {f"not testable: {claims.NO_GATED}"}
     sink = table[table["claim"] == 3]["these runs"].iloc[0]
@@ -355,7 +364,7 @@ def test_several_baselines_pair_with_every_gated_model(copy_runs):
     for name in ("meta.json", "summary.json"):
         path = second / name
         path.write_text(path.read_text().replace('"baseline"', '"baseline2"'))
-    table = reports.claims_table(runs["baseline"], second, runs["headwise"])
+    table = claims_table(runs["baseline"], second, runs["headwise"])
     assert set(table[table["claim"] == 4]["models"]) == {"baseline vs headwise",
                                                        "baseline2 vs headwise"}
 
@@ -367,8 +376,8 @@ def test_analysis_objects_work_directly(run_dirs):
     import probe
 
     base, gated = (probe.Analysis.load(run_dirs[name]) for name in ("baseline", "headwise"))
-    from_objects = reports.claims_table(base, gated)
-    from_dirs = reports.claims_table([run_dirs["baseline"], run_dirs["headwise"]])
+    from_objects = claims_table(base, gated)
+    from_dirs = claims_table([run_dirs["baseline"], run_dirs["headwise"]])
     pd.testing.assert_frame_equal(from_objects.drop(columns="numbers"),
                                   from_dirs.drop(columns="numbers"))
 
@@ -383,7 +392,7 @@ def test_table_opens_the_html_report(built_report, all_runs):
     assert html.index('<section id="claims">') < html.index('<section id="summary">')
     section = _claims_section(html)
     section = section[:section.index("<table", section.index("<table") + 1)]       # the claims, not the rules
-    table = reports.claims_table(all_runs)
+    table = reports.claims_table(all_runs)        # as the report shows it: no declared pair
     rows = re.findall(r"<tr><th scope=\"row\">(.*?)</th>(.*?)</tr>", section)
     assert len(rows) == len(table)
     for (label, cells), expected_row in zip(rows, table.to_dict("records")):
@@ -427,11 +436,11 @@ def test_summary_numbers_stand_in_for_a_missing_table(run_dirs):
     base, gated = analysis("baseline"), analysis("headwise", massive=pd.DataFrame())
     base_m_act = csv_numbers(run_dirs["baseline"])["m_act"]  # its massive.csv is there
     gated.summary["m_act"] = base_m_act / (claims.M_ACT_MIN_REDUCTION * 1.05)
-    assert verdict(reports.claims_table(base, gated), 4, "baseline vs headwise") == CONSISTENT
+    assert verdict(claims_table(base, gated), 4, "baseline vs headwise") == CONSISTENT
     gated.summary["m_act"] = base_m_act * 1.05
-    assert verdict(reports.claims_table(base, gated), 4, "baseline vs headwise") \
+    assert verdict(claims_table(base, gated), 4, "baseline vs headwise") \
         == NOT_CONSISTENT
     del gated.summary["m_act"]
-    got = verdict(reports.claims_table(base, gated), 4, "baseline vs headwise")
+    got = verdict(claims_table(base, gated), 4, "baseline vs headwise")
     assert got == ("not testable: no M-Act of the layer output for headwise "
                    "(massive.csv, summary.json m_act)")

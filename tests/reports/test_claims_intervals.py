@@ -42,6 +42,15 @@ def write_per_sequence(run: Path, *, m_act: np.ndarray, f_attn: float, layers=ra
     frame.to_csv(run / "per_sequence.csv", index=False)
 
 
+def arms_of_one_training(runs: dict[str, Path]) -> dict[str, Path]:
+    """Record the same token ids and one training recipe (but the arm) in the copies' meta.json."""
+    for name, run in runs.items():
+        data = json.loads((run / "meta.json").read_text())
+        data.update(tokens_sha256="0f1e2d3c4b5a6978", train_recipe={"arm": name, "seed": 0, "steps": 1000})
+        (run / "meta.json").write_text(json.dumps(data))
+    return runs
+
+
 @pytest.fixture
 def pair(run_dirs, tmp_path):
     def make(base_m_act, gated_m_act):
@@ -49,7 +58,7 @@ def pair(run_dirs, tmp_path):
         for name, m, f in (("baseline", base_m_act, 0.5), ("headwise", gated_m_act, 0.05)):
             out[name] = Path(shutil.copytree(run_dirs[name], tmp_path / name))
             write_per_sequence(out[name], m_act=m, f_attn=f, gated=name == "headwise", seed=len(out))
-        return out
+        return arms_of_one_training(out)
     return make
 
 
@@ -90,7 +99,7 @@ def test_claim_1_with_intervals(pair):
 
 
 def test_pairs_on_other_token_ids_or_without_a_shared_origin_are_not_comparable(copy_runs):
-    runs = copy_runs("baseline", "headwise")
+    runs = arms_of_one_training(copy_runs("baseline", "headwise"))
 
     def meta(name, **changes):
         path = runs[name] / "meta.json"
@@ -121,7 +130,8 @@ def test_pairs_on_other_token_ids_or_without_a_shared_origin_are_not_comparable(
 
 
 def test_arms_of_one_training_run_pair_only_with_the_same_recipe(copy_runs):
-    runs = copy_runs("baseline", "headwise")
+    runs = arms_of_one_training(copy_runs("baseline", "headwise"))
+    assert not row(reports.claims_table(*runs.values()), 4)["verdict"].startswith(NOT_COMPARABLE)
     path = runs["headwise"] / "meta.json"
     data = json.loads(path.read_text())
     data["train_recipe"] = {**data["train_recipe"], "seed": 7}
@@ -142,8 +152,15 @@ def test_a_declared_pair_must_name_a_baseline_then_a_gated_run(run_dirs):
         check_declared(runs, [("nope", "headwise")])
 
 
-def test_runs_without_per_sequence_values_say_so_and_keep_the_point_rules(run_dirs):
+def test_runs_without_token_ids_pair_only_when_declared(run_dirs):
     table = reports.claims_table(*run_dirs.values())
+    assert row(table, 4)["verdict"].startswith(f"{NOT_COMPARABLE}: token ids not recorded")
+    declared = reports.claims_table(*run_dirs.values(), pairs=[("baseline", "headwise")])
+    assert not row(declared, 4)["verdict"].startswith(NOT_COMPARABLE)
+
+
+def test_runs_without_per_sequence_values_say_so_and_keep_the_point_rules(run_dirs):
+    table = reports.claims_table(*run_dirs.values(), pairs=[("baseline", "headwise"), ("baseline", "hybrid")])
     r = row(table, 4)
     assert r["verdict"] in (claims.CONSISTENT, claims.BELOW_THRESHOLD, claims.NOT_CONSISTENT)
     assert "no interval: baseline, headwise has no per_sequence.csv" in r["these runs"]
