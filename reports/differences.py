@@ -57,7 +57,9 @@ def _point(values, statistic) -> float:
 
 def _why_not(runs, reference: str, model: str) -> str | None:
     a, b = (runs.meta[m].get("tokens_sha256") for m in (reference, model))
-    if a is None or a != b:
+    if a is None or b is None:
+        return f"{model} and {reference} do not record their token ids (meta.json tokens_sha256)"
+    if a != b:
         return f"{model} and {reference} did not see the same token ids"
     missing = [m for m in (reference, model) if values_of(runs, m) is None]
     if missing:
