@@ -90,7 +90,8 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
 
     groups = token_group_table(layout, loaded.tokenizer, config, dataset, o.token_groups)
     cap = Capture(model, layout, token_groups=groups, thresholds=o.thresholds, anatomy=o.anatomy,
-                  vocab_size=vocab_size(config, dataset) if o.anatomy else None)
+                  vocab_size=vocab_size(config, dataset) if o.anatomy else None,
+                  sequences=len(dataset.sequences))
     saver = None
     if o.partial is not None:
         from .resume import PassCheckpoint, fingerprint

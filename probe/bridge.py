@@ -152,8 +152,9 @@ class BridgeCapture(Pass):
     """
 
     def __init__(self, bridge, layout, *, gate_dim: int | None = None, top_k: int = 3, token_groups=None,
-                 thresholds=THRESHOLDS):
-        super().__init__(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds)
+                 thresholds=THRESHOLDS, sequences: int | None = None):
+        super().__init__(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds,
+                         sequences=sequences)
         self.bridge = bridge
         self.gate_dim = layout.head_dim if gate_dim is None else gate_dim
         self._values: dict[int, torch.Tensor] = {}      # one layer's V, until its pattern fires
@@ -284,7 +285,8 @@ def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None,
     dev = next(hf.parameters()).device
     groups = token_group_table(layout, tokenizer, config, dataset, o.token_groups)
 
-    cap = BridgeCapture(bridge, layout, gate_dim=gate_dim, token_groups=groups, thresholds=o.thresholds)
+    cap = BridgeCapture(bridge, layout, gate_dim=gate_dim, token_groups=groups, thresholds=o.thresholds,
+                        sequences=len(dataset.sequences))
     run_pass(cap, cap.forward, dataset, o, dev=dev, desc=f"analyse {name} (TransformerLens)")
     cap.check_fired()
     cap.to("cpu")

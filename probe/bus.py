@@ -59,12 +59,13 @@ class Pass:
     """
 
     def __init__(self, layout, *, top_k: int = 3, token_groups=None, thresholds=None, anatomy: bool = False,
-                 vocab_size: int | None = None):
-        """anatomy: also measure sink anatomy (metrics/anatomy.py), which needs vocab_size."""
+                 vocab_size: int | None = None, sequences: int | None = None):
+        """anatomy: also measure sink anatomy (metrics/anatomy.py), which needs vocab_size;
+        sequences: the dataset's row count (the per-sequence state's size, metrics/per_sequence.py)."""
         self.layout = layout
         self.token_groups = token_groups
         self.metrics = build_metrics(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds,
-                                     anatomy=anatomy, vocab_size=vocab_size)
+                                     anatomy=anatomy, vocab_size=vocab_size, sequences=sequences)
         self._subscribers: dict[str, list] = {}
         for metric in self.metrics.values():
             metric.subscribe(self.on)

@@ -10,6 +10,7 @@ from . import console, errors
 from .errors import ProbeError
 from .options import DTYPE_NAMES
 from .owned import FORCE_HELP
+from .report_args import GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_claims, print_differences
 
 EXIT_USAGE = 2
 
@@ -55,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write every figure as its own PDF and SVG with its caption into DIR")
     r.add_argument("--force", action="store_true", help="replace report.html / report.pdf (and figures) "
                    "that an earlier probe report wrote into --out")
+    r.add_argument("--pair", nargs="+", metavar="BASE:GATED", help=PAIR_HELP)
+    r.add_argument("--group", nargs="+", metavar="NAME:RUN,RUN", help=GROUP_HELP)
 
     c = sub.add_parser("compare", help="analyse several checkpoints on the same tokens, one report")
     c.add_argument("checkpoints", nargs="+", help="baseline first, then gated variants")
@@ -66,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the folder names)")
     c.add_argument("--figures", metavar="DIR",
                    help="also write every figure as its own PDF and SVG with its caption into DIR")
+    c.add_argument("--pair", nargs="+", metavar="BASE:GATED", help=PAIR_HELP)
+    c.add_argument("--group", nargs="+", metavar="NAME:RUN,RUN", help=GROUP_HELP)
     _analysis_options(c, leave_out=("resume", "checkpoint_seconds"))     # compare starts over
 
     t = sub.add_parser("train", help="train a small no-gate / headwise / elementwise model to analyse")
@@ -222,10 +227,11 @@ def cmd_report(args, command_line) -> int:
             raise ProbeError(f"{run} is not a probe run directory (no summary.json); "
                              "create it with probe analyze")
     runs = load_run_dirs([Path(r) for r in args.runs])      # a run that does not fit: one line, now
+    pairs, groups = pairs_of(args.pair, runs), groups_of(args.group, runs)
     for path in write_report(runs, out, formats=formats, title=args.title, force=args.force,
-                             figures=args.figures).values():
+                             figures=args.figures, pairs=pairs, groups=groups).values():
         print(f"wrote {errors.printable(path)}")
-    print_claims(runs)
+    print_claims(runs, pairs)
     return 0
 
 
@@ -258,19 +264,22 @@ def cmd_compare(args, command_line) -> int:
     names = compare_names(args.checkpoints, args.name)
     if main_rank:
         warn_repeated(args.checkpoints)
+    pairs_of(args.pair, None, names)                 # a malformed --pair: one line, before any pass
     analyses = [_run_analysis(ckpt, options, data, name, command_line)
                 for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
         return 0
     console.raise_if_interrupted()
+    pairs, groups = pairs_of(args.pair, analyses), groups_of(args.group, analyses)
     reports = write_runs(dict(zip(names, analyses)), out, force=args.force, formats=formats,
-                         title=args.title, figures=args.figures, inputs=inputs_of(args))
+                         title=args.title, figures=args.figures, inputs=inputs_of(args), pairs=pairs, groups=groups)
     print_summary(analyses)
     if len({a.meta.get("tokens_sha256") for a in analyses}) > 1:
         print("probe: warning: the models did not see the same token ids (their tokenizers or BOS "
               "policies differ), so per-token comparisons do not apply; pass token ids (.npy / .pt) "
               "to compare on identical input", file=sys.stderr)
-    print_claims(analyses)
+    print_claims(analyses, pairs)
+    print_differences(analyses)
     print(f"wrote {errors.printable(out)}/")                     # the run folders first, as probe analyze prints them
     for path in reports.values():
         print(f"wrote {errors.printable(path)}")
@@ -370,12 +379,3 @@ def print_summary(analyses) -> None:
     with pd.option_context("display.float_format", lambda v: f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}",
                            "display.width", 120):
         print(frame.to_string(na_rep="-"))
-
-
-def print_claims(analyses) -> None:
-    """The paper's claims checked on these models (Analysis objects or run directories;
-    reports/claims.py has the rules)."""
-    from reports.claims import claims_table, claims_text
-
-    print()
-    print(claims_text(claims_table(analyses)))

@@ -211,6 +211,9 @@ class AnalysisOptions:
                "and, for gated models, the gate against sink attention (an extra Q.K^T pass per "
                "attention layer): received_by_position.csv, received_by_token.csv, secondary_sinks.csv, "
                "value_drains.csv, gate_sink.csv", cli=FLAG, resume=True)
+    resamples: int = option(
+        1000, "bootstrap resamples of the 95 percent intervals (*_lo / *_hi: sequences resampled, fixed seed); "
+              "0: no intervals", check=_int(0), cli=INT, meta=True)
     exact_control: bool = option(
         False, "count the mean-gate sparsity control exactly in a second pass over the data (one pass "
                "counts it exactly only for bfloat16 outputs)", cli=FLAG)

@@ -16,7 +16,7 @@ from .owned import mark
 
 def write_runs(analyses: dict[str, object] | object, out: Path, *, force: bool, formats=(),
                title: str | None = None, figures: Path | None = None,
-               inputs: dict | None = None) -> dict[str, Path]:
+               inputs: dict | None = None, pairs=None, groups=None) -> dict[str, Path]:
     """Write one run directory (an Analysis) or a folder of them ({name: Analysis}) at `out`,
     with report.<fmt> for each of `formats` (and every figure on its own in `figures`, a folder
     of its own); returns {format: final path}. inputs ({what: path}): what the command read,
@@ -42,7 +42,8 @@ def write_runs(analyses: dict[str, object] | object, out: Path, *, force: bool, 
             # Figures asked for inside --out go into the folder that replaces it.
             inside = _within(figures, out) if figures is not None else None
             try:
-                _report(folders, tmp, formats, title, tmp / inside if inside is not None else figures)
+                _report(folders, tmp, formats, title, tmp / inside if inside is not None else figures,
+                        pairs, groups)
             except Exception as err:
                 if os_error_in(err) is not None:
                     raise
@@ -70,7 +71,8 @@ def _within(path: Path, folder: Path) -> Path | None:
         return None
 
 
-def _report(folders: dict[Path, Path], into: Path, formats, title, figures=None) -> None:
+def _report(folders: dict[Path, Path], into: Path, formats, title, figures=None, pairs=None,
+            groups=None) -> None:
     """Build the report from run directories written in a temporary folder; the report names
     them where they will be."""
     from reports import build_report, load_runs
@@ -78,11 +80,11 @@ def _report(folders: dict[Path, Path], into: Path, formats, title, figures=None)
     runs = load_runs(list(folders))
     where = dict(zip(runs.models, folders.values()))
     runs.sources.update({model: str(path) for model, path in where.items()})
-    build_report(runs, into, formats=formats, title=title, figures=figures)
+    build_report(runs, into, formats=formats, title=title, figures=figures, pairs=pairs, groups=groups)
 
 
 def write_report(runs, out: Path, *, formats, title: str | None, force: bool,
-                 figures: Path | None = None) -> dict:
+                 figures: Path | None = None, pairs=None, groups=None) -> dict:
     """`probe report`: report.<fmt> of saved runs (run directories or the `Runs` read from
     them) into the folder `out`."""
     from reports import build_report
@@ -100,7 +102,8 @@ def write_report(runs, out: Path, *, formats, title: str | None, force: bool,
     new = [t for t in targets if not t.exists()]
     made_folder = not out.exists()
     try:
-        return build_report(runs, out, formats=formats, title=title, figures=figures)
+        return build_report(runs, out, formats=formats, title=title, figures=figures, pairs=pairs,
+                            groups=groups)
     except RunDirectoryError as err:
         raise ProbeError(str(err)) from None
     except Exception as err:

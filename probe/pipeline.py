@@ -131,7 +131,7 @@ def assemble(cap, loaded: LoadedModel, dataset: Dataset, name: str, dev, o: Anal
              patterns: pd.DataFrame, control=None, world: int = 1) -> Analysis:
     """The Analysis of a finished pass (reducers on the CPU): every metric's tables, meta.json
     (provenance, then each metric's keys) and summary.json."""
-    done = Done(name, loaded.tokenizer, cap.metrics, control)
+    done = Done(name, loaded.tokenizer, cap.metrics, control, resamples=o.resamples)
     frames = cap.tables(name, loaded.tokenizer, control)
     analysis = Analysis(meta={"name": name}, summary={}, attention_patterns=patterns, **frames)
     analysis.meta = build_meta(loaded, dataset, name, dev, o)
@@ -210,12 +210,37 @@ def build_meta(loaded: LoadedModel, dataset: Dataset, name, dev, options: Analys
         "bos_token_id": dataset.bos_token_id,
         "position0": dataset.position0,
         "data_notes": dataset.notes,
+        **origin(loaded.path),                 # graft / train_recipe: what a matched pair needs
         **options.meta_fields(),               # seq_len, thresholds, seed, command
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "versions": {"probe": __version__, "torch": torch.__version__,
                      "transformers": transformers.__version__, "python": sys.version.split()[0],
                      "platform": platform.platform()},
     }
+
+
+def origin(path) -> dict:
+    """Where a checkpoint comes from, when probe made it: `graft` (probe graft's record in its
+    config.json: base, base_digest, gate, init) and `train_recipe` (probe train's settings from
+    train_config.json, without the output folder). Reports pair a gated model with its own
+    baseline from these (reports/claims_pairs.py)."""
+    import json
+
+    folder = checkpoint_of(path)
+    out = {}
+    if folder is None:
+        return out
+    try:
+        graft = json.loads((folder / "config.json").read_text()).get("graft")
+        if isinstance(graft, dict):
+            out["graft"] = graft
+        if (folder / "train_config.json").is_file():
+            recipe = json.loads((folder / "train_config.json").read_text()).get("recipe")
+            if isinstance(recipe, dict):
+                out["train_recipe"] = {k: v for k, v in recipe.items() if k not in ("out", "name")}
+    except (OSError, ValueError):
+        pass                                   # not probe's: no origin recorded
+    return out
 
 
 def head_averaged_rows(name: str, layer: int, mean: torch.Tensor) -> list[dict]:

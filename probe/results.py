@@ -49,6 +49,8 @@ class Analysis(PlotMethods):
     secondary_sinks: pd.DataFrame = field(default_factory=_empty)
     value_drains: pd.DataFrame = field(default_factory=_empty)
     gate_sink: pd.DataFrame = field(default_factory=_empty)
+    # Per-sequence sums, counts and maxima: what the intervals resample (metrics/per_sequence.py).
+    per_sequence: pd.DataFrame = field(default_factory=_empty)
 
     @property
     def name(self) -> str:

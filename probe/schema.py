@@ -78,6 +78,14 @@ ANATOMY = {
                   "gate_std": "float"},
 }
 
+# -- per_sequence.py: per-sequence sums, counts and maxima of the headline numbers ------------
+# What the bootstrap intervals (probe/intervals/) resample. `layer` -1 and `head` -1: not per
+# layer / head; `key`: the M-Act site or the sparsity variant; `threshold`: the sparsity
+# threshold, or LOW_GATE for gate_low (docs/run-directory.md lists the quantities).
+LOW_GATE = 0.1          # gate scores below it: the share of claim 1 (gates.csv frac_lt_0.1)
+PER_SEQUENCE = {"per_sequence": {"model": "str", "sequence": "int", "layer": "int", "head": "int",
+                                 "quantity": "str", "key": "str", "threshold": "float", "value": "float"}}
+
 # -- written by other parts of probe, not by a metric of the pass ------------------------------
 OTHER_TABLES: dict[str, dict[str, str]] = {
     # The display prompt's head-averaged attention (analyze.display_patterns, bridge.display_patterns).
@@ -95,7 +103,7 @@ OTHER_TABLES: dict[str, dict[str, str]] = {
 # Every table of the run directory, in the order of probe.metrics.METRICS, then the others
 # (tests/test_metrics.py checks that the metrics write exactly these).
 TABLES: dict[str, dict[str, str]] = {**FIRST_TOKEN, **SPARSITY, **GATES, **GATES_BY_TOKEN_TYPE, **MASSIVE,
-                                     **ANATOMY, **OTHER_TABLES}
+                                     **ANATOMY, **PER_SEQUENCE, **OTHER_TABLES}
 # Tables a metric writes only when an option asks for it: table -> the option. A run without
 # them is complete; one that has such a table must have all of its columns, as any other.
 OPTIONAL_TABLES: dict[str, str] = {t: "anatomy" for t in ANATOMY}

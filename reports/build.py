@@ -20,11 +20,13 @@ FORMATS = ("html", "pdf")
 def build_report(run_dirs_or_analyses: Any, out_dir: str | os.PathLike,
                  formats: Iterable[str] = FORMATS, title: str | None = None, *,
                  generated_at: datetime | None = None,
-                 figures: str | os.PathLike | None = None) -> dict[str, Path]:
+                 figures: str | os.PathLike | None = None, pairs=None,
+                 groups=None) -> dict[str, Path]:
     """Write report.html and/or report.pdf into `out_dir`; return {format: path}.
 
     `figures`: a folder that also gets every figure on its own (`write_figures`), returned
-    under "figures".
+    under "figures". `pairs`: declared (baseline, gated) pairs of the claims (--pair);
+    `groups`: {name: runs} that differ only in seed (--group).
 
     `generated_at` is the timestamp printed in the provenance, the only part of the output
     that changes between two builds of the same runs. It defaults to $SOURCE_DATE_EPOCH
@@ -32,7 +34,7 @@ def build_report(run_dirs_or_analyses: Any, out_dir: str | os.PathLike,
     """
     formats = _check_formats(formats)
     runs = load_runs(run_dirs_or_analyses)
-    sections = build_sections(runs)
+    sections = build_sections(runs, pairs, groups)
     title = title or default_title(runs)
     subtitle = _subtitle(runs)
     stamp = _timestamp(generated_at)
@@ -83,7 +85,8 @@ def figure_file_stem(item: FigureItem) -> str:
 
 
 def default_title(runs: Runs) -> str:
-    return "Gated attention report: " + " vs ".join(runs.models)
+    kind = "Gated attention report" if runs.gated_models else "Attention report (no gated model)"
+    return f"{kind}: " + " vs ".join(runs.models)
 
 
 def _subtitle(runs: Runs) -> str:

@@ -20,6 +20,15 @@ def number(value: Any) -> float:
         return math.nan
 
 
+def fmt(value: float) -> str:
+    """Three significant digits (whole numbers from 1000 up); n/a for what is missing."""
+    if value is None or math.isnan(value):
+        return "n/a"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
 def gate_numbers(runs: Runs, model: str, low_gate: float) -> tuple[float, float]:
     """Count-weighted mean gate and share of gate scores below `low_gate`, all gated layers."""
     means = gate_mean_by_group(runs)

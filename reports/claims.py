@@ -22,6 +22,9 @@ import pandas as pd
 # nonfinite_reason is imported from here by notes.py.
 from reports.claim_numbers import (f_attn_of, gate_numbers, m_act_of,  # noqa: F401
                                    nonfinite_reason, sparsity_numbers, uniform_of)
+from reports.claim_numbers import fmt as _fmt
+from reports import claim_intervals as ci
+from reports.claims_pairs import NOT_COMPARABLE, pairing
 from reports.claims_paper import paper_sparsity, table4
 from reports.runs import Runs, load_runs
 from reports.schema import HEADLINE_THRESHOLDS, VARIANT_LABELS
@@ -56,6 +59,15 @@ CONSISTENT = "direction consistent with the paper"
 BELOW_THRESHOLD = "same direction, below the threshold"
 NOT_CONSISTENT = "not consistent with the paper"
 NOT_TESTABLE = "not testable"
+# With per-sequence values (per_sequence.csv) a verdict is decided by the 95% interval of the
+# difference: on the paper's side of zero, on the other side, or containing it.
+OPPOSITE = "opposite to the paper"
+WITHIN_NOISE = "within noise"
+NO_GATED = "no gated model in these runs: the claims need one"
+# Each verdict's kind, for colour in HTML and PDF (the words carry the meaning).
+VERDICT_KINDS = ((CONSISTENT, "consistent"), (NOT_CONSISTENT, "inconsistent"), (OPPOSITE, "inconsistent"),
+                 (BELOW_THRESHOLD, "below"), (WITHIN_NOISE, "below"), (NOT_TESTABLE, "untestable"),
+                 (NOT_COMPARABLE, "untestable"))
 
 STATEMENTS = {
     1: "Gate scores are sparse",
@@ -75,17 +87,20 @@ class _Row:
     numbers: dict[str, float] = field(default_factory=dict)
 
 
-def claims_table(*runs_or_analyses: Any) -> pd.DataFrame:
+def claims_table(*runs_or_analyses: Any, pairs=None) -> pd.DataFrame:
     """One row per claim and gated model (claims 3-4: per baseline and gated model).
 
     Accepts what `load_runs` does (run directories, a `probe compare` folder, Analysis objects,
     a `Runs`), as one argument or several: `claims_table(a_baseline, a_gated)`. Columns: claim
     number, statement, models, the paper's values, the values in these runs, the verdict, the
     rule used, and `numbers` (a dict of the values the verdict was computed from).
+
+    pairs: [(baseline, gated), ...] declared matched pairs (--pair); claims 3-4 are judged only on
+    matched pairs (reports/claims_pairs.py), every other pair is "not comparable" with the reason.
     """
     source = runs_or_analyses[0] if len(runs_or_analyses) == 1 else list(runs_or_analyses)
     runs = load_runs(source)
-    rows = _sparse_gate(runs) + _sparse_output(runs) + _sink(runs) + _massive(runs)
+    rows = (_sparse_gate(runs) + _sparse_output(runs) + _sink(runs, pairs) + _massive(runs, pairs))
     records = [{"claim": row.claim, "statement": STATEMENTS[row.claim], "models": row.models,
                 "paper": PAPER_VALUES[row.claim](), "these runs": row.measured,
                 "verdict": row.verdict, "rule": RULES[row.claim](), "numbers": row.numbers}
@@ -93,47 +108,43 @@ def claims_table(*runs_or_analyses: Any) -> pd.DataFrame:
     return pd.DataFrame.from_records(records, columns=COLUMNS)
 
 
-def claims_display(runs: Any) -> pd.DataFrame:
-    """Strings for HTML and PDF: the claim as the first column, `numbers` left out."""
-    frame = claims_table(runs)
-    display = frame.drop(columns=["claim", "statement", "numbers"])
+def claims_display(runs: Any, pairs=None) -> pd.DataFrame:
+    """Strings for HTML and PDF: the claim as the first column, `numbers` and `rule` left out
+    (the rules are one table of their own, rules_display)."""
+    frame = claims_table(runs, pairs=pairs)
+    display = frame.drop(columns=["claim", "statement", "numbers", "rule"])
     display.index = [f"{claim}. {statement}"
                      for claim, statement in zip(frame["claim"], frame["statement"])]
     return display
 
 
 def claims_caption() -> str:
-    """Every threshold of the rules, for the table's caption."""
-    return (
-        "Whether each headline claim of the paper holds in these runs in the direction the "
-        "paper reports; a consistent direction does not mean the paper's values are reached. "
-        f"Verdicts: \"{CONSISTENT}\" (the rule below is met); \"{BELOW_THRESHOLD}\" (the "
-        "run moves the paper's way, by less than the rule asks: claim 1, mean gate below "
-        f"{NO_PREFERENCE_GATE:g} and more than {LOW_GATE:g} of the scores below {LOW_GATE:g}; "
-        "claims 2-4, every step strictly the paper's way); "
-        f"\"{NOT_CONSISTENT}\" (the run moves against the paper); \"{NOT_TESTABLE}\" (with "
-        "the reason, e.g. NaN/inf activations in a model). "
-        f"Thresholds (reports/claims.py): (1) mean gate ≤ {MEAN_GATE_MAX:g} "
-        f"(MEAN_GATE_MAX; {NO_PREFERENCE_GATE:g} is a gate without preference) and share of gate scores below "
-        f"{LOW_GATE:g} ≥ {LOW_GATE_SHARE_MIN:g} (LOW_GATE_SHARE_MIN; a uniform spread puts "
-        f"{LOW_GATE:g} there), count-weighted over all gated layers and heads; (2) share of "
-        f"|attention output| below τ = {SPARSITY_THRESHOLD:g}, mean over the layers of "
-        "sparsity.csv, ungated < mean-gate control < dynamic gate, each step at least "
-        f"{SPARSITY_MIN_STEP:g} (SPARSITY_MIN_STEP), within each gated model; (3) F-Attn "
-        "(t ≥ 1; heads averaged per layer, then attention layers) as a multiple of the run's "
-        f"uniform reference mean_t 1/(t+1) (0 once key 0 leaves a sliding window): the baseline has a sink when it is ≥ "
-        f"{SINK_MIN_RATIO:g}× (SINK_MIN_RATIO), and the gated model's multiple must be at least "
-        f"{F_ATTN_MIN_REDUCTION:g}× smaller (F_ATTN_MIN_REDUCTION); (4) M-Act (mean over layers "
-        "of the largest |layer output|) of the gated model at least "
-        f"{M_ACT_MIN_REDUCTION:g}× smaller than the baseline's (M_ACT_MIN_REDUCTION); this "
-        "rule does not ask whether the baseline's maxima are massive in absolute terms. "
-        "Claims 3 and 4 need a baseline (a model without gate) in the report.")
+    return ("Whether each headline claim of the paper holds in these runs, in the paper's direction "
+            "(not its values); brackets: 95% intervals over sequences. The next table gives each rule.")
+
+
+def rules_display() -> pd.DataFrame:
+    """How each verdict is decided, one row per claim (thresholds: the constants of reports/claims.py)."""
+    rows = {f"{claim}. {STATEMENTS[claim]}": {"rule": RULES[claim]()} for claim in STATEMENTS}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def rules_caption() -> str:
+    return (f"With per-sequence values a verdict is \"{CONSISTENT}\" only when the 95% interval of the "
+            f"difference (paired: the same resampled sequences for both models) lies on the paper's side "
+            f"of zero, \"{OPPOSITE}\" when it lies on the other side, \"{WITHIN_NOISE}\" when it holds "
+            f"zero. Runs without per_sequence.csv are judged on the point values: \"{CONSISTENT}\", "
+            f"\"{BELOW_THRESHOLD}\" (the paper's way, less than the threshold) or \"{NOT_CONSISTENT}\". "
+            f"Claims 3-4 need a matched pair (same token ids; arms of one probe train run, a graft and "
+            f"its base, or --pair BASE:GATED): other pairs are \"{NOT_COMPARABLE}\".")
 
 
 def claims_text(table: pd.DataFrame) -> str:
     """The table as indented text blocks for a terminal (`probe compare`)."""
+    if len(table) and table["verdict"].str.endswith(NO_GATED).all():
+        return f"Claims of the paper: {NO_GATED}."
     lines = ["Claims of the paper, checked in direction (reports.claims_table; thresholds in "
-             "reports/claims.py):"]
+             "reports/claims.py; brackets: 95% intervals over sequences):"]
     for values in table.to_dict("records"):
         lines.append(f"[{values['claim']}] {values['statement']} ({values['models']}): "
                      f"{values['verdict']}")
@@ -141,6 +152,10 @@ def claims_text(table: pd.DataFrame) -> str:
         lines.append(f"    paper:      {values['paper']}")
         lines.append(f"    rule:       {values['rule']}")
     return "\n".join(lines)
+
+
+def has_gated(runs: Any) -> bool:
+    return bool(load_runs(runs).gated_models)
 
 
 # --- The paper's side and the rules, as text ----------------------------------------------
@@ -155,13 +170,17 @@ PAPER_VALUES: dict[int, Callable[[], str]] = {
 
 # Built when asked, so that they always quote the constants' current values.
 RULES: dict[int, Callable[[], str]] = {
-    1: lambda: (f"mean gate ≤ {MEAN_GATE_MAX:g} and share of gate scores < {LOW_GATE:g} "
-                f"≥ {LOW_GATE_SHARE_MIN:g}"),
-    2: lambda: (f"at τ = {SPARSITY_THRESHOLD:g}, mean over layers: ungated < mean-gate control "
-                f"< dynamic gate, each step ≥ {SPARSITY_MIN_STEP:g}"),
-    3: lambda: (f"baseline has a sink: F-Attn ≥ {SINK_MIN_RATIO:g}× its uniform reference; "
-                f"then gated F-Attn ÷ uniform ≤ 1/{F_ATTN_MIN_REDUCTION:g} of the baseline's"),
-    4: lambda: f"gated M-Act ≤ 1/{M_ACT_MIN_REDUCTION:g} of the baseline's",
+    1: lambda: (f"intervals: mean gate below {MEAN_GATE_MAX:g} and share of scores < {LOW_GATE:g} above "
+                f"{LOW_GATE_SHARE_MIN:g}; opposite: mean gate above {NO_PREFERENCE_GATE:g} or share below "
+                f"{LOW_GATE:g}. Point values: mean gate ≤ {MEAN_GATE_MAX:g} and share ≥ {LOW_GATE_SHARE_MIN:g}"),
+    2: lambda: (f"at τ = {SPARSITY_THRESHOLD:g}, mean over layers: ungated < mean-gate control < dynamic "
+                f"gate; intervals: dynamic minus ungated above 0 (the control has no interval: its steps "
+                f"by their point values); point values: each step ≥ {SPARSITY_MIN_STEP:g}"),
+    3: lambda: (f"baseline has a sink (F-Attn ≥ {SINK_MIN_RATIO:g}× its uniform reference); intervals: "
+                f"baseline minus gated F-Attn ÷ uniform above 0; point values: the gated multiple "
+                f"≤ 1/{F_ATTN_MIN_REDUCTION:g} of the baseline's"),
+    4: lambda: (f"intervals: baseline minus gated M-Act above 0; point values: gated M-Act "
+                f"≤ 1/{M_ACT_MIN_REDUCTION:g} of the baseline's"),
 }
 
 
@@ -178,9 +197,24 @@ def _judge(holds: bool, same_direction: bool) -> str:
     return BELOW_THRESHOLD if same_direction else NOT_CONSISTENT
 
 
+def _decide(lo: float, hi: float) -> str:
+    """The interval of a difference taken so that the paper's side is above zero."""
+    if lo > 0:
+        return CONSISTENT
+    if hi < 0:
+        return OPPOSITE
+    return WITHIN_NOISE
+
+
+def _no_interval(runs: Runs, models) -> str:
+    missing = ci.without_table(runs, models)
+    return (f" (no interval: {', '.join(missing)} has no per_sequence.csv, a run written before it)"
+            if missing else "")
+
+
 def _no_gated_rows(runs: Runs, claim: int) -> list[_Row]:
     return [_Row(claim, ", ".join(runs.models), "; ".join(f"{m}: no gate" for m in runs.models),
-                 _untestable("no gated model in this report"))]
+                 _untestable(NO_GATED))]
 
 
 def _sparse_gate(runs: Runs) -> list[_Row]:
@@ -190,16 +224,27 @@ def _sparse_gate(runs: Runs) -> list[_Row]:
     for model in runs.gated_models:
         mean, share = gate_numbers(runs, model, LOW_GATE)
         numbers = {"mean_gate": mean, f"share_below_{LOW_GATE:g}": share}
-        measured = f"{model}: mean gate {_fmt(mean)}, share < {LOW_GATE:g} {_fmt(share)}"
+        found = ci.gate_intervals(runs, model)
+        measured = (f"{model}: mean gate {_fmt(mean)}{ci.bracket(found and found[0])}, share < {LOW_GATE:g} "
+                    f"{_fmt(share)}{ci.bracket(found and found[1])}")
         if (broken := nonfinite_reason(runs, [model])) is not None:
             verdict = _untestable(broken)
         elif math.isnan(mean) or math.isnan(share):
             verdict = _untestable(f"{model} has no gate scores with the share below "
                                   f"{LOW_GATE:g} (gates.csv)")
+        elif found is not None:
+            (_, m_lo, m_hi), (_, s_lo, s_hi) = found
+            numbers.update(mean_gate_lo=m_lo, mean_gate_hi=m_hi, share_lo=s_lo, share_hi=s_hi)
+            if m_hi < MEAN_GATE_MAX and s_lo > LOW_GATE_SHARE_MIN:
+                verdict = CONSISTENT
+            elif m_lo > NO_PREFERENCE_GATE or s_hi < LOW_GATE:
+                verdict = OPPOSITE
+            else:
+                verdict = WITHIN_NOISE
         else:
             verdict = _judge(mean <= MEAN_GATE_MAX and share >= LOW_GATE_SHARE_MIN,
                              mean < NO_PREFERENCE_GATE and share > LOW_GATE)
-        rows.append(_Row(1, model, measured, verdict, numbers))
+        rows.append(_Row(1, model, measured + ("" if found else _no_interval(runs, [model])), verdict, numbers))
     return rows
 
 
@@ -212,8 +257,10 @@ def _sparse_output(runs: Runs) -> list[_Row]:
         order = ("ungated", "mean_gate", "gated")
         numbers = {variant: shares.get(variant, math.nan) for variant in order}
         missing = [VARIANT_LABELS[v] for v in order if math.isnan(numbers[v])]
+        gain = ci.sparsity_gain(runs, model, SPARSITY_THRESHOLD)
         measured = (f"{model}, τ = {SPARSITY_THRESHOLD:g}, mean over {layers} layers: "
-                    + ", ".join(f"{_SHORT_VARIANTS[v]} {_fmt(numbers[v])}" for v in order))
+                    + ", ".join(f"{_SHORT_VARIANTS[v]} {_fmt(numbers[v])}" for v in order)
+                    + (f"; dynamic minus ungated {_fmt(gain[0])}{ci.bracket(gain)}" if gain else ""))
         if (broken := nonfinite_reason(runs, [model])) is not None:
             verdict = _untestable(broken)
         elif missing:
@@ -222,8 +269,14 @@ def _sparse_output(runs: Runs) -> list[_Row]:
         else:
             ungated, control, gated = (numbers[v] for v in order)
             steps = (control - ungated, gated - control)
-            verdict = _judge(min(steps) >= SPARSITY_MIN_STEP, min(steps) > 0)
-        rows.append(_Row(2, model, measured, verdict, numbers))
+            if gain is not None:
+                numbers.update(gain_lo=gain[1], gain_hi=gain[2])
+                verdict = _decide(gain[1], gain[2])
+                if verdict == CONSISTENT and min(steps) <= 0:
+                    verdict = WITHIN_NOISE if max(steps) > 0 else OPPOSITE
+            else:
+                verdict = _judge(min(steps) >= SPARSITY_MIN_STEP, min(steps) > 0)
+        rows.append(_Row(2, model, measured + ("" if gain else _no_interval(runs, [model])), verdict, numbers))
     return rows
 
 
@@ -236,15 +289,25 @@ def _unpaired(runs: Runs, claim: int, measure: Callable[[str], str]) -> list[_Ro
     such pair (empty when there is one)."""
     if not runs.gated_models:
         return [_Row(claim, ", ".join(runs.models), "; ".join(measure(m) for m in runs.models),
-                     _untestable("no gated model in this report"))]
+                     _untestable(NO_GATED))]
     if not runs.ungated_models:
         return [_Row(claim, model, measure(model), _untestable("no baseline in this report"))
                 for model in runs.gated_models]
     return []
 
 
-def _pairs(runs: Runs) -> list[tuple[str, str]]:
-    return [(base, gated) for gated in runs.gated_models for base in runs.ungated_models]
+def _pairs(runs: Runs, declared, claim: int, measure) -> tuple[list[tuple[str, str]], list[_Row]]:
+    """(matched pairs, rows of the pairs that are not comparable, with the reason)."""
+    matched, rows = [], []
+    for gated in runs.gated_models:
+        for base in runs.ungated_models:
+            why = pairing(runs, base, gated, declared)
+            if why is None:
+                matched.append((base, gated))
+            else:
+                rows.append(_Row(claim, f"{base} vs {gated}", f"{measure(base)}; {measure(gated)}",
+                                 f"{NOT_COMPARABLE}: {why}"))
+    return matched, rows
 
 
 def _ratio(numerator: float, denominator: float) -> float:
@@ -254,21 +317,23 @@ def _ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator
 
 
-def _sink(runs: Runs) -> list[_Row]:
+def _sink(runs: Runs, declared=None) -> list[_Row]:
     def measure(model: str) -> str:
         f_attn, uniform = f_attn_of(runs, model), uniform_of(runs, model)
         return (f"{model}: F-Attn {_fmt(f_attn)} = {_fmt(_ratio(f_attn, uniform))}× uniform "
                 f"{_fmt(uniform)}")
 
     rows = _unpaired(runs, 3, measure)
-    for base, gated in ([] if rows else _pairs(runs)):
+    matched, refused = ([], []) if rows else _pairs(runs, declared, 3, measure)
+    for base, gated in matched:
         numbers = {"baseline_f_attn": f_attn_of(runs, base),
                    "baseline_uniform": uniform_of(runs, base),
                    "gated_f_attn": f_attn_of(runs, gated), "gated_uniform": uniform_of(runs, gated)}
         base_ratio = _ratio(numbers["baseline_f_attn"], numbers["baseline_uniform"])
         gated_ratio = _ratio(numbers["gated_f_attn"], numbers["gated_uniform"])
         numbers.update(baseline_ratio=base_ratio, gated_ratio=gated_ratio)
-        measured = f"{measure(base)}; {measure(gated)}"
+        found = ci.sink_difference(runs, base, gated)
+        measured = f"{measure(base)}; {measure(gated)}" + ci.paired_text(found, "F-Attn ÷ uniform")
         missing = [model for model, value in ((base, base_ratio), (gated, gated_ratio))
                    if math.isnan(value)]
         if (broken := nonfinite_reason(runs, [base, gated])) is not None:
@@ -280,23 +345,30 @@ def _sink(runs: Runs) -> list[_Row]:
             verdict = _untestable(f"the baseline has no sink ({base}'s F-Attn is "
                                   f"{_fmt(base_ratio)}× its uniform reference; a sink needs "
                                   f"≥ {SINK_MIN_RATIO:g}×)")
+        elif found is not None:
+            numbers.update(difference_lo=found["difference"][1], difference_hi=found["difference"][2])
+            verdict = _decide(found["difference"][1], found["difference"][2])
         else:
             verdict = _judge(gated_ratio * F_ATTN_MIN_REDUCTION <= base_ratio,
                              gated_ratio < base_ratio)
+        measured += "" if found else _no_interval(runs, [base, gated])
         rows.append(_Row(3, f"{base} vs {gated}", measured, verdict, numbers))
-    return rows
+    return rows + refused
 
 
-def _massive(runs: Runs) -> list[_Row]:
+def _massive(runs: Runs, declared=None) -> list[_Row]:
     def measure(model: str) -> str:
         return f"{model}: M-Act {_fmt(m_act_of(runs, model))}"
 
     rows = _unpaired(runs, 4, measure)
-    for base, gated in ([] if rows else _pairs(runs)):
+    matched, refused = ([], []) if rows else _pairs(runs, declared, 4, measure)
+    for base, gated in matched:
         numbers = {"baseline_m_act": m_act_of(runs, base), "gated_m_act": m_act_of(runs, gated)}
         factor = _ratio(numbers["baseline_m_act"], numbers["gated_m_act"])
         numbers["factor"] = factor
-        measured = f"{measure(base)}; {measure(gated)} ({_fmt(factor)}× smaller)"
+        found = ci.m_act_difference(runs, base, gated)
+        measured = (f"{measure(base)}; {measure(gated)} ({_fmt(factor)}× smaller)"
+                    + ci.paired_text(found, "M-Act"))
         missing = [model for model, key in ((base, "baseline_m_act"), (gated, "gated_m_act"))
                    if math.isnan(numbers[key])]
         if (broken := nonfinite_reason(runs, [base, gated])) is not None:
@@ -304,18 +376,13 @@ def _massive(runs: Runs) -> list[_Row]:
         elif missing:
             verdict = _untestable(f"no M-Act of the layer output for {', '.join(missing)} "
                                   "(massive.csv, summary.json m_act)")
+        elif found is not None:
+            numbers.update(difference_lo=found["difference"][1], difference_hi=found["difference"][2])
+            verdict = _decide(found["difference"][1], found["difference"][2])
         else:
             verdict = _judge(numbers["gated_m_act"] * M_ACT_MIN_REDUCTION
                              <= numbers["baseline_m_act"],
                              numbers["gated_m_act"] < numbers["baseline_m_act"])
+        measured += "" if found else _no_interval(runs, [base, gated])
         rows.append(_Row(4, f"{base} vs {gated}", measured, verdict, numbers))
-    return rows
-
-
-def _fmt(value: float) -> str:
-    """Three significant digits (whole numbers from 1000 up); n/a for what is missing."""
-    if value is None or math.isnan(value):
-        return "n/a"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
+    return rows + refused

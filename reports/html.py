@@ -62,9 +62,7 @@ td.below { color: #9a6700; }
 td.untestable { color: var(--muted); font-weight: 400; }
 """
 # Claims-table verdicts are coloured so the page can be scanned; the words carry the meaning.
-_VERDICT_CLASSES = ((claims.CONSISTENT, "consistent"), (claims.NOT_CONSISTENT, "inconsistent"),
-                    (claims.BELOW_THRESHOLD, "below"),
-                    (claims.NOT_TESTABLE, "untestable"))
+_VERDICT_CLASSES = claims.VERDICT_KINDS
 
 
 def render_html(sections: Sequence[Section], *, title: str, subtitle: str,

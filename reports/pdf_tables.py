@@ -6,7 +6,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from reports.claims import BELOW_THRESHOLD, CONSISTENT, NOT_CONSISTENT, NOT_TESTABLE
+from reports.claims import VERDICT_KINDS
 from reports.items import Section, TableItem
 from reports.measure import text_width, wrap
 from reports.pdf_page import (CAPTION_SIZE, CELL_PAD_PT, MARGIN_IN, PAGE_SIZE,
@@ -14,8 +14,9 @@ from reports.pdf_page import (CAPTION_SIZE, CELL_PAD_PT, MARGIN_IN, PAGE_SIZE,
                               draw_caption_text, line_in, page_text)
 from reports.tables import numeric_columns
 
-_VERDICT_COLORS = ((CONSISTENT, "#1a7f37"), (NOT_CONSISTENT, "#b42318"),
-                   (BELOW_THRESHOLD, "#9a6700"), (NOT_TESTABLE, "#57606a"))
+_KIND_COLORS = {"consistent": "#1a7f37", "inconsistent": "#b42318", "below": "#9a6700",
+                "untestable": "#57606a"}
+_VERDICT_COLORS = tuple((text, _KIND_COLORS[kind]) for text, kind in VERDICT_KINDS)
 
 
 def table_rows(item: TableItem, section: Section) -> list[Row]:

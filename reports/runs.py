@@ -49,6 +49,8 @@ class Runs:
     secondary_sinks: pd.DataFrame = field(default_factory=lambda: _empty("secondary_sinks"))
     value_drains: pd.DataFrame = field(default_factory=lambda: _empty("value_drains"))
     gate_sink: pd.DataFrame = field(default_factory=lambda: _empty("gate_sink"))
+    # Per-sequence values (absent from runs written before them: no intervals then).
+    per_sequence: pd.DataFrame = field(default_factory=lambda: _empty("per_sequence"))
     _layer_types: dict[str, dict[int, str]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -11,7 +11,10 @@ from reports import claims, notes, tables
 # The building blocks live in items.py; html.py, pdf.py, build.py and the tests import them here.
 from reports.items import (PROVENANCE, FigureItem, Section, TableItem,  # noqa: F401
                            left_out_line, numbered, shown)
+from reports.differences import differences_display, differences_notes
 from reports.reference import table4_caption
+from reports.seeds import seed_display
+from reports.tables_intervals import interval_caption, interval_notes
 from reports.runs import Runs
 from reports.schema import ATTENTION
 from reports.sections_anatomy import anatomy
@@ -20,14 +23,14 @@ from reports.sections_gates import gates, sparsity
 from reports.sections_loss import inference, interventions, training
 
 
-def build_sections(runs: Runs) -> list[Section]:
+def build_sections(runs: Runs, pairs=None, groups=None) -> list[Section]:
     """Every section, in order; those with nothing to show carry `omitted` (the reason) and
     no items. Figures and tables are numbered in reading order over the shown sections."""
     # Sink anatomy only where a run has its tables: without them the report is as it was.
     sink_anatomy = anatomy(runs)
     return numbered([
-        _claims(runs),
-        _summary(runs),
+        _claims(runs, pairs),
+        _summary(runs, groups),
         first_token(runs),
         attention_patterns(runs),
         *([sink_anatomy] if sink_anatomy is not None else []),
@@ -41,20 +44,25 @@ def build_sections(runs: Runs) -> list[Section]:
     ])
 
 
-def _claims(runs: Runs) -> Section:
-    # First, so a reader sees the verdicts before the figures; the rules sit in the caption.
+def _claims(runs: Runs, pairs=None) -> Section:
+    # First, so a reader sees the verdicts before the figures; the rules in a table of their own.
+    if not runs.gated_models:
+        return Section(id="claims", title="Claims of the paper",
+                       intro=claims.NO_GATED[0].upper() + claims.NO_GATED[1:] + ".", items=[])
     return Section(
         id="claims", title="Claims of the paper",
         intro=("Does each headline claim of the paper hold in these runs, in the direction the "
-               "paper reports? One row per claim and gated model, with the numbers and the rule "
-               "behind each verdict. Small or briefly trained models are not expected to reach "
+               "paper reports? One row per claim and gated model, with the numbers and their 95% "
+               "intervals. Small or briefly trained models are not expected to reach "
                "the paper's values, only to move the same way."),
-        items=[TableItem("claims-table", "Claims of the paper", claims.claims_display(runs),
-                         claims.claims_caption(), index_label="claim")],
+        items=[TableItem("claims-table", "Claims of the paper", claims.claims_display(runs, pairs),
+                         claims.claims_caption(), index_label="claim"),
+               TableItem("claims-rules", "How each verdict is decided", claims.rules_display(),
+                         claims.rules_caption(), index_label="claim", free_text=True)],
     )
 
 
-def _summary(runs: Runs) -> Section:
+def _summary(runs: Runs, groups=None) -> Section:
     caption = ("Mean gate: mean sigmoid gate score over all gated layers, heads, positions (and "
                "dimensions for elementwise gates). M-Act: mean over layers of the largest "
                "|layer output|. F-Attn (t ≥ 1): attention probability on the first token, "
@@ -63,14 +71,31 @@ def _summary(runs: Runs) -> Section:
                "mean_t 1/(t+1), the value without any preference. Sink rate: share of (layer, "
                f"head) with F-Attn > {_sink_epsilon(runs)}. Loss / perplexity: held-out "
                "next-token loss. "
-               f"n/a: does not apply or was not measured. {table4_caption()}")
+               f"n/a: does not apply or was not measured. {interval_caption(runs)}{table4_caption()}")
+    items = [TableItem("summary-table", "Model summary (paper Table 4 style)",
+                       tables.summary_display(runs), caption)]
+    differences = differences_display(runs) if len(runs.models) > 1 else None
+    if differences is not None and len(differences):
+        items.append(TableItem(
+            "differences-table", "Paired differences against the first model", differences,
+            "Each model minus the first, on the same token ids: the difference and the ratio with 95% "
+            "intervals from a paired bootstrap (the same resampled sequences for both runs).",
+            index_label="models"))
+    seeds = seed_display(runs, groups)
+    if len(seeds):
+        items.append(TableItem(
+            "seeds-table", "Runs that differ only in seed", seeds,
+            "Mean over seeds with its 95% Student t interval, each seed's value, and the two spreads "
+            "kept apart: the sd of the per-seed values (between seeds) and the bootstrap standard error "
+            "over sequences of one seed's value, averaged over the seeds (within a seed).",
+            index_label="group", free_text=True))
     return Section(
         id="summary", title="Summary",
         intro=("One row per model. The questions: does the gate lower the attention on the "
                "first token (F-Attn) and the largest activations (M-Act), and at what loss?"),
-        items=[TableItem("summary-table", "Model summary (paper Table 4 style)",
-                         tables.summary_display(runs), caption)],
-        notes=(notes.nonfinite_notes(runs) + notes.no_gate_notes(runs)
+        items=items,
+        notes=(notes.nonfinite_notes(runs) + interval_notes(runs)
+               + (differences_notes(runs) if len(runs.models) > 1 else []) + notes.no_gate_notes(runs)
                + notes.token_stream_notes(runs) + notes.depth_notes(runs)),
     )
 

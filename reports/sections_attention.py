@@ -36,7 +36,7 @@ def first_token(runs: Runs) -> Section:
         "uniform reference mean_t 1/(t+1), the first-token weight if every query attended "
         "evenly to all keys it can see; one grey line where all models read the same "
         "queries, else one per model in its colour. A sink shows as F-Attn far above it. "
-        "Linear-attention layers have no point.")
+        "Linear-attention layers have no point." + band_caption(runs, "95% interval over sequences (pooled queries)"))
     by_bucket = FigureItem(
         "f-attn-by-position", "F-Attn by query position",
         axes_level(partial(plots.plot_first_token_by_bucket, runs)), bucket_caption(runs))
@@ -121,6 +121,13 @@ def attention_patterns(runs: Runs) -> Section:
     )
 
 
+def band_caption(runs: Runs, what: str) -> str:
+    """The caption's sentence on the shaded bands, when some run has intervals."""
+    if any(not runs.rows("per_sequence", m).empty for m in runs.models):
+        return f" Shaded: {what}."
+    return ""
+
+
 def massive(runs: Runs) -> Section:
     figure = FigureItem(
         "m-act-by-site", "M-Act per layer at four sites",
@@ -129,7 +136,9 @@ def massive(runs: Runs) -> Section:
         "scale) at four points of each decoder layer: the attention branch output (after "
         "o_proj), the residual stream after attention, the MLP output and the layer output. "
         "Dotted: median |activation| of the same tensor (from a log-spaced histogram), for the "
-        "typical scale. Every layer type has M-Act, linear-attention layers included.")
+        "typical scale. Every layer type has M-Act, linear-attention layers included."
+        + band_caption(runs, "bootstrap interval of the maximum over sequences, biased low: it cannot "
+                             "rise above the largest value seen"))
     top = TableItem(
         "m-act-top", "Largest activations",
         tables.massive_top_display(runs),

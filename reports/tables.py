@@ -21,6 +21,7 @@ from reports.frames import (gate_mean_by_group, gate_mean_by_token_type_pooled,
 from reports.runs import load_runs
 from reports.schema import (ATTENTION, INFERENCE_METRICS, INTERVENTION_LABELS, INTERVENTIONS,
                             SITE_LABELS)
+from reports.tables_intervals import with_intervals
 from reports.text import visible_token
 
 NOT_APPLICABLE = "n/a"
@@ -67,7 +68,7 @@ def summary_display(runs: Any) -> pd.DataFrame:
         "f_attn_paper": _fixed(3), "f_attn_uniform": _fixed(3), "sink_rate": _fixed(3),
         "loss": _fixed(3), "perplexity": _significant, "tokens": _count,
     }
-    display = as_display(frame, formats)
+    display = with_intervals(as_display(frame, formats), runs, formats)
     for model in runs.ungated_models:
         display.loc[model, "mean_gate"] = "no gate"
     return display.rename(columns=SUMMARY_COLUMNS)
@@ -159,6 +160,9 @@ PROVENANCE_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("thresholds", ("thresholds",)),
     ("sink ε", ("sink_epsilon",)),
     ("seed", ("seed",)),
+    ("bootstrap resamples", ("resamples",)),
+    ("training recipe", ("train_recipe",)),
+    ("graft", ("graft",)),
     ("versions", ("versions", "package_versions")),
     ("command line", ("command", "command_line", "argv")),
     ("analysed at", ("timestamp", "created", "created_at")),

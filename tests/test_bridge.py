@@ -201,6 +201,7 @@ def honoured_cases(tmp_path, tokenizer) -> dict[str, tuple[object, dict]]:
         "token_groups": ({"period": ["."]}, {}),
         "max_length": (16, {}),
         "stride": (16, {}),
+        "resamples": (0, {}),                                             # no intervals
     }
 
 
@@ -246,7 +247,7 @@ def test_every_analyze_option_is_honoured_or_refused(checkpoint, tmp_path, monke
         return (m["name"], m["data"], m["seq_len"], m["seed"], m["command"], m["tokens"], m["sequences"],
                 m["bos_policy"], m["windows"], len(m["display_tokens"]), sorted(set(a.sparsity.threshold)),
                 sorted(set(a.gates_by_token_type.token_type)), len(passes), bool(stderr.strip()),
-                a.summary["loss"], warned)
+                a.summary["loss"], warned, a.summary["f_attn_lo"])
 
     baselines = {}                                  # one run per distinct set of shared arguments
     for option, (value, shared) in honoured.items():

@@ -10,6 +10,7 @@
     anatomy.py       received_by_position.csv, received_by_token.csv, secondary_sinks.csv,
                      value_drains.csv, gate_sink.csv; anatomy (only with the anatomy option)
                                                                       <- attn.hook_attention, attn.hook_gate
+    per_sequence.py  per_sequence.csv; the *_lo / *_hi bootstrap intervals  <- the events above
 
 Each module owns its reducers, its tables (columns and their kinds, declared in probe/schema.py
 so that reports/ reads them without torch) and its summary keys (metrics/base.py says what a
@@ -24,12 +25,13 @@ from .first_token import FirstToken
 from .gates import Gates
 from .loss import Loss
 from .massive import Massive
+from .per_sequence import PerSequence
 from .sparsity import Sparsity
 from .token_types import TokenTypes
 
 # The order of the reducers (merged under torchrun, saved by --resume) and of summary.json's keys.
-METRICS = (FirstToken, Sparsity, Gates, TokenTypes, Massive, Loss, Anatomy)
-SUMMARY_ORDER = (Gates, FirstToken, Massive, Loss, Anatomy)
+METRICS = (FirstToken, Sparsity, Gates, TokenTypes, Massive, Loss, Anatomy, PerSequence)
+SUMMARY_ORDER = (Gates, FirstToken, Massive, Loss, Anatomy, PerSequence)
 
 # Every table of the run directory: name -> column -> kind. Declared in probe/schema.py (no
 # torch: reports/ reads runs against it without loading torch), each metric's TABLES from there;

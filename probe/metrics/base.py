@@ -27,6 +27,7 @@ class Done:
     tokenizer: object
     metrics: dict                        # name -> Metric of the same pass
     control: dict | None = None          # layer -> the exact mean-gate control (control.py)
+    resamples: int = 1000                # bootstrap resamples of the intervals (options.resamples)
 
 
 class Metric:

@@ -133,6 +133,28 @@ def _ratio(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     return torch.where(count > 0, total / count.clamp_min(1), torch.full_like(total, math.nan))
 
 
+def first_key_weights(p0: torch.Tensor, valid: torch.Tensor | None, finite: torch.Tensor | None):
+    """(p0 with left-out queries zeroed, w (B, T) float64: 1 where a query counts, the number of
+    valid queries left out), for the per-sequence sums (metrics/per_sequence.py). A query counts
+    when it is valid and finite in every head (and its output row is finite, `finite`): stricter
+    than FirstTokenStats.update, which leaves a non-finite cell out of its head only, so on a
+    model with NaNs the per-sequence F-Attn can pool fewer queries than first_token.csv."""
+    B, H, T = p0.shape
+    w = torch.ones(B, T, dtype=F64, device=p0.device) if valid is None else valid.double()
+    dropped = torch.zeros((), dtype=I64, device=p0.device)
+    if finite is not None or (p0.numel() and not bool(torch.isfinite(p0.amax()))):
+        finite = torch.isfinite(p0).all(1) & (True if finite is None else _rows(finite.to(p0.device)))  # (B, T)
+        dropped = ((~finite) & (w > 0)).sum()
+        w = w * finite
+        p0 = p0.masked_fill(~finite[:, None, :], 0.0)
+    return p0, w, dropped
+
+
+def _rows(finite: torch.Tensor) -> torch.Tensor:
+    """(B, T): finite in every head, from a (B, H, T) or (B, T) mask."""
+    return finite.all(1) if finite.dim() == 3 else finite
+
+
 class FirstToken(Metric):
     name = "first_token"
     TABLES = FIRST_TOKEN

@@ -15,18 +15,29 @@ class LossStats(Reducer):
     """Next-token negative log-likelihood over valid (input, target) pairs."""
 
     BLOCK = 1 << 20             # logits per step (4 MB of float32 temporaries): no (T, V) copy is made
-    summed = ("nll", "count", "nonfinite")
+    # seq_nll / seq_count: the same per dataset row (per_sequence.csv nll, nll_n), (S,).
+    summed = ("nll", "count", "nonfinite", "seq_nll", "seq_count")
 
-    def __init__(self, device="cpu"):
+    def __init__(self, device="cpu", sequences: int | None = None):
+        """sequences: the dataset's row count, when known (else the per-row sums grow)."""
         self.nll = torch.zeros((), dtype=F64, device=device)
         self.count = torch.zeros((), dtype=I64, device=device)
         self.nonfinite = torch.zeros((), dtype=I64, device=device)
+        self.seq_nll = torch.zeros(sequences or 0, dtype=F64, device=device)
+        self.seq_count = torch.zeros(sequences or 0, dtype=I64, device=device)
 
-    def update(self, logits: torch.Tensor, input_ids: torch.Tensor, valid: torch.Tensor) -> None:
-        """logits (B, T, V); the pair (t, t+1) counts when position t + 1 is valid.
+    def update(self, logits: torch.Tensor, input_ids: torch.Tensor, valid: torch.Tensor,
+               seq_index: torch.Tensor | None = None) -> None:
+        """logits (B, T, V); the pair (t, t+1) counts when position t + 1 is valid; seq_index (B,)
+        the dataset rows of the batch (default 0 .. B-1).
 
         A pair whose loss is not finite (NaN logits) is left out and counted in `nonfinite`.
         """
+        seqs = (torch.arange(logits.shape[0]) if seq_index is None else seq_index).tolist()
+        need = max(seqs) + 1
+        if need > len(self.seq_nll):
+            self.seq_nll = torch.cat([self.seq_nll, self.seq_nll.new_zeros(need - len(self.seq_nll))])
+            self.seq_count = torch.cat([self.seq_count, self.seq_count.new_zeros(need - len(self.seq_count))])
         # A target counts when it is valid: padding sits on the right, so its input is real too,
         # and a sliding window's context (valid False) still predicts the first counted token.
         pair = valid[:, 1:].to(logits.device)
@@ -39,8 +50,11 @@ class LossStats(Reducer):
                 x = logits[b, start:end].float()
                 nll = torch.logsumexp(x, dim=-1) - x.gather(-1, target[b, start:end, None])[:, 0]
                 keep = pair[b, start:end] & torch.isfinite(nll)
-                self.nll += nll[keep].double().sum().to(self.nll.device)
-                self.count += keep.sum().to(self.count.device)
+                total, kept = nll[keep].double().sum().to(self.nll.device), keep.sum().to(self.count.device)
+                self.nll += total
+                self.count += kept
+                self.seq_nll[seqs[b]] += total
+                self.seq_count[seqs[b]] += kept
                 self.nonfinite += (pair[b, start:end] & ~keep).sum().to(self.nonfinite.device)
 
     def loss(self) -> float:
@@ -51,15 +65,15 @@ class Loss(Metric):
     name = "loss"
     SUMMARY_KEYS = ("loss", "perplexity")
 
-    def __init__(self, layout, **context):
+    def __init__(self, layout, *, sequences: int | None = None, **context):
         super().__init__(layout)
-        self.stats = LossStats()
+        self.stats = LossStats(sequences=sequences)
 
     def subscribe(self, on) -> None:
         on(LOGITS, self.update)
 
     def update(self, layer, logits, b) -> None:
-        self.stats.follow(logits.device).update(logits, b.input_ids, b.valid)
+        self.stats.follow(logits.device).update(logits, b.input_ids, b.valid, b.seq_index)
 
     def reducers(self) -> list:
         return [self.stats]

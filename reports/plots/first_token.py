@@ -12,6 +12,7 @@ from matplotlib.figure import Figure, SubFigure
 from reports.frames import first_token_by_bucket, first_token_by_layer, first_token_matrix
 from reports.plots._layout import (axes_or_new, figure_or_new, legend_beside, model_heatmaps,
                                    not_applicable, set_layer_ticks)
+from reports.plots.intervals import draw_band
 from reports.runs import load_runs
 from reports.schema import LINEAR_ATTENTION
 from reports.style import REFERENCE_COLOR, model_colors, styled
@@ -61,6 +62,8 @@ def plot_first_token_by_layer(runs: Any, *, ax: Axes | None = None,
             continue
         # Markers matter: in hybrid models the attention layers are isolated points.
         ax.plot(rows["layer"], rows["value"], marker="o", color=colors[model], label=plain(model))
+        if metric == "f_attn":
+            draw_band(ax, runs, model, "f_attn", colors[model])          # 95% interval over sequences
     references = {model: runs.summary[model].get("f_attn_uniform") for model in runs.models
                   if model in set(by_layer["model"])}
     _draw_uniform_references(ax, references, colors)

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure, SubFigure
 from reports.frames import massive_by_layer
 from reports.plots._layout import (axes_or_new, figure_or_new, legend_beside, legend_entries,
                                    legend_outside, not_applicable, set_layer_ticks)
+from reports.plots.intervals import draw_band
 from reports.runs import load_runs
 from reports.schema import SITE_LABELS, SITES
 from reports.style import model_colors, styled
@@ -40,6 +41,7 @@ def plot_massive_by_layer(runs: Any, *, site: str = "resid_post", ax: Axes | Non
             continue
         ax.plot(rows["layer"], rows["value"], marker="o", markersize=3.5, color=colors[model],
                 label=plain(model))
+        draw_band(ax, runs, model, "m_act", colors[model], site=site)   # bootstrap of a maximum
         typical = medians[medians["model"] == model]
         if show_median and not typical.empty:
             ax.plot(typical["layer"], typical["value"], linestyle=":", color=colors[model],

@@ -133,15 +133,24 @@ def scale_m_act(run: Path, factor: float) -> None:
     edit(run, "massive", change)
 
 
+def claims_table(*args) -> pd.DataFrame:
+    """The claims with every (baseline, gated) pair of the fixture runs declared matched (--pair):
+    the fixtures record no token ids, as runs written before tokens_sha256."""
+    from reports.runs import load_runs
+
+    runs = load_runs(args[0] if len(args) == 1 else list(args))
+    return reports.claims_table(runs, pairs=[(b, g) for g in runs.gated_models for b in runs.ungated_models])
+
+
 def table_of(runs: dict[str, Path]) -> pd.DataFrame:
-    return reports.claims_table(*runs.values())
+    return claims_table(*runs.values())
 
 
 # --- Verdicts on the fixture runs ---------------------------------------------------------
 
 
 def test_verdicts_follow_the_csv_numbers(run_dirs):
-    table = reports.claims_table(list(run_dirs.values()))
+    table = claims_table(list(run_dirs.values()))
     numbers = {name: csv_numbers(path) for name, path in run_dirs.items()}
     assert list(table.columns) == claims.COLUMNS
     assert table["claim"].tolist() == [1, 1, 2, 2, 3, 3, 4, 4]
@@ -157,7 +166,7 @@ def test_verdicts_follow_the_csv_numbers(run_dirs):
 
 
 def test_numbers_column_holds_what_the_verdict_used(run_dirs):
-    table = reports.claims_table(run_dirs["baseline"], run_dirs["headwise"])
+    table = claims_table(run_dirs["baseline"], run_dirs["headwise"])
     csv = {name: csv_numbers(run_dirs[name]) for name in ("baseline", "headwise")}
     by_claim = dict(zip(table["claim"], table["numbers"]))
     assert by_claim[1]["mean_gate"] == pytest.approx(csv["headwise"]["mean_gate"])
@@ -283,33 +292,37 @@ def test_thresholds_live_in_the_named_constants(run_dirs, monkeypatch):
     """Moving a constant moves the verdict, the rule and the caption together."""
     headwise = csv_numbers(run_dirs["headwise"])["mean_gate"]
     monkeypatch.setattr(claims, "MEAN_GATE_MAX", round(headwise - 0.01, 3))
-    table = reports.claims_table(run_dirs["headwise"])
+    table = claims_table(run_dirs["headwise"])
     assert verdict(table, 1, "headwise") == BELOW_THRESHOLD
     assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in table["rule"].iloc[0]
-    assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in claims.claims_caption()
+    assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in claims.rules_display()["rule"].iloc[0]
 
 
-def test_caption_quotes_the_no_preference_gate_from_its_constant(monkeypatch):
-    assert f"{claims.NO_PREFERENCE_GATE:g} is a gate without preference" in claims.claims_caption()
+def test_the_rules_quote_the_no_preference_gate_from_its_constant(monkeypatch):
     monkeypatch.setattr(claims, "NO_PREFERENCE_GATE", 0.45)
-    assert "(MEAN_GATE_MAX; 0.45 is a gate without preference)" in claims.claims_caption()
+    assert "mean gate above 0.45" in claims.rules_display()["rule"].iloc[0]
 
 
-def test_caption_quotes_every_threshold():
-    caption = claims.claims_caption()
-    for name in ("MEAN_GATE_MAX", "LOW_GATE_SHARE_MIN", "SPARSITY_MIN_STEP", "SINK_MIN_RATIO",
-                 "F_ATTN_MIN_REDUCTION", "M_ACT_MIN_REDUCTION"):
-        assert name in caption, name
+def test_the_rules_are_a_short_table_that_quotes_every_threshold_not_a_caption_of_names():
+    """Issue 25 item 12: one row per claim with its rule; the caption says how intervals decide,
+    in a few lines, without the constants' names."""
+    rules = claims.rules_display()
+    assert len(rules) == 4 and list(rules.columns) == ["rule"]
+    text = " ".join(rules["rule"])
     for value in (claims.MEAN_GATE_MAX, claims.LOW_GATE_SHARE_MIN, claims.SPARSITY_THRESHOLD,
-                  claims.SPARSITY_MIN_STEP, claims.SINK_MIN_RATIO):
-        assert f"{value:g}" in caption
+                  claims.SPARSITY_MIN_STEP, claims.SINK_MIN_RATIO, claims.F_ATTN_MIN_REDUCTION):
+        assert f"{value:g}" in text
+    for caption in (claims.claims_caption(), claims.rules_caption()):
+        assert "MEAN_GATE_MAX" not in caption and "SINK_MIN_RATIO" not in caption
+        assert len(caption) < 900
+    assert claims.WITHIN_NOISE in claims.rules_caption() and claims.OPPOSITE in claims.rules_caption()
 
 
 # --- Not testable -------------------------------------------------------------------------
 
 
 def test_one_gated_run_tests_claims_1_and_2_only(run_dirs):
-    table = reports.claims_table(run_dirs["headwise"])
+    table = claims_table(run_dirs["headwise"])
     numbers = csv_numbers(run_dirs["headwise"])
     assert verdict(table, 1, "headwise") == expected(1, numbers)
     assert verdict(table, 2, "headwise") == expected(2, numbers)  # within the one run
@@ -318,7 +331,7 @@ def test_one_gated_run_tests_claims_1_and_2_only(run_dirs):
 
 
 def test_gated_runs_without_a_baseline(run_dirs):
-    table = reports.claims_table(run_dirs["headwise"], run_dirs["hybrid"])
+    table = claims_table(run_dirs["headwise"], run_dirs["hybrid"])
     untestable = table[table["claim"].isin([3, 4])]
     assert len(untestable) == 4
     assert set(untestable["verdict"]) == {"not testable: no baseline in this report"}
@@ -326,11 +339,13 @@ def test_gated_runs_without_a_baseline(run_dirs):
 
 
 def test_ungated_only_runs_test_nothing(run_dirs):
-    table = reports.claims_table(run_dirs["baseline"])
+    table = claims_table(run_dirs["baseline"])
     assert table["claim"].tolist() == [1, 2, 3, 4]
-    assert set(table["verdict"]) == {"not testable: no gated model in this report"}
+    assert set(table["verdict"]) == {f"not testable: {claims.NO_GATED}"}
     sink = table[table["claim"] == 3]["these runs"].iloc[0]
     assert "baseline: F-Attn" in sink and "× uniform" in sink  # the numbers are still shown
+    # Issue 25 item 10: said once on the console.
+    assert claims.claims_text(table) == f"Claims of the paper: {claims.NO_GATED}."
 
 
 def test_missing_control_makes_claim2_untestable(copy_runs):
@@ -349,7 +364,7 @@ def test_several_baselines_pair_with_every_gated_model(copy_runs):
     for name in ("meta.json", "summary.json"):
         path = second / name
         path.write_text(path.read_text().replace('"baseline"', '"baseline2"'))
-    table = reports.claims_table(runs["baseline"], second, runs["headwise"])
+    table = claims_table(runs["baseline"], second, runs["headwise"])
     assert set(table[table["claim"] == 4]["models"]) == {"baseline vs headwise",
                                                        "baseline2 vs headwise"}
 
@@ -361,8 +376,8 @@ def test_analysis_objects_work_directly(run_dirs):
     import probe
 
     base, gated = (probe.Analysis.load(run_dirs[name]) for name in ("baseline", "headwise"))
-    from_objects = reports.claims_table(base, gated)
-    from_dirs = reports.claims_table([run_dirs["baseline"], run_dirs["headwise"]])
+    from_objects = claims_table(base, gated)
+    from_dirs = claims_table([run_dirs["baseline"], run_dirs["headwise"]])
     pd.testing.assert_frame_equal(from_objects.drop(columns="numbers"),
                                   from_dirs.drop(columns="numbers"))
 
@@ -376,17 +391,17 @@ def test_table_opens_the_html_report(built_report, all_runs):
     html = built_report["html"].read_text(encoding="utf-8")
     assert html.index('<section id="claims">') < html.index('<section id="summary">')
     section = _claims_section(html)
-    table = reports.claims_table(all_runs)
+    section = section[:section.index("<table", section.index("<table") + 1)]       # the claims, not the rules
+    table = reports.claims_table(all_runs)        # as the report shows it: no declared pair
     rows = re.findall(r"<tr><th scope=\"row\">(.*?)</th>(.*?)</tr>", section)
     assert len(rows) == len(table)
     for (label, cells), expected_row in zip(rows, table.to_dict("records")):
         assert label == f"{expected_row['claim']}. {expected_row['statement']}"
         # Coloured by verdict class; the words stay the same.
-        kind = {"direction consistent": "consistent", "not consistent": "inconsistent",
-                "not testable": "untestable"}[next(k for k in ("direction consistent", "not consistent",
-                                                               "not testable") if expected_row["verdict"].startswith(k))]
+        kind = next(k for text, k in claims.VERDICT_KINDS if expected_row["verdict"].startswith(text))
         assert f'<td class="verdict {kind}">{expected_row["verdict"]}</td>' in cells
-    assert "MEAN_GATE_MAX" in section and "SINK_MIN_RATIO" in section  # caption: the rules
+    rules = _claims_section(html)
+    assert "How each verdict is decided" in rules and "3×" in rules  # the rules' table
     assert "direction consistent with the paper" in section
     assert "reproduc" not in section.lower()
 
@@ -399,9 +414,9 @@ def test_table_is_in_the_pdf(built_report):
     claim_pages = [text for text in pages if "Claims of the paper" in text.split("Contents")[-1]]
     assert claim_pages and pages.index(claim_pages[0]) == 0
     text = " ".join(" ".join(claim_pages).split())
-    for needle in ("1. Gate scores are sparse", "massive activations", "baseline vs hybrid",
-                   "SINK_MIN_RATIO", "M_ACT_MIN_REDUCTION"):
+    for needle in ("1. Gate scores are sparse", "massive activations", "baseline vs hybrid"):
         assert needle in text, needle
+    assert "With per-sequence values a verdict is" in " ".join(" ".join(pages).split())   # the rules
     assert "direction consistent" in text
 
 
@@ -421,11 +436,11 @@ def test_summary_numbers_stand_in_for_a_missing_table(run_dirs):
     base, gated = analysis("baseline"), analysis("headwise", massive=pd.DataFrame())
     base_m_act = csv_numbers(run_dirs["baseline"])["m_act"]  # its massive.csv is there
     gated.summary["m_act"] = base_m_act / (claims.M_ACT_MIN_REDUCTION * 1.05)
-    assert verdict(reports.claims_table(base, gated), 4, "baseline vs headwise") == CONSISTENT
+    assert verdict(claims_table(base, gated), 4, "baseline vs headwise") == CONSISTENT
     gated.summary["m_act"] = base_m_act * 1.05
-    assert verdict(reports.claims_table(base, gated), 4, "baseline vs headwise") \
+    assert verdict(claims_table(base, gated), 4, "baseline vs headwise") \
         == NOT_CONSISTENT
     del gated.summary["m_act"]
-    got = verdict(reports.claims_table(base, gated), 4, "baseline vs headwise")
+    got = verdict(claims_table(base, gated), 4, "baseline vs headwise")
     assert got == ("not testable: no M-Act of the layer output for headwise "
                    "(massive.csv, summary.json m_act)")

@@ -1,0 +1,182 @@
+"""The headline numbers as functions of resampling weights W (R, S), from one run's
+per_sequence.csv: at W = ones (1, S) each equals the number summary.json gives (tested), at a
+bootstrap W its resampled value.
+
+Which statistic each interval is of:
+- F-Attn per (layer, head) pools queries over sequences: (W @ sum) / (W @ count), a ratio of
+  sums, not a mean of per-sequence means; per layer the mean over heads, then over layers.
+- sink rate: the share of (layer, head) cells whose resampled F-Attn exceeds epsilon.
+- mean gate: count-weighted over every gated layer, head, position (and dimension); the share of
+  scores below LOW_GATE likewise; per layer the mean over heads of the per-head means.
+- sparsity: per layer (W @ below) / (W @ n), then the mean over layers.
+- loss: (W @ nll) / (W @ pairs).
+- M-Act: per layer and site the largest per-sequence maximum among the sequences drawn; then the
+  mean over layers of the layer output's. The bootstrap of a maximum is biased low: a resample
+  can never exceed the largest value seen, so the interval's upper end is the point estimate
+  whenever one sequence holds the maximum. It says how much the maximum rests on single
+  sequences, not where the population's maximum lies.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .bootstrap import MIN_SEQUENCES, SEED, percentile_interval, resample_weights
+
+SITES = ("attn_out", "resid_mid", "mlp_out", "resid_post")     # probe/schema.py SITES
+RESIDUAL = "resid_post"
+CHUNK = 1 << 24          # elements of the (R, S, ...) M-Act temporaries per step
+
+
+@dataclass
+class SequenceValues:
+    """One run's per-sequence table as arrays; S sequences, A attention layers, H heads."""
+
+    sequences: int
+    attention_layers: list[int]
+    layers: list[int]
+    f_sum: np.ndarray                   # (S, A, H)
+    f_n: np.ndarray                     # (S, A)
+    f_uniform: np.ndarray               # (S, A)
+    gate_sum: np.ndarray | None         # (S, A, H); None without a gate
+    gate_n: np.ndarray | None
+    gate_low: np.ndarray | None
+    sparsity: dict                      # (variant, threshold) -> ((S, A) below, (S, A) n)
+    m_max: np.ndarray                   # (S, L, 4): per-sequence max |h|, NaN where none
+    nll: np.ndarray                     # (S,)
+    nll_n: np.ndarray                   # (S,)
+
+    @classmethod
+    def from_frame(cls, rows: pd.DataFrame) -> "SequenceValues | None":
+        """The arrays of one model's rows of per_sequence.csv; None when it has none."""
+        if rows is None or rows.empty:
+            return None
+        S = int(rows["sequence"].max()) + 1
+        by = {q: part for q, part in rows.groupby("quantity", sort=False)}
+
+        def grid(q, layer_ids=None, heads=False, where=None):
+            part = by.get(q)
+            if part is None:
+                return None
+            if where is not None:
+                part = part[where(part)]
+            ids = sorted(part["layer"].unique()) if layer_ids is None else layer_ids
+            col = {layer: i for i, layer in enumerate(ids)}
+            H = int(part["head"].max()) + 1 if heads else 1
+            out = np.full((S, len(ids), H), np.nan)
+            out[part["sequence"].to_numpy(int), part["layer"].map(col).to_numpy(int),
+                part["head"].to_numpy(int) if heads else 0] = part["value"].to_numpy(float)
+            return out if heads else out[:, :, 0]
+
+        attention = sorted(int(x) for x in by["f_attn_n"]["layer"].unique()) if "f_attn_n" in by else []
+        m_rows = by.get("m_act")
+        layers = sorted(int(x) for x in m_rows["layer"].unique()) if m_rows is not None else []
+        m_max = np.stack([grid("m_act", layers, where=lambda p, s=s: p["key"] == s)
+                          if m_rows is not None else np.full((S, 0), np.nan) for s in SITES], axis=2)
+        sparsity = {}
+        below = by.get("sparsity_below")
+        if below is not None:
+            for (variant, t), _ in below.groupby(["key", "threshold"], sort=False):
+                sparsity[(variant, float(t))] = (
+                    grid("sparsity_below", attention, where=lambda p, v=variant, t=t: (p["key"] == v) & np.isclose(p["threshold"], t)),
+                    grid("sparsity_n", attention, where=lambda p, v=variant: p["key"] == v))
+        loss = lambda q: grid(q, [-1])[:, 0] if q in by else np.zeros(S)         # noqa: E731
+        return cls(S, attention, layers, grid("f_attn_sum", attention, heads=True), grid("f_attn_n", attention),
+                   grid("f_attn_uniform", attention), grid("gate_sum", attention, heads=True),
+                   grid("gate_n", attention, heads=True), grid("gate_low", attention, heads=True),
+                   sparsity, m_max, loss("nll"), loss("nll_n"))
+
+    # -- statistics of resampling weights W (R, S) ----------------------------------------------
+    def f_attn_cells(self, W) -> np.ndarray:                                 # (R, A, H)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.einsum("rs,sah->rah", W, self.f_sum) / (W @ self.f_n)[:, :, None]
+
+    def f_attn_layers(self, W) -> np.ndarray:                                # (R, A)
+        return _nanmean(self.f_attn_cells(W), 2)
+
+    def f_attn(self, W) -> np.ndarray:                                       # (R,)
+        return _nanmean(self.f_attn_layers(W), 1)
+
+    def f_attn_uniform(self, W) -> np.ndarray:                               # (R,)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return _nanmean((W @ self.f_uniform) / (W @ self.f_n), 1)
+
+    def sink_rate(self, W, epsilon: float) -> np.ndarray:                    # (R,)
+        cells = self.f_attn_cells(W)
+        finite = np.isfinite(cells)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return ((cells > epsilon) & finite).sum((1, 2)) / finite.sum((1, 2))
+
+    def mean_gate(self, W) -> np.ndarray | None:                             # (R,)
+        if self.gate_sum is None:
+            return None
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.einsum("rs,sah->r", W, self.gate_sum) / np.einsum("rs,sah->r", W, self.gate_n)
+
+    def mean_gate_layers(self, W) -> np.ndarray | None:                      # (R, A)
+        if self.gate_sum is None:
+            return None
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_head = np.einsum("rs,sah->rah", W, self.gate_sum) / np.einsum("rs,sah->rah", W, self.gate_n)
+        return _nanmean(per_head, 2)
+
+    def low_gate_share(self, W) -> np.ndarray | None:                        # (R,)
+        if self.gate_low is None:
+            return None
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.einsum("rs,sah->r", W, self.gate_low) / np.einsum("rs,sah->r", W, self.gate_n)
+
+    def sparsity_layers(self, W, variant: str, threshold: float) -> np.ndarray | None:    # (R, A)
+        key = next((k for k in self.sparsity if k[0] == variant and np.isclose(k[1], threshold)), None)
+        if key is None:
+            return None
+        below, n = self.sparsity[key]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (W @ below) / (W @ n)
+
+    def sparsity_mean(self, W, variant: str, threshold: float) -> np.ndarray | None:     # (R,)
+        layers = self.sparsity_layers(W, variant, threshold)
+        return None if layers is None else _nanmean(layers, 1)
+
+    def loss(self, W) -> np.ndarray:                                          # (R,)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (W @ self.nll) / (W @ self.nll_n)
+
+    def m_act_layers(self, W) -> np.ndarray:                                 # (R, L, 4)
+        """The largest per-sequence maximum among the sequences each resample draws."""
+        R, S = W.shape
+        flat = self.m_max.reshape(S, -1)                                     # (S, L * 4)
+        out = np.empty((R, flat.shape[1]))
+        step = max(1, CHUNK // max(1, S * flat.shape[1]))
+        filled = np.where(np.isnan(flat), -np.inf, flat)
+        for start in range(0, R, step):
+            drawn = W[start:start + step, :, None] > 0                      # (r, S, 1)
+            out[start:start + step] = np.where(drawn, filled[None], -np.inf).max(1)
+        out[np.isinf(out)] = np.nan
+        return out.reshape(R, *self.m_max.shape[1:])
+
+    def m_act(self, W) -> np.ndarray:                                        # (R,)
+        return _nanmean(self.m_act_layers(W)[:, :, SITES.index(RESIDUAL)], 1)
+
+
+def _nanmean(x: np.ndarray, axis: int) -> np.ndarray:
+    """Mean of the finite values along axis (NaN where there are none), as summary.json's mean."""
+    finite = np.isfinite(x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(finite, x, 0.0).sum(axis) / finite.sum(axis)
+
+
+def intervals_of(values: SequenceValues, statistic, resamples: int, seed: int = SEED):
+    """(point, lo, hi) of statistic(W) -> (R, ...): the point at W = ones, the interval over
+    `resamples` bootstrap resamples; lo / hi NaN without enough sequences or resamples."""
+    point = statistic(np.ones((1, values.sequences)))
+    if point is None:
+        return None
+    point = point[0]
+    if resamples < 1 or values.sequences < MIN_SEQUENCES:
+        nan = np.full(np.shape(point), np.nan)
+        return point, nan, nan
+    lo, hi = percentile_interval(statistic(resample_weights(values.sequences, resamples, seed)))
+    return point, lo, hi

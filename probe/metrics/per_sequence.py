@@ -1,0 +1,237 @@
+"""Per-sequence values of the headline numbers (per_sequence.csv): what the bootstrap intervals
+of probe/intervals/ resample, kept so that intervals can be recomputed without the model.
+
+Every headline number of summary.json is a ratio of sums over tokens (F-Attn, mean gate, the
+sparsity shares, loss) or a maximum over tokens (M-Act). So per sequence this keeps the sums
+and the counts, never a per-sequence mean, and the per-sequence maximum: a resampled set of
+sequences then gives the same statistic the pass gives on all of them (probe/intervals/stats.py).
+State is O(sequences x layers x heads), never O(tokens).
+
+    f_attn_sum (S, A, H)   sum over valid queries t >= 1 of P[t, 0]      <- attn.hook_first_key
+    f_attn_n (S, A)        those queries; f_attn_uniform (S, A) sum of 1 / (t + 1) (or the window's)
+    gate_sum, gate_n, gate_low (S, A, H)  gate scores, their count, those below LOW_GATE  <- attn.hook_gate
+    sparsity_below (S, A, 2, K), sparsity_n (S, A, 2)  |x| below each headline threshold,
+                           ungated (attn.hook_sdpa) and gated (attn.hook_z)
+    m_act (S, L, 4)        max |h| per layer and site                      <- the four site events
+    nll, nll_n (S,)        next-token loss (kept by metrics/loss.py, which computes it anyway)
+
+S sequences (rows of the dataset), A attention layers, H heads, L layers, K thresholds.
+The mean-gate control's per-sequence counts need its scale, known only after the pass: they are
+not kept (the control has no interval; reports say so).
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import torch
+
+from ..events import FIRST_KEY, GATE, SDPA, SITE_EVENTS, SITES, Z
+from ..reducers import F64, I64, Reducer, cut_bits, float32_value
+from ..schema import HEADLINE_THRESHOLDS, LOW_GATE, PER_SEQUENCE, SINK_EPSILON
+from .base import Metric
+from .first_token import first_key_weights
+
+SPARSE_VARIANTS = ("ungated", "gated")
+
+
+def grown(t: torch.Tensor, rows: int, fill) -> torch.Tensor:
+    """t with at least `rows` rows along dim 0, the new ones `fill`."""
+    if t.shape[0] >= rows:
+        return t
+    extra = torch.full((rows - t.shape[0], *t.shape[1:]), fill, dtype=t.dtype, device=t.device)
+    return torch.cat([t, extra])
+
+
+class SequenceStats(Reducer):
+    """The per-sequence state of one pass. `sequences`: the dataset's row count when known (the
+    state then has a fixed shape, as torchrun and --resume need); otherwise it grows with the
+    largest sequence index seen."""
+
+    maximum = ("m_act",)
+
+    def __init__(self, attention_layers: int, layers: int, heads: int, gated: bool,
+                 sequences: int | None = None, device="cpu"):
+        S = sequences or 0
+        A, H, K = attention_layers, heads, len(HEADLINE_THRESHOLDS)
+        z = {"dtype": F64, "device": device}
+        n = {"dtype": I64, "device": device}
+        self.f_attn_sum, self.f_attn_n = torch.zeros(S, A, H, **z), torch.zeros(S, A, **n)
+        self.f_attn_uniform = torch.zeros(S, A, **z)
+        self.sparsity_below = torch.zeros(S, A, 2, K, **n)
+        self.sparsity_n = torch.zeros(S, A, 2, **n)
+        self.m_act = torch.full((S, layers, len(SITES)), -math.inf, **z)
+        names = ["f_attn_sum", "f_attn_n", "f_attn_uniform", "sparsity_below", "sparsity_n"]
+        if gated:
+            self.gate_sum = torch.zeros(S, A, H, **z)
+            self.gate_n, self.gate_low = torch.zeros(S, A, H, **n), torch.zeros(S, A, H, **n)
+            names += ["gate_sum", "gate_n", "gate_low"]
+        self.summed = tuple(names)
+
+    @property
+    def rows(self) -> int:
+        return self.m_act.shape[0]
+
+    def fit(self, seq_index: torch.Tensor) -> None:
+        """Make room for the sequences of a batch (only when the row count was not given)."""
+        need = int(seq_index.max()) + 1
+        if need > self.rows:
+            for name in self.summed:
+                setattr(self, name, grown(getattr(self, name), need, 0))
+            self.m_act = grown(self.m_act, need, -math.inf)
+
+
+class PerSequence(Metric):
+    name = "per_sequence"
+    TABLES = PER_SEQUENCE
+    SUMMARY_KEYS = (*(f"{k}_{side}" for k in ("f_attn", "f_attn_uniform", "sink_rate", "mean_gate", "m_act",
+                                               "loss", "perplexity") for side in ("lo", "hi")), "intervals")
+
+    def __init__(self, layout, *, sequences: int | None = None, **context):
+        super().__init__(layout)
+        self.column = {layer: i for i, layer in enumerate(layout.attention_layers)}
+        # The largest float32 below which |x| counts as below each threshold (LogHistogram's cuts).
+        self.limits = [float32_value(cut_bits(t)) for t in HEADLINE_THRESHOLDS]
+        self.state = SequenceStats(len(self.column), len(layout.layers), layout.num_heads, layout.gated,
+                                   sequences)
+        self.fixed = sequences is not None
+
+    def reducers(self) -> list:
+        return [self.state]
+
+    def subscribe(self, on) -> None:
+        on(FIRST_KEY, self._first_key)
+        if self.layout.gated:
+            on(GATE, self._gate)
+        on(SDPA, self._sparsity(0))
+        on(Z, self._sparsity(1))
+        for s, (site, event) in enumerate(SITE_EVENTS.items()):
+            on(event, self._massive(s))
+
+    def _rows(self, b, device) -> torch.Tensor:
+        """The batch's sequence indices (B,) on `device`, with room for them in the state."""
+        s = self.state.follow(device)
+        if not self.fixed:
+            s.fit(b.seq_index)
+        return b.seq_index.to(device)
+
+    def _first_key(self, layer, p0, b, uniform=None, finite=None) -> None:              # (B, H, T)
+        if layer not in self.column:
+            return
+        seq, a = self._rows(b, p0.device), self.column[layer]
+        p0, w, _ = first_key_weights(p0, None if b.all_valid else b.valid.to(p0.device), finite)
+        T = p0.shape[-1]
+        rest = (p0.double() * w[:, None, :])[:, :, 1:].sum(2)                      # (B, H)
+        if uniform is None:
+            u = (w[:, 1:] / torch.arange(2, T + 1, device=p0.device, dtype=F64)).sum(1)   # (B,)
+        else:
+            u = (w[:, 1:] * uniform[:, 1:].double()).sum(1)
+        s = self.state
+        s.f_attn_sum[:, a].index_add_(0, seq, rest)
+        s.f_attn_n[:, a].index_add_(0, seq, w[:, 1:].sum(1).long())
+        s.f_attn_uniform[:, a].index_add_(0, seq, u)
+
+    def _gate(self, layer, scores, b) -> None:                                       # (B, T, H, Dg)
+        if layer not in self.column:
+            return
+        seq, a = self._rows(b, scores.device), self.column[layer]
+        g = scores.float()
+        finite = torch.isfinite(g)
+        valid = b.valid.to(g.device)[:, :, None, None] & finite                        # (B, T, H, Dg)
+        s = self.state
+        # Sum over the gate's dimensions in float32 first: no float64 copy of an elementwise gate.
+        per_pos = g.masked_fill(~valid, 0.0).sum(3).double()                           # (B, T, H)
+        s.gate_sum[:, a].index_add_(0, seq, per_pos.sum(1))
+        s.gate_n[:, a].index_add_(0, seq, valid.sum((1, 3)))
+        s.gate_low[:, a].index_add_(0, seq, ((g < LOW_GATE) & valid).sum((1, 3)))
+
+    def _sparsity(self, variant: int):
+        def update(layer, x, b) -> None:                                # (B, T, H, D) or (B, T, H * D)
+            if layer not in self.column:
+                return
+            seq, a = self._rows(b, x.device), self.column[layer]
+            B, T = x.shape[:2]
+            ax = x.reshape(B, T, -1).abs()
+            ax = ax if ax.dtype == torch.float32 else ax.float()          # bfloat16, float16: exact
+            valid = b.valid.to(x.device)
+            # |x| < value(cut) <=> bits(|x|) < cut: the exact counts of LogHistogram (NaN counts nowhere).
+            counts = [torch.count_nonzero(ax < t, 2) for t in self.limits]                  # (B, T) each
+            if bool(torch.isfinite(ax.amax())):
+                finite = valid.sum(1) * ax.shape[2]                                         # (B,)
+            else:
+                finite = (torch.isfinite(ax).sum(2) * valid).sum(1)
+            counts = torch.stack([(c * valid).sum(1) for c in counts], 1)                 # (B, K)
+            s = self.state
+            s.sparsity_below[:, a, variant].index_add_(0, seq, counts)
+            s.sparsity_n[:, a, variant].index_add_(0, seq, finite)
+        return update
+
+    def _massive(self, site: int):
+        def update(layer, h, b) -> None:                                                # (B, T, C)
+            if h.dim() != 3:
+                return
+            seq = self._rows(b, h.device)
+            top = torch.maximum(h.amax(2), -h.amin(2)).double()                           # (B, T)
+            if not bool(torch.isfinite(top).all()):                      # NaN / inf: left out
+                a = h.double().abs()
+                top = a.masked_fill(~torch.isfinite(a), -math.inf).amax(2)
+            top = top.masked_fill(~b.valid.to(h.device), -math.inf).amax(1)              # (B,)
+            column = self.state.m_act[:, layer, site]
+            self.state.m_act[:, layer, site] = column.scatter_reduce(0, seq, top, "amax")
+        return update
+
+    def frames(self, done) -> dict:
+        return {"per_sequence": sequence_frame(done.name, self, done.metrics["loss"].stats)}
+
+    def summarise(self, a, layers, done) -> dict:
+        """The 95% intervals beside the numbers (probe/intervals/), from the table just built."""
+        from ..intervals import SequenceValues, describe, summary_intervals
+
+        values = SequenceValues.from_frame(a.per_sequence)
+        top = summary_intervals(values, done.resamples, SINK_EPSILON, layers) if values is not None else {}
+        return {**{k: top.get(k) for k in self.SUMMARY_KEYS[:-1]}, "intervals": describe(values, done.resamples)}
+
+
+def sequence_frame(name: str, metric: PerSequence, loss) -> pd.DataFrame:
+    """per_sequence.csv: one row per sequence and number (probe/schema.py PER_SEQUENCE)."""
+    s, layout = metric.state.to("cpu"), metric.layout
+    S = s.rows if metric.fixed else max(s.rows, loss.seq_nll.shape[0])
+    layers = list(metric.column)
+    parts = []
+
+    def add(quantity, values, layer_ids=None, heads=False, key="", threshold=math.nan):
+        """values: (S,), (S, layers) or (S, layers, heads)."""
+        v = values.double()
+        if v.shape[0] < S:
+            v = grown(v, S, 0)
+        if v.dim() == 1:
+            v = v[:, None]
+        lid = [-1] if layer_ids is None else layer_ids
+        if v.dim() == 2:
+            v = v[:, :, None]
+        H = v.shape[2]
+        seq, li, hi = torch.meshgrid(torch.arange(S), torch.tensor(lid), torch.arange(H), indexing="ij")
+        parts.append(pd.DataFrame({"sequence": seq.reshape(-1).numpy(), "layer": li.reshape(-1).numpy(),
+                                   "head": (hi.reshape(-1).numpy() if heads else -1), "quantity": quantity,
+                                   "key": key, "threshold": threshold, "value": v.reshape(-1).numpy()}))
+
+    add("f_attn_sum", s.f_attn_sum, layers, heads=True)
+    add("f_attn_n", s.f_attn_n, layers)
+    add("f_attn_uniform", s.f_attn_uniform, layers)
+    if layout.gated:
+        add("gate_sum", s.gate_sum, layers, heads=True)
+        add("gate_n", s.gate_n, layers, heads=True)
+        add("gate_low", s.gate_low, layers, heads=True, threshold=LOW_GATE)
+    for v, variant in enumerate(SPARSE_VARIANTS):
+        for k, t in enumerate(HEADLINE_THRESHOLDS):
+            add("sparsity_below", s.sparsity_below[:, :, v, k], layers, key=variant, threshold=t)
+        add("sparsity_n", s.sparsity_n[:, :, v], layers, key=variant)
+    all_layers = [p.index for p in layout.layers]
+    m = s.m_act.masked_fill(torch.isinf(s.m_act), math.nan)        # no finite value: NaN
+    for k, site in enumerate(SITES):
+        add("m_act", m[:, :, k], all_layers, key=site)
+    add("nll", loss.seq_nll, None)
+    add("nll_n", loss.seq_count, None)
+    frame = pd.concat(parts, ignore_index=True)
+    frame.insert(0, "model", name)
+    return frame[list(PER_SEQUENCE["per_sequence"])]

@@ -1,0 +1,99 @@
+"""Each model against the first on the same token ids: the difference and the ratio of each
+headline number, with 95% intervals from a paired bootstrap (the same resampled sequences for
+both runs, probe/intervals/), from the runs' per-sequence tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from probe.intervals import paired
+from reports.claim_intervals import resamples_of, values_of
+from reports.claim_numbers import fmt as _f
+from reports.runs import load_runs
+from reports.schema import HEADLINE_THRESHOLDS, SINK_EPSILON
+
+COLUMNS = ["model", "reference", "quantity", "value", "reference value", "difference", "difference_lo",
+           "difference_hi", "ratio", "ratio_lo", "ratio_hi"]
+SPARSITY_AT = HEADLINE_THRESHOLDS[0]
+QUANTITIES = {
+    "F-Attn": lambda v, W: v.f_attn(W),
+    "sink rate": lambda v, W: v.sink_rate(W, SINK_EPSILON),
+    "M-Act": lambda v, W: v.m_act(W),
+    "loss": lambda v, W: v.loss(W),
+    "mean gate": lambda v, W: v.mean_gate(W),
+    f"sparsity < {SPARSITY_AT:g}, gated": lambda v, W: v.sparsity_mean(W, "gated", SPARSITY_AT),
+}
+
+
+def differences_table(runs: Any) -> pd.DataFrame:
+    """One row per later model and quantity: its value, the first model's, and the paired
+    difference (model minus reference) and ratio with their intervals. Models on other token
+    ids, or without per-sequence values, have no rows (differences_notes says why)."""
+    runs = load_runs(runs)
+    rows = []
+    reference = runs.models[0]
+    for model in runs.models[1:]:
+        if _why_not(runs, reference, model):
+            continue
+        a, b = values_of(runs, model), values_of(runs, reference)
+        for name, statistic in QUANTITIES.items():
+            out = paired(a, b, statistic, resamples_of(runs, model))
+            if out is None:
+                continue
+            d, r = out["difference"], out["ratio"]
+            rows.append({"model": model, "reference": reference, "quantity": name, "value": _point(a, statistic),
+                         "reference value": _point(b, statistic), "difference": d[0], "difference_lo": d[1],
+                         "difference_hi": d[2], "ratio": r[0], "ratio_lo": r[1], "ratio_hi": r[2]})
+    return pd.DataFrame.from_records(rows, columns=COLUMNS)
+
+
+def _point(values, statistic) -> float:
+    import numpy as np
+
+    return float(statistic(values, np.ones((1, values.sequences)))[0])
+
+
+def _why_not(runs, reference: str, model: str) -> str | None:
+    a, b = (runs.meta[m].get("tokens_sha256") for m in (reference, model))
+    if a is None or b is None:
+        return f"{model} and {reference} do not record their token ids (meta.json tokens_sha256)"
+    if a != b:
+        return f"{model} and {reference} did not see the same token ids"
+    missing = [m for m in (reference, model) if values_of(runs, m) is None]
+    if missing:
+        return f"{', '.join(missing)} has no per_sequence.csv (written before it)"
+    return None
+
+
+def differences_notes(runs: Any) -> list[str]:
+    runs = load_runs(runs)
+    why = [_why_not(runs, runs.models[0], m) for m in runs.models[1:]]
+    return [f"No paired differences: {w}." for w in why if w]
+
+
+def differences_display(runs: Any) -> pd.DataFrame:
+    frame = differences_table(runs)
+    out = pd.DataFrame({
+        "model": [f"{m} − {r}" for m, r in zip(frame["model"], frame["reference"])],
+        "quantity": frame["quantity"],
+        "values": [f"{_f(v)} vs {_f(w)}" for v, w in zip(frame["value"], frame["reference value"])],
+        "difference [95%]": [f"{_f(d)} [{_f(lo)}, {_f(hi)}]" for d, lo, hi in
+                             zip(frame["difference"], frame["difference_lo"], frame["difference_hi"])],
+        "ratio [95%]": [f"{_f(d)} [{_f(lo)}, {_f(hi)}]" for d, lo, hi in
+                        zip(frame["ratio"], frame["ratio_lo"], frame["ratio_hi"])],
+    })
+    return out.set_index("model")
+
+
+def differences_text(frame: pd.DataFrame) -> str:
+    if frame.empty:
+        return ""
+    lines = ["Paired differences against the first model (95% intervals, the same resampled sequences "
+             "for both):"]
+    for r in frame.to_dict("records"):
+        lines.append(f"  {r['model']} − {r['reference']}, {r['quantity']}: {_f(r['difference'])} "
+                     f"[{_f(r['difference_lo'])}, {_f(r['difference_hi'])}], ratio {_f(r['ratio'])} "
+                     f"[{_f(r['ratio_lo'])}, {_f(r['ratio_hi'])}]")
+    return "\n".join(lines)

@@ -1,0 +1,166 @@
+"""Claims on matched pairs only (issue 25 item 1), decided with the 95% intervals (issue 21):
+synthetic per_sequence.csv tables with a known spread over sequences, added to copies of the
+fixture runs."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import reports
+from reports import claims
+from reports.claims_pairs import NOT_COMPARABLE
+from test_claims import copy_runs  # noqa: F401  (the fixture)
+
+S = 24
+
+
+def write_per_sequence(run: Path, *, m_act: np.ndarray, f_attn: float, layers=range(4), heads=4, gated=False,
+                       seed=0) -> None:
+    """per_sequence.csv with per-sequence M-Act (S,) at the layer output of every layer and
+    F-Attn sums of 100 queries per sequence around `f_attn`."""
+    rng = np.random.default_rng(seed)
+    model = json.loads((run / "summary.json").read_text())["model"]
+    rows = []
+    for s in range(S):
+        for layer in layers:
+            for h in range(heads):
+                rows.append((s, layer, h, "f_attn_sum", "", np.nan, 100 * (f_attn + rng.normal(0, 0.01))))
+                if gated:
+                    rows += [(s, layer, h, "gate_sum", "", np.nan, 100 * 0.2), (s, layer, h, "gate_n", "", np.nan, 100),
+                             (s, layer, h, "gate_low", "", 0.1, 40)]
+            rows += [(s, layer, -1, "f_attn_n", "", np.nan, 100), (s, layer, -1, "f_attn_uniform", "", np.nan, 5.0)]
+            for site in ("attn_out", "resid_mid", "mlp_out", "resid_post"):
+                rows.append((s, layer, -1, "m_act", site, np.nan, m_act[s]))
+        rows += [(s, -1, -1, "nll", "", np.nan, 300.0), (s, -1, -1, "nll_n", "", np.nan, 100)]
+    frame = pd.DataFrame(rows, columns=["sequence", "layer", "head", "quantity", "key", "threshold", "value"])
+    frame.insert(0, "model", model)
+    frame.to_csv(run / "per_sequence.csv", index=False)
+
+
+def arms_of_one_training(runs: dict[str, Path]) -> dict[str, Path]:
+    """Record the same token ids and one training recipe (but the arm) in the copies' meta.json."""
+    for name, run in runs.items():
+        data = json.loads((run / "meta.json").read_text())
+        data.update(tokens_sha256="0f1e2d3c4b5a6978", train_recipe={"arm": name, "seed": 0, "steps": 1000})
+        (run / "meta.json").write_text(json.dumps(data))
+    return runs
+
+
+@pytest.fixture
+def pair(run_dirs, tmp_path):
+    def make(base_m_act, gated_m_act):
+        out = {}
+        for name, m, f in (("baseline", base_m_act, 0.5), ("headwise", gated_m_act, 0.05)):
+            out[name] = Path(shutil.copytree(run_dirs[name], tmp_path / name))
+            write_per_sequence(out[name], m_act=m, f_attn=f, gated=name == "headwise", seed=len(out))
+        return arms_of_one_training(out)
+    return make
+
+
+def row(table, claim):
+    return table[table["claim"] == claim].iloc[0]
+
+
+def test_a_clear_difference_is_consistent_and_its_interval_printed(pair):
+    rng = np.random.default_rng(1)
+    runs = pair(900 + rng.normal(0, 20, S), 90 + rng.normal(0, 5, S))
+    table = reports.claims_table(*runs.values())
+    for claim in (3, 4):
+        r = row(table, claim)
+        assert r["verdict"] == claims.CONSISTENT, r["these runs"]
+        assert r["numbers"]["difference_lo"] > 0
+        assert "paired bootstrap" in r["these runs"] and "[" in r["these runs"]
+
+
+def test_a_difference_inside_the_noise_is_within_noise(pair):
+    rng = np.random.default_rng(2)
+    noise = pair(500 + rng.normal(0, 200, S), 500 + rng.normal(0, 200, S))
+    r = row(reports.claims_table(*noise.values()), 4)
+    assert r["verdict"] == claims.WITHIN_NOISE and r["numbers"]["difference_lo"] < 0 < r["numbers"]["difference_hi"]
+
+
+def test_a_gated_model_with_larger_activations_is_opposite(pair, tmp_path):
+    rng = np.random.default_rng(3)
+    runs = pair(100 + rng.normal(0, 5, S), 900 + rng.normal(0, 5, S))
+    assert row(reports.claims_table(*runs.values()), 4)["verdict"] == claims.OPPOSITE
+
+
+def test_claim_1_with_intervals(pair):
+    rng = np.random.default_rng(4)
+    runs = pair(900 + rng.normal(0, 5, S), 90 + rng.normal(0, 5, S))
+    r = row(reports.claims_table(runs["headwise"]), 1)
+    assert r["verdict"] == claims.CONSISTENT                   # mean gate 0.2, 40% below 0.1: every sequence
+    assert "[0.2, 0.2]" in r["these runs"]
+
+
+def test_pairs_on_other_token_ids_or_without_a_shared_origin_are_not_comparable(copy_runs):
+    runs = arms_of_one_training(copy_runs("baseline", "headwise"))
+
+    def meta(name, **changes):
+        path = runs[name] / "meta.json"
+        data = json.loads(path.read_text())
+        data.update(changes)
+        path.write_text(json.dumps(data))
+
+    meta("headwise", tokens_sha256="other")
+    r = row(reports.claims_table(*runs.values()), 4)
+    assert r["verdict"] == f"{NOT_COMPARABLE}: not the same token ids (meta.json tokens_sha256)"
+    assert "M-Act" in r["these runs"]
+    text = claims.claims_text(reports.claims_table(*runs.values()))
+    assert "not comparable: not the same token ids" in text                       # and on the console
+
+    meta("headwise", tokens_sha256=json.loads((runs["baseline"] / "meta.json").read_text())["tokens_sha256"],
+         train_recipe=None)
+    r = row(reports.claims_table(*runs.values()), 3)
+    assert r["verdict"].startswith(f"{NOT_COMPARABLE}: not arms of one probe train run nor a graft")
+    assert "--pair baseline:headwise" in r["verdict"]
+    declared = reports.claims_table(*runs.values(), pairs=[("baseline", "headwise")])
+    assert not row(declared, 4)["verdict"].startswith(NOT_COMPARABLE)
+
+    # A graft names its base by the base's config hash (probe graft's record in config.json).
+    meta("headwise", graft={"base": "elsewhere", "base_digest": "sha256:0123456789ab", "gate": "headwise"})
+    assert not row(reports.claims_table(*runs.values()), 4)["verdict"].startswith(NOT_COMPARABLE)
+    meta("headwise", graft={"base": "elsewhere", "base_digest": "sha256:feed", "gate": "headwise"})
+    assert row(reports.claims_table(*runs.values()), 4)["verdict"].startswith(NOT_COMPARABLE)
+
+
+def test_arms_of_one_training_run_pair_only_with_the_same_recipe(copy_runs):
+    runs = arms_of_one_training(copy_runs("baseline", "headwise"))
+    assert not row(reports.claims_table(*runs.values()), 4)["verdict"].startswith(NOT_COMPARABLE)
+    path = runs["headwise"] / "meta.json"
+    data = json.loads(path.read_text())
+    data["train_recipe"] = {**data["train_recipe"], "seed": 7}
+    path.write_text(json.dumps(data))
+    assert row(reports.claims_table(*runs.values()), 4)["verdict"].startswith(NOT_COMPARABLE)
+
+
+def test_a_declared_pair_must_name_a_baseline_then_a_gated_run(run_dirs):
+    from reports.claims_pairs import check_declared, parse_pairs
+    from reports.runs import load_runs
+
+    runs = load_runs(list(run_dirs.values()))
+    with pytest.raises(ValueError, match="give BASE:GATED"):
+        parse_pairs(["baseline"])
+    with pytest.raises(ValueError, match="baseline first"):
+        check_declared(runs, [("headwise", "baseline")])
+    with pytest.raises(ValueError, match="no run is named 'nope'"):
+        check_declared(runs, [("nope", "headwise")])
+
+
+def test_runs_without_token_ids_pair_only_when_declared(run_dirs):
+    table = reports.claims_table(*run_dirs.values())
+    assert row(table, 4)["verdict"].startswith(f"{NOT_COMPARABLE}: token ids not recorded")
+    declared = reports.claims_table(*run_dirs.values(), pairs=[("baseline", "headwise")])
+    assert not row(declared, 4)["verdict"].startswith(NOT_COMPARABLE)
+
+
+def test_runs_without_per_sequence_values_say_so_and_keep_the_point_rules(run_dirs):
+    table = reports.claims_table(*run_dirs.values(), pairs=[("baseline", "headwise"), ("baseline", "hybrid")])
+    r = row(table, 4)
+    assert r["verdict"] in (claims.CONSISTENT, claims.BELOW_THRESHOLD, claims.NOT_CONSISTENT)
+    assert "no interval: baseline, headwise has no per_sequence.csv" in r["these runs"]

@@ -1,0 +1,97 @@
+"""Intervals in the report: brackets beside the summary's numbers, paired differences, bands on
+the layer-wise figures; a run written before per_sequence.csv reports without them and says so;
+--pair and --group mistakes are one line."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+import probe  # noqa: E402
+from probe.cli import main  # noqa: E402
+from reports import plots  # noqa: E402
+from reports.differences import differences_table  # noqa: E402
+from reports.runs import load_runs  # noqa: E402
+from reports.sections import build_sections  # noqa: E402
+from reports.tables import summary_display  # noqa: E402
+from samples import TEXT  # noqa: E402
+
+OLD_RUN = Path(__file__).parents[1] / "gold_runs" / "qwen3"        # written before per_sequence.csv
+
+
+@pytest.fixture(scope="module")
+def pair(checkpoint, tmp_path_factory):
+    root = tmp_path_factory.mktemp("interval-runs")
+    out = []
+    for kind in ("official_baseline", "official_headwise"):
+        a = probe.analyze(checkpoint(kind), texts=[TEXT[:2500]], seq_len=32, batch_size=4, max_sequences=12,
+                          display_len=0, progress=False)
+        out.append(a.save(root / kind))
+    return out
+
+
+def section(sections, id_):
+    return next(s for s in sections if s.id == id_)
+
+
+def test_an_old_run_reports_without_intervals_and_says_so():
+    assert not (OLD_RUN / "per_sequence.csv").exists()
+    runs = load_runs([OLD_RUN])
+    summary = section(build_sections(runs), "summary")
+    assert any("No intervals for" in note and "per_sequence.csv" in note for note in summary.notes)
+    assert "[" not in " ".join(summary_display(runs).astype(str).to_numpy().ravel())
+    assert probe.Analysis.load(OLD_RUN).per_sequence.empty
+
+
+def test_brackets_differences_and_bands_with_per_sequence_values(pair):
+    runs = load_runs(pair)
+    display = summary_display(runs)
+    for model in runs.models:
+        cell = display.loc[model, "F-Attn (t ≥ 1)"]
+        lo, hi = runs.summary[model]["f_attn_lo"], runs.summary[model]["f_attn_hi"]
+        assert cell.endswith(f"[{lo:.3f}, {hi:.3f}]") and lo < runs.summary[model]["f_attn"] < hi
+    summary = section(build_sections(runs), "summary")
+    assert not any("No intervals" in note for note in summary.notes)
+    assert [item.id for item in summary.items] == ["summary-table", "differences-table"]
+    diff = differences_table(runs)
+    f = diff[diff["quantity"] == "F-Attn"].iloc[0]
+    assert f["difference"] == pytest.approx(runs.summary[runs.models[1]]["f_attn"] - runs.summary[runs.models[0]]["f_attn"],
+                                            rel=1e-9)
+    assert f["difference_lo"] <= f["difference"] <= f["difference_hi"]
+    fig = plots.plot_first_token_by_layer(runs)
+    assert sum(len(ax.collections) for ax in fig.axes) >= 2        # one band per model
+
+
+def test_pair_and_group_mistakes_are_one_line(pair, tmp_path, capsys):
+    names = [p.name for p in pair]
+    assert main(["report", *map(str, pair), "--out", str(tmp_path / "r"), "--pair", names[1]]) == 2
+    assert "give BASE:GATED" in capsys.readouterr().err
+    assert main(["report", *map(str, pair), "--out", str(tmp_path / "r"), "--pair", f"{names[1]}:{names[0]}"]) == 2
+    assert "baseline first" in capsys.readouterr().err
+    assert main(["report", *map(str, pair), "--out", str(tmp_path / "r"), "--group", f"g:{names[0]}"]) == 2
+    assert "NAME:RUN,RUN" in capsys.readouterr().err
+
+
+def test_a_declared_pair_is_judged_with_its_interval_on_the_console(pair, tmp_path, capsys):
+    names = [p.name for p in pair]
+    assert main(["report", *map(str, pair), "--out", str(tmp_path / "r"), "--format", "html",
+                 "--pair", f"{names[0]}:{names[1]}"]) == 0
+    out = capsys.readouterr().out
+    assert "(paired bootstrap)" in out and "not comparable" not in out
+    assert main(["report", *map(str, pair), "--out", str(tmp_path / "r2"), "--format", "html"]) == 0
+    assert "not comparable: not arms of one probe train run" in capsys.readouterr().out
+
+
+def test_ungated_runs_say_once_that_the_claims_need_a_gated_model(run_dirs):
+    """Issue 25 item 10: no "Gated attention report" title, no table of "not testable" rows."""
+    from reports.build import default_title
+    from reports.claims import NO_GATED
+
+    runs = load_runs([run_dirs["baseline"]])
+    claims = section(build_sections(runs), "claims")
+    assert claims.items == [] and NO_GATED in claims.intro.lower()
+    assert not default_title(runs).startswith("Gated attention report")
+    assert default_title(load_runs(list(run_dirs.values()))).startswith("Gated attention report")

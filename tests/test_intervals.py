@@ -1,0 +1,100 @@
+"""probe/intervals/: the bootstrap over sequences covers the truth as often as it says, pairs two
+runs on the same resamples, and the t quantile of the intervals over seeds is Student's."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from probe.intervals import SequenceValues, intervals_of, paired, percentile_interval, resample_weights, seed_interval
+from probe.intervals.bootstrap import t_quantile
+
+
+def values(f_sum, f_n, m_max=None) -> SequenceValues:
+    """A SequenceValues of one attention layer and one head from per-sequence sums and counts."""
+    S = len(f_n)
+    return SequenceValues(S, [0], [0], np.asarray(f_sum, float).reshape(S, 1, 1), np.asarray(f_n, float).reshape(S, 1),
+                          np.zeros((S, 1)), None, None, None, {},
+                          np.full((S, 1, 4), np.nan) if m_max is None else np.asarray(m_max, float).reshape(S, 1, 4),
+                          np.zeros(S), np.zeros(S))
+
+
+def test_the_95_percent_interval_of_a_pooled_ratio_covers_the_truth_93_to_97_percent_of_the_time():
+    """1000 synthetic runs of 40 sequences: each has its own number of queries (20-60) and a
+    per-query probability on key 0 drawn around a known mean, so the pooled F-Attn (a ratio of
+    sums over sequences) has the population value MU. The interval is computed as for a run."""
+    rng = np.random.default_rng(2026)
+    MU, S, covered = 0.3, 40, 0
+    for draw in range(1000):
+        n = rng.integers(20, 61, S).astype(float)
+        p = rng.beta(3.0, 7.0, S)                        # mean 0.3, independent of n
+        v = values(n * p, n)
+        _, lo, hi = intervals_of(v, v.f_attn, 1000, seed=draw)
+        covered += bool(lo <= MU <= hi)
+    assert 0.93 <= covered / 1000 <= 0.97, covered
+
+
+def test_the_point_is_the_pooled_ratio_not_a_mean_of_per_sequence_means():
+    v = values([1.0, 30.0], [10.0, 100.0])
+    point, _, _ = intervals_of(v, v.f_attn, 10)
+    assert point == pytest.approx(31.0 / 110.0, rel=1e-12)          # not (0.1 + 0.3) / 2
+
+
+def test_resamples_draw_every_sequence_count_and_are_fixed_by_the_seed():
+    W = resample_weights(7, 500)
+    assert W.shape == (500, 7) and (W.sum(1) == 7).all()
+    assert np.array_equal(W, resample_weights(7, 500))
+    assert not np.array_equal(W, resample_weights(7, 500, seed=1))
+    assert abs(W.mean() - 1.0) < 0.05
+
+
+def test_too_few_sequences_or_no_resamples_give_no_interval():
+    v = values([1.0], [10.0])
+    point, lo, hi = intervals_of(v, v.f_attn, 1000)
+    assert point == pytest.approx(0.1) and math.isnan(lo) and math.isnan(hi)
+    v = values([1.0, 2.0], [10.0, 10.0])
+    assert math.isnan(intervals_of(v, v.f_attn, 0)[1])
+
+
+def test_the_bootstrap_of_a_maximum_never_exceeds_the_largest_value_seen():
+    """The documented bias: M-Act's upper end is the observed maximum when one sequence holds it."""
+    m = np.ones((30, 1, 4))
+    m[:, 0, 3] = np.arange(30.0)
+    v = values(np.ones(30), np.ones(30), m)
+    point, lo, hi = intervals_of(v, v.m_act, 1000)
+    assert point == 29.0 and hi == 29.0 and lo < 29.0
+
+
+def test_paired_differences_share_the_resamples_and_keep_common_difficulty_out():
+    """Two runs on the same sequences whose per-sequence F-Attn moves together: the paired
+    interval of the difference is far narrower than one from independent resamples, and holds
+    the true difference."""
+    rng = np.random.default_rng(0)
+    n = np.full(50, 40.0)
+    hard = rng.uniform(0.1, 0.6, 50)                    # shared per-sequence level
+    a, b = values(n * hard, n), values(n * (hard - 0.05 + rng.normal(0, 0.005, 50)), n)
+    out = paired(a, b, lambda v, W: v.f_attn(W), 1000)
+    point, lo, hi = out["difference"]
+    assert point == pytest.approx(a.f_attn(np.ones((1, 50)))[0] - b.f_attn(np.ones((1, 50)))[0])
+    assert lo < 0.05 < hi and hi - lo < 0.01
+    Wa, Wb = resample_weights(50, 1000, 1), resample_weights(50, 1000, 2)
+    unpaired = percentile_interval(a.f_attn(Wa) - b.f_attn(Wb))
+    assert unpaired[1] - unpaired[0] > 5 * (hi - lo)
+    ratio = out["ratio"]
+    assert ratio[1] <= ratio[0] <= ratio[2]
+    with pytest.raises(ValueError, match="same sequences"):
+        paired(a, values(n[:10], n[:10]), lambda v, W: v.f_attn(W), 10)
+
+
+@pytest.mark.parametrize("df, textbook", [(1, 12.706), (2, 4.303), (4, 2.776), (10, 2.228), (30, 2.042),
+                                          (1000, 1.962)])
+def test_the_t_quantile_is_students(df, textbook):
+    assert t_quantile(0.975, df) == pytest.approx(textbook, abs=1e-3)
+
+
+def test_intervals_over_seeds_are_t_intervals_of_the_per_seed_values():
+    mean, lo, hi, sd = seed_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and sd == pytest.approx(1.0)
+    assert hi - mean == pytest.approx(4.303 / math.sqrt(3), abs=1e-3)
+    assert math.isnan(seed_interval([1.0])[1]) and seed_interval([1.0])[0] == 1.0

@@ -1,0 +1,150 @@
+"""per_sequence.csv against a direct per-sequence computation on a tiny gated model: F-Attn sums
+from the model's own eager attention, M-Act from its own layer outputs, the loss from its own
+logits, gate scores and sparsity from a probe pass over that sequence alone; the intervals of the
+saved table equal those of the direct values, and the point of each (W = ones) is the summary's."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import probe
+from probe.intervals import SequenceValues, intervals_of
+from probe.results import Analysis
+from samples import TEXT
+
+TEXTS = [TEXT[:60], TEXT[400:520], TEXT[900:950], TEXT[1200:1330]]      # unequal: padded batches
+
+
+@pytest.fixture(scope="module")
+def run(checkpoint, tmp_path_factory):
+    ck = checkpoint("official_headwise")
+    a = probe.analyze(ck, texts=TEXTS, per_document=True, seq_len=64, batch_size=3, display_len=0,
+                      progress=False)
+    saved = Analysis.load(a.save(tmp_path_factory.mktemp("per-seq") / "run"))
+    return ck, a, saved
+
+
+def per_sequence(frame: pd.DataFrame, quantity: str, key: str = "") -> pd.DataFrame:
+    rows = frame[(frame["quantity"] == quantity) & (frame["key"].fillna("") == key)]
+    return rows
+
+
+def direct(ck, sequences):
+    """Per sequence: eager P[t, 0] sums (A, H), query counts, uniform sums, max |layer output| per
+    layer, summed next-token NLL and pairs, each from one unpadded forward of the model."""
+    model = probe.load(ck).model
+    outputs = {}
+    layers = model.model.layers
+    hooks = [layer.register_forward_hook(lambda m, a, out, i=i: outputs.__setitem__(i, out[0] if isinstance(out, tuple) else out))
+             for i, layer in enumerate(layers)]
+    model.set_attn_implementation("eager")
+    rows = []
+    try:
+        for ids in sequences:
+            with torch.no_grad():
+                out = model(input_ids=ids[None], use_cache=False, output_attentions=True)
+            T = len(ids)
+            p0 = torch.stack([a[0, :, 1:, 0].double().sum(1) for a in out.attentions])      # (L, H)
+            logits = out.logits[0, :-1].double()
+            nll = torch.nn.functional.cross_entropy(logits, ids[1:], reduction="sum")
+            rows.append({"f_sum": p0.numpy(), "f_n": T - 1, "uniform": sum(1 / (t + 1) for t in range(1, T)),
+                         "m_act": [float(outputs[i].abs().max()) for i in range(len(layers))],
+                         "nll": float(nll), "pairs": T - 1})
+    finally:
+        for h in hooks:
+            h.remove()
+    return rows
+
+
+def test_per_sequence_values_equal_the_models_own_attention_outputs_and_loss(run):
+    ck, a, saved = run
+    sequences = [torch.tensor(x) for x in _sequences(ck)]
+    ref = direct(ck, sequences)
+    ps = saved.per_sequence
+    assert sorted(ps["sequence"].unique()) == list(range(len(sequences)))
+    f = per_sequence(ps, "f_attn_sum").pivot_table(index="sequence", columns=["layer", "head"], values="value")
+    for s, r in enumerate(ref):
+        np.testing.assert_allclose(f.loc[s].to_numpy().reshape(r["f_sum"].shape), r["f_sum"], rtol=2e-6)  # float32 P
+        n = per_sequence(ps, "f_attn_n")
+        assert (n[n.sequence == s]["value"] == r["f_n"]).all()
+        u = per_sequence(ps, "f_attn_uniform")
+        np.testing.assert_allclose(u[u.sequence == s]["value"], r["uniform"], rtol=1e-12)
+        m = per_sequence(ps, "m_act", "resid_post").sort_values("layer")
+        np.testing.assert_allclose(m[m.sequence == s]["value"], r["m_act"], rtol=1e-5)
+        nll = per_sequence(ps, "nll")
+        assert float(nll[nll.sequence == s]["value"].iloc[0]) == pytest.approx(r["nll"], rel=1e-5)
+
+
+def _sequences(ck):
+    from probe.data import build_dataset
+    from probe.load import load_tokenizer
+
+    tok = load_tokenizer(ck)
+    return [s.tolist() for s in build_dataset(None, tok, seq_len=64, bos="auto", per_document=True,
+                                               texts=TEXTS).sequences]
+
+
+def test_gate_and_sparsity_sums_equal_a_pass_over_each_sequence_alone(checkpoint, run):
+    """The gate-score sums and counts below the headline thresholds of one sequence are what
+    probe's own reducers (gates.csv, sparsity.csv) count on that sequence analysed alone (a batch
+    of one: float32 rounding differs from the padded batch, so 1e-6 relative and a few counts)."""
+    ck, a, saved = run
+    ps = saved.per_sequence
+    for s, ids in enumerate(_sequences(ck)[:2]):
+        alone = probe.analyze(ck, data=np.asarray([ids]), display_len=0, progress=False, bos="none",
+                              seq_len=len(ids))
+        g = alone.gates[alone.gates.group == "all"].pivot_table(index=["layer", "head"], columns="metric",
+                                                               values="value")
+        mine = ps[ps.sequence == s]
+        for q, want in (("gate_sum", g["mean"] * g["count"]), ("gate_n", g["count"]),
+                        ("gate_low", g["frac_lt_0.1"] * g["count"])):
+            got = per_sequence(mine, q).set_index(["layer", "head"])["value"]
+            np.testing.assert_allclose(got.loc[want.index], want, rtol=1e-6, atol=2)
+        for variant in ("ungated", "gated"):
+            n = per_sequence(mine, "sparsity_n", variant).set_index("layer")["value"]
+            for t in (1e-2, 1e-3):
+                below = per_sequence(mine, "sparsity_below", variant)
+                below = below[np.isclose(below.threshold, t)].set_index("layer")["value"]
+                sp = alone.sparsity[(alone.sparsity.variant == variant) & np.isclose(alone.sparsity.threshold, t)]
+                np.testing.assert_allclose((below / n).loc[sp.layer], sp["value"], rtol=0, atol=3 / n.min())
+
+
+def test_the_point_of_every_interval_is_the_summarys_number(run):
+    _, a, saved = run
+    v = SequenceValues.from_frame(saved.per_sequence)
+    ones = np.ones((1, v.sequences))
+    s = a.summary
+    for key, got in (("f_attn", v.f_attn(ones)), ("f_attn_uniform", v.f_attn_uniform(ones)),
+                     ("sink_rate", v.sink_rate(ones, s["sink_epsilon"])), ("mean_gate", v.mean_gate(ones)),
+                     ("m_act", v.m_act(ones)), ("loss", v.loss(ones))):
+        assert float(got[0]) == pytest.approx(s[key], rel=1e-9), key
+        assert s[f"{key}_lo"] <= s[key] <= s[f"{key}_hi"], key
+    sp = a.sparsity
+    for variant in ("ungated", "gated"):
+        for t in (1e-2, 1e-3):
+            want = sp[(sp.variant == variant) & np.isclose(sp.threshold, t)].set_index("layer")["value"]
+            np.testing.assert_allclose(v.sparsity_layers(ones, variant, t)[0], want.loc[v.attention_layers], rtol=1e-12)
+    assert s["intervals"]["sequences"] == len(TEXTS) and s["intervals"]["resamples"] == 1000
+
+
+def test_intervals_from_the_saved_table_equal_those_of_the_direct_values(run):
+    ck, a, saved = run
+    ref = direct(ck, [torch.tensor(x) for x in _sequences(ck)])
+    v = SequenceValues.from_frame(saved.per_sequence)
+    S, A = len(ref), len(v.attention_layers)
+    m = np.full((S, len(ref[0]["m_act"]), 4), np.nan)
+    m[:, :, 3] = [r["m_act"] for r in ref]
+    d = SequenceValues(S, v.attention_layers, v.layers, np.stack([r["f_sum"] for r in ref]),
+                       np.array([[r["f_n"]] * A for r in ref], float), np.array([[r["uniform"]] * A for r in ref]),
+                       None, None, None, {}, m, np.array([r["nll"] for r in ref]), np.array([r["pairs"] for r in ref], float))
+    for name in ("f_attn", "m_act", "loss", "f_attn_layers"):
+        saved_i, direct_i = intervals_of(v, getattr(v, name), 1000), intervals_of(d, getattr(d, name), 1000)
+        for x, y in zip(saved_i, direct_i):
+            np.testing.assert_allclose(x, y, rtol=2e-5, err_msg=name)
+    # And the saved summary's interval is the one the table gives.
+    assert intervals_of(v, v.f_attn, a.meta["resamples"])[1] == pytest.approx(a.summary["f_attn_lo"], rel=1e-12)
+    assert not math.isnan(a.summary["f_attn_lo"])
