@@ -89,21 +89,22 @@ def rope_of(config) -> dict | None:
 
 def nested(config, params: dict) -> list[str]:
     """The layer types `params` is keyed by (Gemma 3), [] for one flat dict."""
-    keys = getattr(config, "nested_rope_parameter_keys", None)
-    if keys is not None:
-        return list(keys(params))
+    # Every dict-valued key: a config whose layers are all of one type (a small Gemma 3 of
+    # sliding layers only) still keeps a full_attention entry that transformers' own helper,
+    # which only counts the layer types in use, would not name.
     return [k for k in params if isinstance(params[k], dict)]
 
 
-def describe(config) -> dict | None:
+def describe(config, original: int | None = None) -> dict | None:
     """What meta.json records of the model's positions: the rope parameters, the positions the
-    config allows and the original (training) length; None for a model without RoPE."""
+    config allows and the original (training) length (`original`: the one a scaling on load
+    started from); None for a model without RoPE."""
     params = rope_of(config)
     if params is None:
         return None
     groups = nested(config, params)
     flat = params.get(FULL, params[groups[0]]) if groups else params
-    original = flat.get("original_max_position_embeddings") if isinstance(flat, dict) else None
+    original = original or (flat.get("original_max_position_embeddings") if isinstance(flat, dict) else None)
     return {"rope_parameters": copy.deepcopy(params),
             "max_position_embeddings": getattr(config, "max_position_embeddings", None),
             "original_max_position_embeddings": original or getattr(config, "max_position_embeddings", None)}
@@ -141,7 +142,5 @@ def apply(config, spec, *, where: str = "the model") -> dict:
     factor = params.get("factor")
     if params["rope_type"] in STRETCHES and factor and original:
         config.max_position_embeddings = int(round(original * factor))
-    return {"spec": params, "layer_types": [t for t in targets if t] or None,
-            "original_max_position_embeddings": int(original) if original else None,
-            "max_position_embeddings_before": positions,
-            **describe(config)}
+    return {**describe(config, int(original) if original else None), "spec": params,
+            "layer_types": [t for t in targets if t] or None, "max_position_embeddings_before": positions}

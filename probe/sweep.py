@@ -18,6 +18,7 @@ training length measures; a model with a table of learned positions is refused t
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,13 +117,16 @@ def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | N
     for T in lengths:
         progress_line(f"probe: {run_name(base, T)}: {per_length[T]} sequences of {T:,} tokens")
         run_options = o.replace(seq_len=T, max_sequences=per_length[T], name=run_name(base, T))
+        started = time.perf_counter()
         analysis = analyze(loaded, docs, options=run_options)
         analysis.meta["context_sweep"] = {"model": base, "length": T, "lengths": list(lengths),
                                           "sequences": per_length[T], "rope_scaling": o.rope_scaling,
                                           "beyond_positions": bool(positions and T > positions),
                                           # the model's rotary positions as run, and its training length
-                                          "positions": rope.describe(config),
-                                          "trained_length": trained_length(loaded.path)}
+                                          "positions": rope.describe(config, (loaded.rope_scaling or {}).get(
+                                              "original_max_position_embeddings")),
+                                          "trained_length": trained_length(loaded.path),
+                                          "seconds": round(time.perf_counter() - started, 2)}
         result.runs[T] = analysis
     return result
 
