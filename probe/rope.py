@@ -122,7 +122,9 @@ def apply(config, spec, *, where: str = "the model") -> dict:
     targets = ([FULL] if FULL in groups else groups) if groups else [None]
     base = current[targets[0]] if groups else current
     positions = getattr(config, "max_position_embeddings", None)
-    original = base.get("original_max_position_embeddings") or positions
+    # The training length: the user's (JSON), an earlier scaling's, else the config's positions.
+    original = (params.get("original_max_position_embeddings") or base.get("original_max_position_embeddings")
+                or positions)
     if params["rope_type"] in WITH_ORIGINAL and not original:
         raise ProbeError(f"{flag('rope_scaling')}: {where}'s config gives no max_position_embeddings, so the "
                          "original length is unknown; pass it in the JSON as original_max_position_embeddings")
