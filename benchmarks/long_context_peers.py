@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
+# This checkout's probe, here and in the children (peers.py), whether or not one is installed.
+sys.path.insert(1, str(HERE.parent))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
 from common import run_child  # noqa: E402
 
 PEERS = str(HERE / "peers.py")

@@ -223,7 +223,8 @@ def cmd_report(args, command_line) -> int:
     out = Path(args.out)
     _check_figures_dir(args.figures, args.force)
     for run in args.runs:
-        if not (Path(run) / "summary.json").exists():
+        # A run directory, or a folder of them (probe compare's, a context sweep's).
+        if not (Path(run) / "summary.json").exists() and not any(Path(run).glob("*/summary.json")):
             raise ProbeError(f"{run} is not a probe run directory (no summary.json); "
                              "create it with probe analyze")
     runs = load_run_dirs([Path(r) for r in args.runs])      # a run that does not fit: one line, now

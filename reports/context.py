@@ -43,7 +43,9 @@ def sweep_runs(runs: Runs) -> list[tuple[str, str, dict]]:
     """(series, run, context_sweep) of every sweep run, by series then length."""
     found = [(series_label(runs.meta[m]["context_sweep"]), m, runs.meta[m]["context_sweep"])
              for m in runs.models if isinstance(runs.meta[m].get("context_sweep"), dict)]
-    return sorted(found, key=lambda r: (r[0], r[2]["length"]))
+    # Series in the order the runs came (probe compare: the baseline first), lengths ascending.
+    order = {series: n for n, series in reversed(list(enumerate(s for s, _, _ in found)))}
+    return sorted(found, key=lambda r: (order[r[0]], r[2]["length"]))
 
 
 def trained_length(sweep: dict) -> int | None:

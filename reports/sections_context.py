@@ -31,7 +31,7 @@ def context_length(runs: Runs) -> Section | None:
                    "Per series (a model, and its position scaling when one was applied on load): "
                    "F-Attn over queries t ≥ 1 (dashed: what uniform attention would give), the "
                    "sink rate (share of heads with F-Attn above ε), M-Act (mean over layers of the "
-                   "largest |layer output|, log scale) and the held-out loss, each against the "
+                   "largest |layer output|; log scale where it spans more than a factor 10) and the held-out loss, each against the "
                    "sequence length (log2 axis). Every length analyses the same tokens, cut into "
                    "sequences of that length. Dotted: the training length (a probe-trained "
                    "checkpoint's own, else the original positions of the config) "
@@ -57,6 +57,8 @@ def context_length(runs: Runs) -> Section | None:
 
 def display(table: pd.DataFrame) -> pd.DataFrame:
     wide = pooled(table).reset_index()
+    order = {series: n for n, series in reversed(list(enumerate(table["series"])))}
+    wide = wide.sort_values(["series", "length"], key=lambda c: c.map(order) if c.name == "series" else c)
     where = table[table["metric"] == "m_act_max"].set_index(["series", "length"])["where"]
     out = pd.DataFrame({
         "series": wide["series"],
