@@ -122,9 +122,10 @@ def check(config, *, batch: int, length: int, dtype_bytes: int, params: int | No
                    logits_rows=logits_rows)
     free, where = available()
     if need["total"] > free:
-        detail = ", ".join(f"{k} {gib(v)}" for k, v in need.items() if k != "total" and v)
+        detail = ", ".join(f"{k} {gib(v)}" for k, v in need.items() if k != "total" and v >= 0.05 * GiB)
         lower = (f"lower {flag('seq_len')}" + (f" or {flag('batch_size')}" if batch > 1 else ""))
-        raise ProbeError(f"{length:,} tokens x {batch} per pass would need about {gib(need['total'])} "
+        rows = "one sequence" if batch == 1 else f"{batch} sequences"
+        raise ProbeError(f"{rows} of {length:,} tokens per pass would need about {gib(need['total'])} "
                          f"({detail}) but {gib(max(free, 0))} is free ({where}){when}; {lower}, "
                          f"or free memory")
     return need

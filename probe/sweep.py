@@ -120,7 +120,8 @@ def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | N
         started = time.perf_counter()
         analysis = analyze(loaded, docs, options=run_options)
         analysis.meta["context_sweep"] = {"model": base, "length": T, "lengths": list(lengths),
-                                          "sequences": per_length[T], "rope_scaling": o.rope_scaling,
+                                          "sequences": per_length[T],
+                                          "rope_scaling": rope.parse(o.rope_scaling) if o.rope_scaling else None,
                                           "beyond_positions": bool(positions and T > positions),
                                           # the model's rotary positions as run, and its training length
                                           "positions": rope.describe(config, (loaded.rope_scaling or {}).get(

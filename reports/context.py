@@ -15,6 +15,7 @@ each position bucket [bucket_lo, bucket_hi), and its uniform reference.
 """
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -31,6 +32,11 @@ def series_label(sweep: dict) -> str:
     spec = sweep.get("rope_scaling")
     if not spec:
         return str(sweep["model"])
+    if isinstance(spec, str) and spec.strip().startswith("{"):
+        try:
+            spec = json.loads(spec)
+        except ValueError:
+            pass
     if isinstance(spec, dict):
         kind, factor = spec.get("rope_type", "rope"), spec.get("factor")
         spec = f"{kind} x{factor:g}" if isinstance(factor, (int, float)) else str(kind)

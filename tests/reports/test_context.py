@@ -46,6 +46,7 @@ def test_labels():
     assert series_label({"model": "m", "rope_scaling": None}) == "m"
     assert series_label({"model": "m", "rope_scaling": "yarn:4"}) == "m + yarn x4"
     assert series_label({"model": "m", "rope_scaling": {"rope_type": "linear", "factor": 2}}) == "m + linear x2"
+    assert series_label({"model": "m", "rope_scaling": '{"rope_type": "yarn", "factor": 16}'}) == "m + yarn x16"
 
 
 def test_section_and_figures(swept, checkpoint):
