@@ -17,7 +17,7 @@ weights, logits and linear activations):
   tl_cache    plain + L x H x T^2 (the cached patterns) + 3 H T^2 (scores, mask, pattern)
   tl_hooks    plain + 3 H T^2 (one layer's scores, mask and pattern at a time)
 
-    python benchmarks/long_context_peers.py [--lengths 2048 8192 16384 32768] [--memory-gb 8]
+    python benchmarks/long_context_peers.py [--lengths 2048 8192 16384 32768] [--memory-gb 8] [--measure-up-to T]
 """
 from __future__ import annotations
 
@@ -61,6 +61,8 @@ def main() -> int:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--memory-gb", type=float, default=8, help="cap per process (and the prediction's limit)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per measurement")
+    parser.add_argument("--measure-up-to", type=int, default=None, metavar="T",
+                        help="longer lengths get the predicted need only (nothing is run there)")
     parser.add_argument("--json", help="also write every row to this file")
     args = parser.parse_args()
     import torch
@@ -86,6 +88,8 @@ def main() -> int:
                 row = {"method": m, "T": T, "predicted_gib": round(need / GiB, 2)}
                 if need > args.memory_gb * GiB:
                     row["error"] = f"would need about {need / GiB:.1f} GiB, over the {args.memory_gb:g} GiB cap: not run"
+                elif args.measure_up_to is not None and T > args.measure_up_to:
+                    row["error"] = "predicted only (--measure-up-to)"
                 else:
                     row.update(run_child(PEERS, {"method": m, "T": T, "repeat": 1, "ids": ids_file,
                                                  "model": "smollm2", "past_positions": True}, args.timeout, args.memory_gb, steady_heap=True))

@@ -100,13 +100,6 @@ def test_sweep_equals_eager_attention_with_the_same_rope_scaling(spec, short):
         assert result.runs[128].meta["context_sweep"]["positions"]["max_position_embeddings"] == 256
 
 
-def test_yarn_changes_the_numbers_past_the_training_length(short):
-    plain = sweep(short, DATA, lengths=(32, 128), progress=False, display_len=0, progress_line=lambda line: None)
-    yarn = sweep(short, DATA, lengths=(32, 128), rope_scaling="yarn:4", progress=False, display_len=0,
-                 progress_line=lambda line: None)
-    assert plain.runs[128].summary["loss"] != yarn.runs[128].summary["loss"]
-
-
 def test_lengths_and_refusals(checkpoint, short):
     assert parse_lengths([2048, 512, 512, 8192]) == (512, 2048, 8192)
     with pytest.raises(probe.ProbeError, match="at least two different lengths"):
@@ -141,3 +134,11 @@ def _text(tmp_path):
     path = tmp_path / "text.txt"
     path.write_text(DATA[0])
     return path
+
+
+def test_compare_sweeps_each_model_into_one_folder(checkpoint, short, tmp_path):
+    out = tmp_path / "compare"
+    assert main(["compare", str(checkpoint("qwen3")), str(short), "--name", "base", "other", "--data",
+                 str(_text(tmp_path)), "--seq-len", "32,64", "--out", str(out), "--format", "", "--quiet"]) == 0
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["base@32", "base@64", "other@32", "other@64"]
+    assert set(pd.read_csv(out / "context_length.csv").series) == {"base", "other"}
