@@ -67,12 +67,13 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    import probe
     from probe import memory, real_models
     from peers import token_ids_for
 
+    from probe.memory_checks import read_config
+
     path = real_models.fetch("smollm2")
-    config = probe.load(path).config
+    config = read_config(path)                   # the GGUF file's metadata, no weights
     params = memory.parameter_count(config)
     print(f"SmolLM2-135M (Q4_1 GGUF dequantised to float32), {params / 1e6:.0f}M parameters; one thread; "
           f"cap {args.memory_gb:g} GiB per process; CPU seconds, peak RSS added over a warm-up at T = 64")
@@ -81,7 +82,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for T in args.lengths:
             ids_file = str(Path(tmp) / f"ids{T}.pt")
-            torch.save(token_ids_for("smollm2", T), ids_file)
+            if args.measure_up_to is None or T <= args.measure_up_to:
+                torch.save(token_ids_for("smollm2", T), ids_file)
             done = {}
             for m in args.methods:
                 need = predicted(m, config, params, T)

@@ -84,7 +84,8 @@ def analyze(model, data=None, *, texts: list[str] | None = None, options: Analys
 
     groups = token_group_table(layout, loaded.tokenizer, config, dataset, o.token_groups)
     cap = Capture(model, layout, token_groups=groups, thresholds=o.thresholds, anatomy=o.anatomy,
-                  vocab_size=vocab_size(config, dataset) if o.anatomy else None)
+                  vocab_size=vocab_size(config, dataset) if o.anatomy else None,
+                  loss_by_position=o.loss_by_position)
     saver = None
     if o.partial is not None:
         from .resume import PassCheckpoint, fingerprint

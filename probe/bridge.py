@@ -315,6 +315,7 @@ HF_ONLY = {
     "checkpoint_seconds": "saving and resuming an interrupted pass needs the Hugging Face path",
     "rope_scaling": "position scaling is applied while loading a checkpoint (build the bridge from a scaled model)",
     "past_positions": "TransformerLens keeps its own n_ctx",
+    "loss_by_position": "the loss by position is kept on the Hugging Face path",
 }
 
 

@@ -86,14 +86,15 @@ class Pass:
     """
 
     def __init__(self, layout, *, top_k: int = 3, token_groups=None, thresholds=None, anatomy: bool = False,
-                 vocab_size: int | None = None):
-        """anatomy: also measure sink anatomy (metrics/anatomy.py), which needs vocab_size."""
+                 vocab_size: int | None = None, loss_by_position: bool = False):
+        """anatomy: also measure sink anatomy (metrics/anatomy.py), which needs vocab_size;
+        loss_by_position: summary.json also gets the loss by target position (metrics/loss.py)."""
         from .metrics import build_metrics
 
         self.layout = layout
         self.token_groups = token_groups
         self.metrics = build_metrics(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds,
-                                     anatomy=anatomy, vocab_size=vocab_size)
+                                     anatomy=anatomy, vocab_size=vocab_size, loss_by_position=loss_by_position)
         self._subscribers: dict[str, list] = {}
         for metric in self.metrics.values():
             metric.subscribe(self.on)

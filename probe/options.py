@@ -243,6 +243,9 @@ class AnalysisOptions:
                "and, for gated models, the gate against sink attention (an extra Q.K^T pass per "
                "attention layer): received_by_position.csv, received_by_token.csv, secondary_sinks.csv, "
                "value_drains.csv, gate_sink.csv", cli=FLAG, resume=True)
+    loss_by_position: bool = option(
+        False, "also the loss by target position in powers of two, summary.json loss_by_position (a "
+               "--seq-len sweep turns this on)", cli=FLAG)
     exact_control: bool = option(
         False, "count the mean-gate sparsity control exactly in a second pass over the data (one pass "
                "counts it exactly only for bfloat16 outputs)", cli=FLAG)

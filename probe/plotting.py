@@ -54,8 +54,9 @@ class PlotMethods:
             self, *,
             fig: Figure | SubFigure | None = None,
     ) -> Figure | SubFigure:
-        """F-Attn by query position (log2 buckets, every layer and head) at each length, one
-        panel per series; dashed: the uniform reference; dotted: the training length.
+        """F-Attn (top) and, where the runs kept it, the loss (bottom) by query position (log2
+        buckets, every layer and head) at each length, one column per series; dashed: the uniform
+        reference; dotted: the training length.
 
         Returns the Figure (with `ax=` or `fig=`, the figure holding it); see
         `reports.plot_context_buckets` (a context sweep's runs side by side draw every length).

@@ -102,7 +102,7 @@ def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | N
         raise ProbeError(f"{flag('seq_len', max(lengths))} is beyond the model's {positions} positions, and "
                          "it has no rotary embedding to run past them; keep the lengths at most "
                          f"{positions}")
-    o = o.replace(past_positions=o.past_positions or past)
+    o = o.replace(past_positions=o.past_positions or past, loss_by_position=True)
     longest = dataset_for(docs, None, loaded.tokenizer, config, o)
     as_rows = o.per_document or docs.rows
     full = [s for s in longest.sequences if len(s) == max(lengths)]

@@ -11,7 +11,8 @@ pooled: F-Attn (t >= 1), its uniform reference, sink rate, M-Act (mean over laye
 largest |layer output|), the largest |h| of the run (`m_act_max`, `where` says at which layer,
 site, position and token), loss; layer: F-Attn, sink rate (share of heads above the runs'
 epsilon), largest |layer output|; bucket: F-Attn over every layer and head for the queries of
-each position bucket [bucket_lo, bucket_hi), and its uniform reference.
+each position bucket [bucket_lo, bucket_hi), and its uniform reference; `loss` over the
+targets at those positions (summary.json loss_by_position, which a sweep turns on).
 """
 from __future__ import annotations
 
@@ -95,6 +96,8 @@ def context_table(source) -> pd.DataFrame:
         mx = mx[(mx["metric"] == "max_abs") & (mx["site"] == "resid_post")]
         for _, row in mx.iterrows():
             add("layer", "m_act", row["value"], layer=int(row["layer"]))
+        for entry in summary.get("loss_by_position") or []:
+            add("bucket", "loss", entry["loss"], lo=entry["bucket_lo"], hi=entry["bucket_hi"])
         buckets = runs.rows("first_token_buckets", model)
         for (lo, hi), cells in buckets.groupby(["bucket_lo", "bucket_hi"]):
             add("bucket", "f_attn", cells["value"].mean(), lo=lo, hi=hi)

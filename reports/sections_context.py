@@ -36,12 +36,14 @@ def context_length(runs: Runs) -> Section | None:
                    "sequences of that length. Dotted: the training length (a probe-trained "
                    "checkpoint's own, else the original positions of the config) "
                    f"({marks or 'not known'}); to its right RoPE extrapolates, or is rescaled."),
-        FigureItem("context-buckets", "F-Attn by query position at each length",
+        FigureItem("context-buckets", "F-Attn and loss by position at each length",
                    partial(plot_context_buckets, runs),
-                   "F-Attn pooled over every layer and head for the queries of each position "
-                   "bucket [2^k, 2^(k+1)), one line per sequence length, one panel per series "
-                   "(log-log; dashed: uniform attention; dotted: the training length). Whether the "
-                   "first token keeps its share as queries move past the training length."),
+                   "Top: F-Attn pooled over every layer and head for the queries of each position "
+                   "bucket [2^k, 2^(k+1)) (log-log; dashed: uniform attention); bottom, where the "
+                   "runs kept it: the next-token loss of the targets in each bucket. One line per "
+                   "sequence length, one column per series; dotted: the training length. Whether "
+                   "the first token keeps its share, and the loss holds, as positions move past "
+                   "the training length."),
         TableItem("context-table", "Context sweep", display(table),
                   "One row per series and length (context_length.csv holds these and the "
                   "per-layer and per-bucket values). M-Act max: the largest |h| of the run, and "

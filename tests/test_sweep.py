@@ -89,8 +89,14 @@ def test_sweep_equals_eager_attention_with_the_same_rope_scaling(spec, short):
             assert torch.allclose(got, eager[layer].float().double(), atol=F_ATTN_TOL), (T, layer)
         with torch.no_grad():
             logits = model(input_ids=ids, use_cache=False).logits
-        loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).double(), ids[:, 1:].flatten()).item()
-        assert abs(a.summary["loss"] - loss) < 1e-5
+        nll = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2).double(), ids[:, 1:],
+                                                reduction="none")                  # (B, T - 1)
+        assert abs(a.summary["loss"] - nll.mean().item()) < 1e-5
+        # By target position in powers of two: targets 1, 2-3, 4-7, ...
+        for entry in a.summary["loss_by_position"]:
+            lo, hi = int(entry["bucket_lo"]), min(int(entry["bucket_hi"]), T)
+            assert entry["pairs"] == nll.shape[0] * (hi - lo)
+            assert abs(entry["loss"] - nll[:, lo - 1:hi - 1].mean().item()) < 1e-5, (T, lo)
     # Past the config's 64 positions unscaled; within the 256 that YaRN x4 gives.
     assert result.runs[128].meta["context_sweep"]["beyond_positions"] is (spec is None)
     if spec:

@@ -68,36 +68,43 @@ def plot_context_length(runs: Any, *, fig: Figure | SubFigure | None = None) -> 
 
 @styled
 def plot_context_buckets(runs: Any, *, fig: Figure | SubFigure | None = None) -> Figure | SubFigure:
-    """F-Attn by query position (log2 buckets, every layer and head) at each length, one
-    panel per series; dashed: the uniform reference; dotted: the training length."""
+    """F-Attn (top) and, where the runs kept it, the loss (bottom) by query position (log2
+    buckets, every layer and head) at each length, one column per series; dashed: the uniform
+    reference; dotted: the training length."""
     runs = load_runs(runs)
     table = context_table(runs)
     rows = table[(table["scope"] == "bucket")]
     series = list(dict.fromkeys(table["series"]))
-    fig = figure_or_new(fig, 10.0, 3.4)
+    with_loss = bool((rows["metric"] == "loss").any())
+    fig = figure_or_new(fig, 10.0, 6.0 if with_loss else 3.4)
     if rows.empty:
         not_applicable(fig.add_subplot(), "No sweep run has F-Attn by position (first_token_buckets.csv).")
         return fig
     trained = {s: trained_length(sw) for s, _, sw in sweep_runs(runs)}
-    axes = fig.subplots(1, len(series), sharey=True, squeeze=False)[0]
+    grid = fig.subplots(2 if with_loss else 1, len(series), sharex=True, sharey="row", squeeze=False)
     lengths = sorted(set(rows["length"]))
     colors = model_colors([str(n) for n in lengths])
-    for ax, name in zip(axes, series):
+    for column, name in enumerate(series):
         mine = rows[rows["series"] == name]
         for T in lengths:
             at = mine[mine["length"] == T]
             f = at[at["metric"] == "f_attn"].sort_values("bucket_lo")
             u = at[at["metric"] == "f_attn_uniform"].sort_values("bucket_lo")
-            if f.empty:
-                continue
-            ax.plot(f["bucket_lo"], f["value"], marker=".", color=colors[str(T)], label=f"T = {T:,}")
-            ax.plot(u["bucket_lo"], u["value"], linestyle="--", linewidth=0.7, color=colors[str(T)])
-        if trained.get(name):
-            ax.axvline(trained[name], color=REFERENCE_COLOR, linestyle=":", linewidth=1.0)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_title(plain(name), fontsize=9)
-        ax.set_xlabel("query position (bucket start)")
-    axes[0].set_ylabel("F-Attn")
-    axes[-1].legend(fontsize=7)
+            loss = at[at["metric"] == "loss"].sort_values("bucket_lo")
+            if len(f):
+                grid[0, column].plot(f["bucket_lo"], f["value"], marker=".", color=colors[str(T)], label=f"T = {T:,}")
+                grid[0, column].plot(u["bucket_lo"], u["value"], linestyle="--", linewidth=0.7, color=colors[str(T)])
+            if with_loss and len(loss):
+                grid[1, column].plot(loss["bucket_lo"], loss["value"], marker=".", color=colors[str(T)])
+        grid[0, column].set_title(plain(name), fontsize=9)
+        grid[0, column].set_yscale("log")
+        for ax in grid[:, column]:
+            if trained.get(name):
+                ax.axvline(trained[name], color=REFERENCE_COLOR, linestyle=":", linewidth=1.0)
+            ax.set_xscale("log", base=2)
+        grid[-1, column].set_xlabel("query position (bucket start)")
+    grid[0, 0].set_ylabel("F-Attn")
+    if with_loss:
+        grid[1, 0].set_ylabel("loss")
+    grid[0, -1].legend(fontsize=7)
     return fig

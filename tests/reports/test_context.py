@@ -40,6 +40,12 @@ def test_the_table_is_the_runs_own_numbers(swept):
         assert list(buckets.bucket_lo) == list(rows.index)
         weighted = (rows.value * rows.n).sum() / rows.n.sum()
         assert weighted == pytest.approx(a.summary["f_attn"], rel=1e-9)
+        # The loss by position, as summary.json keeps it; pair-weighted, the run's loss.
+        loss = mine[(mine.scope == "bucket") & (mine.metric == "loss")]
+        kept = a.summary["loss_by_position"]
+        assert list(loss.value) == [e["loss"] for e in kept]
+        pairs = sum(e["pairs"] for e in kept)
+        assert sum(e["loss"] * e["pairs"] for e in kept) / pairs == pytest.approx(a.summary["loss"], rel=1e-9)
 
 
 def test_labels():
