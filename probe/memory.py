@@ -6,9 +6,9 @@ time. probe forms no T x T matrix (the attention kernel works in blocks), so the
 linearly with T. A length the machine cannot hold is refused in one line that says what it
 would need, instead of the kernel killing the process part way.
 
-The activation term is calibrated on measured peaks (docs/long-context.md): the peak RSS that a
-whole probe pass adds, against this prediction, for a tiny model and SmolLM2-135M at 512-8192
-tokens; the prediction sits above every measured peak.
+The constants are set from measured peaks (docs/long-context.md): the whole process's peak RSS
+of context sweeps of the tiny trained arms, SmolLM2-135M and Gemma 3 270M (GGUF files, whose
+dequantisation holds the weights twice while loading) lies below the prediction in each case.
 
 How much is available: MemAvailable of /proc/meminfo, the cgroup's limit when it is lower, and
 the environment variable PROBE_MEMORY_GB when set (a cap on a machine shared with others).
@@ -26,7 +26,7 @@ ENV = "PROBE_MEMORY_GB"
 # heads x head dim): the residual stream and its norms, the MLP's three branches, q / k / v and
 # the attention output, and the copies the hooks reduce (calibrated, see the module docstring).
 HIDDEN_COPIES, MLP_COPIES, HEAD_COPIES = 14, 5, 8
-RUNTIME = 0.6 * GiB                     # torch, transformers and the interpreter themselves
+RUNTIME = 0.8 * GiB                     # torch, transformers and the interpreter themselves
 
 
 def parameter_count(config, cls=None) -> int:
@@ -50,10 +50,11 @@ def _text(config):
 
 
 def predict(config, *, batch: int, length: int, dtype_bytes: int = 4, params: int | None = None,
-            logits_rows: int | None = None) -> dict[str, int]:
+            logits_rows: int | None = None, weight_copies: int = 1) -> dict[str, int]:
     """Bytes a pass of `batch` x `length` tokens needs, by part. params None: weights not
     counted (they are loaded already); logits_rows: positions whose logits exist at once
-    (None: all of them)."""
+    (None: all of them); weight_copies: 2 for a GGUF file, whose dequantisation holds the
+    weights twice while loading."""
     c = _text(config)
     hidden = c.hidden_size
     inter = getattr(c, "intermediate_size", None) or 4 * hidden
@@ -63,7 +64,7 @@ def predict(config, *, batch: int, length: int, dtype_bytes: int = 4, params: in
     tokens = batch * length
     rows = tokens if logits_rows is None else min(tokens, logits_rows)
     parts = {
-        "weights": (params or 0) * dtype_bytes,
+        "weights": (params or 0) * dtype_bytes * weight_copies,
         # Logits in the model's dtype, plus the float32 blocks the loss reads them in.
         "logits": rows * vocab * dtype_bytes,
         "activations": tokens * 4 * (HIDDEN_COPIES * hidden + MLP_COPIES * inter + HEAD_COPIES * heads * head_dim),
@@ -116,10 +117,10 @@ def gib(n: int) -> str:
 
 
 def check(config, *, batch: int, length: int, dtype_bytes: int, params: int | None,
-          logits_rows: int | None = None, when: str = "") -> dict[str, int]:
+          logits_rows: int | None = None, weight_copies: int = 1, when: str = "") -> dict[str, int]:
     """ProbeError when the predicted need exceeds what is available; else the prediction."""
     need = predict(config, batch=batch, length=length, dtype_bytes=dtype_bytes, params=params,
-                   logits_rows=logits_rows)
+                   logits_rows=logits_rows, weight_copies=weight_copies)
     free, where = available()
     if need["total"] > free:
         detail = ", ".join(f"{k} {gib(v)}" for k, v in need.items() if k != "total" and v >= 0.05 * GiB)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import memory
+from .gguf import gguf_file
 from .errors import ProbeError
 from .logits import LAZY_BYTES
 from .options import DTYPE_NAMES
@@ -60,6 +61,7 @@ def before_loading(path, o, dtype: str) -> None:
     size = _bytes(dtype)
     memory.check(config, batch=1, length=length, dtype_bytes=size,
                  params=memory.parameter_count(config, model_class(config)),
+                 weight_copies=2 if gguf_file(Path(path)) is not None else 1,
                  logits_rows=_logit_rows(getattr(c, "vocab_size", 0) or 0, 1, length, size),
                  when=" (checked before loading the model)")
 
