@@ -106,7 +106,9 @@ def child(args: dict) -> dict:
             torch.save(x, files[x.shape[1]])
 
         def run(x):
-            a = probe.analyze(loaded, files[x.shape[1]], seq_len=x.shape[1], progress=False, batch_size=1)
+            # past_positions: long_context_peers.py runs SmolLM2 past its 8192 positions.
+            a = probe.analyze(loaded, files[x.shape[1]], seq_len=x.shape[1], progress=False, batch_size=1,
+                              past_positions=bool(args.get("past_positions")))
             for layer in a.summary["layers"]:
                 i = layer["layer"]
                 out["f_attn"][i] = layer["f_attn"]

@@ -5,6 +5,7 @@ then what pipeline.py does for every source. A TransformerLens bridge goes to br
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
@@ -76,8 +77,15 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
     if world > 1 and o.device_map:
         raise ProbeError(f"{flag('device_map')} shards one model over this process's GPUs; under "
                          f"torchrun each process holds a whole model: pass {flag('device', 'cuda')} instead")
+    from . import memory_checks
+
+    if isinstance(model, (str, Path)):
+        memory_checks.before_loading(model, o, dtype)      # a length that cannot fit: one line, now
+    elif o.rope_scaling is not None and not _scaled_as_asked(model, o.rope_scaling):
+        raise ProbeError(f"{flag('rope_scaling')} is applied while loading; pass the checkpoint path, not a "
+                         "model object")
     loaded = as_loaded(model, dtype=dtype, device=device, device_map=o.device_map, gate=o.gate,
-                       tokenizer=o.tokenizer)
+                       tokenizer=o.tokenizer, rope_scaling=o.rope_scaling)
     model, layout = loaded.model, loaded.layout
     from .interventions import validate_gate
 
@@ -91,7 +99,7 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
     groups = token_group_table(layout, loaded.tokenizer, config, dataset, o.token_groups)
     cap = Capture(model, layout, token_groups=groups, thresholds=o.thresholds, anatomy=o.anatomy,
                   vocab_size=vocab_size(config, dataset) if o.anatomy else None,
-                  sequences=len(dataset.sequences))
+                  sequences=len(dataset.sequences), loss_by_position=o.loss_by_position)
     saver = None
     if o.partial is not None:
         from .resume import PassCheckpoint, fingerprint
@@ -101,8 +109,11 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
                                                       gate=layout.gate_layout, **o.resume_fields()),
                                rank=rank, every_seconds=o.checkpoint_seconds,
                                resume_hint=command + ("" if "--resume" in command else " --resume"))
-    run_pass(cap, lambda ids: model(input_ids=ids, use_cache=False).logits, dataset, o, dev=dev,
-             desc=f"analyse {name}", rank=rank, world=world, saver=saver)
+    batch, length = memory_checks.before_pass(loaded, dataset, o)
+    from .logits import forward_for
+
+    with forward_for(model, batch=batch, length=length) as forward:
+        run_pass(cap, forward, dataset, o, dev=dev, desc=f"analyse {name}", rank=rank, world=world, saver=saver)
     distributed.merge_reducers(cap.reducers())     # no-op in one process
     control = None
     if o.exact_control and layout.gated:
@@ -127,17 +138,26 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
     return analysis
 
 
+def _scaled_as_asked(model, spec) -> bool:
+    """A LoadedModel that load() already scaled with this spec (a sweep's model)."""
+    from .rope import parse
+
+    record = getattr(model, "rope_scaling", None)
+    return isinstance(model, LoadedModel) and record is not None and record["spec"] == parse(spec)
+
+
 def vocab_size(config, dataset: Dataset) -> int:
     """The size of a by-token table: the config's vocabulary, else the largest id seen + 1."""
     return getattr(config, "vocab_size", None) or max(int(s.max()) for s in dataset.sequences) + 1
 
 
-def as_loaded(model, *, dtype, device, device_map, gate, tokenizer) -> LoadedModel:
+def as_loaded(model, *, dtype, device, device_map, gate, tokenizer, rope_scaling=None) -> LoadedModel:
     """tokenizer: None (the checkpoint's own), a folder, or a tokenizer object; a folder is
     loaded for a model object too (never stored as if it were a tokenizer)."""
     if isinstance(model, (str, Path)):
         loaded = load(model, dtype=dtype, device=device, device_map=device_map, gate=gate,
-                      tokenizer=tokenizer if isinstance(tokenizer, (str, Path)) else None)
+                      tokenizer=tokenizer if isinstance(tokenizer, (str, Path)) else None,
+                      rope_scaling=rope_scaling)
         if tokenizer is not None and not isinstance(tokenizer, (str, Path)):
             loaded.tokenizer = tokenizer
         return loaded
@@ -146,7 +166,7 @@ def as_loaded(model, *, dtype, device, device_map, gate, tokenizer) -> LoadedMod
     if isinstance(model, LoadedModel):
         if tokenizer is None:
             return model
-        return LoadedModel(model.model, model.layout, tokenizer, model.path, model.config_hash)
+        return dataclasses.replace(model, tokenizer=tokenizer)
     if isinstance(model, nn.Module) and hasattr(model, "config"):
         model.eval()
         return LoadedModel(model, describe(model, gate, user_declared=gate is not None),

@@ -316,6 +316,9 @@ HF_ONLY = {
     "partial": "saving and resuming an interrupted pass needs the Hugging Face path",
     "resume": "saving and resuming an interrupted pass needs the Hugging Face path",
     "checkpoint_seconds": "saving and resuming an interrupted pass needs the Hugging Face path",
+    "rope_scaling": "position scaling is applied while loading a checkpoint (build the bridge from a scaled model)",
+    "past_positions": "TransformerLens keeps its own n_ctx",
+    "loss_by_position": "the loss by position is kept on the Hugging Face path",
 }
 
 

@@ -59,13 +59,15 @@ class Pass:
     """
 
     def __init__(self, layout, *, top_k: int = 3, token_groups=None, thresholds=None, anatomy: bool = False,
-                 vocab_size: int | None = None, sequences: int | None = None):
+                 vocab_size: int | None = None, sequences: int | None = None, loss_by_position: bool = False):
         """anatomy: also measure sink anatomy (metrics/anatomy.py), which needs vocab_size;
-        sequences: the dataset's row count (the per-sequence state's size, metrics/per_sequence.py)."""
+        sequences: the dataset's row count (the per-sequence state's size, metrics/per_sequence.py);
+        loss_by_position: summary.json also gets the loss by target position (metrics/loss.py)."""
         self.layout = layout
         self.token_groups = token_groups
         self.metrics = build_metrics(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds,
-                                     anatomy=anatomy, vocab_size=vocab_size, sequences=sequences)
+                                     anatomy=anatomy, vocab_size=vocab_size, sequences=sequences,
+                                     loss_by_position=loss_by_position)
         self._subscribers: dict[str, list] = {}
         for metric in self.metrics.values():
             metric.subscribe(self.on)

@@ -38,11 +38,12 @@ def _first(output):
 class Capture(Pass):
     def __init__(self, model: nn.Module, layout: ModelLayout, *, top_k: int = 3, token_groups=None,
                  thresholds=THRESHOLDS, anatomy: bool = False, vocab_size: int | None = None,
-                 sequences: int | None = None):
+                 sequences: int | None = None, loss_by_position: bool = False):
         """thresholds: the sparsity thresholds, counted exactly as the pass goes (metrics/sparsity.py);
         anatomy: also sink anatomy (metrics/anatomy.py), vocab_size: its token table's size."""
         super().__init__(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds,
-                         anatomy=anatomy, vocab_size=vocab_size, sequences=sequences)
+                         anatomy=anatomy, vocab_size=vocab_size, sequences=sequences,
+                         loss_by_position=loss_by_position)
         self.model = model
         self._mixer_layer = {id(p.mixer): p.index for p in layout.layers}
         self._handles: list = []

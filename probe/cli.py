@@ -141,9 +141,19 @@ def _data(args):
 
 def _checked_options(args):
     """(AnalysisOptions from the command line, every one checked, and the data read), so that a
-    mistake is reported before any output directory or partial state is touched."""
+    mistake is reported before any output directory or partial state is touched. A --seq-len
+    list (a context sweep) is kept in args.lengths; the options carry its longest length."""
     from .data import read_data
     from .options import AnalysisOptions
+
+    args.lengths = None
+    if isinstance(args.seq_len, tuple):
+        from .sweep import parse_lengths
+
+        args.lengths = parse_lengths(args.seq_len)
+        args.seq_len = max(args.lengths)
+        if getattr(args, "resume", False):
+            raise ProbeError("--resume continues one pass; a --seq-len sweep starts over")
 
     # The partial folder is OUT.partial/ (cmd_analyze); a stand-in here lets --resume be checked.
     options = AnalysisOptions.from_cli(args, partial="OUT.partial" if getattr(args, "resume", False) else None,
@@ -175,6 +185,8 @@ def cmd_analyze(args, command_line) -> int:
     options, data = _checked_options(args)
     console.raise_if_interrupted()
     out = Path(args.out or Path("runs") / _run_name(args.checkpoint))
+    if args.lengths:
+        return _sweeps([args.checkpoint], [args.name], options, data, args, out, formats, command_line)
     main_rank = is_main()                      # under torchrun only rank 0 writes and prints
     partial = partial_dir(out)
     if args.resume and (out / "summary.json").exists() and not partial.exists():
@@ -223,7 +235,8 @@ def cmd_report(args, command_line) -> int:
     out = Path(args.out)
     _check_figures_dir(args.figures, args.force)
     for run in args.runs:
-        if not (Path(run) / "summary.json").exists():
+        # A run directory, or a folder of them (probe compare's, a context sweep's).
+        if not (Path(run) / "summary.json").exists() and not any(Path(run).glob("*/summary.json")):
             raise ProbeError(f"{run} is not a probe run directory (no summary.json); "
                              "create it with probe analyze")
     runs = load_run_dirs([Path(r) for r in args.runs])      # a run that does not fit: one line, now
@@ -265,6 +278,8 @@ def cmd_compare(args, command_line) -> int:
     if main_rank:
         warn_repeated(args.checkpoints)
     pairs_of(args.pair, None, names)                 # a malformed --pair: one line, before any pass
+    if args.lengths:
+        return _sweeps(args.checkpoints, names, options, data, args, out, formats, command_line)
     analyses = [_run_analysis(ckpt, options, data, name, command_line)
                 for ckpt, name in zip(args.checkpoints, names)]
     if not main_rank:
@@ -287,6 +302,34 @@ def cmd_compare(args, command_line) -> int:
         from reports import write_figures
 
         print(f"wrote {errors.printable(write_figures([out / n for n in names], args.figures))}")
+    return 0
+
+
+def _sweeps(checkpoints, names, options, data, args, out: Path, formats, command_line) -> int:
+    """A context sweep of each checkpoint: one run folder per model and length in `out`, the
+    table across lengths (context_length.csv) beside them, one report."""
+    from .atomic import check_output_dir, check_writable, write_text
+    from .outputs import write_runs
+    from .sweep import check_uniform, describe, sweep
+
+    check_output_dir(out, args.force)
+    check_writable(out)
+    sweeps = [sweep(ckpt, data, lengths=args.lengths, options=options.replace(command=command_line), name=name,
+                    progress_line=lambda line: print(line, file=sys.stderr) if options.progress else None)
+              for ckpt, name in zip(checkpoints, names)]
+    check_uniform(sweeps)
+    runs = {n: a for s in sweeps for n, a in s.run_names().items()}
+    console.raise_if_interrupted()
+    reports = write_runs(runs, out, force=args.force, formats=formats, title=getattr(args, "title", None),
+                         figures=getattr(args, "figures", None))
+    from reports.context import context_table
+
+    write_text(out / "context_length.csv", context_table(list(runs.values())).to_csv(index=False))
+    for s in sweeps:
+        print(describe(s))
+    print(f"wrote {out}/ ({len(runs)} runs and context_length.csv)")
+    for path in reports.values():
+        print(f"wrote {path}")
     return 0
 
 

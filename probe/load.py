@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import gguf
+from . import gguf, rope
 from .adapters import ModelLayout, model_class
 # describe, text_config and warn_if_gate_declared_away are imported from here by the rest of probe.
 from .adapters import describe, text_config, warn_if_gate_declared_away  # noqa: F401
@@ -36,6 +36,7 @@ class LoadedModel(LoadedModelRepr):                 # a one-screen repr (reprs.p
     path: str | None
     config_hash: str | None
     weights: dict | None = None      # how the weights were stored, when not plain (GGUF: gguf.GGUFInfo.meta)
+    rope_scaling: dict | None = None  # the position scaling applied on load (rope.apply's record)
 
     @property
     def config(self):
@@ -112,8 +113,9 @@ def quiet_transformers():
 @quiet_transformers()
 def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
          device_map: str | None = None, gate: GateSpec | str | None = None,
-         tokenizer: str | Path | None = None) -> LoadedModel:
-    """Load a checkpoint directory or a GGUF file for analysis (eval mode, no gradients needed)."""
+         tokenizer: str | Path | None = None, rope_scaling=None) -> LoadedModel:
+    """Load a checkpoint directory or a GGUF file for analysis (eval mode, no gradients needed).
+    rope_scaling: a position scaling written into the config before the weights load (rope.py)."""
     from transformers import AutoConfig
 
     path = Path(path)
@@ -123,7 +125,8 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
         check_device(device)                   # before the weights (a GGUF file dequantises first)
     file = gguf.gguf_file(path)
     if file is not None:
-        return load_gguf(file, dtype=dtype, device=device, device_map=device_map, gate=gate, tokenizer=tokenizer)
+        return load_gguf(file, dtype=dtype, device=device, device_map=device_map, gate=gate, tokenizer=tokenizer,
+                         rope_scaling=rope_scaling)
     raw = check_checkpoint_dir(path)
     tokenizer_dir = check_tokenizer_dir(tokenizer)
     model_type = raw.get("model_type")
@@ -133,16 +136,19 @@ def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
         config = AutoConfig.from_pretrained(str(path))
     except Exception as err:
         raise ProbeError(f"transformers cannot read {path}/config.json ({first_line(err)})") from None
+    scaled = rope.apply(text_config(config), rope_scaling, where=str(path)) if rope_scaling else None
 
     # The model class follows config.json (the family's adapter, e.g. the paper's official
     # checkpoints); a declared gate only changes how probe reads the gate.
     model = from_pretrained(path, config, dtype=dtype, device_map=device_map, cls=model_class(config))
     tok = load_tokenizer(tokenizer_dir or path)
-    return ready(model, path, config_hash(path), tok, device=device, device_map=device_map, gate=gate)
+    loaded = ready(model, path, config_hash(path), tok, device=device, device_map=device_map, gate=gate)
+    loaded.rope_scaling = scaled
+    return loaded
 
 
 def load_gguf(file: Path, *, dtype: str, device: str, device_map: str | None,
-              gate: GateSpec | str | None, tokenizer: str | Path | None) -> LoadedModel:
+              gate: GateSpec | str | None, tokenizer: str | Path | None, rope_scaling=None) -> LoadedModel:
     """A GGUF file through transformers' own GGUF support: config and tokenizer from the file's
     metadata, every tensor dequantised to `dtype` (probe measures the dequantised model)."""
     from transformers import AutoConfig
@@ -154,6 +160,7 @@ def load_gguf(file: Path, *, dtype: str, device: str, device_map: str | None,
         config = AutoConfig.from_pretrained(folder, gguf_file=name)
     except Exception as err:
         raise ProbeError(f"transformers cannot read the metadata of {file} ({first_line(err)})") from None
+    scaled = rope.apply(text_config(config), rope_scaling, where=str(file)) if rope_scaling else None
     with no_gguf_progress_bar():
         model = from_pretrained(file, config, dtype=dtype, device_map=device_map, gguf_file=name)
     if tokenizer:
@@ -168,6 +175,7 @@ def load_gguf(file: Path, *, dtype: str, device: str, device_map: str | None,
                              f"pass {flag('tokenizer', metavar='DIR')}") from None
     loaded = ready(model, file, info.header_sha256, tok, device=device, device_map=device_map, gate=gate)
     loaded.weights = info.meta(dtype)
+    loaded.rope_scaling = scaled
     return loaded
 
 

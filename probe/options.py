@@ -85,6 +85,26 @@ def _text_field(name, value, options):
         raise ProbeError(f"{flag(name)} must name a JSONL field (got {value!r})")
 
 
+def _rope_scaling(name, value, options):
+    if value is not None:
+        from .rope import parse
+
+        parse(value)                 # checked now; load applies it (rope.apply)
+
+
+def seq_len_arg(text: str):
+    """--seq-len N, or N,N,... (a context sweep, probe/sweep.py): an int or a tuple of ints."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise ProbeError(f"{flag('seq_len', text)}: give a number of tokens, or a comma list such as "
+                         "512,2048,8192") from None
+    if not values:
+        raise ProbeError(f"{flag('seq_len')} is empty; give a number of tokens")
+    return values[0] if len(values) == 1 and "," not in str(text) else tuple(values)
+
+
 def _seconds(name, value, options):
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0 or math.isnan(value):
         raise ProbeError(f"{flag(name)} must be 0 or more seconds (got {value!r})")
@@ -161,7 +181,10 @@ class AnalysisOptions:
         None, "documents longer than --max-length / --seq-len or the model's positions: truncate (with "
               "a warning), slide (windows), or refuse; default slide when --max-length or --stride is "
               "given, else truncate", check=_choice(ON_LONG, optional=True), cli={"choices": ON_LONG})
-    seq_len: int = option(512, "tokens per sequence", check=_int(2), cli=INT, meta=True, resume=True)
+    seq_len: int = option(512, "tokens per sequence; a comma list (512,2048,8192) sweeps the context "
+                               "length: one run per length on the same text (the longest cut into the "
+                               "shorter)", check=_int(2), cli={"type": seq_len_arg, "metavar": "N[,N...]"},
+                          meta=True, resume=True)
     max_length: int | None = option(
         None, "with --per-document: the longest sequence (default --seq-len); longer documents are "
               "covered by sliding windows of N tokens (see --stride). Without --per-document: the "
@@ -170,6 +193,10 @@ class AnalysisOptions:
         None, "sliding windows start every S tokens (default: back to back); tokens an earlier window "
               "counted are context only, so each token counts once",
         check=_int(1, optional=True), cli={**INT, "metavar": "S"})
+    past_positions: bool = option(
+        False, "let a RoPE model run past its config's max_position_embeddings instead of lowering "
+               "--seq-len to them (RoPE extrapolates; a --seq-len sweep turns this on); meta.json "
+               "records it when on", cli=FLAG, resume=True)
     max_sequences: int | None = option(
         None, "analyse at most this many sequences",
         check=_int(1, optional=True, why=" (leave it out to use every sequence)"), cli=INT)
@@ -196,6 +223,11 @@ class AnalysisOptions:
                                           "process; under torchrun use --device cuda)", cli={})
     gate: object = option(None, "declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none",
                           check=_gate, cli={})
+    rope_scaling: object = option(
+        None, 'scale the rotary positions on load: TYPE:FACTOR (yarn:4, linear:2, dynamic:2) or a '
+              'transformers rope_parameters JSON object ({"rope_type": "yarn", "factor": 4, ...}); the '
+              "original length is the config's; meta.json records what was applied",
+        check=_rope_scaling, cli={"metavar": "SPEC"}, resume=True)
     # -- what is measured --
     interventions: object = option(
         None, "also measure the loss under gate / massive-activation interventions (all, or a comma list "
@@ -214,6 +246,9 @@ class AnalysisOptions:
     resamples: int = option(
         1000, "bootstrap resamples of the 95 percent intervals (*_lo / *_hi: sequences resampled, fixed seed); "
               "0: no intervals", check=_int(0), cli=INT, meta=True)
+    loss_by_position: bool = option(
+        False, "also the loss by target position in powers of two, summary.json loss_by_position (a "
+               "--seq-len sweep turns this on)", cli=FLAG)
     exact_control: bool = option(
         False, "count the mean-gate sparsity control exactly in a second pass over the data (one pass "
                "counts it exactly only for bfloat16 outputs)", cli=FLAG)

@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from .data import Dataset, build_dataset
-from .errors import ProbeError
+from .errors import ProbeError, flag
 from .load import DTYPES, LoadedModel
 from .metrics import SUMMARY_ORDER
 from .metrics.base import Done
@@ -63,11 +63,24 @@ def dataset_for(data, texts, tokenizer, config, o: AnalysisOptions) -> Dataset:
     """The sequences the options ask for, their token ids checked against the vocabulary."""
     dataset = build_dataset(data, tokenizer, seq_len=o.seq_len, bos=o.bos, per_document=o.per_document,
                             max_sequences=o.max_sequences, on_long=o.on_long, text_field=o.text_field,
-                            max_positions=getattr(config, "max_position_embeddings", None)
-                            or getattr(config, "n_positions", None), texts=texts,
+                            max_positions=max_positions(config, o), texts=texts,
                             max_length=o.max_length, stride=o.stride)
     check_vocab(dataset, config)
     return dataset
+
+
+def max_positions(config, o: AnalysisOptions) -> int | None:
+    """The longest sequence the data may make: the config's positions, or none at all for a
+    RoPE model under past_positions (rotary positions are computed, not looked up)."""
+    from . import rope
+
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if o.past_positions:
+        if rope.rope_of(config) is None:
+            raise ProbeError(f"{flag('past_positions')}: the model has no rotary position embedding (its "
+                             f"positions are a table of {positions}); leave the option out")
+        return None
+    return positions
 
 
 def check_vocab(dataset: Dataset, config) -> None:
@@ -212,6 +225,10 @@ def build_meta(loaded: LoadedModel, dataset: Dataset, name, dev, options: Analys
         "data_notes": dataset.notes,
         **origin(loaded.path),                 # graft / train_recipe: what a matched pair needs
         **options.meta_fields(),               # seq_len, thresholds, seed, command
+        # Only when asked for (runs without them read as before): the position scaling applied
+        # on load (rope.apply's record) and whether a RoPE model ran past its positions.
+        **({"rope_scaling": loaded.rope_scaling} if loaded.rope_scaling else {}),
+        **({"past_positions": True} if options.past_positions else {}),
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "versions": {"probe": __version__, "torch": torch.__version__,
                      "transformers": transformers.__version__, "python": sys.version.split()[0],

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # the report layer (matplotlib) is imported only when a plot 
 # Every plot of reports.plots, by name without "plot_"; tests/test_results.py checks the list
 # against reports.plots.__all__ (probe imports without the report layer).
 PLOTS = (
-    "attention_patterns", "first_token_by_bucket", "first_token_by_layer",
+    "attention_patterns", "context_buckets", "context_length", "first_token_by_bucket", "first_token_by_layer",
     "first_token_heatmap", "gate_by_token_type", "gate_heatmap", "gate_histograms",
     "gate_saturation", "gate_stats_by_layer", "gate_vs_baseline_f_attn", "gate_vs_sink_attention",
     "interventions", "interventions_by_layer", "loss_by_length", "massive_activations",
@@ -49,6 +49,31 @@ class PlotMethods:
         `reports.plot_attention_patterns`.
         """
         return _plot("plot_attention_patterns", self, fig=fig, layers=layers, max_layers=max_layers)
+
+    def plot_context_buckets(
+            self, *,
+            fig: Figure | SubFigure | None = None,
+    ) -> Figure | SubFigure:
+        """F-Attn (top) and, where the runs kept it, the loss (bottom) by query position (log2
+        buckets, every layer and head) at each length, one column per series; dashed: the uniform
+        reference; dotted: the training length.
+
+        Returns the Figure (with `ax=` or `fig=`, the figure holding it); see
+        `reports.plot_context_buckets` (a context sweep's runs side by side draw every length).
+        """
+        return _plot("plot_context_buckets", self, fig=fig)
+
+    def plot_context_length(
+            self, *,
+            fig: Figure | SubFigure | None = None,
+    ) -> Figure | SubFigure:
+        """Four panels against the sequence length (log2 x), one line per series (model and
+        scaling); dotted: each series' training length. F-Attn carries its uniform reference.
+
+        Returns the Figure (with `ax=` or `fig=`, the figure holding it); see
+        `reports.plot_context_length` (a context sweep's runs side by side draw every length).
+        """
+        return _plot("plot_context_length", self, fig=fig)
 
     def plot_first_token_by_bucket(
             self, *,

@@ -19,6 +19,7 @@ from reports.runs import Runs
 from reports.schema import ATTENTION
 from reports.sections_anatomy import anatomy
 from reports.sections_attention import attention_patterns, first_token, massive
+from reports.sections_context import context_length
 from reports.sections_gates import gates, sparsity
 from reports.sections_loss import inference, interventions, training
 
@@ -28,12 +29,14 @@ def build_sections(runs: Runs, pairs=None, groups=None) -> list[Section]:
     no items. Figures and tables are numbered in reading order over the shown sections."""
     # Sink anatomy only where a run has its tables: without them the report is as it was.
     sink_anatomy = anatomy(runs)
+    context = context_length(runs)         # only where a run is part of a context sweep
     return numbered([
         _claims(runs, pairs),
         _summary(runs, groups),
         first_token(runs),
         attention_patterns(runs),
         *([sink_anatomy] if sink_anatomy is not None else []),
+        *([context] if context is not None else []),
         massive(runs),
         gates(runs),
         sparsity(runs),

@@ -12,11 +12,14 @@ from .base import Metric
 
 
 class LossStats(Reducer):
-    """Next-token negative log-likelihood over valid (input, target) pairs."""
+    """Next-token negative log-likelihood over valid (input, target) pairs, in all and by the
+    target's position in powers of two ([1, 2), [2, 4), ...: how the loss holds up along a long
+    context, as first_token_buckets.csv does for F-Attn)."""
 
     BLOCK = 1 << 20             # logits per step (4 MB of float32 temporaries): no (T, V) copy is made
-    # seq_nll / seq_count: the same per dataset row (per_sequence.csv nll, nll_n), (S,).
-    summed = ("nll", "count", "nonfinite", "seq_nll", "seq_count")
+    BUCKETS = tuple(2 ** k for k in range(21))
+    # seq_nll / seq_count: per dataset row (per_sequence.csv nll, nll_n), (S,).
+    summed = ("nll", "count", "nonfinite", "seq_nll", "seq_count", "bucket_nll", "bucket_n")
 
     def __init__(self, device="cpu", sequences: int | None = None):
         """sequences: the dataset's row count, when known (else the per-row sums grow)."""
@@ -25,6 +28,8 @@ class LossStats(Reducer):
         self.nonfinite = torch.zeros((), dtype=I64, device=device)
         self.seq_nll = torch.zeros(sequences or 0, dtype=F64, device=device)
         self.seq_count = torch.zeros(sequences or 0, dtype=I64, device=device)
+        self.bucket_nll = torch.zeros(len(self.BUCKETS), dtype=F64, device=device)
+        self.bucket_n = torch.zeros(len(self.BUCKETS), dtype=I64, device=device)
 
     def update(self, logits: torch.Tensor, input_ids: torch.Tensor, valid: torch.Tensor,
                seq_index: torch.Tensor | None = None) -> None:
@@ -55,19 +60,32 @@ class LossStats(Reducer):
                 self.count += kept
                 self.seq_nll[seqs[b]] += total
                 self.seq_count[seqs[b]] += kept
+                # The target of row t sits at position t + 1.
+                where = torch.arange(start + 1, end + 1, device=self.bucket_n.device)
+                bucket = torch.bucketize(where, torch.tensor(self.BUCKETS, device=where.device), right=True) - 1
+                in_bucket = bucket[keep.to(self.bucket_n.device)]
+                self.bucket_nll.index_add_(0, in_bucket, nll[keep].double().to(self.bucket_nll.device))
+                self.bucket_n.index_add_(0, in_bucket, torch.ones_like(in_bucket))
                 self.nonfinite += (pair[b, start:end] & ~keep).sum().to(self.nonfinite.device)
 
     def loss(self) -> float:
         return float(self.nll / self.count) if self.count > 0 else math.nan
+
+    def by_position(self) -> list[dict]:
+        """One entry per target-position bucket that holds pairs: bucket_lo, bucket_hi, loss, pairs."""
+        edges = (*self.BUCKETS, math.inf)
+        return [{"bucket_lo": edges[b], "bucket_hi": edges[b + 1], "loss": float(self.bucket_nll[b]) / n, "pairs": n}
+                for b in range(len(self.BUCKETS)) if (n := int(self.bucket_n[b])) > 0]
 
 
 class Loss(Metric):
     name = "loss"
     SUMMARY_KEYS = ("loss", "perplexity")
 
-    def __init__(self, layout, *, sequences: int | None = None, **context):
+    def __init__(self, layout, *, sequences: int | None = None, loss_by_position: bool = False, **context):
         super().__init__(layout)
         self.stats = LossStats(sequences=sequences)
+        self.by_position = loss_by_position       # summary.json loss_by_position, only when asked
 
     def subscribe(self, on) -> None:
         on(LOGITS, self.update)
@@ -81,7 +99,8 @@ class Loss(Metric):
     def summarise(self, a, layers, done) -> dict:
         loss = self.stats.loss()
         return {"loss": loss,
-                "perplexity": math.exp(loss) if loss is not None and math.isfinite(loss) and loss < 700 else None}
+                "perplexity": math.exp(loss) if loss is not None and math.isfinite(loss) and loss < 700 else None,
+                **({"loss_by_position": self.stats.by_position()} if self.by_position else {})}
 
     def nonfinite(self) -> dict[str, int]:
         return {"loss_pairs": int(self.stats.nonfinite)} if int(self.stats.nonfinite) else {}

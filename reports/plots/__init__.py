@@ -4,6 +4,7 @@
 from reports.plots.anatomy import (plot_gate_vs_baseline_f_attn, plot_gate_vs_sink_attention,
                                    plot_received_attention, plot_value_drains)
 from reports.plots.attention_patterns import plot_attention_patterns
+from reports.plots.context import plot_context_buckets, plot_context_length
 from reports.plots.first_token import (plot_first_token_by_bucket, plot_first_token_by_layer,
                                       plot_first_token_heatmap)
 from reports.plots.gates import (plot_gate_heatmap, plot_gate_histograms, plot_gate_saturation,
@@ -16,6 +17,8 @@ from reports.plots.training import plot_loss_by_length, plot_training
 
 __all__ = [
     "plot_attention_patterns",
+    "plot_context_buckets",
+    "plot_context_length",
     "plot_first_token_by_bucket",
     "plot_first_token_by_layer",
     "plot_first_token_heatmap",
