@@ -1,0 +1,121 @@
+"""`probe graft`: add an attention-output gate to an ungated pretrained Llama-family model.
+
+    probe graft SmolLM2-135M-Instruct.Q4_1.gguf --gate headwise --init identity --out grafted/
+    probe check grafted/          # probe reads the gate the model applies
+    probe train --from grafted/ --train gates --steps 200 --out runs/gates
+
+The result is a checkpoint folder of `model_type` grafted_llama (probe/models/grafted_llama.py):
+the base's weights untouched (a GGUF base dequantised to float32), plus one `gate_proj` per
+attention layer on the layer's attention input, applied to the SDPA output before o_proj as
+scale * sigmoid. Initialisations:
+
+  identity  gate_proj weights and bias zero, scale 2: every gate is exactly 1, so the grafted
+            model's logits are the base's (the zero-initialised 2 * sigmoid gate of the official
+            repository's issue 10)
+  random    weights normal(0, initializer_range) from --seed, bias zero, scale 1: the paper's
+            sigmoid gate as a model trained from scratch starts it (gates near 0.5)
+
+config.json records the graft: {"base", "base_digest", "gate", "init", "scale", "seed"}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from .errors import ProbeError
+
+INITS = ("identity", "random")
+SCALE = {"identity": 2.0, "random": 1.0}
+BASE_MODEL_TYPES = ("llama",)
+# Keys of the base's config that describe how it was stored or built, not the architecture.
+DROPPED_CONFIG_KEYS = ("quantization_config", "model_type", "architectures", "transformers_version",
+                       "_name_or_path", "auto_map", "dtype", "torch_dtype")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("checkpoint", help="an ungated Llama-family checkpoint folder or .gguf file (e.g. SmolLM2)")
+    p.add_argument("--gate", choices=("headwise", "elementwise"), required=True,
+                   help="one gate per head, or one per head dimension")
+    p.add_argument("--init", choices=INITS, default="identity",
+                   help="identity: every gate exactly 1 (2 * sigmoid of zero); random: sigmoid of a "
+                        "random projection, as a gate trained from scratch starts (default identity)")
+    p.add_argument("--seed", type=int, default=0, help="the random initialisation's seed")
+    p.add_argument("--out", required=True, help="the grafted checkpoint folder to write")
+    p.add_argument("--force", action="store_true", help="replace an existing --out")
+
+
+def grafted_config(base_config, *, gate: str, init: str, base: str, digest: str | None, seed: int):
+    from .models.grafted_llama import GraftedLlamaConfig
+
+    fields = {k: v for k, v in base_config.to_dict().items() if k not in DROPPED_CONFIG_KEYS}
+    graft = {"base": base, "base_digest": digest, "gate": gate, "init": init, "scale": SCALE[init],
+             "seed": seed if init == "random" else None}
+    return GraftedLlamaConfig(**fields, graft=graft)
+
+
+def graft_model(base_model, config, *, init: str, seed: int):
+    """The grafted model: `base_model`'s weights copied in, gate_proj initialised by `init`."""
+    import torch
+
+    from .models.grafted_llama import GraftedLlamaForCausalLM
+
+    model = GraftedLlamaForCausalLM(config).to(torch.float32)
+    missing, unexpected = model.load_state_dict(base_model.state_dict(), strict=False)
+    stray = [k for k in missing if ".self_attn.gate_proj." not in k]
+    if stray or unexpected:
+        raise ProbeError(f"the base's weights do not fit a grafted {config.model_type} "
+                         f"(missing {stray[:3]}, unexpected {unexpected[:3]}); is it a Llama-family model?")
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            proj = layer.self_attn.gate_proj
+            proj.bias.zero_()
+            if init == "identity":
+                proj.weight.zero_()
+            else:
+                proj.weight.copy_(torch.randn(proj.weight.shape, generator=gen) * config.initializer_range)
+    return model.eval()
+
+
+def graft(checkpoint, *, gate: str, init: str, out, seed: int = 0, force: bool = False, say=print) -> Path:
+    """Write the grafted copy of `checkpoint` into `out` (atomically); returns `out`."""
+    import torch
+
+    from .atomic import atomic_directory
+    from .load import load, quiet_transformers
+
+    if init not in INITS:
+        raise ProbeError(f"unknown --init {init!r}; use one of {', '.join(INITS)}")
+    out = Path(out)
+    say(f"loading {checkpoint} ...")
+    loaded = load(checkpoint, dtype="float32")
+    model_type = loaded.config.model_type
+    if model_type not in BASE_MODEL_TYPES or loaded.layout.gated:
+        raise ProbeError(f"probe graft adds a gate to an ungated {' or '.join(BASE_MODEL_TYPES)} model; "
+                         f"{checkpoint} is {model_type!r}{' and already gated' if loaded.layout.gated else ''}")
+    if loaded.tokenizer is None:
+        raise ProbeError(f"{checkpoint} has no tokenizer; the grafted folder needs one to be trained and analysed")
+    base = Path(checkpoint).name
+    config = grafted_config(loaded.config, gate=gate, init=init, base=base, digest=loaded.config_hash, seed=seed)
+    model = graft_model(loaded.model, config, init=init, seed=seed)
+    with atomic_directory(out, force=force) as tmp, quiet_transformers(), torch.no_grad():
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        loaded.tokenizer.save_pretrained(str(tmp))
+    gates = sum(p.numel() for n, p in model.named_parameters() if ".self_attn.gate_proj." in n)
+    say(f"grafted a {gate} gate ({init}, scale {SCALE[init]:g} * sigmoid) onto {base}: "
+        f"{len(model.model.layers)} layers, {gates:,} gate parameters -> {out}/")
+    return out
+
+
+def run(args, command_line: str | None = None) -> int:
+    graft(args.checkpoint, gate=args.gate, init=args.init, out=args.out, seed=args.seed, force=args.force)
+    return 0
+
+
+def read_graft(folder) -> dict | None:
+    """The `graft` record of a grafted folder's config.json; None for any other folder."""
+    path = Path(folder) / "config.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text()).get("graft")
