@@ -1,0 +1,263 @@
+"""The grafting experiment: gates grafted into SmolLM2-135M, trained on a CPU, measured as they train.
+
+    nohup python examples/graft_experiment.py --root /work/graft-exp > /work/graft-exp/log.txt 2>&1 &
+    python examples/graft_experiment.py --root /work/graft-exp --scale 2     # extend: twice the steps
+    python examples/graft_experiment.py --root /work/graft-exp --summary     # the table, nothing trained
+
+Arms (docs/grafting.md says why these): headwise gates with an identity init (2 * sigmoid of zero)
+trained alone, base frozen, three seeds (the seed orders the rows); the same with a random init
+(sigmoid, gates near 0.5 at the start); all weights with identity gates; and all weights of the
+ungated base (continued training with no gate: what the text alone does). Each arm is its own
+`probe train --from` run in ROOT/ARM, resumable: rerunning the command continues every arm from
+its last checkpoint, and --scale extends every arm (the learning rate is constant after warmup, so
+a longer run is the same run continued). Torch uses one thread.
+
+At step 0 and at every checkpoint the model is measured with probe.analyze on the same held-out
+rows (ROOT/trajectory/ARM/step_NNNNN.json): held-out loss, F-Attn overall and on the layers where
+the base has its sink, sink rate, M-Act and where its largest value sits, mean gate and the gate's
+saturation. ROOT/trajectory.csv gathers every arm's points (written atomically after each).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT_DIR = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT_DIR))                # this checkout's probe
+
+SEQ_LEN, BATCH = 64, 4                           # SmolLM2's sink is there at T = 64
+ANALYSIS_ROWS, EVAL_ROWS = 64, 32                # held-out rows measured / in training.csv
+SINK_LAYER_FATTN = 0.3                           # a base layer "has the sink": F-Attn >= this
+MAX_STEPS = 100_000                              # the schedule's horizon: constant lr after warmup
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    graft: str | None          # "identity" / "random" headwise graft; None: the ungated base
+    train: str                 # gates / all
+    seed: int
+    lr: float
+    steps: int
+    save_every: int
+    warmup: int
+
+
+# Steps: each arm about 10-15 minutes at one thread on the shared 2-core machine (gates only
+# ~4.5 s a step at 4 x 64 tokens, all weights ~10 s; docs/grafting.md).
+ARMS = (
+    Arm("gates-identity-s0", "identity", "gates", 0, 3e-3, 120, 20, 12),
+    Arm("gates-random-s0", "random", "gates", 0, 3e-3, 120, 20, 12),
+    Arm("all-identity-s0", "identity", "all", 0, 1e-4, 60, 10, 6),
+    Arm("nogate-all-s0", None, "all", 0, 1e-4, 60, 10, 6),
+    Arm("gates-identity-s1", "identity", "gates", 1, 3e-3, 120, 20, 12),
+    Arm("gates-identity-s2", "identity", "gates", 2, 3e-3, 120, 20, 12),
+)
+
+
+def say(line: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
+
+
+def write_json(path: Path, obj) -> None:
+    from probe.atomic import write_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps(obj, indent=1, default=float) + "\n")
+
+
+# ----------------------------------------------------------------------------- measuring
+
+def measure(model, rows, sink_layers: list[int] | None) -> dict:
+    """One trajectory point: probe.analyze on the held-out rows (N, T), reduced to the numbers
+    the write-up needs. sink_layers: the base's sink layers (None: this is the base)."""
+    import probe
+
+    a = probe.analyze(model, rows, seq_len=rows.shape[1], batch_size=BATCH, progress=False, name="m")
+    s = a.summary
+    layer_fattn = [float(L["f_attn"]) for L in s["layers"]]
+    point = {k: (float(s[k]) if s.get(k) is not None else None)
+             for k in ("loss", "f_attn", "f_attn_paper", "f_attn_uniform", "sink_rate", "m_act", "mean_gate")}
+    point["layer_f_attn"] = layer_fattn
+    point["layer_m_act"] = [float(L["m_act"]["resid_post"]) for L in s["layers"]]
+    sinks = sink_layers if sink_layers is not None else [i for i, f in enumerate(layer_fattn) if f >= SINK_LAYER_FATTN]
+    point["sink_layers"] = sinks
+    point["f_attn_sink_layers"] = sum(layer_fattn[i] for i in sinks) / len(sinks) if sinks else None
+    top = a.massive_top[(a.massive_top.site == "resid_post") & (a.massive_top["rank"] == 1)]
+    best = top.loc[top.abs_value.idxmax()]
+    point["m_act_max"] = {"value": float(best.abs_value), "layer": int(best.layer), "position": int(best.position),
+                          "dim": int(best.dim), "token": str(best.token)}
+    if s.get("mean_gate") is not None:
+        g = a.gates[a.gates.group == "all"].pivot_table(index=["layer", "head"], columns="metric", values="value")
+        w = g["count"] / g["count"].sum()
+        point["gate"] = {m: float((g[m] * w).sum()) for m in ("mean", "frac_lt_0.1", "frac_lt_0.5", "frac_gt_0.9",
+                                                               "frac_gt_0.99")}
+        point["gate"]["min"], point["gate"]["max"] = float(g["min"].min()), float(g["max"].max())
+        point["layer_mean_gate"] = [float(L["mean_gate"]) for L in s["layers"]]
+    return point
+
+
+# ----------------------------------------------------------------------------- setting up
+
+def grafted(root: Path, init: str) -> Path:
+    from probe.graft import graft
+    from probe.real_models import fetch
+
+    out = root / "grafts" / f"headwise-{init}"
+    if not (out / "config.json").exists():
+        graft(fetch("smollm2", progress=say), gate="headwise", init=init, out=out, seed=0, say=say)
+    return out
+
+
+def prepared_data(base_gguf: Path):
+    """The built-in text (the standard library's sources) in SmolLM2's tokens, rows of SEQ_LEN,
+    no BOS (SmolLM2 was not trained with one), shared by every arm."""
+    from probe.load import load
+    from probe.train.config import TrainConfig
+    from probe.train.prepare import prepare_data
+
+    tok = load(base_gguf).tokenizer
+    return prepare_data(TrainConfig(seq_len=SEQ_LEN, bos="none"), tok)
+
+
+def arm_config(arm: Arm, root: Path, source: Path, steps: int):
+    from probe.train.config import TrainConfig
+    from probe.train.loop import find_checkpoint
+
+    out = root / arm.name
+    return TrainConfig(
+        from_dir=str(source), train_params=arm.train, out=str(out), seed=arm.seed, lr=arm.lr,
+        warmup=float(arm.warmup), min_lr_ratio=1.0, tokens=MAX_STEPS * BATCH * SEQ_LEN,
+        seq_len=SEQ_LEN, batch_size=BATCH, bos="none", eval_every=arm.save_every, eval_rows=EVAL_ROWS,
+        save_every=arm.save_every, threads=1, name=arm.name, stop_after=steps,
+        resume=find_checkpoint(out) is not None, keep_checkpoint=True, progress=False)
+
+
+def done_steps(out: Path) -> int:
+    from probe.train.log import read_log
+    from probe.train.loop import find_checkpoint
+
+    ckpt = find_checkpoint(out)
+    rows = read_log(ckpt / "training.csv") if ckpt is not None else []
+    return rows[-1]["step"] if rows else 0
+
+
+# ----------------------------------------------------------------------------- the run
+
+def run_arm(arm: Arm, root: Path, base_gguf: Path, prepared, rows, base_point: dict, steps: int) -> None:
+    import torch
+
+    from probe.load import load
+    from probe.train.loop import train
+
+    out = root / arm.name
+    source = grafted(root, arm.graft) if arm.graft else base_gguf
+    traj = root / "trajectory" / arm.name
+    sinks = base_point["sink_layers"]
+    if not (traj / "step_00000.json").exists():
+        if arm.graft == "identity":
+            start = json.loads((root / "base.json").read_text()) | {"note": "identity graft = the base"}
+            g = measure(load(source).model, rows, sinks)      # the gates' own statistics at step 0
+            start |= {k: g[k] for k in ("gate", "layer_mean_gate", "mean_gate")}
+        else:
+            start = measure(load(source).model, rows, sinks)
+        write_json(traj / "step_00000.json", start)
+    if done_steps(out) >= steps:
+        say(f"{arm.name}: at step {done_steps(out)} already (target {steps})")
+        return
+    t0 = time.time()
+
+    def on_checkpoint(step, model):
+        t = time.time()
+        point = measure(model, rows, sinks)
+        point["elapsed_s"] = round(time.time() - t0, 1)
+        write_json(traj / f"step_{step:05d}.json", point)
+        gate = point.get("gate", {}).get("mean")
+        say(f"{arm.name} step {step}: loss {point['loss']:.4f}, F-Attn {point['f_attn']:.4f} "
+            f"(sink layers {point['f_attn_sink_layers']:.4f}), M-Act {point['m_act']:.0f}"
+            + (f", mean gate {gate:.4f}" if gate is not None else "") + f" (measured in {time.time() - t:.0f} s)")
+        write_table(root)
+
+    cfg = arm_config(arm, root, source, steps)
+    say(f"{arm.name}: training {cfg.train_params} of {source.name} from step {done_steps(out)} to {steps} "
+        f"(lr {arm.lr:g}, seed {arm.seed}, {torch.get_num_threads()} thread)")
+    result = train(cfg, prepared, command=" ".join(sys.argv), on_checkpoint=on_checkpoint)
+    say(f"{arm.name}: stopped at step {result.steps}; {result.seconds:.0f} s training, "
+        f"{result.seconds_per_step:.2f} s a step")
+
+
+def trajectory_rows(root: Path) -> list[dict]:
+    out = []
+    for arm in ARMS:
+        for f in sorted((root / "trajectory" / arm.name).glob("step_*.json")):
+            p = json.loads(f.read_text())
+            gate = p.get("gate") or {}
+            top = p.get("m_act_max") or {}
+            out.append({"arm": arm.name, "step": int(f.stem.split("_")[1]), "tokens": int(f.stem.split("_")[1]) * BATCH * SEQ_LEN,
+                        "loss": p["loss"], "f_attn": p["f_attn"], "f_attn_sink_layers": p["f_attn_sink_layers"],
+                        "f_attn_uniform": p["f_attn_uniform"], "sink_rate": p["sink_rate"], "m_act": p["m_act"],
+                        "m_act_max": top.get("value"), "m_act_layer": top.get("layer"),
+                        "m_act_position": top.get("position"), "m_act_dim": top.get("dim"),
+                        "mean_gate": gate.get("mean"), "gate_lt_0.1": gate.get("frac_lt_0.1"),
+                        "gate_lt_0.5": gate.get("frac_lt_0.5"), "gate_gt_0.99": gate.get("frac_gt_0.99"),
+                        "gate_min": gate.get("min"), "gate_max": gate.get("max")})
+    return out
+
+
+def write_table(root: Path) -> None:
+    import pandas as pd
+
+    from probe.atomic import write_text
+
+    rows = trajectory_rows(root)
+    if rows:
+        write_text(root / "trajectory.csv", pd.DataFrame(rows).to_csv(index=False))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--root", default="/work/graft-exp", help="where the arms go (outside git)")
+    p.add_argument("--scale", type=float, default=1.0, help="train every arm to this multiple of its steps")
+    p.add_argument("--arms", nargs="+", help="only these arms (default: all, in order)")
+    p.add_argument("--summary", action="store_true", help="only gather trajectory.csv and print it")
+    args = p.parse_args(argv)
+    root = Path(args.root)
+    root.mkdir(parents=True, exist_ok=True)
+    if args.summary:
+        write_table(root)
+        import pandas as pd
+
+        print(pd.DataFrame(trajectory_rows(root)).to_string(index=False))
+        return 0
+    import torch
+
+    torch.set_num_threads(1)
+    from probe.load import load
+    from probe.real_models import fetch
+
+    base_gguf = fetch("smollm2", progress=say)
+    say("tokenising the built-in text with SmolLM2's tokenizer ...")
+    prepared = prepared_data(base_gguf)
+    rows = prepared.corpus.heldout[:ANALYSIS_ROWS]
+    say(f"{len(prepared.corpus.train):,} training rows, {len(prepared.corpus.heldout):,} held-out rows of {SEQ_LEN}")
+    if not (root / "base.json").exists():
+        write_json(root / "base.json", measure(load(base_gguf).model, rows, None))
+    base_point = json.loads((root / "base.json").read_text())
+    say(f"base: loss {base_point['loss']:.4f}, F-Attn {base_point['f_attn']:.4f}, sink layers "
+        f"{base_point['sink_layers']}, M-Act {base_point['m_act']:.0f}")
+    for arm in ARMS:
+        if args.arms and arm.name not in args.arms:
+            continue
+        run_arm(arm, root, base_gguf, prepared, rows, base_point, math.ceil(arm.steps * args.scale))
+    write_table(root)
+    say("all arms done")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
