@@ -31,7 +31,7 @@ ROOT_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT_DIR))                # this checkout's probe
 
 SEQ_LEN, BATCH = 64, 4                           # SmolLM2's sink is there at T = 64
-ANALYSIS_ROWS, EVAL_ROWS = 64, 32                # held-out rows measured / in training.csv
+ANALYSIS_ROWS, EVAL_ROWS = 32, 16                # held-out rows measured / in training.csv (at the end)
 SINK_LAYER_FATTN = 0.3                           # a base layer "has the sink": F-Attn >= this
 MAX_STEPS = 100_000                              # the schedule's horizon: constant lr after warmup
 
@@ -48,15 +48,16 @@ class Arm:
     warmup: int
 
 
-# Steps: each arm about 10-15 minutes at one thread on the shared 2-core machine (gates only
-# ~4.5 s a step at 4 x 64 tokens, all weights ~10 s; docs/grafting.md).
+# Steps: each arm about 10-15 minutes at one thread on the shared, loaded 2-core machine (gates
+# only 4.5-12 s a step at 4 x 64 tokens, all weights about twice that; a measurement 45-90 s;
+# docs/grafting.md). --scale extends them all.
 ARMS = (
-    Arm("gates-identity-s0", "identity", "gates", 0, 3e-3, 120, 20, 12),
-    Arm("gates-random-s0", "random", "gates", 0, 3e-3, 120, 20, 12),
-    Arm("all-identity-s0", "identity", "all", 0, 1e-4, 60, 10, 6),
-    Arm("nogate-all-s0", None, "all", 0, 1e-4, 60, 10, 6),
-    Arm("gates-identity-s1", "identity", "gates", 1, 3e-3, 120, 20, 12),
-    Arm("gates-identity-s2", "identity", "gates", 2, 3e-3, 120, 20, 12),
+    Arm("gates-identity-s0", "identity", "gates", 0, 3e-3, 60, 15, 6),
+    Arm("gates-random-s0", "random", "gates", 0, 3e-3, 60, 15, 6),
+    Arm("all-identity-s0", "identity", "all", 0, 1e-4, 30, 10, 3),
+    Arm("nogate-all-s0", None, "all", 0, 1e-4, 30, 10, 3),
+    Arm("gates-identity-s1", "identity", "gates", 1, 3e-3, 60, 15, 6),
+    Arm("gates-identity-s2", "identity", "gates", 2, 3e-3, 60, 15, 6),
 )
 
 
@@ -114,15 +115,26 @@ def grafted(root: Path, init: str) -> Path:
     return out
 
 
-def prepared_data(base_gguf: Path):
+def prepared_data(root: Path, base_gguf: Path):
     """The built-in text (the standard library's sources) in SmolLM2's tokens, rows of SEQ_LEN,
-    no BOS (SmolLM2 was not trained with one), shared by every arm."""
+    no BOS (SmolLM2 was not trained with one), shared by every arm. The packed rows are kept in
+    ROOT/corpus.pt: tokenising takes a minute or two, and a resumed run needs the same rows."""
+    import torch
+
     from probe.load import load
     from probe.train.config import TrainConfig
-    from probe.train.prepare import prepare_data
+    from probe.train.prepare import Prepared, prepare_data
 
     tok = load(base_gguf).tokenizer
-    return prepare_data(TrainConfig(seq_len=SEQ_LEN, bos="none"), tok)
+    cache = root / "corpus.pt"
+    if cache.exists():
+        return Prepared(tok, torch.load(cache, weights_only=False))      # written by this script
+    say("tokenising the built-in text with SmolLM2's tokenizer ...")
+    prepared = prepare_data(TrainConfig(seq_len=SEQ_LEN, bos="none"), tok)
+    from probe.atomic import write_torch
+
+    write_torch(cache, prepared.corpus)
+    return prepared
 
 
 def arm_config(arm: Arm, root: Path, source: Path, steps: int):
@@ -133,7 +145,7 @@ def arm_config(arm: Arm, root: Path, source: Path, steps: int):
     return TrainConfig(
         from_dir=str(source), train_params=arm.train, out=str(out), seed=arm.seed, lr=arm.lr,
         warmup=float(arm.warmup), min_lr_ratio=1.0, tokens=MAX_STEPS * BATCH * SEQ_LEN,
-        seq_len=SEQ_LEN, batch_size=BATCH, bos="none", eval_every=arm.save_every, eval_rows=EVAL_ROWS,
+        seq_len=SEQ_LEN, batch_size=BATCH, bos="none", eval_every=steps, eval_rows=EVAL_ROWS,
         save_every=arm.save_every, threads=1, name=arm.name, stop_after=steps,
         resume=find_checkpoint(out) is not None, keep_checkpoint=True, progress=False)
 
@@ -160,13 +172,14 @@ def run_arm(arm: Arm, root: Path, base_gguf: Path, prepared, rows, base_point: d
     traj = root / "trajectory" / arm.name
     sinks = base_point["sink_layers"]
     if not (traj / "step_00000.json").exists():
-        if arm.graft == "identity":
-            start = json.loads((root / "base.json").read_text()) | {"note": "identity graft = the base"}
-            g = measure(load(source).model, rows, sinks)      # the gates' own statistics at step 0
-            start |= {k: g[k] for k in ("gate", "layer_mean_gate", "mean_gate")}
-        else:
-            start = measure(load(source).model, rows, sinks)
-        write_json(traj / "step_00000.json", start)
+        # Step 0 is the arm's starting model: measured once per source (the three identity seeds
+        # and the all-weights identity arm start from the same graft; the base is base.json).
+        start = root / "trajectory" / f"start-{source.name}.json"
+        if source == base_gguf:
+            start = root / "base.json"
+        elif not start.exists():
+            write_json(start, measure(load(source).model, rows, sinks))
+        write_json(traj / "step_00000.json", json.loads(start.read_text()))
     if done_steps(out) >= steps:
         say(f"{arm.name}: at step {done_steps(out)} already (target {steps})")
         return
@@ -241,8 +254,7 @@ def main(argv=None) -> int:
     from probe.real_models import fetch
 
     base_gguf = fetch("smollm2", progress=say)
-    say("tokenising the built-in text with SmolLM2's tokenizer ...")
-    prepared = prepared_data(base_gguf)
+    prepared = prepared_data(root, base_gguf)
     rows = prepared.corpus.heldout[:ANALYSIS_ROWS]
     say(f"{len(prepared.corpus.train):,} training rows, {len(prepared.corpus.heldout):,} held-out rows of {SEQ_LEN}")
     if not (root / "base.json").exists():

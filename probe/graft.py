@@ -15,7 +15,12 @@ scale * sigmoid. Initialisations:
   random    weights normal(0, initializer_range) from --seed, bias zero, scale 1: the paper's
             sigmoid gate as a model trained from scratch starts it (gates near 0.5)
 
-config.json records the graft: {"base", "base_digest", "gate", "init", "scale", "seed"}.
+  --gate-weights FILE  trained gate weights (a file save_gate_weights wrote, e.g. the shipped
+            examples/grafts/), for the same base: the trained grafted model, rebuilt from the
+            base and ~155k numbers (headwise SmolLM2)
+
+config.json records the graft: {"base", "base_digest", "gate", "init", "scale", "seed"} (and
+"gate_weights", the file's own record, when they came from a file).
 """
 from __future__ import annotations
 
@@ -41,6 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="identity: every gate exactly 1 (2 * sigmoid of zero); random: sigmoid of a "
                         "random projection, as a gate trained from scratch starts (default identity)")
     p.add_argument("--seed", type=int, default=0, help="the random initialisation's seed")
+    p.add_argument("--gate-weights", metavar="FILE",
+                   help="trained gate weights (.safetensors from save_gate_weights) instead of --init")
     p.add_argument("--out", required=True, help="the grafted checkpoint folder to write")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
 
@@ -78,8 +85,10 @@ def graft_model(base_model, config, *, init: str, seed: int):
     return model.eval()
 
 
-def graft(checkpoint, *, gate: str, init: str, out, seed: int = 0, force: bool = False, say=print) -> Path:
-    """Write the grafted copy of `checkpoint` into `out` (atomically); returns `out`."""
+def graft(checkpoint, *, gate: str, init: str, out, seed: int = 0, force: bool = False, say=print,
+          gate_weights=None) -> Path:
+    """Write the grafted copy of `checkpoint` into `out` (atomically); returns `out`.
+    gate_weights: a file of trained gate weights (save_gate_weights) loaded over the init."""
     import torch
 
     from .atomic import atomic_directory
@@ -97,8 +106,15 @@ def graft(checkpoint, *, gate: str, init: str, out, seed: int = 0, force: bool =
     if loaded.tokenizer is None:
         raise ProbeError(f"{checkpoint} has no tokenizer; the grafted folder needs one to be trained and analysed")
     base = Path(checkpoint).name
+    trained = read_gate_weights(gate_weights, loaded) if gate_weights else None
+    if trained is not None:
+        record = trained[1]
+        gate, init = record["gate"], record["init"]
     config = grafted_config(loaded.config, gate=gate, init=init, base=base, digest=loaded.config_hash, seed=seed)
     model = graft_model(loaded.model, config, init=init, seed=seed)
+    if trained is not None:
+        config.graft["gate_weights"] = record
+        load_gates(model, trained[0], gate_weights)
     with atomic_directory(out, force=force) as tmp, quiet_transformers(), torch.no_grad():
         model.save_pretrained(str(tmp), safe_serialization=True)
         loaded.tokenizer.save_pretrained(str(tmp))
@@ -109,8 +125,66 @@ def graft(checkpoint, *, gate: str, init: str, out, seed: int = 0, force: bool =
 
 
 def run(args, command_line: str | None = None) -> int:
-    graft(args.checkpoint, gate=args.gate, init=args.init, out=args.out, seed=args.seed, force=args.force)
+    graft(args.checkpoint, gate=args.gate, init=args.init, out=args.out, seed=args.seed, force=args.force,
+          gate_weights=args.gate_weights)
     return 0
+
+
+# ----------------------------------------------------------------------------- trained gates
+
+GATE_KEY = ".self_attn.gate_proj."
+
+
+def save_gate_weights(model, file, **record) -> Path:
+    """Write only the gate projections of a grafted `model` (never the base's weights) to `file`
+    (.safetensors, float32), with the graft and `record` (how they were trained) as metadata."""
+    from safetensors.torch import save_file
+
+    from .atomic import write_with
+
+    tensors = {k: v.detach().float().contiguous() for k, v in model.state_dict().items() if GATE_KEY in k}
+    if not tensors:
+        raise ProbeError("this model has no grafted gates (self_attn.gate_proj) to save")
+    meta = {**model.config.graft, **record}
+    file = Path(file)
+    tmp = file.with_name(file.name + ".tmp")
+    save_file(tensors, str(tmp), metadata={"graft": json.dumps(meta, sort_keys=True)})
+    write_with(file, lambda f: f.write(tmp.read_bytes()))
+    tmp.unlink()
+    return file
+
+
+def read_gate_weights(file, loaded) -> tuple[dict, dict]:
+    """(tensors, record) of a gate-weights file, checked against the base it is grafted onto."""
+    from safetensors import safe_open
+
+    file = Path(file)
+    if not file.is_file():
+        raise ProbeError(f"--gate-weights {file} does not exist")
+    try:
+        with safe_open(str(file), "pt") as f:
+            record = json.loads((f.metadata() or {}).get("graft", "null"))
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as err:                                      # not a safetensors file
+        raise ProbeError(f"cannot read --gate-weights {file} ({str(err).splitlines()[0][:120]})") from None
+    if not record or "gate" not in record:
+        raise ProbeError(f"--gate-weights {file} has no graft record; write it with probe.graft.save_gate_weights")
+    if record.get("base_digest") not in (None, loaded.config_hash):
+        raise ProbeError(f"--gate-weights {file} were trained on {record.get('base')} (digest "
+                         f"{record.get('base_digest')}), not on this base (digest {loaded.config_hash})")
+    return tensors, record
+
+
+def load_gates(model, tensors: dict, file) -> None:
+    import torch
+
+    own = {k: v for k, v in model.state_dict().items() if GATE_KEY in k}
+    if set(own) != set(tensors) or any(own[k].shape != tensors[k].shape for k in own):
+        raise ProbeError(f"--gate-weights {file} do not fit this base's gates "
+                         f"({len(tensors)} tensors for {len(own)}); were they trained on another model?")
+    with torch.no_grad():
+        for k, v in tensors.items():
+            own[k].copy_(v)
 
 
 def read_graft(folder) -> dict | None:
