@@ -19,7 +19,8 @@ scale * sigmoid. Initialisations:
             examples/grafts/), for the same base: the trained grafted model, rebuilt from the
             base and ~155k numbers (headwise SmolLM2)
 
-config.json records the graft: {"base", "base_digest", "gate", "init", "scale", "seed"} (and
+config.json records the graft: {"base", "base_digest" (probe's config / GGUF header hash),
+"base_fingerprint" (of the embedding weights), "gate", "init", "scale", "seed"} (and
 "gate_weights", the file's own record, when they came from a file).
 """
 from __future__ import annotations
@@ -52,12 +53,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing --out")
 
 
-def grafted_config(base_config, *, gate: str, init: str, base: str, digest: str | None, seed: int):
+def base_fingerprint(model) -> str:
+    """SHA-256 (16 hex digits) of the base's token embedding: which weights a graft was made on
+    (a config hash cannot tell two checkpoints of one architecture apart)."""
+    import hashlib
+
+    weight = model.get_input_embeddings().weight.detach().float().contiguous().cpu()
+    return hashlib.sha256(weight.numpy().tobytes()).hexdigest()[:16]
+
+
+def grafted_config(base_config, *, gate: str, init: str, base: str, digest: str | None, seed: int,
+                   fingerprint: str | None = None):
     from .models.grafted_llama import GraftedLlamaConfig
 
     fields = {k: v for k, v in base_config.to_dict().items() if k not in DROPPED_CONFIG_KEYS}
-    graft = {"base": base, "base_digest": digest, "gate": gate, "init": init, "scale": SCALE[init],
-             "seed": seed if init == "random" else None}
+    graft = {"base": base, "base_digest": digest, "base_fingerprint": fingerprint, "gate": gate, "init": init,
+             "scale": SCALE[init], "seed": seed if init == "random" else None}
     return GraftedLlamaConfig(**fields, graft=graft)
 
 
@@ -110,7 +121,8 @@ def graft(checkpoint, *, gate: str, init: str, out, seed: int = 0, force: bool =
     if trained is not None:
         record = trained[1]
         gate, init = record["gate"], record["init"]
-    config = grafted_config(loaded.config, gate=gate, init=init, base=base, digest=loaded.config_hash, seed=seed)
+    config = grafted_config(loaded.config, gate=gate, init=init, base=base, digest=loaded.config_hash, seed=seed,
+                            fingerprint=base_fingerprint(loaded.model))
     model = graft_model(loaded.model, config, init=init, seed=seed)
     if trained is not None:
         config.graft["gate_weights"] = record
@@ -169,9 +181,9 @@ def read_gate_weights(file, loaded) -> tuple[dict, dict]:
         raise ProbeError(f"cannot read --gate-weights {file} ({str(err).splitlines()[0][:120]})") from None
     if not record or "gate" not in record:
         raise ProbeError(f"--gate-weights {file} has no graft record; write it with probe.graft.save_gate_weights")
-    if record.get("base_digest") not in (None, loaded.config_hash):
-        raise ProbeError(f"--gate-weights {file} were trained on {record.get('base')} (digest "
-                         f"{record.get('base_digest')}), not on this base (digest {loaded.config_hash})")
+    if record.get("base_fingerprint") not in (None, base_fingerprint(loaded.model)):
+        raise ProbeError(f"--gate-weights {file} were trained on {record.get('base')} (embedding fingerprint "
+                         f"{record.get('base_fingerprint')}), not on this base ({base_fingerprint(loaded.model)})")
     return tensors, record
 
 

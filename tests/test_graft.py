@@ -130,3 +130,25 @@ def test_graft_refuses_gated_or_other_models_in_one_line(grafts, tmp_path):
     with pytest.raises(ProbeError, match="ungated llama model"):
         graft(gpt2, gate="headwise", init="identity", out=tmp_path / "y", say=lambda s: None)
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_trained_gate_weights_rebuild_the_trained_model_from_the_base(grafts, tmp_path):
+    """save_gate_weights writes the gates alone; probe graft --gate-weights puts them back onto the
+    base, and the rebuilt model's logits are the trained model's; a file for another base is refused."""
+    from probe.graft import save_gate_weights
+
+    trained = probe.load(grafts["hw-rand"]).model                    # stands for a trained graft
+    with torch.no_grad():
+        trained.model.layers[1].self_attn.gate_proj.bias.fill_(0.7)
+    file = save_gate_weights(trained, tmp_path / "gates.safetensors", steps=0)
+    stored = load_file(str(file))
+    assert set(stored) == {f"model.layers.{i}.self_attn.gate_proj.{p}" for i in range(2) for p in ("weight", "bias")}
+    assert main(["graft", str(grafts["base"]), "--gate", "headwise", "--gate-weights", str(file),
+                 "--out", str(tmp_path / "rebuilt")]) == 0
+    rebuilt = probe.load(tmp_path / "rebuilt")
+    assert rebuilt.config.graft["gate_weights"]["steps"] == 0 and rebuilt.config.graft["init"] == "random"
+    with torch.no_grad(), tiny.single_thread():
+        assert torch.equal(rebuilt.model(input_ids=IDS).logits, trained(input_ids=IDS).logits)
+    other = tiny.make_checkpoint("llama", tmp_path / "other", seed=5, num_hidden_layers=2)
+    with pytest.raises(ProbeError, match="were trained on"):
+        graft(other, gate="headwise", init="identity", out=tmp_path / "z", gate_weights=file, say=lambda s: None)

@@ -1,8 +1,8 @@
 """The grafting experiment: gates grafted into SmolLM2-135M, trained on a CPU, measured as they train.
 
-    nohup python examples/graft_experiment.py --root /work/graft-exp > /work/graft-exp/log.txt 2>&1 &
-    python examples/graft_experiment.py --root /work/graft-exp --scale 2     # extend: twice the steps
-    python examples/graft_experiment.py --root /work/graft-exp --summary     # the table, nothing trained
+    nohup python examples/grafts/experiment.py --root /work/graft-exp > /work/graft-exp/log.txt 2>&1 &
+    python examples/grafts/experiment.py --root /work/graft-exp --scale 2     # extend: twice the steps
+    python examples/grafts/experiment.py --root /work/graft-exp --summary     # the table, nothing trained
 
 Arms (docs/grafting.md says why these): headwise gates with an identity init (2 * sigmoid of zero)
 trained alone, base frozen, three seeds (the seed orders the rows); the same with a random init
@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT_DIR = Path(__file__).resolve().parents[1]
+ROOT_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT_DIR))                # this checkout's probe
 
 SEQ_LEN, BATCH = 64, 4                           # SmolLM2's sink is there at T = 64
