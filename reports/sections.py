@@ -17,7 +17,7 @@ from reports.schema import ATTENTION
 from reports.sections_anatomy import anatomy
 from reports.sections_attention import attention_patterns, first_token, massive
 from reports.sections_gates import gates, sparsity
-from reports.sections_loss import inference, interventions, training
+from reports.sections_loss import inference, interventions, training, trajectory
 
 
 def build_sections(runs: Runs) -> list[Section]:
@@ -36,6 +36,7 @@ def build_sections(runs: Runs) -> list[Section]:
         sparsity(runs),
         interventions(runs),
         training(runs),
+        trajectory(runs),
         inference(runs),
         _provenance(runs),
     ])
