@@ -15,7 +15,9 @@ a longer run is the same run continued). Torch uses one thread.
 At step 0 and at every checkpoint the model is measured with probe.analyze on the same held-out
 rows (ROOT/trajectory/ARM/step_NNNNN.json): held-out loss, F-Attn overall and on the layers where
 the base has its sink, sink rate, M-Act and where its largest value sits, mean gate and the gate's
-saturation. ROOT/trajectory.csv gathers every arm's points (written atomically after each).
+saturation. ROOT/trajectory.csv gathers every arm's points (written atomically after each);
+the last measurement of each arm is kept as a run directory in ROOT/runs/ARM, and --report writes
+ROOT/report/report.html from them and the base (the trajectory section and the claims table).
 """
 from __future__ import annotations
 
@@ -74,12 +76,15 @@ def write_json(path: Path, obj) -> None:
 
 # ----------------------------------------------------------------------------- measuring
 
-def measure(model, rows, sink_layers: list[int] | None) -> dict:
+def measure(model, rows, sink_layers: list[int] | None, *, name: str = "m", save: Path | None = None) -> dict:
     """One trajectory point: probe.analyze on the held-out rows (N, T), reduced to the numbers
-    the write-up needs. sink_layers: the base's sink layers (None: this is the base)."""
+    the write-up needs. sink_layers: the base's sink layers (None: this is the base). save: also
+    keep the whole analysis there (a run directory for probe report)."""
     import probe
 
-    a = probe.analyze(model, rows, seq_len=rows.shape[1], batch_size=BATCH, progress=False, name="m")
+    a = probe.analyze(model, rows, seq_len=rows.shape[1], batch_size=BATCH, progress=False, name=name)
+    if save is not None:
+        a.save(save, force=True)
     s = a.summary
     layer_fattn = [float(L["f_attn"]) for L in s["layers"]]
     point = {k: (float(s[k]) if s.get(k) is not None else None)
@@ -187,7 +192,8 @@ def run_arm(arm: Arm, root: Path, base_gguf: Path, prepared, rows, base_point: d
 
     def on_checkpoint(step, model):
         t = time.time()
-        point = measure(model, rows, sinks)
+        final = root / "runs" / arm.name if step >= steps else None      # the report's run directory
+        point = measure(model, rows, sinks, name=arm.name, save=final)
         point["elapsed_s"] = round(time.time() - t0, 1)
         write_json(traj / f"step_{step:05d}.json", point)
         gate = point.get("gate", {}).get("mean")
@@ -232,12 +238,57 @@ def write_table(root: Path) -> None:
         write_text(root / "trajectory.csv", pd.DataFrame(rows).to_csv(index=False))
 
 
+BASE_NAME = "SmolLM2-135M"
+
+
+def write_report(root: Path, base_gguf: Path, rows, base_point: dict) -> int:
+    """ROOT/report/: probe report of the base and every arm's last measured model (their run
+    directories, each with its trajectory.csv and training.csv), claims table included."""
+    import pandas as pd
+
+    from probe.atomic import write_text
+    from probe.cli import main as probe_cli
+    from probe.load import load
+    from probe.train.loop import find_checkpoint
+
+    runs = root / "runs"
+    if not (runs / BASE_NAME / "summary.json").exists():
+        measure(load(base_gguf).model, rows, base_point["sink_layers"], name=BASE_NAME, save=runs / BASE_NAME)
+    table = pd.DataFrame(trajectory_rows(root))
+    names = [BASE_NAME]
+    for arm in ARMS:
+        ckpt = find_checkpoint(root / arm.name)
+        if not (runs / arm.name / "summary.json").exists():
+            if ckpt is None:
+                continue
+            say(f"measuring {arm.name} at step {done_steps(root / arm.name)} for the report")
+            measure(load(ckpt).model, rows, base_point["sink_layers"], name=arm.name, save=runs / arm.name)
+        names.append(arm.name)
+        log = pd.read_csv(ckpt / "training.csv").assign(model=arm.name)
+        write_text(runs / arm.name / "training.csv", log.to_csv(index=False))
+    base_row = {"arm": BASE_NAME, "step": 0, "tokens": 0, **{m: base_point.get(m) for m in TRAJECTORY_METRICS}}
+    table = pd.concat([table, pd.DataFrame([base_row])], ignore_index=True)
+    for name in names:
+        long = table[table.arm == name].melt(id_vars=["arm", "step", "tokens"], value_vars=list(TRAJECTORY_METRICS),
+                                             var_name="metric").rename(columns={"arm": "model"})
+        write_text(runs / name / "trajectory.csv", long.dropna(subset=["value"])
+                   [["model", "step", "tokens", "metric", "value"]].to_csv(index=False))
+    return probe_cli(["report", *[str(runs / n) for n in names], "--out", str(root / "report"),
+                      "--format", "html", "--force",
+                      "--title", "SmolLM2-135M with grafted gates, trained on a CPU (docs/grafting.md)"])
+
+
+TRAJECTORY_METRICS = ("loss", "f_attn", "f_attn_sink_layers", "sink_rate", "m_act", "mean_gate")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--root", default="/work/graft-exp", help="where the arms go (outside git)")
     p.add_argument("--scale", type=float, default=1.0, help="train every arm to this multiple of its steps")
     p.add_argument("--arms", nargs="+", help="only these arms (default: all, in order)")
     p.add_argument("--summary", action="store_true", help="only gather trajectory.csv and print it")
+    p.add_argument("--report", action="store_true",
+                   help="only write ROOT/report/report.html (base and arms, trajectories, claims)")
     args = p.parse_args(argv)
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
@@ -262,6 +313,8 @@ def main(argv=None) -> int:
     base_point = json.loads((root / "base.json").read_text())
     say(f"base: loss {base_point['loss']:.4f}, F-Attn {base_point['f_attn']:.4f}, sink layers "
         f"{base_point['sink_layers']}, M-Act {base_point['m_act']:.0f}")
+    if args.report:
+        return write_report(root, base_gguf, rows, base_point)
     for arm in ARMS:
         if args.arms and arm.name not in args.arms:
             continue
