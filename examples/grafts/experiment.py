@@ -1,8 +1,8 @@
 """The grafting experiment: gates grafted into SmolLM2-135M, trained on a CPU, measured as they train.
 
-    nohup python examples/grafts/experiment.py --root /work/graft-exp > /work/graft-exp/log.txt 2>&1 &
-    python examples/grafts/experiment.py --root /work/graft-exp --scale 2     # extend: twice the steps
-    python examples/grafts/experiment.py --root /work/graft-exp --summary     # the table, nothing trained
+    nohup python examples/grafts/experiment.py --root graft-exp > graft-exp/log.txt 2>&1 &
+    python examples/grafts/experiment.py --root graft-exp --scale 2     # extend: twice the steps
+    python examples/grafts/experiment.py --root graft-exp --summary     # the table, nothing trained
 
 Arms (docs/grafting.md says why these): headwise gates with an identity init (2 * sigmoid of zero)
 trained alone, base frozen, three seeds (the seed orders the rows); the same with a random init
@@ -283,7 +283,7 @@ TRAJECTORY_METRICS = ("loss", "f_attn", "f_attn_sink_layers", "sink_rate", "m_ac
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--root", default="/work/graft-exp", help="where the arms go (outside git)")
+    p.add_argument("--root", default="graft-exp", help="where the arms go (outside git)")
     p.add_argument("--scale", type=float, default=1.0, help="train every arm to this multiple of its steps")
     p.add_argument("--arms", nargs="+", help="only these arms (default: all, in order)")
     p.add_argument("--summary", action="store_true", help="only gather trajectory.csv and print it")
