@@ -120,7 +120,9 @@ def graft(checkpoint, *, gate: str, init: str, out, seed: int = 0, force: bool =
     trained = read_gate_weights(gate_weights, loaded) if gate_weights else None
     if trained is not None:
         record = trained[1]
-        gate, init = record["gate"], record["init"]
+        if record["gate"] != gate:
+            raise ProbeError(f"--gate-weights {gate_weights} hold a {record['gate']} gate; pass --gate {record['gate']}")
+        init = record["init"]
     config = grafted_config(loaded.config, gate=gate, init=init, base=base, digest=loaded.config_hash, seed=seed,
                             fingerprint=base_fingerprint(loaded.model))
     model = graft_model(loaded.model, config, init=init, seed=seed)

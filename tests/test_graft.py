@@ -143,6 +143,8 @@ def test_trained_gate_weights_rebuild_the_trained_model_from_the_base(grafts, tm
     file = save_gate_weights(trained, tmp_path / "gates.safetensors", steps=0)
     stored = load_file(str(file))
     assert set(stored) == {f"model.layers.{i}.self_attn.gate_proj.{p}" for i in range(2) for p in ("weight", "bias")}
+    with pytest.raises(ProbeError, match="hold a headwise gate"):
+        graft(grafts["base"], gate="elementwise", init="identity", out=tmp_path / "w", gate_weights=file, say=print)
     assert main(["graft", str(grafts["base"]), "--gate", "headwise", "--gate-weights", str(file),
                  "--out", str(tmp_path / "rebuilt")]) == 0
     rebuilt = probe.load(tmp_path / "rebuilt")
