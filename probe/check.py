@@ -6,7 +6,7 @@ token sequences, each with the numbers behind its verdict:
   layout fits          the declared gate layout can be carved out of the gate module's output
   sdpa x gate          act(gate logits as probe reads them) * the SDPA output == o_proj's input
   zero logits          gate logits set to 0 give gate act(0) (0.5 for the sigmoid), not identity:
-                       o_proj receives 0.5 * the SDPA output
+                       o_proj receives 0.5 * the SDPA output (1 * it for a grafted 2 * sigmoid gate)
   gate = 1             gate logits forced to +inf: every layer's output equals the same model with
                        o_proj fed the ungated SDPA output (recorded in that very pass)
   gate = 0, branch     gate logits forced to -inf: the attention branch outputs o_proj(0)
@@ -35,6 +35,8 @@ from .interventions import (first_output, gate_channels, gate_logit, installed, 
                             set_gate_logits)
 
 COLUMNS = ["check", "layer", "value", "tolerance", "passed", "detail"]
+# act(0) of each activation: what a zero gate logit multiplies the attention output by.
+ZERO_LOGIT_GATE = {"sigmoid": 0.5, "softplus": math.log(2.0), "2sigmoid": 1.0}
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10, torch.bfloat16: 2e-2, torch.float16: 5e-3}
 
 
@@ -229,12 +231,16 @@ def run_checks(loaded, *, seq_len: int = 16, batch_size: int = 2, seed: int = 0,
              _gated_output(spec, layout, plain["gate_out"][i], plain["sdpa"][i]), tol)
 
     # 3. Zero logits: the gate is act(0) (0.5 for the sigmoid), not identity.
+    # 2 * sigmoid (a grafted gate) is the one activation whose zero logit is identity, by design.
     act0 = float(ACTIVATIONS[spec.activation](torch.zeros(())))
-    expect = 0.5 if spec.activation == "sigmoid" else math.log(2.0)
-    rows.append(dict(check=f"zero logit gives {spec.activation}(0) = {expect:.4g}, not identity (1)",
+    expect = ZERO_LOGIT_GATE[spec.activation]
+    identity = expect == 1.0
+    rows.append(dict(check=f"zero logit gives {spec.activation}(0) = {expect:.4g}"
+                           + ("" if identity else ", not identity (1)"),
                      layer=None, value=act0, tolerance=1e-7,
-                     passed=abs(act0 - expect) <= 1e-7 and act0 != 1.0,
-                     detail="a zero-initialised gate scales the attention output, it does not pass it"))
+                     passed=abs(act0 - expect) <= 1e-7 and (act0 == 1.0) == identity,
+                     detail="a zero-initialised 2 * sigmoid gate passes the attention output unchanged" if identity
+                     else "a zero-initialised gate scales the attention output, it does not pass it"))
     zero, _ = _forward(loaded, ids, logit=0.0)
     for i in layers:
         _row(rows, f"zero logits: o_proj input == {act0:.4g} * sdpa_output", i, zero["o_in"][i],

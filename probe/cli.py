@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_train_arguments(t)
 
+    g = sub.add_parser("graft", help="add an attention-output gate to an ungated Llama (e.g. SmolLM2)")
+    from .graft import add_arguments as add_graft_arguments
+
+    add_graft_arguments(g)
+
     k = sub.add_parser("check", help="check that probe reads the gate the model applies (pass/fail table)")
     k.add_argument("checkpoint", help="local Hugging Face checkpoint directory, or a .gguf file")
     k.add_argument("--gate", help="declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none")
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         with errors.command_line(), console.scoped(), interrupt:
             args = build_parser().parse_args(argv)
             return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
-                    "train": cmd_train, "check": cmd_check}[args.command](args, command_line)
+                    "train": cmd_train, "check": cmd_check, "graft": cmd_graft}[args.command](args, command_line)
     except ProbeError as err:
         print(f"probe: error: {errors.printable(err)}", file=sys.stderr)
         return EXIT_USAGE
@@ -363,6 +368,12 @@ def cmd_check(args, command_line) -> int:
         return 0
     print(f"probe: check failed: {line}", file=sys.stderr)
     return 1
+
+
+def cmd_graft(args, command_line) -> int:
+    from .graft import run
+
+    return run(args, command_line)
 
 
 def cmd_train(args, command_line) -> int:

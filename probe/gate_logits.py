@@ -54,6 +54,8 @@ def gate_logit(activation: str, score: float) -> float:
         if score <= 0.0:
             return -math.inf
         return math.log(score) - math.log1p(-score)
+    if activation == "2sigmoid":
+        return gate_logit("sigmoid", score / 2.0)
     if activation == "softplus":
         if score <= 0.0:
             return -math.inf

@@ -14,10 +14,26 @@ from .errors import ProbeError
 
 LAYOUTS = ("interleaved", "grouped", "plain")
 GRANULARITIES = ("elementwise", "headwise")
+
+
+def two_sigmoid(logits: torch.Tensor) -> torch.Tensor:
+    """2 * sigmoid: a gate in (0, 2) that is exactly 1 at logit 0 (grafted gates start there)."""
+    return 2.0 * torch.sigmoid(logits)
+
+
 ACTIVATIONS = {
     "sigmoid": torch.sigmoid,
     "softplus": torch.nn.functional.softplus,
+    "2sigmoid": two_sigmoid,
 }
+SCALED_SIGMOIDS = {1.0: "sigmoid", 2.0: "2sigmoid"}
+
+
+def scaled_sigmoid_name(scale: float) -> str:
+    """The activation scale * sigmoid, by its name in ACTIVATIONS (scale 1 or 2)."""
+    if scale not in SCALED_SIGMOIDS:
+        raise ProbeError(f"a gate scale of {scale:g} is not supported; use 1 (sigmoid) or 2 (2 * sigmoid)")
+    return SCALED_SIGMOIDS[scale]
 
 
 @dataclass(frozen=True)
@@ -33,7 +49,7 @@ class GateSpec:
                      gates] (the paper's official checkpoints).
         plain        the module output is the gate logits alone, (..., H*Dg).
     granularity: `elementwise` (one gate per head dimension) or `headwise` (one per head).
-    activation: `sigmoid` (the paper) or `softplus`.
+    activation: `sigmoid` (the paper), `softplus`, or `2sigmoid` (2 * sigmoid: grafted gates).
     """
 
     module: str = "q_proj"

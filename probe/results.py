@@ -20,8 +20,10 @@ from .schema import MANIFEST_KEY, META_FILE, SUMMARY_FILE
 from .schema import TABLES as SCHEMA
 
 # The tables an Analysis holds: the run directory's (probe.schema.TABLES, which reports/ reads
-# runs against) but inference.csv, which examples/demo.py adds to trained runs.
-TABLES = tuple(name for name in SCHEMA if name != "inference")
+# runs against) but inference.csv and trajectory.csv, which examples/demo.py and
+# examples/grafts/experiment.py add to trained runs.
+ADDED_LATER = ("inference", "trajectory")
+TABLES = tuple(name for name in SCHEMA if name not in ADDED_LATER)
 
 
 def _empty() -> pd.DataFrame:

@@ -98,6 +98,9 @@ OTHER_TABLES: dict[str, dict[str, str]] = {
                       "delta_loss": "float", "setting": "float", "zeroed": "float", "note": "str"},
     # Written by examples/demo.py for trained checkpoints (probe.train.evaluate.inference_table).
     "inference": {"model": "str", "metric": "str", "length": "int", "value": "float"},
+    # Continued training measured at each saved step (examples/grafts/experiment.py): loss,
+    # f_attn, f_attn_sink_layers, sink_rate, m_act, mean_gate per (model, step).
+    "trajectory": {"model": "str", "step": "int", "tokens": "int", "metric": "str", "value": "float"},
 }
 
 # Every table of the run directory, in the order of probe.metrics.METRICS, then the others

@@ -43,6 +43,7 @@ class Runs:
     interventions: pd.DataFrame = field(default_factory=lambda: _empty("interventions"))
     first_token_buckets: pd.DataFrame = field(default_factory=lambda: _empty("first_token_buckets"))
     inference: pd.DataFrame = field(default_factory=lambda: _empty("inference"))
+    trajectory: pd.DataFrame = field(default_factory=lambda: _empty("trajectory"))
     # Sink anatomy, written only by `probe analyze --anatomy` (probe.metrics.OPTIONAL_TABLES).
     received_by_position: pd.DataFrame = field(default_factory=lambda: _empty("received_by_position"))
     received_by_token: pd.DataFrame = field(default_factory=lambda: _empty("received_by_token"))

@@ -21,7 +21,7 @@ from reports.sections_anatomy import anatomy
 from reports.sections_attention import attention_patterns, first_token, massive
 from reports.sections_context import context_length
 from reports.sections_gates import gates, sparsity
-from reports.sections_loss import inference, interventions, training
+from reports.sections_loss import inference, interventions, training, trajectory
 
 
 def build_sections(runs: Runs, pairs=None, groups=None) -> list[Section]:
@@ -42,6 +42,7 @@ def build_sections(runs: Runs, pairs=None, groups=None) -> list[Section]:
         sparsity(runs),
         interventions(runs),
         training(runs),
+        trajectory(runs),
         inference(runs),
         _provenance(runs),
     ])

@@ -106,3 +106,25 @@ def inference(runs: Runs) -> Section:
         items=items,
         notes=notes.missing_table_notes(runs, "inference", "inference measurements"),
     )
+
+
+def trajectory(runs: Runs) -> Section:
+    if runs.trajectory.dropna(subset=["value"]).empty:
+        return left_out("trajectory", "Continued training",
+                        "no run has a trajectory (trajectory.csv, written by "
+                        "examples/grafts/experiment.py for continued training)")
+    figure = FigureItem(
+        "trajectory-figure", "Measured at each saved step of continued training",
+        partial(plots.plot_trajectory, runs),
+        "Each point is probe analyze of the model as it stood at that training step, on the same "
+        "held-out rows for every model (trajectory.csv). Step 0 is the model training started "
+        "from; a dashed line is a model measured once (the base). F-Attn, base's sink layers: the "
+        "mean F-Attn over the layers where the base's F-Attn is at least 0.3. Mean gate: the "
+        "gate's own activation (2 × sigmoid for an identity graft, exactly 1 at step 0).")
+    return Section(
+        id="trajectory", title="Continued training",
+        intro=("Gates grafted into a pretrained model and trained, measured as they train "
+               "(docs/grafting.md): does the sink or the massive activation move, and with it the loss?"),
+        items=[figure],
+        notes=notes.missing_table_notes(runs, "trajectory", "trajectory"),
+    )

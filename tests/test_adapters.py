@@ -42,6 +42,8 @@ GEMMA_VISION = dict(vision_config=dict(hidden_size=32, intermediate_size=64, num
                     mm_tokens_per_image=4, image_token_index=127, boi_token_index=125, eoi_token_index=126)
 GPT2 = dict(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_inner=128, n_positions=128, initializer_range=0.2,
             bos_token_id=1, eos_token_id=2)
+# probe graft's Llama with a sigmoid gate_proj (scale 1); random gate weights from the init.
+GRAFT = {"base": None, "gate": "headwise", "init": "random", "scale": 1.0, "seed": None}
 PHI3 = {k: v for k, v in SIZES.items() if k != "head_dim"}          # head_dim = hidden / heads = 16
 
 B, T = 2, 24
@@ -60,6 +62,7 @@ class Case:
     resid_mid: str | None = "post_attention_layernorm"   # the layer's module whose input is the residual after attention
     flags: dict = field(default_factory=dict)            # official gate flags on a qwen3 config
     model_class: str | None = None                       # the class probe.load must build, when not transformers' own
+    gate_module: str = "q_proj"                          # the attention's module whose output holds the gate logits
 
     @property
     def gated(self) -> bool:
@@ -86,6 +89,8 @@ CASES = {c.model_type if not c.flags else f"qwen3+{next(iter(c.flags))}": c for 
     Case("qwen2", "qwen2", SIZES),
     Case("qwen2_moe", "qwen2", dict(SIZES, **SHARED)),
     Case("llama", "llama", SIZES),
+    Case("grafted_llama", "grafted_llama", dict(SIZES, graft=GRAFT), gate_layout="plain_headwise",
+         model_class="GraftedLlamaForCausalLM", gate_module="gate_proj"),
     Case("mistral", "mistral", SIZES),
     Case("mixtral", "mistral", dict(SIZES, num_local_experts=4, num_experts_per_tok=2)),
     Case("gemma", "gemma", SIZES),
@@ -184,7 +189,7 @@ def test_builds_loads_and_gets_its_layout(name, family):
         assert part.mlp is not None
         if part.layer_type == "attention":
             assert part.o_proj is not None
-            assert part.gate_module is (part.mixer.q_proj if case.gated else None)
+            assert part.gate_module is (getattr(part.mixer, case.gate_module) if case.gated else None)
     meta = run.analysis.meta
     assert (meta["family"], meta["gate_layout"], meta["model_type"]) == (case.family, case.gate_layout,
                                                                         layout.model_type)
@@ -220,9 +225,12 @@ def test_first_token_attention_is_the_models_own(name, family):
 
 
 def gate_rows(case: Case) -> torch.Tensor:
-    """Row indices of q_proj's gate logits, (H, Dg), head by head, from the family's layout."""
+    """Row indices of the gate module's gate logits (q_proj's, or a gate_proj's), (H, Dg), head
+    by head, from the family's layout."""
     if case.gate_layout == INTERLEAVED:                                    # per head [D query | D gate]
         return torch.arange(H)[:, None] * 2 * D + D + torch.arange(D)
+    if case.gate_layout == "plain_headwise":                               # a gate module of its own, H rows
+        return torch.arange(H)[:, None]
     _, rows = tiny.official_q_rows({**SIZES, **case.flags})               # grouped per KV head
     return rows.view(H, -1)
 

@@ -132,6 +132,14 @@ def massive(path: Path) -> Path:
     return path
 
 
+def grafted(path: Path) -> Path:
+    """probe graft of a tiny Llama: a headwise gate_proj with a random (sigmoid) initialisation."""
+    from probe.graft import graft
+
+    base = tiny.make_checkpoint("llama", path.with_name(path.name + "-base"), **SMALL)
+    return graft(base, gate="headwise", init="random", seed=0, out=path, say=lambda line: None)
+
+
 def gguf(path: Path) -> Path:
     path.mkdir(parents=True)
     file, _ = tiny.make_gguf(path / "tiny-llama.gguf", **ONE)
@@ -204,6 +212,8 @@ CASES = (
          from_config("Qwen3_5MoeTextConfig", "qwen3", **HYBRID_MOE), dict(texts=[TEXT])),
     Case("gemma", "Gemma 1", from_config("GemmaConfig", "llama"), dict(texts=[TEXT])),
     Case("gguf_llama", "a GGUF file (llama.cpp format) read through transformers", gguf,
+         dict(texts=[TEXT])),
+    Case("grafted_llama", "probe graft: a Llama with a grafted gate_proj (plain headwise layout)", grafted,
          dict(texts=[TEXT])),
     Case("qwen3_next_anatomy", "sink anatomy (anatomy=True) on a gated hybrid: gate_sink, padding",
          tiny_kind("qwen3_next", **HYBRID),

@@ -3,7 +3,7 @@
 An adapter says whether and how a family's attention output is gated, and which class loads
 its checkpoints when transformers' own would not; everything else about the model is
 discovered by `layout.discover_layout`. A family that needs more than a line here has a
-module of its own: official.py (the paper's checkpoints), qwen_next.py, gemma.py (and
+module of its own: official.py (the paper's checkpoints), qwen_next.py, gemma.py, grafted.py (and
 gpt_oss.py, for a family outside the registry whose attention needs a word).
 To support a new gated architecture, add an `Adapter` here (or, without changing probe, pass a
 `GateSpec` to `probe.analyze(gate=...)` / `--gate MODULE:LAYOUT:GRANULARITY` on the command line).
@@ -19,7 +19,7 @@ from typing import Callable
 
 from ..errors import ProbeError, flag
 from ..gates import GateSpec
-from . import gemma, official, qwen_next
+from . import gemma, grafted, official, qwen_next
 
 
 def no_gate(model, config) -> None:
@@ -49,6 +49,7 @@ ADAPTERS = (
     Adapter("qwen3", ("qwen3_moe",)),
     Adapter("qwen2", ("qwen2", "qwen2_moe")),
     Adapter("llama", ("llama",)),
+    Adapter("grafted_llama", grafted.MODEL_TYPES, grafted.gate, grafted.model_class, grafted.NOTE),
     Adapter("mistral", ("mistral", "mixtral")),
     Adapter("gemma", gemma.MODEL_TYPES, note=gemma.NOTE),
     Adapter("olmo2", ("olmo2",), note="OLMo 2: norms after attention and after the MLP (post-norm)"),

@@ -24,8 +24,14 @@ def token_count(text: str) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = TrainConfig()
-    p.add_argument("--arm", choices=ARMS + ("all",), required=True,
+    p.add_argument("--arm", choices=ARMS + ("all",),
                    help="no gate, headwise or elementwise output gate, or all three (into OUT/ARM)")
+    p.add_argument("--from", dest="from_dir", metavar="DIR",
+                   help="continue training this checkpoint (a probe graft folder, a checkpoint "
+                        "folder or a .gguf file) instead of a new --arm")
+    p.add_argument("--train", dest="train_params", choices=("gates", "all"), default="all",
+                   help="with --from: train only the grafted gates (the base frozen) or all weights")
+    p.add_argument("--steps", type=int, help="training steps (instead of --tokens: tokens = steps * batch * seq-len)")
     p.add_argument("--out", required=True, help="output directory (a checkpoint probe analyze loads)")
     p.add_argument("--data", nargs="+", metavar="FILE",
                    help="text files, folders or JSONL; or synthetic:noise-copy / "
@@ -76,9 +82,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args) -> TrainConfig:
+    if args.from_dir and args.arm:
+        raise ProbeError("--arm builds a new model and --from continues one: pass one of them")
+    if not args.from_dir and not args.arm:
+        raise ProbeError("pass --arm none|headwise|elementwise|all (a new model) or --from DIR (continued training)")
+    if args.steps is not None and args.steps < 1:
+        raise ProbeError(f"--steps must be at least 1 (got {args.steps})")
+    tokens = args.steps * args.batch_size * args.seq_len if args.steps else args.tokens
     return TrainConfig(
-        arm=args.arm if args.arm != "all" else "none", out=args.out,
-        data=tuple(args.data or ()), tokens=args.tokens, seed=args.seed, lr=args.lr,
+        arm=args.arm if args.arm not in (None, "all") else "none", out=args.out,
+        from_dir=args.from_dir, train_params=args.train_params,
+        data=tuple(args.data or ()), tokens=tokens, seed=args.seed, lr=args.lr,
         warmup=args.warmup, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
         layers=args.layers, width=args.width, heads=args.heads, kv_heads=args.kv_heads,
         mlp_ratio=args.mlp_ratio, seq_len=args.seq_len, batch_size=args.batch_size, bos=args.bos,
@@ -102,7 +116,7 @@ def arm_configs(cfg: TrainConfig, arm: str) -> list[TrainConfig]:
 def run(args, command_line: str | None = None) -> int:
     from .loop import prepare_data, train
 
-    configs = arm_configs(config_from_args(args), args.arm)
+    configs = arm_configs(config_from_args(args), args.arm or "none")
     for cfg in configs:
         cfg.check()
     prepared = None
@@ -110,7 +124,7 @@ def run(args, command_line: str | None = None) -> int:
     for cfg in configs:
         if cfg.resume and _state(Path(cfg.out)) == "empty":
             cfg = replace(cfg, resume=False)      # --arm all interrupted before this arm began
-        if not cfg.resume and prepared is None:
+        if not cfg.resume and prepared is None and not cfg.from_dir:   # --from: the model's tokenizer
             # --arm all: one tokenizer and one packed corpus for every arm (same data, same order);
             # an arm that starts after an interruption reuses the tokenizer its siblings saved.
             prepared = prepare_data(cfg, _sibling_tokenizer(configs) if args.arm == "all" else None)
@@ -118,8 +132,10 @@ def run(args, command_line: str | None = None) -> int:
         results.append(result)
         status = "done" if result.finished else f"stopped at step {result.steps} (resume with --resume)"
         loss = f"{result.final_eval_loss:.4f}" if result.final_eval_loss is not None else "n/a"
-        print(f"{cfg.arm}: {status}; {result.parameters:,} parameters, held-out loss {loss}, "
-              f"{result.seconds:.0f} s -> {result.out}/")
+        what = f"{cfg.train_params} of {cfg.from_dir}" if cfg.from_dir else cfg.arm
+        pace = f" ({result.seconds_per_step:.2f} s a step)" if result.seconds_per_step else ""
+        print(f"{what}: {status}; {result.parameters:,} trained parameters, held-out loss {loss}, "
+              f"{result.seconds:.0f} s{pace} -> {result.out}/")
     if all(r.finished for r in results) and len(results) > 1:
         dirs = " ".join(str(r.out) for r in results)
         # Synthetic held-out rows are token ids that already hold their first token: one row

@@ -77,6 +77,8 @@ class TrainConfig:
     stop_after: int | None = None       # stop after this many steps in total, as if interrupted
     keep_checkpoint: bool = False
     progress: bool = True
+    from_dir: str | None = None         # continued training of this checkpoint (continued.py)
+    train_params: str = "all"           # gates (only self_attn.gate_proj) or all; with from_dir
 
     def __post_init__(self):
         # The defaults depend on the data route; they are filled in here so that the recipe
@@ -130,6 +132,10 @@ class TrainConfig:
         return recipe
 
     def check(self) -> None:
+        if self.train_params not in ("gates", "all"):
+            raise ProbeError(f"unknown --train {self.train_params!r}; use gates or all")
+        if self.train_params == "gates" and not self.from_dir:
+            raise ProbeError("--train gates continues a grafted checkpoint: pass --from DIR (probe graft makes one)")
         if self.arm not in ARMS:
             raise ProbeError(f"unknown arm {self.arm!r}; use one of {', '.join(ARMS)} or all")
         if self.bos not in ("prepend", "none"):

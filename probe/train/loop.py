@@ -28,6 +28,7 @@ from ..errors import ProbeError
 from ..load import quiet_transformers
 from ..owned import check_out_name, check_replaceable, mark
 from .config import SPIKE_K, SPIKE_MIN_HISTORY, SPIKE_WINDOW, TrainConfig
+from . import continued
 from .log import heldout_loss, is_spike, read_log, write_log
 from .model import ARMS, Shape, build_model, check_matched, count_parameters, model_config
 from .prepare import Prepared, prepare_data, python_version
@@ -58,6 +59,8 @@ def _fix_architectures(folder: Path) -> None:
     """save_pretrained writes the class name; the released configs say Qwen3ForCausalLM."""
     path = folder / "config.json"
     config = json.loads(path.read_text())
+    if config.get("model_type") != "qwen3":         # continued training of another family
+        return
     config["architectures"] = ["Qwen3ForCausalLM"]
     write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
@@ -119,6 +122,7 @@ class TrainResult:
     parameters: int
     seconds: float
     log: list[dict] = field(default_factory=list)
+    seconds_per_step: float | None = None   # this session's training time per step (evaluation included)
 
 
 class _WriteFailed(Exception):
@@ -156,14 +160,18 @@ def prepare_out(cfg: TrainConfig) -> Path:
     return out
 
 
-def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | None = None) -> TrainResult:
+def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | None = None,
+          on_checkpoint=None) -> TrainResult:
     """Train one arm into cfg.out; returns when done or when stop_after is reached.
+
+    on_checkpoint(step, model): called after every checkpoint and at the end (e.g. to measure
+    the model at each saved step); its time is not counted as training time.
 
     When writing into --out fails, a fresh run removes what it wrote (nothing is left that a
     rerun would trip over); a run with a checkpoint keeps that checkpoint for --resume."""
     out = Path(cfg.out)
     try:
-        return _train(cfg, prepared, command)
+        return _train(cfg, prepared, command, on_checkpoint)
     except _WriteFailed as failed:
         err = failed.args[0]
         reason = describe_os_error(err) if isinstance(err, OSError) else _first_line(err)
@@ -184,7 +192,7 @@ def _first_line(err: Exception) -> str:
     return lines[0][:200] if lines else type(err).__name__
 
 
-def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None) -> TrainResult:
+def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None, on_checkpoint=None) -> TrainResult:
     cfg.check()
     with _writing():
         out = prepare_out(cfg)
@@ -205,23 +213,33 @@ def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None) -> 
         _check_same_recipe(state["recipe"], cfg.recipe())
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(str(ckpt))
-        prepared = prepare_data(cfg, tokenizer)
+        if prepared is None:                # a caller that resumes several times passes its data
+            prepared = prepare_data(cfg, AutoTokenizer.from_pretrained(str(ckpt)))
+    source = None
+    if cfg.from_dir:
+        torch.manual_seed(cfg.seed)
+        model, source_tokenizer = continued.load_source(cfg)
+        if prepared is None:
+            prepared = prepare_data(cfg, source_tokenizer)
     elif prepared is None:
         prepared = prepare_data(cfg)
     tokenizer, data = prepared.tokenizer, prepared.corpus
 
-    shape = cfg.shape(len(tokenizer))
-    counts = check_matched(shape)
-    config = model_config(cfg.arm, shape, bos_token_id=tokenizer.bos_token_id,
-                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    model = build_model(config, cfg.seed)
-    config._attn_implementation = "sdpa"
-    model.set_attn_implementation("sdpa")
-    model.train()
-    n_params = count_parameters(model)
-    if n_params != counts[cfg.arm]:
-        raise AssertionError(f"built {n_params} parameters, expected {counts[cfg.arm]}")
+    if cfg.from_dir:
+        counts = continued.parameter_counts(model)
+        n_params = counts["trainable"]
+    else:
+        shape = cfg.shape(len(tokenizer))
+        counts = check_matched(shape)
+        config = model_config(cfg.arm, shape, bos_token_id=tokenizer.bos_token_id,
+                              eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        model = build_model(config, cfg.seed)
+        config._attn_implementation = "sdpa"
+        model.set_attn_implementation("sdpa")
+        model.train()
+        n_params = count_parameters(model)
+        if n_params != counts[cfg.arm]:
+            raise AssertionError(f"built {n_params} parameters, expected {counts[cfg.arm]}")
     opt, sched = make_optimizer(model, cfg)
 
     start_step, rows, sessions = 0, [], []
@@ -241,7 +259,11 @@ def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None) -> 
         sessions = state.get("sessions", [])
 
     name = cfg.name or out.name
-    settings = _settings(cfg, shape, counts, data, n_params, command)
+    if cfg.from_dir:
+        source = continued.frozen_digest(model)
+        settings = continued.settings(cfg, model, data, counts, command, source)
+    else:
+        settings = _settings(cfg, shape, counts, data, n_params, command)
     with _writing():
         write_text(out / "train_config.json", json.dumps(settings, indent=2) + "\n")
         if start_step == 0:
@@ -257,11 +279,22 @@ def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None) -> 
     bar = tqdm(total=total, initial=start_step, desc=f"train {name}", unit="step",
                disable=not cfg.progress, leave=False, dynamic_ncols=True)
     t0 = time.time()
+    paused = [0.0]                          # seconds spent in on_checkpoint, not training
 
     def session(to_step: int) -> list[dict]:
         """Every command that trained this model so far, with the steps it ran (provenance)."""
         return sessions + [{"command": command, "from_step": start_step, "to_step": to_step,
-                            "seconds": round(time.time() - t0, 1), "threads": torch.get_num_threads()}]
+                            "seconds": round(time.time() - t0 - paused[0], 1),
+                            "threads": torch.get_num_threads()}]
+
+    def checkpoint_done(step: int) -> None:
+        if on_checkpoint is not None:
+            t, rng = time.time(), torch.get_rng_state()   # a measurement may seed torch: keep the run's
+            model.eval()
+            on_checkpoint(step, model)
+            model.train()
+            torch.set_rng_state(rng)
+            paused[0] += time.time() - t
 
     last_eval = rows[-1]["eval_loss"] if rows else math.nan
     try:
@@ -288,18 +321,24 @@ def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None) -> 
                                weights=done == stop or done % cfg.save_interval == 0)
             bar.update(1)
             bar.set_postfix(loss=f"{train_loss:.3f}", eval=f"{last_eval:.3f}", refresh=False)
-            if done % cfg.save_interval == 0 and done < total:
+            # The last step of a stopped session is saved once, after the loop.
+            if done % cfg.save_interval == 0 and done < stop:
                 with _writing():
                     save_checkpoint(out, model, tokenizer, opt, sched, done, rows, cfg, session(done))
+                checkpoint_done(done)
     finally:
         bar.close()
-    seconds = time.time() - t0
+    seconds = time.time() - t0 - paused[0]
+    per_step = seconds / (stop - start_step) if stop > start_step else None
+    if source is not None and continued.frozen_digest(model) != source:
+        raise AssertionError("a frozen parameter changed during --train gates")
 
     if stop < total:
         with _writing():
             save_checkpoint(out, model, tokenizer, opt, sched, stop, rows, cfg, session(stop))
             write_log(rows, out / "training.csv")
-        return TrainResult(out, stop, False, _last_eval(rows), n_params, seconds, rows)
+        checkpoint_done(stop)
+        return TrainResult(out, stop, False, _last_eval(rows), n_params, seconds, rows, per_step)
 
     with _writing():
         save_model(model, tokenizer, out)
@@ -308,13 +347,16 @@ def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None) -> 
                           "final_eval_loss": _last_eval(rows), "final_train_loss": rows[-1]["train_loss"],
                           "spikes": sum(r["spike"] for r in rows),
                           "seconds": round(sum(s["seconds"] for s in session(total)), 1)}
+    if source is not None:
+        settings["result"]["frozen_digest_end"] = continued.frozen_digest(model)
     settings["sessions"] = session(total)
     with _writing():
         write_text(out / "train_config.json", json.dumps(settings, indent=2) + "\n")
     if not cfg.keep_checkpoint:
         shutil.rmtree(out / CHECKPOINT, ignore_errors=True)
         shutil.rmtree(out / f".{CHECKPOINT}.old", ignore_errors=True)
-    return TrainResult(out, total, True, _last_eval(rows), n_params, seconds, rows)
+    checkpoint_done(total)
+    return TrainResult(out, total, True, _last_eval(rows), n_params, seconds, rows, per_step)
 
 
 def check_not_diverged(cfg: TrainConfig, out: Path, model, step: int, train_loss: float,
@@ -344,7 +386,8 @@ def _last_eval(rows) -> float | None:
 
 
 def _check_same_recipe(saved: dict, now: dict) -> None:
-    saved = {"qk_norm": True, **saved}      # checkpoints from before --no-qk-norm had QK-norm
+    # Checkpoints from before --no-qk-norm had QK-norm; from before --from, trained a new model.
+    saved = {"qk_norm": True, "from_dir": None, "train_params": "all", **saved}
     # Where the folder lies does not change the result: a moved training folder resumes.
     saved, now = {k: v for k, v in saved.items() if k != "out"}, {k: v for k, v in now.items() if k != "out"}
     diff = {k: (saved.get(k), now.get(k)) for k in set(saved) | set(now) if saved.get(k) != now.get(k)}

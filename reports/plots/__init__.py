@@ -14,6 +14,7 @@ from reports.plots.sparsity import plot_sparsity_by_layer, plot_sparsity_sweep
 from reports.plots.interventions import plot_interventions, plot_interventions_by_layer
 from reports.plots.token_types import plot_gate_by_token_type
 from reports.plots.training import plot_loss_by_length, plot_training
+from reports.plots.trajectory import plot_trajectory
 
 __all__ = [
     "plot_attention_patterns",
@@ -38,5 +39,6 @@ __all__ = [
     "plot_sparsity_by_layer",
     "plot_sparsity_sweep",
     "plot_training",
+    "plot_trajectory",
     "plot_value_drains",
 ]

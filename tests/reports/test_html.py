@@ -222,7 +222,7 @@ def test_sections_without_data_are_left_out_with_one_line(run_dirs):
     runs = reports.load_runs(run_dirs["headwise"])
     sections = build_sections(runs)
     left_out = {section.id: section.omitted for section in sections if section.omitted}
-    assert set(left_out) == {"attention-patterns", "interventions", "training", "inference"}
+    assert set(left_out) == {"attention-patterns", "interventions", "training", "trajectory", "inference"}
     text = render_html([replace(section, items=[]) for section in sections], title="t",
                        subtitle="s", generated_at="now")
     for section in sections:

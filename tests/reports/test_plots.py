@@ -434,3 +434,29 @@ def test_spread_keeps_first_and_last():
 
     assert spread(range(48), 3) == [0, 24, 47]
     assert spread([3, 7], 3) == [3, 7]
+
+
+def test_trajectory_draws_each_metric_against_the_step(run_dirs, tmp_path):
+    """trajectory.csv read from a run directory: one line per model and metric with the file's
+    values at its steps; a model measured at one step is a horizontal line at that value."""
+    import dataclasses
+
+    import pandas as pd
+
+    rows = [dict(model="baseline", step=0, tokens=0, metric=m, value=v)
+            for m, v in (("loss", 3.0), ("f_attn", 0.5), ("m_act", 900.0))]
+    rows += [dict(model="headwise", step=s, tokens=s * 256, metric=m, value=v + s / 100)
+             for s in (0, 15, 30) for m, v in (("loss", 2.9), ("f_attn", 0.4), ("mean_gate", 1.0))]
+    trajectory = pd.DataFrame(rows)
+    runs = reports.load_runs([run_dirs["baseline"], run_dirs["headwise"]])
+    fig = reports.plot_trajectory(dataclasses.replace(runs, trajectory=trajectory))
+    axes = {ax.get_title(): ax for ax in panels(fig)}
+    loss = axes["held-out loss"]
+    line = next(l for l in loss.get_lines() if l.get_label() == "headwise")
+    assert list(line.get_xdata()) == [0, 15, 30] and np.allclose(line.get_ydata(), [2.9, 3.05, 3.2])
+    base = next(l for l in loss.get_lines() if l.get_label() == "baseline")
+    assert np.allclose(base.get_ydata(), [3.0, 3.0]) and base.get_linestyle() == "--"
+    assert [l.get_label() for l in axes["mean gate"].get_lines()] == ["headwise"]
+    assert any("no model has sink rate" in t for t in not_applicable_texts(fig))
+    fig.savefig(tmp_path / "trajectory.png")
+    assert not_applicable_texts(reports.plot_trajectory(runs))            # no trajectory.csv: said
