@@ -214,6 +214,8 @@ def read_folder(folder: Path, root: Path | None = None) -> dict[str, str]:
     temporary checkpoints) written ROOT; a file that is neither a table nor JSON is named only."""
     files = {}
     for path in sorted(folder.iterdir()):
+        if path.name.startswith("."):          # probe's own marker (.probe-output), not a result
+            continue
         if path.suffix == ".csv":
             files[path.name] = path.read_text(encoding="utf-8")
         elif path.suffix == ".json":
