@@ -95,3 +95,10 @@ def test_ungated_runs_say_once_that_the_claims_need_a_gated_model(run_dirs):
     assert claims.items == [] and NO_GATED in claims.intro.lower()
     assert not default_title(runs).startswith("Gated attention report")
     assert default_title(load_runs(list(run_dirs.values()))).startswith("Gated attention report")
+
+
+def test_probe_analyze_prints_the_intervals(checkpoint, tmp_path, capsys):
+    assert main(["analyze", str(checkpoint("official_headwise")), "--seq-len", "32", "--max-sequences", "6",
+                 "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if "95% intervals" in l)
+    assert "over 6 sequences (1000 bootstrap resamples): F-Attn [" in line
