@@ -41,7 +41,8 @@ def test_an_old_run_reports_without_intervals_and_says_so():
     assert not (OLD_RUN / "per_sequence.csv").exists()
     runs = load_runs([OLD_RUN])
     summary = section(build_sections(runs), "summary")
-    assert any("No intervals for" in note and "per_sequence.csv" in note for note in summary.notes)
+    caption = summary.items[0].caption
+    assert "No intervals for" in caption and "per_sequence.csv" in caption
     assert "[" not in " ".join(summary_display(runs).astype(str).to_numpy().ravel())
     assert probe.Analysis.load(OLD_RUN).per_sequence.empty
 
@@ -54,7 +55,7 @@ def test_brackets_differences_and_bands_with_per_sequence_values(pair):
         lo, hi = runs.summary[model]["f_attn_lo"], runs.summary[model]["f_attn_hi"]
         assert cell.endswith(f"[{lo:.3f}, {hi:.3f}]") and lo < runs.summary[model]["f_attn"] < hi
     summary = section(build_sections(runs), "summary")
-    assert not any("No intervals" in note for note in summary.notes)
+    assert "No intervals" not in summary.items[0].caption and "Brackets: 95%" in summary.items[0].caption
     assert [item.id for item in summary.items] == ["summary-table", "differences-table"]
     diff = differences_table(runs)
     f = diff[diff["quantity"] == "F-Attn"].iloc[0]
