@@ -10,7 +10,8 @@ from . import console, errors
 from .errors import ProbeError
 from .options import DTYPE_NAMES
 from .owned import FORCE_HELP
-from .report_args import GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_claims, print_differences
+from .report_args import (GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_claims, print_differences,
+                          print_intervals)
 
 EXIT_USAGE = 2
 
@@ -227,6 +228,7 @@ def cmd_analyze(args, command_line) -> int:
         if main_rank:
             release(partial)
     print_summary([analysis])
+    print_intervals([analysis])
     print(f"wrote {errors.printable(out)}/")
     for path in reports.values():
         print(f"wrote {errors.printable(path)}")
@@ -294,6 +296,7 @@ def cmd_compare(args, command_line) -> int:
     reports = write_runs(dict(zip(names, analyses)), out, force=args.force, formats=formats,
                          title=args.title, figures=args.figures, inputs=inputs_of(args), pairs=pairs, groups=groups)
     print_summary(analyses)
+    print_intervals(analyses)
     if len({a.meta.get("tokens_sha256") for a in analyses}) > 1:
         print("probe: warning: the models did not see the same token ids (their tokenizers or BOS "
               "policies differ), so per-token comparisons do not apply; pass token ids (.npy / .pt) "

@@ -61,3 +61,20 @@ def print_differences(analyses) -> None:
     if text:
         print()
         print(text)
+
+
+def print_intervals(analyses) -> None:
+    """One line per run: the 95% intervals beside the summary's numbers (summary.json *_lo / *_hi)."""
+    from reports.claim_numbers import fmt
+
+    for a in analyses:
+        s, how = a.summary, a.summary.get("intervals") or {}
+        parts = [f"{label} [{fmt(s[key + '_lo'])}, {fmt(s[key + '_hi'])}]"
+                 for key, label in (("f_attn", "F-Attn"), ("sink_rate", "sink rate"), ("mean_gate", "mean gate"),
+                                    ("m_act", "M-Act"), ("loss", "loss"))
+                 if s.get(key + "_lo") is not None and s.get(key + "_hi") is not None]
+        if parts:
+            print(f"{s.get('model')}: 95% intervals over {how.get('sequences')} sequences "
+                  f"({how.get('resamples')} bootstrap resamples): " + ", ".join(parts))
+        elif how.get("why_none"):
+            print(f"{s.get('model')}: no intervals ({how['why_none']})")

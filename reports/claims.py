@@ -118,9 +118,13 @@ def claims_display(runs: Any, pairs=None) -> pd.DataFrame:
     return display
 
 
-def claims_caption() -> str:
+def claims_caption(runs: Any = None) -> str:
+    """The table's caption; with `runs`, which of them are judged on point values (no per_sequence.csv)."""
+    missing = ci.without_table(runs, runs.models) if runs is not None else []
     return ("Whether each headline claim of the paper holds in these runs, in the paper's direction "
-            "(not its values); brackets: 95% intervals over sequences. The next table gives each rule.")
+            "(not its values); brackets: 95% intervals over sequences. The rules: the last table, under Provenance."
+            + (f" No intervals for {', '.join(missing)} (no per_sequence.csv, written before it): "
+               "judged on the point values." if missing else ""))
 
 
 def rules_display() -> pd.DataFrame:
@@ -130,13 +134,11 @@ def rules_display() -> pd.DataFrame:
 
 
 def rules_caption() -> str:
-    return (f"With per-sequence values a verdict is \"{CONSISTENT}\" only when the 95% interval of the "
-            f"difference (paired: the same resampled sequences for both models) lies on the paper's side "
-            f"of zero, \"{OPPOSITE}\" when it lies on the other side, \"{WITHIN_NOISE}\" when it holds "
-            f"zero. Runs without per_sequence.csv are judged on the point values: \"{CONSISTENT}\", "
-            f"\"{BELOW_THRESHOLD}\" (the paper's way, less than the threshold) or \"{NOT_CONSISTENT}\". "
-            f"Claims 3-4 need a matched pair (same token ids; arms of one probe train run, a graft and "
-            f"its base, or --pair BASE:GATED): other pairs are \"{NOT_COMPARABLE}\".")
+    return (f"\"{CONSISTENT}\" only when the 95% interval of the difference (paired: the same resampled "
+            f"sequences for both) lies on the paper's side of zero, \"{OPPOSITE}\" on the other, "
+            f"\"{WITHIN_NOISE}\" when it holds zero; without intervals \"{BELOW_THRESHOLD}\" or "
+            f"\"{NOT_CONSISTENT}\" by the point values. Claims 3-4 need a matched pair (same token ids; "
+            f"arms of one probe train run, a graft and its base, or --pair): else \"{NOT_COMPARABLE}\".")
 
 
 def claims_text(table: pd.DataFrame) -> str:
@@ -170,17 +172,14 @@ PAPER_VALUES: dict[int, Callable[[], str]] = {
 
 # Built when asked, so that they always quote the constants' current values.
 RULES: dict[int, Callable[[], str]] = {
-    1: lambda: (f"intervals: mean gate below {MEAN_GATE_MAX:g} and share of scores < {LOW_GATE:g} above "
-                f"{LOW_GATE_SHARE_MIN:g}; opposite: mean gate above {NO_PREFERENCE_GATE:g} or share below "
-                f"{LOW_GATE:g}. Point values: mean gate ≤ {MEAN_GATE_MAX:g} and share ≥ {LOW_GATE_SHARE_MIN:g}"),
-    2: lambda: (f"at τ = {SPARSITY_THRESHOLD:g}, mean over layers: ungated < mean-gate control < dynamic "
-                f"gate; intervals: dynamic minus ungated above 0 (the control has no interval: its steps "
-                f"by their point values); point values: each step ≥ {SPARSITY_MIN_STEP:g}"),
-    3: lambda: (f"baseline has a sink (F-Attn ≥ {SINK_MIN_RATIO:g}× its uniform reference); intervals: "
-                f"baseline minus gated F-Attn ÷ uniform above 0; point values: the gated multiple "
-                f"≤ 1/{F_ATTN_MIN_REDUCTION:g} of the baseline's"),
-    4: lambda: (f"intervals: baseline minus gated M-Act above 0; point values: gated M-Act "
-                f"≤ 1/{M_ACT_MIN_REDUCTION:g} of the baseline's"),
+    1: lambda: (f"intervals: mean gate < {MEAN_GATE_MAX:g}, share < {LOW_GATE:g} > {LOW_GATE_SHARE_MIN:g}; "
+                f"opposite: mean gate > {NO_PREFERENCE_GATE:g} or share < {LOW_GATE:g}. No interval: mean gate "
+                f"≤ {MEAN_GATE_MAX:g}, share ≥ {LOW_GATE_SHARE_MIN:g}"),
+    2: lambda: (f"τ = {SPARSITY_THRESHOLD:g}, mean over layers: ungated < control < dynamic gate; interval of "
+                f"dynamic − ungated (the control has none). No interval: each step ≥ {SPARSITY_MIN_STEP:g}"),
+    3: lambda: (f"baseline F-Attn ≥ {SINK_MIN_RATIO:g}× uniform; interval of baseline − gated F-Attn ÷ uniform. "
+                f"No interval: gated ≤ 1/{F_ATTN_MIN_REDUCTION:g} of the baseline's"),
+    4: lambda: f"interval of baseline − gated M-Act. No interval: gated ≤ 1/{M_ACT_MIN_REDUCTION:g} of the baseline's",
 }
 
 
@@ -204,12 +203,6 @@ def _decide(lo: float, hi: float) -> str:
     if hi < 0:
         return OPPOSITE
     return WITHIN_NOISE
-
-
-def _no_interval(runs: Runs, models) -> str:
-    missing = ci.without_table(runs, models)
-    return (f" (no interval: {', '.join(missing)} has no per_sequence.csv, a run written before it)"
-            if missing else "")
 
 
 def _no_gated_rows(runs: Runs, claim: int) -> list[_Row]:
@@ -244,7 +237,7 @@ def _sparse_gate(runs: Runs) -> list[_Row]:
         else:
             verdict = _judge(mean <= MEAN_GATE_MAX and share >= LOW_GATE_SHARE_MIN,
                              mean < NO_PREFERENCE_GATE and share > LOW_GATE)
-        rows.append(_Row(1, model, measured + ("" if found else _no_interval(runs, [model])), verdict, numbers))
+        rows.append(_Row(1, model, measured, verdict, numbers))
     return rows
 
 
@@ -276,7 +269,7 @@ def _sparse_output(runs: Runs) -> list[_Row]:
                     verdict = WITHIN_NOISE if max(steps) > 0 else OPPOSITE
             else:
                 verdict = _judge(min(steps) >= SPARSITY_MIN_STEP, min(steps) > 0)
-        rows.append(_Row(2, model, measured + ("" if gain else _no_interval(runs, [model])), verdict, numbers))
+        rows.append(_Row(2, model, measured, verdict, numbers))
     return rows
 
 
@@ -351,7 +344,6 @@ def _sink(runs: Runs, declared=None) -> list[_Row]:
         else:
             verdict = _judge(gated_ratio * F_ATTN_MIN_REDUCTION <= base_ratio,
                              gated_ratio < base_ratio)
-        measured += "" if found else _no_interval(runs, [base, gated])
         rows.append(_Row(3, f"{base} vs {gated}", measured, verdict, numbers))
     return rows + refused
 
@@ -383,6 +375,5 @@ def _massive(runs: Runs, declared=None) -> list[_Row]:
             verdict = _judge(numbers["gated_m_act"] * M_ACT_MIN_REDUCTION
                              <= numbers["baseline_m_act"],
                              numbers["gated_m_act"] < numbers["baseline_m_act"])
-        measured += "" if found else _no_interval(runs, [base, gated])
         rows.append(_Row(4, f"{base} vs {gated}", measured, verdict, numbers))
     return rows + refused

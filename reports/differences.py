@@ -68,8 +68,12 @@ def _why_not(runs, reference: str, model: str) -> str | None:
 
 
 def differences_notes(runs: Any) -> list[str]:
+    """Why a later model has no paired differences, for runs that have per-sequence values (the
+    summary's interval note already names those that have none)."""
     runs = load_runs(runs)
-    why = [_why_not(runs, runs.models[0], m) for m in runs.models[1:]]
+    with_values = [m for m in runs.models if values_of(runs, m) is not None]
+    why = [_why_not(runs, runs.models[0], m) for m in runs.models[1:]
+           if runs.models[0] in with_values and m in with_values]
     return [f"No paired differences: {w}." for w in why if w]
 
 

@@ -60,9 +60,7 @@ def _claims(runs: Runs, pairs=None) -> Section:
                "intervals. Small or briefly trained models are not expected to reach "
                "the paper's values, only to move the same way."),
         items=[TableItem("claims-table", "Claims of the paper", claims.claims_display(runs, pairs),
-                         claims.claims_caption(), index_label="claim"),
-               TableItem("claims-rules", "How each verdict is decided", claims.rules_display(),
-                         claims.rules_caption(), index_label="claim", free_text=True)],
+                         claims.claims_caption(runs), index_label="claim")],
     )
 
 
@@ -75,7 +73,8 @@ def _summary(runs: Runs, groups=None) -> Section:
                "mean_t 1/(t+1), the value without any preference. Sink rate: share of (layer, "
                f"head) with F-Attn > {_sink_epsilon(runs)}. Loss / perplexity: held-out "
                "next-token loss. "
-               f"n/a: does not apply or was not measured. {interval_caption(runs)}{table4_caption()}")
+               f"n/a: does not apply or was not measured. {interval_caption(runs)}{table4_caption()}"
+               + "".join(" " + note for note in interval_notes(runs)))
     items = [TableItem("summary-table", "Model summary (paper Table 4 style)",
                        tables.summary_display(runs), caption)]
     differences = differences_display(runs) if len(runs.models) > 1 else None
@@ -98,7 +97,7 @@ def _summary(runs: Runs, groups=None) -> Section:
         intro=("One row per model. The questions: does the gate lower the attention on the "
                "first token (F-Attn) and the largest activations (M-Act), and at what loss?"),
         items=items,
-        notes=(notes.nonfinite_notes(runs) + interval_notes(runs)
+        notes=(notes.nonfinite_notes(runs)
                + (differences_notes(runs) if len(runs.models) > 1 else []) + notes.no_gate_notes(runs)
                + notes.token_stream_notes(runs) + notes.depth_notes(runs)),
     )
@@ -133,5 +132,8 @@ def _provenance(runs: Runs) -> Section:
         intro=("Where the numbers come from. Models: "
                + ", ".join(f"{model} ({runs.num_layers(model)} layers, {attention[model]} with "
                            "softmax attention)" for model in runs.models) + "."),
-        items=[table],
+        # The claims' rules close the report beside the provenance: the claims table opens it short.
+        items=[table, *([TableItem("claims-rules", "How each claim's verdict is decided", claims.rules_display(),
+                                   claims.rules_caption(), index_label="claim", free_text=True)]
+                        if runs.gated_models else [])],
     )

@@ -32,8 +32,7 @@ def interval_notes(runs: Runs) -> list[str]:
     missing = [m for m in runs.models if runs.rows("per_sequence", m).empty]
     if not missing:
         return []
-    return [f"No intervals for {', '.join(missing)}: {'its run has' if len(missing) == 1 else 'their runs have'} "
-            "no per_sequence.csv (analysed before probe kept per-sequence values); analyse again to get them."]
+    return [f"No intervals for {', '.join(missing)} (no per_sequence.csv: analysed before probe kept it)."]
 
 
 def interval_caption(runs: Runs) -> str:

@@ -21,7 +21,7 @@ FIGURES = ("f-attn-heatmap", "f-attn-by-layer", "f-attn-by-position",
            "sparsity-by-layer", "sparsity-sweep", "loss-change-all-layers",
            "interventions-by-layer", "training-curves", "loss-by-length")
 TABLES = ("claims-table", "summary-table", "m-act-top", "gate-position",
-          "gate-token-type-table", "interventions-table", "provenance-table")
+          "gate-token-type-table", "interventions-table", "provenance-table", "claims-rules")
 TIME = re.compile(r'<time id="generated-at" datetime="[^"]*">[^<]*</time>')
 
 

@@ -41,7 +41,8 @@ def test_an_old_run_reports_without_intervals_and_says_so():
     assert not (OLD_RUN / "per_sequence.csv").exists()
     runs = load_runs([OLD_RUN])
     summary = section(build_sections(runs), "summary")
-    assert any("No intervals for" in note and "per_sequence.csv" in note for note in summary.notes)
+    caption = summary.items[0].caption
+    assert "No intervals for" in caption and "per_sequence.csv" in caption
     assert "[" not in " ".join(summary_display(runs).astype(str).to_numpy().ravel())
     assert probe.Analysis.load(OLD_RUN).per_sequence.empty
 
@@ -54,7 +55,7 @@ def test_brackets_differences_and_bands_with_per_sequence_values(pair):
         lo, hi = runs.summary[model]["f_attn_lo"], runs.summary[model]["f_attn_hi"]
         assert cell.endswith(f"[{lo:.3f}, {hi:.3f}]") and lo < runs.summary[model]["f_attn"] < hi
     summary = section(build_sections(runs), "summary")
-    assert not any("No intervals" in note for note in summary.notes)
+    assert "No intervals" not in summary.items[0].caption and "Brackets: 95%" in summary.items[0].caption
     assert [item.id for item in summary.items] == ["summary-table", "differences-table"]
     diff = differences_table(runs)
     f = diff[diff["quantity"] == "F-Attn"].iloc[0]
@@ -95,3 +96,10 @@ def test_ungated_runs_say_once_that_the_claims_need_a_gated_model(run_dirs):
     assert claims.items == [] and NO_GATED in claims.intro.lower()
     assert not default_title(runs).startswith("Gated attention report")
     assert default_title(load_runs(list(run_dirs.values()))).startswith("Gated attention report")
+
+
+def test_probe_analyze_prints_the_intervals(checkpoint, tmp_path, capsys):
+    assert main(["analyze", str(checkpoint("official_headwise")), "--seq-len", "32", "--max-sequences", "6",
+                 "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if "95% intervals" in l)
+    assert "over 6 sequences (1000 bootstrap resamples): F-Attn [" in line
