@@ -102,12 +102,14 @@ def graft(checkpoint, *, gate: str, init: str, out, seed: int = 0, force: bool =
     gate_weights: a file of trained gate weights (save_gate_weights) loaded over the init."""
     import torch
 
-    from .atomic import atomic_directory
+    from .atomic import atomic_directory, check_output_dir, check_writable
     from .load import load, quiet_transformers
 
     if init not in INITS:
         raise ProbeError(f"unknown --init {init!r}; use one of {', '.join(INITS)}")
     out = Path(out)
+    check_output_dir(out, force)                  # before the minute a GGUF base takes to load
+    check_writable(out)
     say(f"loading {checkpoint} ...")
     loaded = load(checkpoint, dtype="float32")
     model_type = loaded.config.model_type

@@ -130,6 +130,9 @@ def test_graft_refuses_gated_or_other_models_in_one_line(grafts, tmp_path):
     with pytest.raises(ProbeError, match="ungated llama model"):
         graft(gpt2, gate="headwise", init="identity", out=tmp_path / "y", say=lambda s: None)
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ProbeError, match="is a file"):
+        graft(grafts["base"], gate="headwise", init="identity", out=tmp_path / "file", say=lambda s: None)
 
 
 def test_trained_gate_weights_rebuild_the_trained_model_from_the_base(grafts, tmp_path):

@@ -151,7 +151,7 @@ def arm_config(arm: Arm, root: Path, source: Path, steps: int):
     return TrainConfig(
         from_dir=str(source), train_params=arm.train, out=str(out), seed=arm.seed, lr=arm.lr,
         warmup=float(arm.warmup), min_lr_ratio=1.0, tokens=MAX_STEPS * BATCH * SEQ_LEN,
-        seq_len=SEQ_LEN, batch_size=BATCH, bos="none", eval_every=steps, eval_rows=EVAL_ROWS,
+        seq_len=SEQ_LEN, batch_size=BATCH, bos="none", eval_every=arm.steps, eval_rows=EVAL_ROWS,
         save_every=arm.save_every, threads=1, name=arm.name, stop_after=steps,
         resume=find_checkpoint(out) is not None, keep_checkpoint=True, progress=False)
 
