@@ -12,6 +12,7 @@ from .options import DTYPE_NAMES
 from .owned import FORCE_HELP
 from .report_args import (GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_claims, print_differences,
                           print_intervals)
+from .cli_names import _run_name, compare_names, print_summary, unique_names, warn_repeated  # noqa: F401
 
 EXIT_USAGE = 2
 
@@ -172,12 +173,6 @@ def _run_analysis(checkpoint, options, data, name, command_line, partial=None):
     from .analyze import analyze
 
     return analyze(checkpoint, data, options=options, name=name, partial=partial, command=command_line)
-
-
-def _run_name(checkpoint: str) -> str:
-    """runs/<folder> for a checkpoint folder, runs/<stem> for a model.gguf file."""
-    path = Path(checkpoint)
-    return path.stem if path.suffix.lower() == ".gguf" else path.name
 
 
 def cmd_analyze(args, command_line) -> int:
@@ -388,51 +383,3 @@ def cmd_train(args, command_line) -> int:
         print(f"probe: interrupted; continue from the last checkpoint with the same command "
               f"plus --resume (it is in {args.out})", file=sys.stderr)
         return 130
-
-
-def compare_names(checkpoints, given) -> list[str]:
-    """--name NAME ... (one per checkpoint), else the folder names made unique."""
-    if not given:
-        return unique_names(checkpoints)
-    if len(given) != len(checkpoints):
-        raise ProbeError(f"--name gives {len(given)} names for {len(checkpoints)} checkpoints; "
-                         "give one per checkpoint, in the same order")
-    bad = [n for n in given if not n or n in (".", "..") or "/" in n or "\\" in n]
-    if bad or len(set(given)) != len(given):
-        raise ProbeError(f"--name {' '.join(given)}: the names must be distinct and usable as folder "
-                         "names (no '/')")
-    return list(given)
-
-
-def warn_repeated(checkpoints) -> None:
-    """One line per checkpoint named more than once: its runs hold the same numbers."""
-    seen: dict[Path, list[str]] = {}
-    for ckpt in checkpoints:
-        seen.setdefault(Path(ckpt).resolve(), []).append(ckpt)
-    for given in seen.values():
-        if len(given) > 1:
-            print(f"probe: warning: {given[0]} is given {len(given)} times; each is analysed on the "
-                  "same data, so their runs hold the same numbers", file=sys.stderr)
-
-
-def unique_names(checkpoints) -> list[str]:
-    names = []
-    for ckpt in checkpoints:
-        base = _run_name(ckpt) or "model"
-        name, n = base, 2
-        while name in names:
-            name, n = f"{base}-{n}", n + 1
-        names.append(name)
-    return names
-
-
-def print_summary(analyses) -> None:
-    import pandas as pd
-
-    # A baseline's mean gate is None: numeric columns print it as "-", not "None".
-    frame = pd.concat([a.summary_frame() for a in analyses]).apply(pd.to_numeric, errors="coerce")
-    frame.index = [errors.printable(name) for name in frame.index]     # a name's ESC never reaches the terminal
-    # Real models' M-Act runs to tens of thousands: whole numbers there, not 1.446e+04.
-    with pd.option_context("display.float_format", lambda v: f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}",
-                           "display.width", 120):
-        print(frame.to_string(na_rep="-"))

@@ -8,7 +8,8 @@ On the same machine with the same thread count, a run that is interrupted and re
 `--resume` ends with bit-identical weights to one that ran straight through (tested).
 
 The pieces it runs: prepare.py (data and tokenizer), schedule.py (lr, optimizer, row order),
-log.py (training.csv, the spike rule, the held-out loss).
+log.py (training.csv, the spike rule, the held-out loss), state.py (finding and reading a
+checkpoint back for --resume, the recipe check, the settings train_config.json records).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import os
 import shutil
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -27,15 +28,14 @@ from ..atomic import check_writable, describe_os_error, shared_mode, write_text,
 from ..errors import ProbeError
 from ..load import quiet_transformers
 from ..owned import check_out_name, check_replaceable, mark
-from .config import SPIKE_K, SPIKE_MIN_HISTORY, SPIKE_WINDOW, TrainConfig
+from .config import TrainConfig
 from . import continued
 from .log import heldout_loss, is_spike, read_log, write_log
-from .model import ARMS, Shape, build_model, check_matched, count_parameters, model_config
-from .prepare import Prepared, prepare_data, python_version
+from .model import build_model, check_matched, count_parameters, model_config
+from .prepare import Prepared, prepare_data
 from .schedule import batch_indices, make_optimizer
-
-CHECKPOINT = "checkpoint"
-STATE_FILE = "trainer_state.pt"
+from .state import (CHECKPOINT, STATE_FILE, _check_same_recipe, _first_line, _last_eval, _settings,
+                    find_checkpoint, load_state)
 
 
 # ------------------------------------------------------------------------------- checkpoints
@@ -82,33 +82,6 @@ def save_checkpoint(out: Path, model, tokenizer, opt, sched, step: int, rows, cf
     os.replace(tmp, final)
     shutil.rmtree(old, ignore_errors=True)
 
-
-def find_checkpoint(out: Path) -> Path | None:
-    for folder in (out / CHECKPOINT, out / f".{CHECKPOINT}.old"):   # .old: crashed mid-rename
-        if (folder / STATE_FILE).exists():
-            return folder
-    return None
-
-
-def load_state(path: Path) -> dict:
-    """trainer_state.pt as tensors and plain values only (weights_only=True): a file that needs
-    more (a pickled object, which could run code while loading) is refused, never unpickled."""
-    import pickle
-
-    try:
-        state = torch.load(path, weights_only=True, map_location="cpu")
-    except pickle.UnpicklingError as err:
-        raise ProbeError(f"{path} holds more than tensors and plain values ({_first_line(err)[:120]}); "
-                         "probe never unpickles objects from a checkpoint: resume only from one that "
-                         "probe train wrote, or start again with --force") from None
-    except Exception as err:              # truncated, garbage
-        raise ProbeError(f"{path} is damaged ({_first_line(err)[:120]}); start again with --force") from None
-    missing = [k for k in ("step", "recipe", "optimizer", "scheduler", "torch_rng")
-               if not isinstance(state, dict) or k not in state]
-    if missing:
-        raise ProbeError(f"{path} is not a state probe train saved (it lacks {', '.join(missing)}); "
-                         "start again with --force")
-    return state
 
 
 # ------------------------------------------------------------------------------- the run
@@ -186,10 +159,6 @@ def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | Non
             then = "free space, then run it again"
         raise ProbeError(f"could not write {out} ({reason}); {then}") from None
 
-
-def _first_line(err: Exception) -> str:
-    lines = str(err).strip().splitlines()
-    return lines[0][:200] if lines else type(err).__name__
 
 
 def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None, on_checkpoint=None) -> TrainResult:
@@ -378,49 +347,3 @@ def check_not_diverged(cfg: TrainConfig, out: Path, model, step: int, train_loss
     kept = "its last checkpoint is kept" if cfg.resume else "nothing was kept"
     raise ProbeError(f"training diverged at step {step} ({bad}); {kept}: lower --lr "
                      f"(now {cfg.lr:g}) and start again")
-
-
-def _last_eval(rows) -> float | None:
-    evals = [r["eval_loss"] for r in rows if not math.isnan(r["eval_loss"])]
-    return evals[-1] if evals else None
-
-
-def _check_same_recipe(saved: dict, now: dict) -> None:
-    # Checkpoints from before --no-qk-norm had QK-norm; from before --from, trained a new model.
-    saved = {"qk_norm": True, "from_dir": None, "train_params": "all", **saved}
-    # Where the folder lies does not change the result: a moved training folder resumes.
-    saved, now = {k: v for k, v in saved.items() if k != "out"}, {k: v for k, v in now.items() if k != "out"}
-    diff = {k: (saved.get(k), now.get(k)) for k in set(saved) | set(now) if saved.get(k) != now.get(k)}
-    if diff:
-        shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in sorted(diff.items()))
-        raise ProbeError(f"--resume with different settings ({shown}); resume with the original ones")
-
-
-def _settings(cfg: TrainConfig, shape: Shape, counts, data, n_params, command) -> dict:
-    import transformers
-
-    return {
-        "command": command,
-        "recipe": cfg.recipe(),
-        "steps": cfg.steps, "warmup_steps": cfg.warmup_steps,
-        "tokens_per_step": cfg.batch_size * cfg.seq_len,
-        "epochs": round(cfg.steps * cfg.batch_size / len(data.train), 3),
-        "eval_every": cfg.eval_interval, "save_every": cfg.save_interval,
-        "spike_rule": f"train_loss > mean + {SPIKE_K:g} * std of the previous {SPIKE_WINDOW} steps "
-                      f"(at least {SPIKE_MIN_HISTORY}); non-finite loss is always a spike",
-        "shape": asdict(shape),
-        "qk_norm": cfg.qk_norm,
-        "intermediate_size": {arm: counts_arm for arm, counts_arm in _intermediates(shape).items()},
-        "parameters": n_params, "parameters_by_arm": counts,
-        "corpus": data.description,
-        "threads": torch.get_num_threads(),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": python_version()},
-    }
-
-
-def _intermediates(shape: Shape) -> dict:
-    from .model import intermediate_size
-
-    return {arm: intermediate_size(arm, shape) for arm in ARMS}
-
