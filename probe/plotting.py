@@ -23,7 +23,7 @@ PLOTS = (
     "gate_saturation", "gate_stats_by_layer", "gate_vs_baseline_f_attn", "gate_vs_sink_attention",
     "interventions", "interventions_by_layer", "loss_by_length", "massive_activations",
     "massive_by_layer", "received_attention", "sparsity_by_layer", "sparsity_sweep", "training",
-    "value_drains")
+    "trajectory", "value_drains")
 NOT_METHODS: tuple[str, ...] = ()  # every report figure has its method
 
 
@@ -318,6 +318,19 @@ class PlotMethods:
         `reports.plot_training`.
         """
         return _plot("plot_training", self, fig=fig)
+
+    def plot_trajectory(
+            self, *,
+            fig: Figure | SubFigure | None = None,
+    ) -> Figure | SubFigure:
+        """One panel per metric against the training step, one line per model with markers at the
+        measured steps. A model measured at one step only (the base, before any training) is a
+        dashed horizontal line across the panel, so the arms read against it.
+
+        Returns the Figure (with `ax=` or `fig=`, the figure holding it); see
+        `reports.plot_trajectory`.
+        """
+        return _plot("plot_trajectory", self, fig=fig)
 
     def plot_value_drains(
             self, *,

@@ -125,7 +125,7 @@ def test_the_attention_kernel_names_no_family():
 # The modules of probe that write or draw reports, and so import reports/ (inside functions, so
 # that `probe --help` and an analysis never load it). reports/ imports the run-directory reader,
 # the schema and the intervention names from probe, none of these.
-REPORT_FRONT_ENDS = {"probe.cli", "probe.outputs", "probe.plotting"}
+REPORT_FRONT_ENDS = {"probe.cli", "probe.outputs", "probe.plotting", "probe.report_args", "probe.sweep"}
 
 
 def test_probe_imports_reports_only_from_its_front_ends():

@@ -62,7 +62,7 @@ def _scaled(forward):
     return wrapped
 
 
-def test_a_length_that_cannot_fit_is_refused_before_loading(checkpoint, monkeypatch, capsys):
+def test_a_length_that_cannot_fit_is_refused_before_loading(checkpoint, monkeypatch, capsys, tmp_path):
     from probe.cli import main
 
     monkeypatch.setenv(memory.ENV, "0.5")
@@ -72,7 +72,7 @@ def test_a_length_that_cannot_fit_is_refused_before_loading(checkpoint, monkeypa
     monkeypatch.setattr(importlib.import_module("probe.load"), "from_pretrained", no_loading)
     path = checkpoint("qwen3")
     capsys.readouterr()
-    code = main(["analyze", str(path), "--seq-len", "2048", "--out", "/tmp/context-never", "--quiet"])
+    code = main(["analyze", str(path), "--seq-len", "2048", "--out", str(tmp_path / "never"), "--quiet"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
     assert "would need about" in err and "checked before loading" in err and "PROBE_MEMORY_GB=0.5" in err

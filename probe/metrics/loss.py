@@ -39,7 +39,7 @@ class LossStats(Reducer):
         A pair whose loss is not finite (NaN logits) is left out and counted in `nonfinite`.
         """
         seqs = (torch.arange(logits.shape[0]) if seq_index is None else seq_index).tolist()
-        need = max(seqs) + 1
+        need = max(seqs, default=-1) + 1             # an empty batch (B = 0) adds no rows
         if need > len(self.seq_nll):
             self.seq_nll = torch.cat([self.seq_nll, self.seq_nll.new_zeros(need - len(self.seq_nll))])
             self.seq_count = torch.cat([self.seq_count, self.seq_count.new_zeros(need - len(self.seq_count))])
@@ -67,6 +67,17 @@ class LossStats(Reducer):
                 self.bucket_nll.index_add_(0, in_bucket, nll[keep].double().to(self.bucket_nll.device))
                 self.bucket_n.index_add_(0, in_bucket, torch.ones_like(in_bucket))
                 self.nonfinite += (pair[b, start:end] & ~keep).sum().to(self.nonfinite.device)
+
+    def merge(self, other: "LossStats") -> "LossStats":
+        """The per-row sums of two passes may cover different row counts (they grow with the
+        largest row seen): pad the shorter with zeros before summing."""
+        rows = max(len(self.seq_nll), len(other.seq_nll))
+        for stats in (self, other):
+            extra = rows - len(stats.seq_nll)
+            if extra:
+                stats.seq_nll = torch.cat([stats.seq_nll, stats.seq_nll.new_zeros(extra)])
+                stats.seq_count = torch.cat([stats.seq_count, stats.seq_count.new_zeros(extra)])
+        return super().merge(other)
 
     def loss(self) -> float:
         return float(self.nll / self.count) if self.count > 0 else math.nan

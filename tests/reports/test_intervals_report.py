@@ -19,7 +19,7 @@ from reports.sections import build_sections  # noqa: E402
 from reports.tables import summary_display  # noqa: E402
 from samples import TEXT  # noqa: E402
 
-OLD_RUN = Path(__file__).parents[1] / "gold_runs" / "qwen3"        # written before per_sequence.csv
+OLD_RUN = Path(__file__).parents[1] / "gold_runs" / "qwen3"        # made old by _as_before_intervals
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +37,36 @@ def section(sections, id_):
     return next(s for s in sections if s.id == id_)
 
 
-def test_an_old_run_reports_without_intervals_and_says_so():
-    assert not (OLD_RUN / "per_sequence.csv").exists()
-    runs = load_runs([OLD_RUN])
+def _as_before_intervals(run: Path, into: Path) -> Path:
+    """A copy of `run` as probe wrote it before per-sequence values: no per_sequence.csv, no
+    *_lo / *_hi or intervals keys in summary.json, no per_sequence entry in meta.json's tables."""
+    import json
+    import shutil
+
+    def strip(x):
+        if isinstance(x, dict):
+            return {k: strip(v) for k, v in x.items()
+                    if not (k.endswith("_lo") or k.endswith("_hi") or k == "intervals")}
+        return [strip(v) for v in x] if isinstance(x, list) else x
+
+    old = shutil.copytree(run, into / run.name)
+    (old / "per_sequence.csv").unlink()
+    meta = json.loads((old / "meta.json").read_text())
+    meta["tables"].pop("per_sequence", None)
+    meta.pop("resamples", None)
+    (old / "meta.json").write_text(json.dumps(meta))
+    (old / "summary.json").write_text(json.dumps(strip(json.loads((old / "summary.json").read_text()))))
+    return old
+
+
+def test_an_old_run_reports_without_intervals_and_says_so(tmp_path):
+    old_run = _as_before_intervals(OLD_RUN, tmp_path)
+    runs = load_runs([old_run])
     summary = section(build_sections(runs), "summary")
     caption = summary.items[0].caption
     assert "No intervals for" in caption and "per_sequence.csv" in caption
     assert "[" not in " ".join(summary_display(runs).astype(str).to_numpy().ravel())
-    assert probe.Analysis.load(OLD_RUN).per_sequence.empty
+    assert probe.Analysis.load(old_run).per_sequence.empty
 
 
 def test_brackets_differences_and_bands_with_per_sequence_values(pair):
