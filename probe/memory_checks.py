@@ -43,11 +43,30 @@ def read_config(path: Path):
         return None
 
 
+def check_structure(path: Path) -> None:
+    """The checks of the files themselves that load runs first (checkpoint_files, gguf.read_info:
+    truncation, a layer count the weights do not hold), run before the estimate, which builds
+    the model the config describes on the meta device: a config or GGUF block_count claiming
+    100,000 layers beside the weights of 4 is refused in its own words, at once, not after
+    100,000 layers were built to count parameters."""
+    from . import gguf
+    from .checkpoint_files import check_checkpoint_dir
+
+    file = gguf.gguf_file(path)
+    if file is not None:
+        gguf.read_info(file)
+    elif path.is_dir() and (path / "config.json").is_file():
+        check_checkpoint_dir(path)
+
+
 def before_loading(path, o, dtype: str) -> None:
     """Refuse a length that one sequence cannot fit, before the weights are read."""
     from . import rope
     from .adapters import model_class, text_config
 
+    if dtype not in DTYPE_NAMES:
+        return
+    check_structure(Path(path))
     config = read_config(Path(path))
     if config is None or dtype not in DTYPE_NAMES:
         return

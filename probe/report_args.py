@@ -3,7 +3,7 @@
 reports/ does the work."""
 from __future__ import annotations
 
-from .errors import ProbeError
+from .errors import ProbeError, printable
 
 PAIR_HELP = ("a gated model and its own baseline, by their names, for the claims' verdicts (arms of one "
              "probe train run and a graft with its base pair themselves; other pairs are not comparable)")
@@ -74,7 +74,7 @@ def print_intervals(analyses) -> None:
                                     ("m_act", "M-Act"), ("loss", "loss"))
                  if s.get(key + "_lo") is not None and s.get(key + "_hi") is not None]
         if parts:
-            print(f"{s.get('model')}: 95% intervals over {how.get('sequences')} sequences "
+            print(f"{printable(s.get('model'))}: 95% intervals over {how.get('sequences')} sequences "
                   f"({how.get('resamples')} bootstrap resamples): " + ", ".join(parts))
         elif how.get("why_none"):
-            print(f"{s.get('model')}: no intervals ({how['why_none']})")
+            print(f"{printable(s.get('model'))}: no intervals ({how['why_none']})")
