@@ -16,7 +16,11 @@ _TO_PATH = TextToPath()
 
 @lru_cache(maxsize=65536)
 def text_width(text: str, size: float, bold: bool = False) -> float:
-    """Width of one line of `text` in points at `size` points."""
+    """Width of one line of `text` in points at `size` points, as drawn: control characters
+    are measured as the escapes the report shows (probe.errors.printable)."""
+    from probe.errors import printable
+
+    text = printable(text)
     if not text:
         return 0.0
     prop = FontProperties(family="DejaVu Sans", size=size, weight="bold" if bold else "normal")

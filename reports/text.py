@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-_VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
+# A carriage return shows as the two characters \r: DejaVu Sans has no glyph for U+240D (␍).
+_VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "\\r"})
 
 
 def plain(text: object) -> str:
