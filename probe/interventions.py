@@ -73,9 +73,11 @@ class PassStats(Reducer):
     """
     summed = ("zeroed", "tokens")
 
-    def __init__(self, rank: int = 0, world: int = 1):
+    def __init__(self, rank: int = 0, world: int = 1, sequences: int | None = None):
+        """sequences: the dataset's row count, so the loss's per-row sums have one shape in every
+        process (they are merged with all_reduce, which needs equal shapes)."""
         self.rank, self.world = rank, world
-        self.loss = LossStats()
+        self.loss = LossStats(sequences=sequences)
         self.zeroed = torch.zeros((), dtype=I64)
         self.tokens = torch.zeros(world, dtype=I64)
 
@@ -106,7 +108,8 @@ def zero_massive(layout, thresholds: dict[int, float], state: _PassState, zeroed
 # -- the analysis ----------------------------------------------------------------------------
 def loss_pass(model: nn.Module, dataset, batch_size: int, state: _PassState | None = None) -> float:
     """Held-out next-token loss over the whole dataset (this process), batched as `probe.analyze` does."""
-    return shard_pass(model, dataset, batch_size, state or _PassState(), PassStats()).loss.loss()
+    return shard_pass(model, dataset, batch_size, state or _PassState(),
+                      PassStats(sequences=len(dataset.sequences))).loss.loss()
 
 
 def shard_pass(model: nn.Module, dataset, batch_size: int, state: _PassState, out: PassStats) -> PassStats:
@@ -155,7 +158,7 @@ def run(loaded, dataset, *, name: str | None = None, kinds=None, batch_size: int
     name = name or (str(loaded.path).rstrip("/").rsplit("/", 1)[-1] if loaded.path else type(model).__name__)
     rank, world = distributed.group()
     if reference is None:
-        reference = Capture(model, layout)
+        reference = Capture(model, layout, sequences=len(dataset.sequences))    # one shape per process
         dev = next(model.parameters()).device
         with torch.inference_mode(), reference:
             for ids, valid, seq_index in dataset.batches(batch_size, 0, rank=rank, world=world):
@@ -194,7 +197,7 @@ def run(loaded, dataset, *, name: str | None = None, kinds=None, batch_size: int
             key = (kind, tuple(layers))
             if key not in done:               # a model with one gated layer: "all" = that layer
                 done[key] = _one_pass(model, layout, dataset, batch_size, reference, state, layers,
-                                      scores, thresholds, PassStats(rank, world))
+                                      scores, thresholds, PassStats(rank, world, len(dataset.sequences)))
             if bar is not None:
                 bar.update()
     if bar is not None:

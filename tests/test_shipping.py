@@ -42,7 +42,8 @@ def test_make_installs_the_package_once(tmp_path):
 def test_the_first_make_prints_no_editable_installation_notice(tmp_path):
     """The Makefile's install command, run as written (with --no-deps --no-build-isolation into a
     scratch venv, so that it needs no network), prints nothing: setuptools' "Editable
-    installation" block used to end the first `make`."""
+    installation" block used to end the first `make`. --ignore-installed: without it pip
+    uninstalls this venv's own editable install of the project before installing into the prefix."""
     import site
     import sys
 
@@ -52,7 +53,7 @@ def test_the_first_make_prints_no_editable_installation_notice(tmp_path):
                          text=True, timeout=30).stdout
     line = next(line for line in dry.splitlines() if "install -q -e" in line)
     command = line.replace(f"{venv}/bin/pip", f"{sys.executable} -m pip").replace(
-        "install -q -e '.[test]'", f"install -q --no-deps --no-build-isolation --prefix {tmp_path / 'prefix'} "
+        "install -q -e '.[test]'", f"install -q --no-deps --no-build-isolation --ignore-installed --prefix {tmp_path / 'prefix'} "
         f"-e {ROOT}")
     # This interpreter's setuptools builds it (no build isolation: nothing is downloaded).
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(site.getsitepackages())}
