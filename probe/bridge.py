@@ -1,7 +1,7 @@
-"""probe on TransformerLens 4.x: the same measurements through a `TransformerBridge`'s own hooks.
+"""probe on TransformerLens 4.x: the hooks of a `TransformerBridge` that emit the pass's events.
 
     bridge = probe.bridge.build_bridge("path/to/checkpoint")   # or TransformerBridge.boot_transformers
-    analysis = probe.analyze(bridge, texts=["..."])           # dispatches to analyze_bridge
+    analysis = probe.analyze(bridge, texts=["..."])           # source.BridgeSource
 
 TransformerLens recomputes every softmax-attention layer as an explicit T x T pattern, so here
 F-Attn is read straight from `hook_pattern[..., 0]`. The hooks (`run_with_hooks`) emit the same
@@ -19,16 +19,17 @@ The paper's official checkpoints pack q_proj per KV head; TransformerLens reads 
 head and computes wrong logits there unless the rows are reordered first
 (`reorder_official_q_proj`, done by `build_bridge`). A bridge over the raw layout is refused.
 
-Options of `probe.analyze` on this path (analyze_bridge takes every one of them by name, so
-none can be dropped without a word):
+Options of `probe.analyze` on a bridge (source.BridgeSource; tests/test_bridge.py checks every
+field of AnalysisOptions):
   honoured   data, texts, tokenizer, name, seq_len, batch_size, bos, per_document,
              max_sequences, max_length, stride, on_long (sliding windows, data.py), text_field,
              thresholds, display_len, progress, seed, command, token_groups
-             (gates_by_token_type, fed from hook_q_gate)
+             (gates_by_token_type, fed from hook_q_gate), resamples
   checked    dtype, device: when given, must name what the bridge already holds (it is not
              converted or moved here; pipeline.check_model_as_is); anything else is refused
-  refused    gate, device_map, interventions, exact_control, anatomy, partial / resume /
-             checkpoint_seconds: they need the Hugging Face path (pass the checkpoint path or
+  refused    the options of source.HF_ONLY (gate, device_map, interventions, exact_control,
+             anatomy, partial / resume / checkpoint_seconds, rope_scaling, past_positions,
+             loss_by_position): they need the Hugging Face path (pass the checkpoint path or
              the HF model instead)
 """
 from __future__ import annotations
@@ -43,15 +44,12 @@ from .bus import Pass
 from .events import FIRST_KEY, GATE, SDPA, SITE_EVENTS, Z
 from .errors import ProbeError, flag
 from .gates import ACTIVATIONS
-from .load import LoadedModel, config_hash, describe, load, text_config
+from .load import LoadedModel, describe, load, text_config
 from .adapters.official import checkpoint_gate, granularity, is_official, is_reordered
 from .reorder import reorder_official_q_proj
-from .options import THRESHOLDS, AnalysisOptions
-from .pipeline import assemble, check_model_as_is, checkpoint_of, dataset_for, head_averaged_rows, run_pass, token_group_table
-from .results import Analysis
+from .options import AnalysisOptions
 
-__all__ = ["BridgeCapture", "analyze_bridge", "build_bridge", "check_bridge", "hook_names", "is_bridge",
-           "reorder_official_q_proj"]
+__all__ = ["BridgeCapture", "build_bridge", "check_bridge", "hook_names", "is_bridge", "reorder_official_q_proj"]
 
 SITE_HOOKS = {
     "attn_out": "blocks.{i}.hook_attn_out",
@@ -151,10 +149,12 @@ class BridgeCapture(Pass):
     which removes them when the call returns (also on an exception).
     """
 
-    def __init__(self, bridge, layout, *, gate_dim: int | None = None, top_k: int = 3, token_groups=None,
-                 thresholds=THRESHOLDS, sequences: int | None = None):
-        super().__init__(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds,
-                         sequences=sequences)
+    def __init__(self, bridge, layout, options: AnalysisOptions | None = None, *, gate_dim: int | None = None,
+                 token_groups=None, sequences: int | None = None):
+        """options: the AnalysisOptions of the pass, whole (default every field's default); the
+        options this source refuses (source.HF_ONLY) are never set here."""
+        o = AnalysisOptions() if options is None else options
+        super().__init__(layout, token_groups=token_groups, thresholds=o.thresholds, sequences=sequences)
         self.bridge = bridge
         self.gate_dim = layout.head_dim if gate_dim is None else gate_dim
         self._values: dict[int, torch.Tensor] = {}      # one layer's V, until its pattern fires
@@ -252,128 +252,3 @@ class BridgeCapture(Pass):
             if int(stats.count.sum()) == 0:
                 raise ProbeError(f"blocks.{layer}.attn.hook_q_gate never fired; the bridge does not apply "
                                  "the gate from q_proj (processed weights, or built without gated_q_proj)")
-
-
-# -- the analysis -------------------------------------------------------------------------------
-
-def analyze_bridge(bridge, data=None, *, texts: list[str] | None = None,
-                   options: AnalysisOptions | None = None, **overrides) -> Analysis:
-    """`probe.analyze` for a TransformerLens TransformerBridge: same tables, same definitions.
-
-    Every field of AnalysisOptions is honoured as there, or refused with one line (module
-    docstring, HF_ONLY); dtype and device must describe the bridge as it is.
-
-    bos="auto" follows the bridge's tokenizer, i.e. TransformerLens's convention (it may add a
-    BOS token where the Hugging Face tokenizer does not, e.g. GPT-2); pass bos="none" or
-    "prepend" to fix what sits at position 0.
-    """
-    o = AnalysisOptions.of(options, **overrides)
-    check_bridge(bridge)
-    hf = bridge.original_model
-    refuse_hf_only_options(hf, o)
-    torch.manual_seed(o.seed)
-    layout, gate_dim = bridge_layout(bridge)
-    config = text_config(hf.config)
-    tokenizer = o.tokenizer if o.tokenizer is not None else getattr(bridge, "tokenizer", None)
-    if isinstance(data, (list, tuple)) and data and isinstance(data[0], str):
-        texts, data = list(data), None
-    # build_dataset is model-agnostic, so sliding windows (max_length / stride) come out as on
-    # the HF path: window context is marked not-valid and the hooks below skip it via Batch.
-    dataset = dataset_for(data, texts, tokenizer, config, o)
-    path = getattr(config, "_name_or_path", None) or getattr(bridge.cfg, "model_name", None)
-    name = o.name or (Path(path).name if path and path != "external" else type(hf).__name__)
-    dev = next(hf.parameters()).device
-    groups = token_group_table(layout, tokenizer, config, dataset, o.token_groups)
-
-    cap = BridgeCapture(bridge, layout, gate_dim=gate_dim, token_groups=groups, thresholds=o.thresholds,
-                        sequences=len(dataset.sequences))
-    run_pass(cap, cap.forward, dataset, o, dev=dev, desc=f"analyse {name} (TransformerLens)")
-    cap.check_fired()
-    cap.to("cpu")
-
-    ckpt = checkpoint_of(path)
-    loaded = LoadedModel(hf, layout, tokenizer, path if ckpt else None, config_hash(ckpt) if ckpt else None)
-    analysis = assemble(cap, loaded, dataset, name, dev, o,       # processes: 1, no sharing under torchrun
-                        patterns=display_patterns(bridge, layout, dataset, name, o.display_len, dev))
-    analysis.meta.update(bridge_meta(bridge))
-    return analysis
-
-
-HF_PATH = "pass the checkpoint path or the Hugging Face model to probe.analyze instead of the bridge"
-
-
-def bridge_dtype(hf) -> str:
-    return str(next(hf.parameters()).dtype).replace("torch.", "")
-
-
-# Options only the Hugging Face path honours: name -> why (each refused in one line when set).
-HF_ONLY = {
-    "gate": "TransformerLens decides where the gate is",
-    "interventions": "interventions need the Hugging Face path",
-    "exact_control": "the exact mean-gate control (a second pass) needs the Hugging Face path",
-    "anatomy": "sink anatomy reads the attention kernel's log-sum-exp, which only the Hugging Face path runs",
-    "device_map": "probe does not shard a bridge (place the bridge's model yourself before building it)",
-    "partial": "saving and resuming an interrupted pass needs the Hugging Face path",
-    "resume": "saving and resuming an interrupted pass needs the Hugging Face path",
-    "checkpoint_seconds": "saving and resuming an interrupted pass needs the Hugging Face path",
-    "rope_scaling": "position scaling is applied while loading a checkpoint (build the bridge from a scaled model)",
-    "past_positions": "TransformerLens keeps its own n_ctx",
-    "loss_by_position": "the loss by position is kept on the Hugging Face path",
-}
-
-
-def refuse_hf_only_options(hf, o: AnalysisOptions) -> None:
-    """One ProbeError line for an option this path cannot honour, before any work is done."""
-    defaults = AnalysisOptions()
-    for option, why in HF_ONLY.items():
-        value = getattr(o, option)
-        if value != getattr(defaults, option) and value is not False:
-            raise ProbeError(f"{flag(option)} does not apply to a TransformerBridge: {why}; {HF_PATH}")
-    from . import distributed
-
-    if distributed.world()[1] > 1:  # every process would repeat the whole pass
-        raise ProbeError(f"sharing the data over torchrun processes needs the Hugging Face path: {HF_PATH}")
-    # A bridge is already built: converting or moving it here would change the user's model
-    # behind their back, so a dtype or device asked for must be what it holds.
-    check_model_as_is(hf, dtype=o.dtype, device=o.device, device_map=None)
-
-
-def bridge_meta(bridge) -> dict:
-    import importlib.metadata as md
-
-    try:
-        version = md.version("transformer-lens")
-    except md.PackageNotFoundError:
-        version = None
-    return {
-        "backend": "transformer_lens",
-        "transformer_lens_version": version,
-        "bridge_architecture": getattr(bridge.cfg, "architecture", None),
-        "bridge_compatibility_mode": bool(getattr(bridge, "compatibility_mode", False)),
-        "q_proj_reordered": is_reordered(bridge.original_model),
-        "f_attn_source": "hook_pattern[..., 0] (TransformerLens forms the T x T pattern)",
-    }
-
-
-def display_patterns(bridge, layout, dataset, name: str, n: int, dev):
-    """Head-averaged attention of the first prompt's first n tokens, from hook_pattern."""
-    import pandas as pd
-
-    layers = layout.attention_layers
-    if n <= 0 or not layers:
-        return pd.DataFrame()
-    ids = dataset.sequences[0][:n][None].to(dev)
-    maps: dict[int, torch.Tensor] = {}
-
-    def keep(layer):
-        def hook(pattern, hook):
-            maps[layer] = pattern[0].float().mean(0).cpu()                         # (T, T)
-        return hook
-
-    with torch.inference_mode():
-        bridge.run_with_hooks(ids, fwd_hooks=[(f"blocks.{i}.attn.hook_pattern", keep(i)) for i in layers],
-                              return_type=None)
-    rows = []
-    for layer in layers:
-        rows += head_averaged_rows(name, layer, maps[layer])
-    return pd.DataFrame(rows)

@@ -28,7 +28,7 @@ from . import attention
 from .adapters import ModelLayout
 from .bus import Pass
 from .events import ATTENTION, FIRST_KEY, GATE, SDPA, SITE_EVENTS, SITES, Z  # noqa: F401  (SITES: re-exported)
-from .options import THRESHOLDS
+from .options import AnalysisOptions
 
 
 def _first(output):
@@ -36,14 +36,19 @@ def _first(output):
 
 
 class Capture(Pass):
-    def __init__(self, model: nn.Module, layout: ModelLayout, *, top_k: int = 3, token_groups=None,
-                 thresholds=THRESHOLDS, anatomy: bool = False, vocab_size: int | None = None,
-                 sequences: int | None = None, loss_by_position: bool = False):
-        """thresholds: the sparsity thresholds, counted exactly as the pass goes (metrics/sparsity.py);
-        anatomy: also sink anatomy (metrics/anatomy.py), vocab_size: its token table's size."""
-        super().__init__(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds,
-                         anatomy=anatomy, vocab_size=vocab_size, sequences=sequences,
-                         loss_by_position=loss_by_position)
+    def __init__(self, model: nn.Module, layout: ModelLayout, options: AnalysisOptions | None = None, *,
+                 token_groups=None, vocab_size: int | None = None, sequences: int | None = None,
+                 **overrides):
+        """options: the AnalysisOptions of the pass, whole (its thresholds: the sparsity sweep,
+        counted exactly as the pass goes, metrics/sparsity.py; anatomy: also sink anatomy,
+        metrics/anatomy.py; loss_by_position), default every field's default, with `overrides`
+        of its fields (Capture(model, layout, anatomy=True, vocab_size=V)), checked.
+        token_groups: the TokenGroups table of gates_by_token_type (pipeline.token_group_table);
+        vocab_size: sink anatomy's token table's size; sequences: the dataset's row count."""
+        o = AnalysisOptions.of(options, **overrides)
+        super().__init__(layout, token_groups=token_groups, thresholds=o.thresholds,
+                         anatomy=o.anatomy, vocab_size=vocab_size, sequences=sequences,
+                         loss_by_position=o.loss_by_position)
         self.model = model
         self._mixer_layer = {id(p.mixer): p.index for p in layout.layers}
         self._handles: list = []

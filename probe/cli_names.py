@@ -8,12 +8,12 @@ from pathlib import Path
 
 from . import errors
 from .errors import ProbeError
+from .run_names import checkpoint_name
 
 
 def _run_name(checkpoint: str) -> str:
-    """runs/<folder> for a checkpoint folder, runs/<stem> for a model.gguf file."""
-    path = Path(checkpoint)
-    return path.stem if path.suffix.lower() == ".gguf" else path.name
+    """runs/<folder> for a checkpoint folder, runs/<stem> for a model.gguf file (run_names.py)."""
+    return checkpoint_name(checkpoint) or ""
 
 
 def compare_names(checkpoints, given) -> list[str]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 
 from . import distributed
+from .batches import for_each_batch
+from .options import AnalysisOptions
 from .reducers import LogHistogram
 
 
@@ -43,11 +45,13 @@ class _Counted(Exception):
     """Raised after the last counted layer's attention: the rest of the forward is not needed."""
 
 
-def count_control(loaded, dataset, cap, *, batch_size: int) -> dict[int, LogHistogram]:
+def count_control(loaded, dataset, cap, options: AnalysisOptions, *,
+                  desc: str = "exact control") -> dict[int, LogHistogram]:
     """layer -> LogHistogram of |O| with scale the layer's mean gate (cuts: cap's thresholds).
 
-    cap: the finished (and, under torchrun, merged) main pass over exactly this dataset. Each
-    forward stops once the last gated attention layer has run (no MLP after it, no logits)."""
+    cap: the finished (and, under torchrun, merged) main pass over exactly this dataset;
+    options: its AnalysisOptions (batch_size, progress; desc: the bar's label). Each forward stops once the last gated
+    attention layer has run (no MLP after it, no logits)."""
     from .interventions import _PassState, installed, using_probe_attention
 
     rank, world = distributed.group()
@@ -64,8 +68,10 @@ def count_control(loaded, dataset, cap, *, batch_size: int) -> dict[int, LogHist
 
     mixers = [(p.mixer, "forward", stop) for p in cap.layout.layers if p.index == last]
     dev = next(model.parameters()).device
+    batches = for_each_batch(dataset, options.batch_size, rank=rank, world=world, progress=options.progress,
+                             desc=desc)
     with torch.inference_mode(), using_probe_attention(model, counter), installed(mixers):
-        for ids, valid, _ in dataset.batches(batch_size, 0, rank=rank, world=world):
+        for ids, valid, _ in batches:
             state.valid = valid                                          # (B, T), for the counter
             try:
                 model(input_ids=ids.to(dev), use_cache=False)

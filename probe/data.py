@@ -30,7 +30,7 @@ import torch
 # Documents, read_data and read_documents are imported from here by analyze, cli and train.
 from .documents import Documents, read_data, read_documents  # noqa: F401
 from .errors import ProbeError, flag, rust_panic_as_error
-from .options import check_data_options
+from .options import AnalysisOptions
 
 
 @dataclass
@@ -117,22 +117,22 @@ def windows(n: int, body: int, stride: int) -> list[tuple[int, int, int]]:
         begin += stride
 
 
-def build_dataset(path, tokenizer, *, seq_len: int = 512, bos: str = "auto",
-                  per_document: bool = False, max_sequences: int | None = None,
-                  max_positions: int | None = None, on_long: str | None = None,
-                  text_field: str = "text", texts: list[str] | None = None,
-                  bos_token_id: int | None = None, max_length: int | None = None,
-                  stride: int | None = None) -> Dataset:
+def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, max_positions: int | None = None,
+                  texts: list[str] | None = None, bos_token_id: int | None = None, **overrides) -> Dataset:
     """path: anything read_data takes (a path, token ids in memory, a `Documents`), or None with
     texts. Token id rows (a 2-D array, a list of lists, JSONL input_ids) are one sequence each,
     as given, like documents under per_document; a 1-D stream and texts are cut into seq_len.
-    on_long: truncate | slide | error; default slide when max_length or stride is given, else
-    truncate."""
-    check_data_options(seq_len=seq_len, bos=bos, on_long=on_long, max_length=max_length,
-                       stride=stride, max_sequences=max_sequences)
+
+    options: an AnalysisOptions (its seq_len, bos, per_document, max_sequences, max_length,
+    stride, on_long, text_field; default: every field's default), with `overrides` of its fields
+    (build_dataset(path, tok, seq_len=64)), checked; max_positions: the model's positions.
+    on_long None: slide when max_length or stride is given, else truncate."""
+    o = AnalysisOptions.of(options, **overrides)
+    seq_len, bos, per_document, on_long = o.seq_len, o.bos, o.per_document, o.on_long
+    max_length, stride, max_sequences = o.max_length, o.stride, o.max_sequences
     if on_long is None:
         on_long = "slide" if max_length or stride else "truncate"
-    docs = read_data(path, texts=texts, text_field=text_field)
+    docs = read_data(path, texts=texts, text_field=o.text_field)
     source = docs.source
     if docs.texts is not None:
         if tokenizer is None:

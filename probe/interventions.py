@@ -44,7 +44,9 @@ from .gate_logits import gate_channels, gate_logit, set_gate_logits, validate_ga
 from .hooks import first_output, installed, replace_first, using_probe_attention  # noqa: F401
 # The names and their parsing (intervention_kinds.py, which options.py reads without torch).
 from .intervention_kinds import ALL_LAYERS, GATE_INTERVENTIONS, INTERVENTIONS, parse_kinds  # noqa: F401
+from .batches import for_each_batch
 from .metrics.loss import LossStats
+from .options import AnalysisOptions
 from .reducers import I64, Reducer
 from .schema import OTHER_TABLES
 
@@ -118,7 +120,7 @@ def shard_pass(model: nn.Module, dataset, batch_size: int, state: _PassState, ou
     dev = next(model.parameters()).device
     try:
         with torch.inference_mode():
-            for ids, valid, _ in dataset.batches(batch_size, 0, rank=out.rank, world=out.world):
+            for ids, valid, _ in for_each_batch(dataset, batch_size, rank=out.rank, world=out.world):
                 state.valid = valid                                     # (B, T), for the hooks
                 ids = ids.to(dev)
                 logits = model(input_ids=ids, use_cache=False).logits   # (B, T, V)
@@ -129,14 +131,18 @@ def shard_pass(model: nn.Module, dataset, batch_size: int, state: _PassState, ou
     return out
 
 
-def run(loaded, dataset, *, name: str | None = None, kinds=None, batch_size: int = 4,
+def run(loaded, dataset, options: AnalysisOptions | None = None, *, name: str | None = None, kinds=None,
         per_layer: bool = True, all_layers: bool = True, massive_ratio: float = MASSIVE_RATIO,
-        massive_min_abs: float = MASSIVE_MIN_ABS, reference=None, progress: bool = False) -> pd.DataFrame:
+        massive_min_abs: float = MASSIVE_MIN_ABS, reference=None, **overrides) -> pd.DataFrame:
     """Loss of the model under each intervention, against the unmodified model.
 
     loaded:    a `probe.load(...)` result (`LoadedModel`).
     dataset:   a `probe.data.Dataset` (held-out token sequences).
-    kinds:     which interventions (default all); gate ones are skipped for ungated models.
+    options:   the AnalysisOptions (its batch_size, progress, name, interventions), with
+               `overrides` of its fields (run(loaded, dataset, batch_size=2)), checked.
+    kinds:     which interventions (default the options' interventions, else all); gate ones
+               are skipped for ungated models.
+    name:      the model column (default the options' name, else the checkpoint's, run_names.py).
     reference: a `Capture` already run over exactly this dataset, and under torchrun already merged
                over the processes (probe.analyze passes its own), so that the mean gates and the
                massive-activation thresholds are those of the whole dataset on every process;
@@ -151,20 +157,22 @@ def run(loaded, dataset, *, name: str | None = None, kinds=None, batch_size: int
     Under a process group every process must call this with the same arguments (collectives).
     """
     from .capture import Capture
+    from .pipeline import run_pass
+    from .run_names import run_name
 
-    kinds = parse_kinds(kinds)
+    o = AnalysisOptions.of(options, **overrides)
+    batch_size, progress = o.batch_size, o.progress
+    kinds = parse_kinds(o.interventions if kinds is None else kinds)
     model, layout = loaded.model, loaded.layout
     validate_gate(layout)
-    name = name or (str(loaded.path).rstrip("/").rsplit("/", 1)[-1] if loaded.path else type(model).__name__)
+    name = run_name(name or o.name, loaded.path, type(model).__name__)
     rank, world = distributed.group()
     if reference is None:
-        reference = Capture(model, layout, sequences=len(dataset.sequences))    # one shape per process
-        dev = next(model.parameters()).device
-        with torch.inference_mode(), reference:
-            for ids, valid, seq_index in dataset.batches(batch_size, 0, rank=rank, world=world):
-                ids, valid = ids.to(dev), valid.to(dev)
-                with reference.batch(ids, valid, seq_index.to(dev)):
-                    reference.observe_logits(model(input_ids=ids, use_cache=False).logits)
+        # The statistics the interventions need (mean gates, activation medians, the loss), not
+        # sink anatomy; sequences: one shape of the per-sequence state in every process.
+        reference = Capture(model, layout, o.replace(anatomy=False), sequences=len(dataset.sequences))
+        run_pass(reference, lambda ids: model(input_ids=ids, use_cache=False).logits, dataset, o,
+                 dev=next(model.parameters()).device, desc=f"reference pass {name}", rank=rank, world=world)
         distributed.merge_reducers(reference.reducers())    # global statistics; no-op in one process
     else:
         _check_reference(reference, dataset, batch_size)

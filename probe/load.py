@@ -45,10 +45,9 @@ class LoadedModel(LoadedModelRepr):                 # a one-screen repr (reprs.p
     @property
     def name(self) -> str | None:
         """The run's default name: the folder's, or the GGUF file's without its suffix."""
-        if not self.path:
-            return None
-        path = Path(self.path)
-        return path.stem if path.suffix.lower() == ".gguf" else path.name
+        from .run_names import checkpoint_name
+
+        return checkpoint_name(self.path)
 
 
 def has_tokenizer_files(path: Path) -> bool:

@@ -42,17 +42,6 @@ def check_choice(name: str, value, choices) -> None:
         raise ProbeError(f"unknown {flag(name, value)}; use {', '.join(choices)}")
 
 
-def check_data_options(*, seq_len, bos, on_long, max_length, stride, max_sequences) -> None:
-    """The options that decide how data becomes sequences (build_dataset calls this too)."""
-    check_choice("bos", bos, BOS_POLICIES)
-    if on_long is not None:
-        check_choice("on_long", on_long, ON_LONG)
-    check_int("seq_len", seq_len, 2)
-    check_int("max_length", max_length, 2, optional=True)
-    check_int("stride", stride, 1, optional=True)
-    check_int("max_sequences", max_sequences, 1, optional=True, why=" (leave it out to use every sequence)")
-
-
 def check_thresholds(thresholds) -> tuple[float, ...]:
     """Sparsity thresholds: finite, positive numbers (a share below -1 or NaN means nothing)."""
     try:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from .batches import for_each_batch
 from .data import Dataset, build_dataset
 from .errors import ProbeError, flag
 from .load import DTYPES, LoadedModel
@@ -61,10 +62,7 @@ def check_model_as_is(model, *, dtype: str | None, device: str | None, device_ma
 
 def dataset_for(data, texts, tokenizer, config, o: AnalysisOptions) -> Dataset:
     """The sequences the options ask for, their token ids checked against the vocabulary."""
-    dataset = build_dataset(data, tokenizer, seq_len=o.seq_len, bos=o.bos, per_document=o.per_document,
-                            max_sequences=o.max_sequences, on_long=o.on_long, text_field=o.text_field,
-                            max_positions=max_positions(config, o), texts=texts,
-                            max_length=o.max_length, stride=o.stride)
+    dataset = build_dataset(data, tokenizer, o, max_positions=max_positions(config, o), texts=texts)
     check_vocab(dataset, config)
     return dataset
 
@@ -115,27 +113,15 @@ def run_pass(cap, forward, dataset: Dataset, o: AnalysisOptions, *, dev, desc: s
     saver: resume.PassCheckpoint, or None; batches it has already counted are skipped."""
     with torch.inference_mode(), cap, saver or contextlib.nullcontext():
         done = saver.start(cap, o.resume) if saver else 0
-        bar = progress_bar(total=dataset.shard_tokens(o.batch_size, rank, world),
-                           disable=not o.progress or rank != 0, desc=desc)
-        for n, (ids, valid, seq_index) in enumerate(dataset.batches(o.batch_size, 0, rank=rank, world=world)):
-            if n < done:                           # counted before an interruption (--resume)
-                bar.update(int(valid.sum()))
-                continue
-            ids, valid = ids.to(dev), valid.to(dev)
-            with cap.batch(ids, valid, seq_index.to(dev)):
+        batches = for_each_batch(dataset, o.batch_size, rank=rank, world=world, skip=done,
+                                 progress=o.progress, desc=desc, device=dev)
+        for n, (ids, valid, seq_index) in enumerate(batches, start=done):
+            with cap.batch(ids, valid, seq_index):
                 # No attention_mask: padding sits on the right, so under causal attention no real
                 # token sees it, and no T x T padding mask is ever built.
                 cap.observe_logits(forward(ids))
-            bar.update(int(valid.sum()))
             if saver:
                 saver.after_batch(cap, n + 1)
-        bar.close()
-
-
-def progress_bar(**kwargs):
-    from tqdm.auto import tqdm
-
-    return tqdm(unit="tok", unit_scale=True, leave=False, **kwargs)
 
 
 # -- after the pass ------------------------------------------------------------------------------

@@ -1,4 +1,9 @@
-"""Distinct names for runs of one checkpoint, and the tidy one-row-per-run summary.
+"""The name of a run, distinct names for runs of one checkpoint, and the tidy one-row-per-run
+summary.
+
+A run's name is worked out once, by `run_name` (probe.analyze through source.source_for, the
+interventions and a context sweep; the command line's run folders through `checkpoint_name`):
+the name given, else the checkpoint's, else the model's class.
 
 A run is named after its checkpoint, so the runs of one model in float32 and bfloat16, on two
 data sets or with and without a BOS all carry the same name. `distinct_names` keeps them apart
@@ -14,6 +19,20 @@ import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
+
+
+def checkpoint_name(path) -> str | None:
+    """A checkpoint's name: its folder's, or a GGUF file's without the suffix (None: no path)."""
+    if not path:
+        return None
+    path = Path(str(path))
+    return (path.stem if path.suffix.lower() == ".gguf" else path.name) or None
+
+
+def run_name(given: str | None, path, fallback: str) -> str:
+    """The name of a run: `given` (the name option), else the checkpoint's (checkpoint_name of
+    `path`: a folder, a GGUF file, a hub id), else `fallback` (the model's class name)."""
+    return given or checkpoint_name(path) or fallback
 
 
 def _weights(value: Any) -> str:

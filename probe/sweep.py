@@ -74,10 +74,12 @@ def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | N
           name: str | None = None, progress_line=print, **overrides) -> Sweep:
     """Analyse `model` at each of `lengths` (see the module docstring); returns a Sweep."""
     from . import memory_checks, rope
-    from .analyze import analyze, as_loaded
+    from .analyze import analyze
     from .data import read_data
     from .load import text_config
     from .pipeline import dataset_for
+    from .run_names import run_name as named
+    from .source import as_loaded
 
     lengths = parse_lengths(lengths)
     o = AnalysisOptions.of(options, **overrides).replace(seq_len=max(lengths))
@@ -112,7 +114,7 @@ def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | N
                          f"{max(lengths)} from {flag('seq_len')}")
     n = len(longest.sequences) if as_rows else len(full)
     per_length = counts(n, lengths, longest.bos_token_id is not None, as_rows=as_rows)
-    base = name or o.name or loaded.name or type(loaded.model).__name__
+    base = named(name or o.name, loaded.path, type(loaded.model).__name__)
     result = Sweep(base, lengths)
     for T in lengths:
         progress_line(f"probe: {run_name(base, T)}: {per_length[T]} sequences of {T:,} tokens")

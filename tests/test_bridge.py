@@ -17,7 +17,7 @@ import probe
 import tiny
 from samples import TEXT
 from probe import ProbeError
-from probe.bridge import BridgeCapture, analyze_bridge, build_bridge, is_bridge
+from probe.bridge import BridgeCapture, build_bridge, is_bridge
 from probe.load import describe
 from probe.reorder import reorder_official_q_proj
 
@@ -217,9 +217,12 @@ def test_every_analyze_option_is_honoured_or_refused(checkpoint, tmp_path, monke
     honoured = honoured_cases(tmp_path, bridge.tokenizer)
     unknown = sorted(set(options) - set(honoured) - set(REFUSED))
     assert not unknown, f"probe.analyze options that the bridge path neither honours nor refuses: {unknown}"
-    # probe.analyze and analyze_bridge take the options whole (and data, texts): none is declared twice.
-    for function in (probe.analyze, analyze_bridge):
-        assert list(inspect.signature(function).parameters)[1:4] == ["data", "texts", "options"]
+    # probe.analyze takes the options whole (and data, texts): none is declared twice; the bridge
+    # refuses exactly the options of HF_ONLY.
+    assert list(inspect.signature(probe.analyze).parameters)[1:4] == ["data", "texts", "options"]
+    from probe.source import HF_ONLY
+
+    assert set(HF_ONLY) == set(REFUSED) - {"dtype", "device"}
 
     for option, value in REFUSED.items():
         with pytest.raises(ProbeError, match=option) as err:
@@ -335,7 +338,7 @@ def test_official_layout_is_refused_until_reordered(kind, checkpoint):
             logits = bridge(ids)
         torch.testing.assert_close(logits, reference, atol=LOGITS_TOL, rtol=0)
         torch.testing.assert_close(logits, reference_sdpa, atol=5e-5, rtol=0)
-        analyze_bridge(bridge, texts=[TEXT], seq_len=32, max_sequences=2, progress=False, display_len=0)
+        probe.analyze(bridge, texts=[TEXT], seq_len=32, max_sequences=2, progress=False, display_len=0)
 
 
 @pytest.mark.parametrize("kind", OFFICIAL)
@@ -363,7 +366,7 @@ def test_hooks_are_gone_and_logits_untouched(checkpoint):
     ids = ids_for(seed=3)
     with torch.no_grad():
         plain = bridge(ids)
-    analyze_bridge(bridge, texts=[TEXT], seq_len=32, max_sequences=3, progress=False)
+    probe.analyze(bridge, texts=[TEXT], seq_len=32, max_sequences=3, progress=False)
 
     def live(b):
         return sum(len(hp._forward_hooks) + len(hp._forward_pre_hooks) for hp in b.hook_dict.values())

@@ -1,9 +1,10 @@
 """The import graph of probe/ and reports/: no cycle, neither at import time nor through imports
 inside functions; the event names apart from the bus that builds the metrics; the attention
 kernel asking the family adapter (probe/adapters/attention_terms.py) instead of naming a family;
-the run-directory reader in probe, which reports/ imports (never the other way round); the two
-model sources (analyze.py for Hugging Face models, bridge.py for TransformerLens) sharing
-pipeline.py instead of importing each other; and no module of either package over LINES lines.
+the run-directory reader in probe, which reports/ imports (never the other way round); one
+analysis (analyze.py) over the model sources (source.py: the hooks of capture.py and bridge.py,
+which import neither it nor each other) and one batch loop (batches.py); and no module of either
+package over LINES lines.
 """
 from __future__ import annotations
 
@@ -90,14 +91,19 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_the_sources_do_not_import_each_other():
+def test_one_analysis_over_the_sources():
+    """One recipe (analyze.py) over the sources (source.py); the hooks of each source (capture.py,
+    bridge.py) know neither the recipe nor the other source, and the pass (pipeline.py) no source."""
     everywhere = _graph(top_level=False)
-    assert "probe.analyze" not in everywhere["probe.bridge"]
-    # analyze.py hands a bridge to bridge.py (inside probe.analyze, at call time only).
-    assert "probe.bridge" not in _graph(top_level=True)["probe.analyze"]
-    for source in ("probe.analyze", "probe.bridge"):
-        assert "probe.pipeline" in everywhere[source]
-    assert not {"probe.analyze", "probe.bridge", "probe.capture"} & everywhere["probe.pipeline"]
+    assert "probe.source" in _graph(top_level=True)["probe.analyze"]
+    assert not {"probe.bridge", "probe.capture"} & _graph(top_level=True)["probe.analyze"]
+    for hooks in ("probe.bridge", "probe.capture"):
+        assert not {"probe.analyze", "probe.source", "probe.pipeline"} & everywhere[hooks], hooks
+    assert "probe.capture" not in everywhere["probe.bridge"] and "probe.bridge" not in everywhere["probe.capture"]
+    assert not {"probe.analyze", "probe.source", "probe.bridge", "probe.capture"} & everywhere["probe.pipeline"]
+    # The one batch loop: the pass, the interventions and the exact control, none with its own.
+    for loop in ("probe.pipeline", "probe.interventions", "probe.control"):
+        assert "probe.batches" in everywhere[loop], loop
 
 
 def test_no_import_cycle_even_through_imports_inside_functions():
