@@ -14,14 +14,14 @@ from typing import Iterator
 import torch
 
 
-def for_each_batch(dataset, batch_size: int, *, rank: int, world: int, skip: int = 0,
-                   progress: bool = False, desc: str | None = None,
-                   device=None) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def for_each_batch(dataset, batch_size: int, *, rank: int, world: int, progress: bool, skip: int = 0,
+                   desc: str | None = None, device=None) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """This process's batches of `dataset` (every world-th from rank, Dataset.batches), each
     (input_ids (B, T), valid (B, T), seq_index (B,)), on `device` when one is given.
 
     rank, world: this process and the number of processes (distributed.group(); 0 and 1 alone),
-    never defaulted, so that no loop forgets to share the data out.
+    never defaulted, so that no loop forgets to share the data out; progress: likewise (the
+    options' progress, or False for a loop that shows its own bar).
     skip: batches already counted (a resumed pass): not yielded, but shown as done on the bar.
     progress: a bar of counted tokens (padding and window context left out), on rank 0 only;
     a batch is shown as done once the caller has finished with it (the loop asks for the next).

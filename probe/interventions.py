@@ -116,11 +116,12 @@ def loss_pass(model: nn.Module, dataset, batch_size: int, state: _PassState | No
 
 def shard_pass(model: nn.Module, dataset, batch_size: int, state: _PassState, out: PassStats) -> PassStats:
     """Run this process's batches (every out.world-th from out.rank, as the main pass shards them)
-    through the model with whatever hooks are installed, adding the loss and tokens into `out`."""
+    through the model with whatever hooks are installed, adding the loss and tokens into `out`
+    (no bar of its own: run() shows one over the passes)."""
     dev = next(model.parameters()).device
     try:
         with torch.inference_mode():
-            for ids, valid, _ in for_each_batch(dataset, batch_size, rank=out.rank, world=out.world):
+            for ids, valid, _ in for_each_batch(dataset, batch_size, rank=out.rank, world=out.world, progress=False):
                 state.valid = valid                                     # (B, T), for the hooks
                 ids = ids.to(dev)
                 logits = model(input_ids=ids, use_cache=False).logits   # (B, T, V)

@@ -1,12 +1,14 @@
 """What every analysis does whatever the model source: the pass over the batches, the tables,
 meta.json and summary.json.
 
-    analyze.py (Hugging Face: load, hooks)  \\
-                                             >  pipeline.run_pass -> pipeline.assemble -> Analysis
-    bridge.py (TransformerLens bridge)      /
+    source.HFSource (Hugging Face: load, hooks)    \
+                                                    >  pipeline.run_pass -> pipeline.assemble -> Analysis
+    source.BridgeSource (TransformerLens bridge)   /
 
 A source provides the events (probe/events.py) through a `Pass` (capture.Capture,
 bridge.BridgeCapture) and a `forward(ids) -> logits`; the metrics (probe/metrics/) do the rest.
+The batches come from batches.for_each_batch, the loop the interventions and the exact control
+share.
 """
 from __future__ import annotations
 

@@ -376,3 +376,35 @@ def test_hooks_are_gone_and_logits_untouched(checkpoint):
     with pytest.raises(ProbeError, match="gate= does not apply"):
         probe.analyze(bridge, texts=[TEXT], gate="q_proj:interleaved:elementwise")
     assert is_bridge(bridge) and not is_bridge(bridge.original_model)
+
+
+def _functions_called_in(module, call):
+    """The names of the functions of `module`'s file that run while `call()` runs."""
+    import sys
+
+    file, seen = module.__file__, set()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename == file:
+            seen.add(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def test_one_analysis_two_sources(checkpoint):
+    """probe.analyze of a Hugging Face checkpoint asks bridge.py only whether the model is a
+    bridge; of a bridge, it runs the same recipe (source.py) with the bridge's hooks."""
+    import probe.bridge
+    import probe.source
+
+    path = checkpoint("qwen3")
+    run = dict(texts=[TEXT[:120]], seq_len=16, max_sequences=2, progress=False, display_len=4)
+    assert _functions_called_in(probe.bridge, lambda: probe.analyze(path, **run)) == {"is_bridge"}
+    bridge = build_bridge(path)
+    called = _functions_called_in(probe.source, lambda: probe.analyze(bridge, **run))
+    assert {"source_for", "of", "capture", "forwarding", "display_patterns", "meta"} <= called
+    assert "as_loaded" not in called                       # nothing of the Hugging Face source's

@@ -80,3 +80,101 @@ def test_of_builds_once_and_refuses_what_is_not_options():
         AnalysisOptions.of({"seq_len": 64})
     with pytest.raises(TypeError, match="seq_length="):
         AnalysisOptions.of(None, seq_length=64)
+
+
+# -- the defaults live in AnalysisOptions only ----------------------------------------------------
+
+# Parameters named like a field of AnalysisOptions that mean something else there: a reducer's
+# tensor device or dtype, the bootstrap's or a graft's own seed, a column's name.
+OTHER_MEANING = {"device", "dtype", "seed", "name"}
+# (module, parameter) -> why it keeps a default of its own. Every entry must still be needed (a
+# stale one fails the test): delete it when the default goes.
+OWN_DEFAULTS = {
+    ("probe/check.py", "seq_len"): "probe check's own short pass, not an analysis",
+    ("probe/check.py", "batch_size"): "probe check's own short pass, not an analysis",
+    ("probe/train/evaluate.py", "batch_size"): "probe train's evaluation batches",
+    ("probe/plotting.py", "thresholds"): "which of the counted thresholds a figure draws",
+    ("probe/documents.py", "text_field"): "the file reader probe train shares; every analysis "
+                                          "passes options.text_field",
+    # Step 1 of docs/redesign-plan.md (the metrics and Pass take the options whole) removes these.
+    ("probe/bus.py", "anatomy"): "Pass, until it takes the options whole",
+    ("probe/bus.py", "loss_by_position"): "Pass, until it takes the options whole",
+    ("probe/metrics/anatomy.py", "anatomy"): "the metrics, until they take the options whole",
+    ("probe/metrics/loss.py", "loss_by_position"): "the metrics, until they take the options whole",
+    ("probe/metrics/sparsity.py", "thresholds"): "the metrics, until they take the options whole",
+}
+
+
+def _keyword_defaults(tree):
+    """(parameter, line) of every parameter with a default other than None."""
+    import ast
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            a = node.args
+            positional = a.posonlyargs + a.args
+            pairs = list(zip(positional[len(positional) - len(a.defaults):], a.defaults))
+            pairs += [(arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+            for arg, default in pairs:
+                if not (isinstance(default, ast.Constant) and default.value is None):
+                    yield arg.arg, node.lineno
+
+
+def test_no_module_but_options_defaults_an_option():
+    """An analysis option's default is written once, in AnalysisOptions: a function that takes
+    `seq_len=512` or `thresholds=THRESHOLDS` of its own gives a caller who forgot to pass the
+    option the default silently, and drifts when the option's default changes. None (not given,
+    read from the options) is allowed."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    fields = {f.name for f in dataclasses.fields(AnalysisOptions)} - OTHER_MEANING
+    found = {}
+    for path in sorted((root / "probe").rglob("*.py")):
+        module = path.relative_to(root).as_posix()
+        if module == "probe/options.py":
+            continue
+        for parameter, line in _keyword_defaults(ast.parse(path.read_text(encoding="utf-8"))):
+            if parameter in fields:
+                found.setdefault((module, parameter), line)
+    new = {f"{m}:{line} {p}=" for (m, p), line in found.items() if (m, p) not in OWN_DEFAULTS}
+    assert not new, f"defaults of analysis options outside probe/options.py (take the options whole): {sorted(new)}"
+    stale = set(OWN_DEFAULTS) - set(found)
+    assert not stale, f"OWN_DEFAULTS entries no longer needed (delete them): {sorted(stale)}"
+
+
+def test_the_default_check_finds_a_default(tmp_path):
+    import ast
+
+    tree = ast.parse("def f(x, seq_len=512, *, anatomy=False, tokenizer=None): pass\n"
+                     "g = lambda thresholds=(0.1,): thresholds\n")
+    assert sorted(p for p, _ in _keyword_defaults(tree)) == ["anatomy", "seq_len", "thresholds"]
+
+
+def test_the_options_reach_the_sources_whole(loaded):
+    """Capture and build_dataset take an AnalysisOptions (fields as checked overrides), so a
+    misspelt option is a TypeError, never swallowed."""
+    import torch
+
+    from probe.capture import Capture
+    from probe.data import build_dataset
+
+    lm = loaded("qwen3")
+    model, layout = lm.model, lm.layout
+    cap = Capture(model, layout, AnalysisOptions(thresholds=(0.5, 0.25)))
+    assert next(iter(cap.sparsity.values())).thresholds == (0.5, 0.25)
+    assert next(iter(Capture(model, layout, thresholds=[0.5]).sparsity.values())).thresholds == (0.5,)
+    with pytest.raises(TypeError, match="threshold="):
+        Capture(model, layout, threshold=(0.5,))
+    with pytest.raises(ProbeError, match="thresholds="):
+        Capture(model, layout, thresholds=(-1,))
+    ids = torch.arange(3, 40)                                # a 1-D stream, cut into seq_len
+    ds = build_dataset(ids, None, AnalysisOptions(seq_len=16, bos="none"), max_positions=None)
+    assert [s.tolist() for s in ds.sequences] == [ids[:16].tolist(), ids[16:32].tolist(), ids[32:].tolist()]
+    assert build_dataset(ids, None, seq_len=16, bos="none").digest() == ds.digest()
+    with pytest.warns(UserWarning, match="lowered to the model's 8 positions"):
+        capped = build_dataset(ids, None, seq_len=16, max_positions=8)
+    assert [len(s) for s in capped.sequences] == [8] * 4 + [5]
+    with pytest.raises(TypeError, match="seqlen="):
+        build_dataset(ids, None, seqlen=16)
