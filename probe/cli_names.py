@@ -8,11 +8,12 @@ from pathlib import Path
 
 from . import errors
 from .errors import ProbeError
-from .run_names import checkpoint_name
 
 
 def _run_name(checkpoint: str) -> str:
     """runs/<folder> for a checkpoint folder, runs/<stem> for a model.gguf file (run_names.py)."""
+    from .run_names import checkpoint_name       # not at import: `probe --help` reads none of it
+
     return checkpoint_name(checkpoint) or ""
 
 

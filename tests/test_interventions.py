@@ -256,3 +256,20 @@ def test_hooks_are_removed_when_an_intervention_pass_fails(official, dataset, mo
     assert calls["n"] == 4
     assert hook_count(official.model) == before
     assert not attention.observed(official.model) and official.model.config._attn_implementation == "sdpa"
+
+
+def test_the_options_whole_give_the_same_table(frame, official, dataset):
+    """run(loaded, dataset, options): batch_size, progress, name and the kinds from the
+    AnalysisOptions, the same table as their overrides."""
+    from probe.options import AnalysisOptions
+
+    with pytest.warns(UserWarning, match="massive_zero'?: no activation reached the threshold"):
+        again = interventions.run(official, dataset, AnalysisOptions(batch_size=2, progress=False))
+    pd.testing.assert_frame_equal(again, frame, check_exact=True)
+    assert set(frame.model) == {"official_headwise"}           # the checkpoint's name (run_names.py)
+    only = interventions.run(official, dataset, AnalysisOptions(batch_size=2, interventions="gate_one",
+                                                                name="m", progress=False))
+    assert set(only.intervention) == {"none", "gate_one"} and set(only.model) == {"m"}
+    pd.testing.assert_frame_equal(only[only.intervention == "gate_one"].reset_index(drop=True),
+                                  frame[frame.intervention == "gate_one"].reset_index(drop=True).assign(model="m"),
+                                  check_exact=True)
