@@ -43,10 +43,15 @@ class Source(Protocol):
                              # checkpoint: what meta.json and the resume fingerprint describe
     name: str                # the run's name (source_for)
     dtype: str               # what the weights hold ("float32", ...)
-    rank: int                # this process and the processes that share the batches out
-    world: int
-    shards: bool             # whether torchrun processes share the batches out (else refused)
+    rank: int                # this process and the processes that share the batches out (a
+    world: int               # source that cannot share them refuses torchrun: 0 and 1)
 
+    @property
+    def layout(self): ...                              # the ModelLayout: layers, gate, heads
+    @property
+    def tokenizer(self): ...
+    @property
+    def config(self): ...                              # the text config
     @property
     def device(self) -> torch.device: ...              # where the batches go
     @property
@@ -71,6 +76,8 @@ def source_for(model, o: AnalysisOptions) -> Source:
 
 @dataclasses.dataclass
 class _Common:
+    """What both sources hold and read the same way."""
+
     loaded: LoadedModel
     dtype: str
     name_from: str | None = None      # what the default name is read from (a checkpoint, a hub id)
@@ -102,8 +109,6 @@ class _Common:
 
 @dataclasses.dataclass
 class HFSource(_Common):
-    shards = True
-
     @classmethod
     def of(cls, model, o: AnalysisOptions) -> "HFSource":
         """Load a checkpoint (or take a model object as it is: a dtype or device asked for must
@@ -247,7 +252,6 @@ class BridgeSource(_Common):
 
     bridge: object = None
     gate_dim: int | None = None
-    shards = False
 
     @classmethod
     def of(cls, bridge, o: AnalysisOptions) -> "BridgeSource":
