@@ -172,14 +172,16 @@ PAPER_VALUES: dict[int, Callable[[], str]] = {
 
 # Built when asked, so that they always quote the constants' current values.
 RULES: dict[int, Callable[[], str]] = {
-    1: lambda: (f"intervals: mean gate < {MEAN_GATE_MAX:g}, share < {LOW_GATE:g} > {LOW_GATE_SHARE_MIN:g}; "
-                f"opposite: mean gate > {NO_PREFERENCE_GATE:g} or share < {LOW_GATE:g}. No interval: mean gate "
-                f"≤ {MEAN_GATE_MAX:g}, share ≥ {LOW_GATE_SHARE_MIN:g}"),
+    1: lambda: (f"intervals: mean gate < {MEAN_GATE_MAX:g} and share of scores below {LOW_GATE:g} > "
+                f"{LOW_GATE_SHARE_MIN:g}; opposite: mean gate > {NO_PREFERENCE_GATE:g} or that share < "
+                f"{LOW_GATE:g} (a uniform spread's). No interval: mean gate ≤ {MEAN_GATE_MAX:g} and that share "
+                f"≥ {LOW_GATE_SHARE_MIN:g}"),
     2: lambda: (f"τ = {SPARSITY_THRESHOLD:g}, mean over layers: ungated < control < dynamic gate; interval of "
                 f"dynamic − ungated (the control has none). No interval: each step ≥ {SPARSITY_MIN_STEP:g}"),
-    3: lambda: (f"baseline F-Attn ≥ {SINK_MIN_RATIO:g}× uniform; interval of baseline − gated F-Attn ÷ uniform. "
-                f"No interval: gated ≤ 1/{F_ATTN_MIN_REDUCTION:g} of the baseline's"),
-    4: lambda: f"interval of baseline − gated M-Act. No interval: gated ≤ 1/{M_ACT_MIN_REDUCTION:g} of the baseline's",
+    3: lambda: (f"baseline F-Attn ≥ {SINK_MIN_RATIO:g}× uniform; interval of baseline − gated (F-Attn ÷ uniform) "
+                f"above 0. No interval: gated ≤ 1/{F_ATTN_MIN_REDUCTION:g} of the baseline's"),
+    4: lambda: (f"interval of baseline − gated M-Act above 0. No interval: gated ≤ 1/{M_ACT_MIN_REDUCTION:g} of "
+                "the baseline's"),
 }
 
 
@@ -218,8 +220,8 @@ def _sparse_gate(runs: Runs) -> list[_Row]:
         mean, share = gate_numbers(runs, model, LOW_GATE)
         numbers = {"mean_gate": mean, f"share_below_{LOW_GATE:g}": share}
         found = ci.gate_intervals(runs, model)
-        measured = (f"{model}: mean gate {_fmt(mean)}{ci.bracket(found and found[0])}, share < {LOW_GATE:g} "
-                    f"{_fmt(share)}{ci.bracket(found and found[1])}")
+        measured = (f"{model}: mean gate {_fmt(mean)}{ci.bracket(found and found[0])}, share of scores below "
+                    f"{LOW_GATE:g}: {_fmt(share)}{ci.bracket(found and found[1])}")
         if (broken := nonfinite_reason(runs, [model])) is not None:
             verdict = _untestable(broken)
         elif math.isnan(mean) or math.isnan(share):
@@ -303,6 +305,17 @@ def _pairs(runs: Runs, declared, claim: int, measure) -> tuple[list[tuple[str, s
     return matched, rows
 
 
+def how_many_times(factor: float, subject: str) -> str:
+    """" (the gated 2.97× smaller)" for a baseline / gated factor above 1, " (... 1.14× larger)"
+    below it: never "0.876× smaller" for a value that grew. Nothing when the factor is missing."""
+    if math.isnan(factor) or factor <= 0:
+        return ""
+    if factor == 1:
+        return f" ({subject} the same)"
+    return (f" ({subject} {_fmt(factor)}× smaller)" if factor > 1
+            else f" ({subject} {_fmt(1 / factor)}× larger)")
+
+
 def _ratio(numerator: float, denominator: float) -> float:
     """numerator / denominator; NaN where either is missing or the denominator is 0."""
     if math.isnan(numerator) or math.isnan(denominator) or denominator == 0:
@@ -359,7 +372,7 @@ def _massive(runs: Runs, declared=None) -> list[_Row]:
         factor = _ratio(numbers["baseline_m_act"], numbers["gated_m_act"])
         numbers["factor"] = factor
         found = ci.m_act_difference(runs, base, gated)
-        measured = (f"{measure(base)}; {measure(gated)} ({_fmt(factor)}× smaller)"
+        measured = (f"{measure(base)}; {measure(gated)}{how_many_times(factor, 'the gated')}"
                     + ci.paired_text(found, "M-Act"))
         missing = [model for model, key in ((base, "baseline_m_act"), (gated, "gated_m_act"))
                    if math.isnan(numbers[key])]

@@ -253,6 +253,29 @@ def test_claim4_flips_across_its_rule(copy_runs):
         == NOT_CONSISTENT
 
 
+def test_the_factor_says_larger_when_the_gated_value_grew(copy_runs):
+    """The real models read "M-Act 18,114 vs 20,689 (0.876x smaller)": the gated value was 1.14x
+    larger. The words follow the direction; the number is always at least 1."""
+    runs = copy_runs("baseline", "headwise")
+    base, gated = (csv_numbers(runs[name])["m_act"] for name in ("baseline", "headwise"))
+    scale_m_act(runs["headwise"], base * 1.14 / gated)
+    text = table_of(runs).query("claim == 4")["these runs"].iloc[0]
+    assert "(the gated 1.14× larger)" in text and "smaller" not in text
+    scale_m_act(runs["headwise"], 1 / 1.14 / 2.5)
+    text = table_of(runs).query("claim == 4")["these runs"].iloc[0]
+    assert "(the gated 2.5× smaller)" in text and "larger" not in text
+    assert claims.how_many_times(1.0, "x") == " (x the same)" and claims.how_many_times(np.nan, "x") == ""
+
+
+def test_the_gate_share_reads_as_words_not_two_comparisons(run_dirs):
+    """The console's rule line read "share < 0.1 > 0.25"."""
+    table = claims_table(run_dirs["headwise"])
+    rule, measured = table["rule"].iloc[0], table["these runs"].iloc[0]
+    assert "share of scores below 0.1 > 0.25" in rule and "< 0.1 >" not in rule
+    assert re.search(r"share of scores below 0\.1: [0-9.]+", measured)
+    assert "< 0.1 >" not in claims.claims_text(table)
+
+
 def drop_layer_as_nan(run: Path, layer: int) -> None:
     """What probe writes when a NaN weight makes a layer all NaN: no finite statistic for that
     layer (its massive.csv rows are left out) and the count in meta.json."""
