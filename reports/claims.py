@@ -24,7 +24,7 @@ from reports.claim_numbers import (f_attn_of, gate_numbers, m_act_of,  # noqa: F
                                    nonfinite_reason, sparsity_numbers, uniform_of)
 from reports.claim_numbers import fmt as _fmt
 from reports import claim_intervals as ci
-from reports.claims_pairs import NOT_COMPARABLE, pairing
+from reports.claims_pairs import NOT_COMPARABLE, split_pairs
 from reports.claims_paper import paper_sparsity, table4
 from reports.runs import Runs, load_runs
 from reports.schema import HEADLINE_THRESHOLDS, VARIANT_LABELS
@@ -139,21 +139,6 @@ def rules_caption() -> str:
             f"\"{WITHIN_NOISE}\" when it holds zero; without intervals \"{BELOW_THRESHOLD}\" or "
             f"\"{NOT_CONSISTENT}\" by the point values. Claims 3-4 need a matched pair (same token ids; "
             f"arms of one probe train run, a graft and its base, or --pair): else \"{NOT_COMPARABLE}\".")
-
-
-def claims_text(table: pd.DataFrame) -> str:
-    """The table as indented text blocks for a terminal (`probe compare`)."""
-    if len(table) and table["verdict"].str.endswith(NO_GATED).all():
-        return f"Claims of the paper: {NO_GATED}."
-    lines = ["Claims of the paper, checked in direction (reports.claims_table; thresholds in "
-             "reports/claims.py; brackets: 95% intervals over sequences):"]
-    for values in table.to_dict("records"):
-        lines.append(f"[{values['claim']}] {values['statement']} ({values['models']}): "
-                     f"{values['verdict']}")
-        lines.append(f"    these runs: {values['these runs']}")
-        lines.append(f"    paper:      {values['paper']}")
-        lines.append(f"    rule:       {values['rule']}")
-    return "\n".join(lines)
 
 
 def has_gated(runs: Any) -> bool:
@@ -292,16 +277,10 @@ def _unpaired(runs: Runs, claim: int, measure: Callable[[str], str]) -> list[_Ro
 
 
 def _pairs(runs: Runs, declared, claim: int, measure) -> tuple[list[tuple[str, str]], list[_Row]]:
-    """(matched pairs, rows of the pairs that are not comparable, with the reason)."""
-    matched, rows = [], []
-    for gated in runs.gated_models:
-        for base in runs.ungated_models:
-            why = pairing(runs, base, gated, declared)
-            if why is None:
-                matched.append((base, gated))
-            else:
-                rows.append(_Row(claim, f"{base} vs {gated}", f"{measure(base)}; {measure(gated)}",
-                                 f"{NOT_COMPARABLE}: {why}"))
+    """(matched pairs, one row per baseline and reason for the pairs that are not comparable)."""
+    matched, unmatched = split_pairs(runs, declared)
+    rows = [_Row(claim, f"{base} vs {', '.join(gated)}", "; ".join(measure(m) for m in (base, *gated)),
+                 f"{NOT_COMPARABLE}: {why}") for base, gated, why in unmatched]
     return matched, rows
 
 
