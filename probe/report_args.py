@@ -47,7 +47,8 @@ def groups_of(texts, runs):
 def print_claims(analyses, pairs=None) -> None:
     """The paper's claims checked on these models (Analysis objects or run directories;
     reports/claims.py has the rules)."""
-    from reports.claims import claims_table, claims_text
+    from reports.claims import claims_table
+    from reports.claims_console import claims_text
 
     print()
     print(claims_text(claims_table(analyses, pairs=pairs)))

@@ -96,9 +96,10 @@ def bracket(found) -> str:
 
 
 def paired_text(found, what: str) -> str:
-    """"; baseline minus gated ... [lo, hi], ratio ... [lo, hi]" of a paired bootstrap, or nothing."""
+    """"; baseline − gated ... [lo, hi], baseline ÷ gated ... [lo, hi]" of a paired bootstrap, or nothing."""
     if not found:
         return ""
     d, r = found["difference"], found["ratio"]
-    return (f"; baseline minus gated {what} {fmt(d[0])}{bracket(d)}, ratio {fmt(r[0])}{bracket(r)} "
+    quantity = f"({what})" if " " in what else what
+    return (f"; baseline − gated {quantity} {fmt(d[0])}{bracket(d)}, baseline ÷ gated {fmt(r[0])}{bracket(r)} "
             "(paired bootstrap)")

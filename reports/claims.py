@@ -24,7 +24,7 @@ from reports.claim_numbers import (f_attn_of, gate_numbers, m_act_of,  # noqa: F
                                    nonfinite_reason, sparsity_numbers, uniform_of)
 from reports.claim_numbers import fmt as _fmt
 from reports import claim_intervals as ci
-from reports.claims_pairs import NOT_COMPARABLE, pairing
+from reports.claims_pairs import NOT_COMPARABLE, split_pairs
 from reports.claims_paper import paper_sparsity, table4
 from reports.runs import Runs, load_runs
 from reports.schema import HEADLINE_THRESHOLDS, VARIANT_LABELS
@@ -141,21 +141,6 @@ def rules_caption() -> str:
             f"arms of one probe train run, a graft and its base, or --pair): else \"{NOT_COMPARABLE}\".")
 
 
-def claims_text(table: pd.DataFrame) -> str:
-    """The table as indented text blocks for a terminal (`probe compare`)."""
-    if len(table) and table["verdict"].str.endswith(NO_GATED).all():
-        return f"Claims of the paper: {NO_GATED}."
-    lines = ["Claims of the paper, checked in direction (reports.claims_table; thresholds in "
-             "reports/claims.py; brackets: 95% intervals over sequences):"]
-    for values in table.to_dict("records"):
-        lines.append(f"[{values['claim']}] {values['statement']} ({values['models']}): "
-                     f"{values['verdict']}")
-        lines.append(f"    these runs: {values['these runs']}")
-        lines.append(f"    paper:      {values['paper']}")
-        lines.append(f"    rule:       {values['rule']}")
-    return "\n".join(lines)
-
-
 def has_gated(runs: Any) -> bool:
     return bool(load_runs(runs).gated_models)
 
@@ -172,14 +157,16 @@ PAPER_VALUES: dict[int, Callable[[], str]] = {
 
 # Built when asked, so that they always quote the constants' current values.
 RULES: dict[int, Callable[[], str]] = {
-    1: lambda: (f"intervals: mean gate < {MEAN_GATE_MAX:g}, share < {LOW_GATE:g} > {LOW_GATE_SHARE_MIN:g}; "
-                f"opposite: mean gate > {NO_PREFERENCE_GATE:g} or share < {LOW_GATE:g}. No interval: mean gate "
-                f"≤ {MEAN_GATE_MAX:g}, share ≥ {LOW_GATE_SHARE_MIN:g}"),
+    1: lambda: (f"intervals: mean gate < {MEAN_GATE_MAX:g} and share of scores below {LOW_GATE:g} > "
+                f"{LOW_GATE_SHARE_MIN:g}; opposite: mean gate > {NO_PREFERENCE_GATE:g} or that share < "
+                f"{LOW_GATE:g} (a uniform spread's). No interval: mean gate ≤ {MEAN_GATE_MAX:g} and that share "
+                f"≥ {LOW_GATE_SHARE_MIN:g}"),
     2: lambda: (f"τ = {SPARSITY_THRESHOLD:g}, mean over layers: ungated < control < dynamic gate; interval of "
                 f"dynamic − ungated (the control has none). No interval: each step ≥ {SPARSITY_MIN_STEP:g}"),
-    3: lambda: (f"baseline F-Attn ≥ {SINK_MIN_RATIO:g}× uniform; interval of baseline − gated F-Attn ÷ uniform. "
-                f"No interval: gated ≤ 1/{F_ATTN_MIN_REDUCTION:g} of the baseline's"),
-    4: lambda: f"interval of baseline − gated M-Act. No interval: gated ≤ 1/{M_ACT_MIN_REDUCTION:g} of the baseline's",
+    3: lambda: (f"baseline F-Attn ≥ {SINK_MIN_RATIO:g}× uniform; interval of baseline − gated (F-Attn ÷ uniform) "
+                f"above 0. No interval: gated ≤ 1/{F_ATTN_MIN_REDUCTION:g} of the baseline's"),
+    4: lambda: (f"interval of baseline − gated M-Act above 0. No interval: gated ≤ 1/{M_ACT_MIN_REDUCTION:g} of "
+                "the baseline's"),
 }
 
 
@@ -218,8 +205,8 @@ def _sparse_gate(runs: Runs) -> list[_Row]:
         mean, share = gate_numbers(runs, model, LOW_GATE)
         numbers = {"mean_gate": mean, f"share_below_{LOW_GATE:g}": share}
         found = ci.gate_intervals(runs, model)
-        measured = (f"{model}: mean gate {_fmt(mean)}{ci.bracket(found and found[0])}, share < {LOW_GATE:g} "
-                    f"{_fmt(share)}{ci.bracket(found and found[1])}")
+        measured = (f"{model}: mean gate {_fmt(mean)}{ci.bracket(found and found[0])}, share of scores below "
+                    f"{LOW_GATE:g}: {_fmt(share)}{ci.bracket(found and found[1])}")
         if (broken := nonfinite_reason(runs, [model])) is not None:
             verdict = _untestable(broken)
         elif math.isnan(mean) or math.isnan(share):
@@ -290,17 +277,22 @@ def _unpaired(runs: Runs, claim: int, measure: Callable[[str], str]) -> list[_Ro
 
 
 def _pairs(runs: Runs, declared, claim: int, measure) -> tuple[list[tuple[str, str]], list[_Row]]:
-    """(matched pairs, rows of the pairs that are not comparable, with the reason)."""
-    matched, rows = [], []
-    for gated in runs.gated_models:
-        for base in runs.ungated_models:
-            why = pairing(runs, base, gated, declared)
-            if why is None:
-                matched.append((base, gated))
-            else:
-                rows.append(_Row(claim, f"{base} vs {gated}", f"{measure(base)}; {measure(gated)}",
-                                 f"{NOT_COMPARABLE}: {why}"))
+    """(matched pairs, one row per baseline and reason for the pairs that are not comparable)."""
+    matched, unmatched = split_pairs(runs, declared)
+    rows = [_Row(claim, f"{base} vs {', '.join(gated)}", "; ".join(measure(m) for m in (base, *gated)),
+                 f"{NOT_COMPARABLE}: {why}") for base, gated, why in unmatched]
     return matched, rows
+
+
+def how_many_times(factor: float, subject: str) -> str:
+    """" (the gated 2.97× smaller)" for a baseline / gated factor above 1, " (... 1.14× larger)"
+    below it: never "0.876× smaller" for a value that grew. Nothing when the factor is missing."""
+    if math.isnan(factor) or factor <= 0:
+        return ""
+    if factor == 1:
+        return f" ({subject} the same)"
+    return (f" ({subject} {_fmt(factor)}× smaller)" if factor > 1
+            else f" ({subject} {_fmt(1 / factor)}× larger)")
 
 
 def _ratio(numerator: float, denominator: float) -> float:
@@ -359,7 +351,7 @@ def _massive(runs: Runs, declared=None) -> list[_Row]:
         factor = _ratio(numbers["baseline_m_act"], numbers["gated_m_act"])
         numbers["factor"] = factor
         found = ci.m_act_difference(runs, base, gated)
-        measured = (f"{measure(base)}; {measure(gated)} ({_fmt(factor)}× smaller)"
+        measured = (f"{measure(base)}; {measure(gated)}{how_many_times(factor, 'the gated')}"
                     + ci.paired_text(found, "M-Act"))
         missing = [model for model, key in ((base, "baseline_m_act"), (gated, "gated_m_act"))
                    if math.isnan(numbers[key])]

@@ -84,3 +84,22 @@ def pairing(runs: Runs, base: str, gated: str, declared=None) -> str | None:
         return None
     return ("not arms of one probe train run nor a graft of this baseline; declare the pair with "
             f"--pair {base}:{gated} if it is one")
+
+
+def split_pairs(runs: Runs, declared=None):
+    """(matched (base, gated) pairs, not-comparable groups (base, [gated, ...], why)): the gated
+    models one baseline is not comparable with for one reason share a group, so that a second
+    baseline beside a training run's arms is one line of the claims, not one per arm."""
+    matched, groups = [], {}
+    for gated in runs.gated_models:
+        for base in runs.ungated_models:
+            why = pairing(runs, base, gated, declared)
+            if why is None:
+                matched.append((base, gated))
+                continue
+            # The --pair hint names the gated model; a group of several says GATED instead.
+            key = (base, why.replace(f"--pair {base}:{gated}", f"--pair {base}:GATED"))
+            groups.setdefault(key, []).append((gated, why))
+    unmatched = [(base, [g for g, _ in members], members[0][1] if len(members) == 1 else generic)
+                 for (base, generic), members in groups.items()]
+    return matched, unmatched

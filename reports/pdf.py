@@ -147,11 +147,16 @@ def _rows_after_in_table(rows: list[Row], index: int) -> int:
     return count
 
 
+def _only_the_cover(pages: list[Page]) -> bool:
+    return len(pages) == 1 and len(pages[0].rows) == 1
+
+
 def _paginate(rows: list[Row], first_title: str) -> list[Page]:
     """Rows onto pages. A table stays whole where it fits on a page; it breaks (header repeated,
     at least WIDOW_ROWS rows carried to the caption's page) only when it is taller than a page,
     or when its heading and it together are: then it starts under its heading instead of leaving
-    the heading alone at the foot of a half-empty page."""
+    the heading alone at the foot of a half-empty page; and after the cover, which it does not
+    leave alone on page 1."""
     pages: list[Page] = []
     y = _BODY_BOTTOM_IN  # forces a first page
     last_table = None
@@ -174,6 +179,13 @@ def _paginate(rows: list[Row], first_title: str) -> list[Page]:
                 # A heading before a figure too tall to share the page: it starts a page, with
                 # the figure drawn under it, rather than stay alone at the foot of this one.
                 extra = max(0.0, capacity - row.height - 0.01)
+        elif (_only_the_cover(pages) and row.heading and following is not None
+              and following.table is not None and row.height + extra > _BODY_BOTTOM_IN - y):
+            # The first section after the cover: its table starts under the cover and breaks
+            # where the page ends (a page of contents alone was half empty).
+            breaking.add(id(following.table))
+            start = rows[index + 1:index + 1 + WIDOW_ROWS]
+            extra = sum(r.height for r in start) + (following.header.height if following.header else 0)
         if (row.table is not None and id(row.table) in breaking
                 and _rows_after_in_table(rows, index) >= WIDOW_ROWS):
             extra = 0.0  # a breaking table: rows go where there is room, the last ones together

@@ -60,9 +60,17 @@ def styled(function: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+# seaborn's colorblind palette reordered so that the first seven are far apart, with black (an
+# Okabe-Ito colour too) as the 7th: in its own order the 4th (vermillion) sat next to the 2nd
+# (orange) and the 7th (light pink) next to the 5th (pink), which made a graft experiment's seven
+# trajectories hard to tell apart.
+_PALETTE_ORDER = (0, 1, 2, 4, 7, 9, None, 5, 8, 6, 3)
+
+
 def model_colors(models: Sequence[str]) -> dict[str, tuple[float, float, float]]:
     """A fixed colour per model, by position, so a model has one colour in every figure."""
-    palette = sns.color_palette("colorblind", max(len(models), 1))
+    colorblind = sns.color_palette("colorblind", 10)
+    palette = [(0.0, 0.0, 0.0) if i is None else colorblind[i] for i in _PALETTE_ORDER]
     return {model: palette[index % len(palette)] for index, model in enumerate(models)}
 
 

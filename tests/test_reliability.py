@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import probe
 import tiny
 from samples import TEXT
 from probe.cli import main
+from probe.interventions import NO_GATE, NOTHING_ZEROED
 
 
 def one_error_line(capsys, argv, *, code=2) -> str:
@@ -198,7 +200,9 @@ def test_inf_in_one_sequence_is_counted_and_the_other_kept(checkpoint, text_file
                         float("inf"), first)
     out = tmp_path / "run"
     with pytest.warns(UserWarning, match="NaN/Inf activation values were seen"), \
-            pytest.warns(UserWarning, match="F-Attn left out 64 queries whose attention output was not finite"):
+            pytest.warns(UserWarning, match="F-Attn left out 64 queries whose attention output was not finite"), \
+            pytest.warns(UserWarning, match="mean_gate,gate_one,gate_zero: " + re.escape(NO_GATE)), \
+            pytest.warns(UserWarning, match="massive_zero: " + re.escape(NOTHING_ZEROED)):
         assert main(analyze_args(ckpt, out, "--data", str(text_file), "--interventions")) == 0
     meta = json.loads((out / "meta.json").read_text())
     bad = meta["nonfinite_activations"]
@@ -493,7 +497,8 @@ def test_a_nan_in_one_kv_heads_values_drops_only_that_heads_queries(checkpoint, 
     args = dict(data=str(text_file), seq_len=16, max_sequences=2, progress=False)
     clean = probe.analyze(str(checkpoint("qwen3")), **args).first_token
     # Layer 1's 2 x 16 queries miss heads 0 and 1; every later layer sees NaN in every head.
-    with pytest.warns(UserWarning, match=r"F-Attn left out 96 queries .*\(by layer: 1: 32, 2: 32, 3: 32\)"):
+    with pytest.warns(UserWarning, match=r"F-Attn left out 96 queries .*\(by layer: 1: 32, 2: 32, 3: 32\)"), \
+            pytest.warns(UserWarning, match="NaN/Inf activation values were seen .*finite values only"):
         broken = probe.analyze(str(ckpt), **args).first_token
 
     def cells(frame, metric):

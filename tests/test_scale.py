@@ -235,7 +235,8 @@ def test_meta_records_seq_len_and_stride_as_asked_and_as_run(checkpoint, tmp_pat
     data.write_text(json.dumps({"input_ids": list(range(3, 103))}) + "\n")
     path = checkpoint("llama")
     with tiny.single_thread():
-        plain = probe.analyze(path, str(data), seq_len=24, bos="none", progress=False)
+        with pytest.warns(UserWarning, match="1 of 1 documents longer than 24 tokens were truncated to 24"):
+            plain = probe.analyze(path, str(data), seq_len=24, bos="none", progress=False)
         windowed = probe.analyze(path, str(data), per_document=True, max_length=40, bos="none", progress=False)
     assert plain.meta["seq_len"] == 24
     assert plain.meta["windows"] == {"max_length": None, "stride": None, "on_long": "truncate",

@@ -21,14 +21,10 @@ import torch
 from huggingface_hub.dataclasses import strict
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
-from transformers.models.llama.modeling_llama import (
-    ALL_ATTENTION_FUNCTIONS,
-    LlamaAttention,
-    apply_rotary_pos_emb,
-    eager_attention_forward,
-)
+from transformers.models.llama.modeling_llama import LlamaAttention
 
 from ..gates import ACTIVATIONS, scaled_sigmoid_name
+from .attend import attend
 
 MODEL_TYPE = "grafted_llama"
 GATES = ("headwise", "elementwise")
@@ -72,18 +68,8 @@ class GraftedLlamaAttention(LlamaAttention):
         query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)   # (B, H, T, D)
         key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)     # (B, KV, T, D)
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        cos, sin = position_embeddings
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
-        if cache is not None:
-            key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
-
-        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
-                                                          eager_attention_forward)
-        attn_output, attn_weights = attention(
-            self, query_states, key_states, value_states, attention_mask,
-            dropout=0.0 if not self.training else self.attention_dropout,
-            scaling=self.scaling, **kwargs,
-        )
+        attn_output, attn_weights = attend(self, query_states, key_states, value_states, position_embeddings,
+                                           attention_mask, cache, **kwargs)
         # attn_output (B, T, H, D); gate (B, T, H, Dg), Dg = 1 broadcasts over the head's dims.
         gate = self.gate_act(self.gate_proj(hidden_states).view(*lead, self.num_heads, self.gate_dim))
         attn_output = (attn_output * gate).reshape(*lead, -1).contiguous()

@@ -14,13 +14,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers import Qwen3Config, Qwen3ForCausalLM
-from transformers.models.qwen3.modeling_qwen3 import (
-    ALL_ATTENTION_FUNCTIONS,
-    Qwen3Attention,
-    apply_rotary_pos_emb,
-    eager_attention_forward,
-)
+from transformers.models.qwen3.modeling_qwen3 import Qwen3Attention
 
+from .attend import attend
 from .official_flags import granularity as official_gate_granularity
 
 
@@ -67,18 +63,8 @@ class OfficialGatedQwen3Attention(Qwen3Attention):
         query_states = self.q_norm(query).transpose(1, 2)        # (B, H, T, D)
         key_states = self.k_norm(self.k_proj(hidden_states).view(hidden_shape)).transpose(1, 2)
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-        cos, sin = position_embeddings
-        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
-        if cache is not None:
-            key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
-
-        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
-                                                          eager_attention_forward)
-        attn_output, attn_weights = attention(
-            self, query_states, key_states, value_states, attention_mask,
-            dropout=0.0 if not self.training else self.attention_dropout,
-            scaling=self.scaling, sliding_window=self.sliding_window, **kwargs,
-        )
+        attn_output, attn_weights = attend(self, query_states, key_states, value_states, position_embeddings,
+                                           attention_mask, cache, **kwargs)
         # attn_output (B, T, H, D): the gate (Dg = 1 or D) scales each head or each element.
         attn_output = attn_output * torch.sigmoid(gate)
         attn_output = attn_output.reshape(*lead, -1).contiguous()

@@ -44,6 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=d.lr, help=f"peak learning rate (default {d.lr:g})")
     p.add_argument("--warmup", type=float, default=d.warmup,
                    help="warmup: a fraction of the steps (< 1) or a number of steps (default 0.05)")
+    p.add_argument("--min-lr-ratio", type=float, default=d.min_lr_ratio, metavar="R",
+                   help=f"after warmup the learning rate decays along a cosine to R x --lr at the last "
+                        f"step (default {d.min_lr_ratio:g}); 1: constant after warmup")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
     p.add_argument("--grad-clip", type=float, default=d.grad_clip, help="clip the gradient norm (default 1)")
     p.add_argument("--layers", type=int, default=d.layers)
@@ -88,12 +91,15 @@ def config_from_args(args) -> TrainConfig:
         raise ProbeError("pass --arm none|headwise|elementwise|all (a new model) or --from DIR (continued training)")
     if args.steps is not None and args.steps < 1:
         raise ProbeError(f"--steps must be at least 1 (got {args.steps})")
+    if not 0 <= args.min_lr_ratio <= 1:
+        raise ProbeError(f"--min-lr-ratio must be between 0 and 1 (got {args.min_lr_ratio:g}): the share of "
+                         "--lr left at the end of the decay, 1 for a constant rate")
     tokens = args.steps * args.batch_size * args.seq_len if args.steps else args.tokens
     return TrainConfig(
         arm=args.arm if args.arm not in (None, "all") else "none", out=args.out,
         from_dir=args.from_dir, train_params=args.train_params,
         data=tuple(args.data or ()), tokens=tokens, seed=args.seed, lr=args.lr,
-        warmup=args.warmup, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
+        min_lr_ratio=args.min_lr_ratio, warmup=args.warmup, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
         layers=args.layers, width=args.width, heads=args.heads, kv_heads=args.kv_heads,
         mlp_ratio=args.mlp_ratio, seq_len=args.seq_len, batch_size=args.batch_size, bos=args.bos,
         qk_norm=args.qk_norm,

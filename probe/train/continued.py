@@ -96,10 +96,7 @@ def frozen_digest(model) -> str | None:
 
 def settings(cfg, model, data, counts: dict, command, digest: str | None) -> dict:
     """train_config.json of a continued run (the tiny-arm settings' shape fields do not apply)."""
-    import transformers
-
-    from .config import SPIKE_K, SPIKE_MIN_HISTORY, SPIKE_WINDOW
-    from .prepare import python_version
+    from .state import environment_settings, schedule_settings
 
     config = model.config
     return {
@@ -107,16 +104,8 @@ def settings(cfg, model, data, counts: dict, command, digest: str | None) -> dic
         "recipe": cfg.recipe(),
         "from": str(Path(cfg.from_dir)), "model_type": config.model_type,
         "graft": getattr(config, "graft", None), "train": cfg.train_params,
-        "steps": cfg.steps, "warmup_steps": cfg.warmup_steps,
-        "tokens_per_step": cfg.batch_size * cfg.seq_len,
-        "epochs": round(cfg.steps * cfg.batch_size / len(data.train), 3),
-        "eval_every": cfg.eval_interval, "save_every": cfg.save_interval,
-        "spike_rule": f"train_loss > mean + {SPIKE_K:g} * std of the previous {SPIKE_WINDOW} steps "
-                      f"(at least {SPIKE_MIN_HISTORY}); non-finite loss is always a spike",
+        **schedule_settings(cfg, data),
         "parameters": counts["trainable"], "parameter_counts": counts,
         "frozen_digest_start": digest,
-        "corpus": data.description,
-        "threads": torch.get_num_threads(),
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
-                     "python": python_version()},
+        **environment_settings(data),
     }

@@ -67,26 +67,40 @@ def _check_same_recipe(saved: dict, now: dict) -> None:
         raise ProbeError(f"--resume with different settings ({shown}); resume with the original ones")
 
 
-def _settings(cfg: TrainConfig, shape: Shape, counts, data, n_params, command) -> dict:
-    import transformers
-
+def schedule_settings(cfg: TrainConfig, data) -> dict:
+    """What every train_config.json records of the schedule: steps, tokens, evaluation, spikes."""
     return {
-        "command": command,
-        "recipe": cfg.recipe(),
         "steps": cfg.steps, "warmup_steps": cfg.warmup_steps,
         "tokens_per_step": cfg.batch_size * cfg.seq_len,
         "epochs": round(cfg.steps * cfg.batch_size / len(data.train), 3),
         "eval_every": cfg.eval_interval, "save_every": cfg.save_interval,
         "spike_rule": f"train_loss > mean + {SPIKE_K:g} * std of the previous {SPIKE_WINDOW} steps "
                       f"(at least {SPIKE_MIN_HISTORY}); non-finite loss is always a spike",
-        "shape": asdict(shape),
-        "qk_norm": cfg.qk_norm,
-        "intermediate_size": {arm: counts_arm for arm, counts_arm in _intermediates(shape).items()},
-        "parameters": n_params, "parameters_by_arm": counts,
+    }
+
+
+def environment_settings(data) -> dict:
+    """What every train_config.json records of where it ran: the corpus, threads, versions."""
+    import transformers
+
+    return {
         "corpus": data.description,
         "threads": torch.get_num_threads(),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": python_version()},
+    }
+
+
+def _settings(cfg: TrainConfig, shape: Shape, counts, data, n_params, command) -> dict:
+    return {
+        "command": command,
+        "recipe": cfg.recipe(),
+        **schedule_settings(cfg, data),
+        "shape": asdict(shape),
+        "qk_norm": cfg.qk_norm,
+        "intermediate_size": {arm: counts_arm for arm, counts_arm in _intermediates(shape).items()},
+        "parameters": n_params, "parameters_by_arm": counts,
+        **environment_settings(data),
     }
 
 

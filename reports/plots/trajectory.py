@@ -12,6 +12,8 @@ from reports.runs import load_runs
 from reports.style import model_colors, styled
 from reports.text import plain
 
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
 # (metric of trajectory.csv, panel title), in panel order.
 PANELS = (("loss", "held-out loss"), ("f_attn", "F-Attn (t ≥ 1)"),
           ("f_attn_sink_layers", "F-Attn, base's sink layers"), ("sink_rate", "sink rate"),
@@ -31,6 +33,9 @@ def plot_trajectory(runs: Any, *, fig: Figure | SubFigure | None = None) -> Figu
         return fig
     axes = fig.subplots(2, 3).ravel()
     colors = model_colors(runs.models)
+    # A marker of its own per model as well: arms that differ only in seed sit on top of each
+    # other, and colour alone does not separate seven lines for every reader.
+    markers = {model: MARKERS[index % len(MARKERS)] for index, model in enumerate(runs.models)}
     for ax, (metric, title) in zip(axes, PANELS):
         rows = frame[frame["metric"] == metric]
         for model in runs.models:
@@ -41,7 +46,7 @@ def plot_trajectory(runs: Any, *, fig: Figure | SubFigure | None = None) -> Figu
                 ax.axhline(float(mine["value"].iloc[0]), color=colors[model], linestyle="--",
                            linewidth=1.2, label=plain(model))
             else:
-                ax.plot(mine["step"], mine["value"], marker="o", markersize=3, linewidth=1.2,
+                ax.plot(mine["step"], mine["value"], marker=markers[model], markersize=3.5, linewidth=1.2,
                         color=colors[model], label=plain(model))
         if rows.empty:
             not_applicable(ax, f"no model has {title}")

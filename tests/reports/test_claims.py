@@ -21,6 +21,7 @@ import reports
 import reports.sections
 from reports import claims
 from reports.claims import BELOW_THRESHOLD, CONSISTENT, NOT_CONSISTENT, NOT_TESTABLE
+from reports.claims_console import PAIRING_RULE, claims_text
 
 # --- The numbers, independently of reports ------------------------------------------------
 
@@ -253,6 +254,29 @@ def test_claim4_flips_across_its_rule(copy_runs):
         == NOT_CONSISTENT
 
 
+def test_the_factor_says_larger_when_the_gated_value_grew(copy_runs):
+    """The real models read "M-Act 18,114 vs 20,689 (0.876x smaller)": the gated value was 1.14x
+    larger. The words follow the direction; the number is always at least 1."""
+    runs = copy_runs("baseline", "headwise")
+    base, gated = (csv_numbers(runs[name])["m_act"] for name in ("baseline", "headwise"))
+    scale_m_act(runs["headwise"], base * 1.14 / gated)
+    text = table_of(runs).query("claim == 4")["these runs"].iloc[0]
+    assert "(the gated 1.14× larger)" in text and "smaller" not in text
+    scale_m_act(runs["headwise"], 1 / 1.14 / 2.5)
+    text = table_of(runs).query("claim == 4")["these runs"].iloc[0]
+    assert "(the gated 2.5× smaller)" in text and "larger" not in text
+    assert claims.how_many_times(1.0, "x") == " (x the same)" and claims.how_many_times(np.nan, "x") == ""
+
+
+def test_the_gate_share_reads_as_words_not_two_comparisons(run_dirs):
+    """The console's rule line read "share < 0.1 > 0.25"."""
+    table = claims_table(run_dirs["headwise"])
+    rule, measured = table["rule"].iloc[0], table["these runs"].iloc[0]
+    assert "share of scores below 0.1 > 0.25" in rule and "< 0.1 >" not in rule
+    assert re.search(r"share of scores below 0\.1: [0-9.]+", measured)
+    assert "< 0.1 >" not in claims_text(table)
+
+
 def drop_layer_as_nan(run: Path, layer: int) -> None:
     """What probe writes when a NaN weight makes a layer all NaN: no finite statistic for that
     layer (its massive.csv rows are left out) and the count in meta.json."""
@@ -345,7 +369,7 @@ def test_ungated_only_runs_test_nothing(run_dirs):
     sink = table[table["claim"] == 3]["these runs"].iloc[0]
     assert "baseline: F-Attn" in sink and "× uniform" in sink  # the numbers are still shown
     # Issue 25 item 10: said once on the console.
-    assert claims.claims_text(table) == f"Claims of the paper: {claims.NO_GATED}."
+    assert claims_text(table) == f"Claims of the paper: {claims.NO_GATED}."
 
 
 def test_missing_control_makes_claim2_untestable(copy_runs):
@@ -367,6 +391,30 @@ def test_several_baselines_pair_with_every_gated_model(copy_runs):
     table = claims_table(runs["baseline"], second, runs["headwise"])
     assert set(table[table["claim"] == 4]["models"]) == {"baseline vs headwise",
                                                        "baseline2 vs headwise"}
+
+
+def test_a_second_baseline_is_one_not_comparable_row_per_claim(copy_runs):
+    """Two ungated runs beside two gated ones, one baseline paired with both: the other baseline
+    was a row per gated model and claim (four not-comparable rows, each with the paper's values
+    and the rule again). Now one row per claim names it with every gated model, and the console
+    prints the paper and the rule once per claim and the pairing rule once."""
+    runs = copy_runs("baseline", "headwise", "hybrid")
+    second = runs["baseline"].parent / "baseline2"
+    shutil.copytree(runs["baseline"], second)
+    for name in ("meta.json", "summary.json"):
+        path = second / name
+        path.write_text(path.read_text().replace('"baseline"', '"baseline2"'))
+    table = reports.claims_table(runs["baseline"], second, runs["headwise"], runs["hybrid"],
+                                 pairs=[("baseline", "headwise"), ("baseline", "hybrid")])
+    for claim in (3, 4):
+        rows = table[table["claim"] == claim]
+        assert list(rows["models"]) == ["baseline vs headwise", "baseline vs hybrid", "baseline2 vs headwise, hybrid"]
+        last = rows.iloc[-1]
+        assert last["verdict"] == "not comparable: not a declared pair (--pair BASE:GATED)"
+        assert [m.split(":")[0] for m in last["these runs"].split("; ")] == ["baseline2", "headwise", "hybrid"]
+    text = claims_text(table)
+    assert text.count("    rule:") == 4 and text.count("    paper:") == 4
+    assert text.count(PAIRING_RULE) == 1 and text.count("baseline2 vs headwise, hybrid") == 2
 
 
 # --- Where the table appears --------------------------------------------------------------
@@ -413,7 +461,7 @@ def test_table_is_in_the_pdf(built_report):
     claim_pages = [text for text in pages if "Claims of the paper" in text.split("Contents")[-1]]
     assert claim_pages and pages.index(claim_pages[0]) == 0
     text = " ".join(" ".join(claim_pages).split())
-    for needle in ("1. Gate scores are sparse", "massive activations", "baseline vs hybrid"):
+    for needle in ("1. Gate scores are sparse", "massive activations", "baseline vs headwise, hybrid"):
         assert needle in text, needle
     assert "lies on the paper's side of zero" in " ".join(" ".join(pages).split())   # the rules
     assert "direction consistent" in text

@@ -13,6 +13,7 @@ import pytest
 
 import reports
 from reports import claims
+from reports.claims_console import claims_text
 from reports.claims_pairs import NOT_COMPARABLE
 from test_claims import copy_runs  # noqa: F401  (the fixture)
 
@@ -111,7 +112,7 @@ def test_pairs_on_other_token_ids_or_without_a_shared_origin_are_not_comparable(
     r = row(reports.claims_table(*runs.values()), 4)
     assert r["verdict"] == f"{NOT_COMPARABLE}: not the same token ids (meta.json tokens_sha256)"
     assert "M-Act" in r["these runs"]
-    text = claims.claims_text(reports.claims_table(*runs.values()))
+    text = claims_text(reports.claims_table(*runs.values()))
     assert "not comparable: not the same token ids" in text                       # and on the console
 
     meta("headwise", tokens_sha256=json.loads((runs["baseline"] / "meta.json").read_text())["tokens_sha256"],

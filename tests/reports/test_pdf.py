@@ -257,6 +257,29 @@ def test_a_heading_is_followed_by_its_long_table_and_no_page_holds_one_row():
     assert sum(body) == 40 and min(body) >= WIDOW_ROWS
 
 
+def test_the_table_after_the_cover_starts_on_page_one():
+    """The claims table (taller since it has intervals) fits a page alone but not under the cover:
+    moved whole, it left page 1 with the contents only. It starts under the cover and breaks,
+    at least WIDOW_ROWS rows on each page; a table elsewhere still moves whole."""
+    from types import SimpleNamespace
+
+    from reports.pdf import _paginate
+    from reports.pdf_page import WIDOW_ROWS, Row
+
+    section = SimpleNamespace(title="Claims")
+    cover = Row(2.8, lambda page, top: [], section, heading=True)
+    heading = Row(0.6, lambda page, top: [], section, heading=True, keep_with_next=True)
+    table = _table(10, 3, section)               # 5 in: fits a page with its heading
+    body = _rows_per_page(_paginate([cover, heading, *table], "T"),
+                          lambda r: r.table is not None and r.header is not None)
+    assert sum(body) == 10 and len(body) == 2 and min(body) >= WIDOW_ROWS
+    # Not even WIDOW_ROWS rows fit under a tall cover: the heading and its table move whole.
+    tall_cover = Row(6.2, lambda page, top: [], section, heading=True)
+    body = _rows_per_page(_paginate([tall_cover, heading, *table], "T"),
+                          lambda r: r.table is not None and r.header is not None)
+    assert body == [0, 10]
+
+
 def test_a_heading_before_a_figure_too_tall_to_share_the_page_starts_the_next_page():
     """The real-model report left "Sink anatomy" and its intro alone at the foot of a page, its
     30-layer heatmap on the next."""

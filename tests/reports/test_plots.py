@@ -436,6 +436,26 @@ def test_spread_keeps_first_and_last():
     assert spread([3, 7], 3) == [3, 7]
 
 
+def test_seven_models_get_colours_far_apart_and_trajectories_markers_of_their_own(run_dirs):
+    """The graft experiment's seven trajectories: seaborn's colorblind order gave orange and
+    vermillion (RGB distance 0.20), pink and light pink to neighbours in the legend."""
+    import dataclasses
+    from itertools import combinations
+
+    import pandas as pd
+
+    from reports.style import model_colors
+
+    rgb = np.array(list(model_colors([f"m{i}" for i in range(7)]).values()))
+    assert min(np.linalg.norm(a - b) for a, b in combinations(rgb, 2)) > 0.28
+    rows = [dict(model=m, step=s, tokens=s * 256, metric="loss", value=3.0 - s / 100)
+            for m in ("headwise", "hybrid") for s in (0, 15)]
+    runs = reports.load_runs([run_dirs["headwise"], run_dirs["hybrid"]])
+    fig = reports.plot_trajectory(dataclasses.replace(runs, trajectory=pd.DataFrame(rows)))
+    loss = next(ax for ax in panels(fig) if ax.get_title() == "held-out loss")
+    assert len({line.get_marker() for line in loss.get_lines()}) == 2
+
+
 def test_trajectory_draws_each_metric_against_the_step(run_dirs, tmp_path):
     """trajectory.csv read from a run directory: one line per model and metric with the file's
     values at its steps; a model measured at one step is a horizontal line at that value."""

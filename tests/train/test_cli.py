@@ -17,6 +17,29 @@ def test_qk_norm_flag_parses_and_defaults_on():
     assert config_from_args(p.parse_args(base + ["--no-qk-norm"])).qk_norm is False
 
 
+def test_min_lr_ratio_sets_the_schedule_the_grafting_experiment_ran():
+    """The experiment (examples/grafts/experiment.py) trains at a constant rate after warmup
+    (min_lr_ratio 1); the command line had no way to ask for it, so docs/grafting.md's example ran
+    a cosine decay to 0.1 x --lr instead."""
+    import argparse
+
+    import pytest
+
+    from probe.errors import ProbeError
+    from probe.train.cli import add_arguments, config_from_args
+    from probe.train.schedule import lr_factor
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    base = ["--from", "g", "--train", "gates", "--steps", "60", "--warmup", "6", "--out", "x"]
+    cosine = config_from_args(p.parse_args(base))
+    assert cosine.min_lr_ratio == 0.1 and lr_factor(59, cosine) == pytest.approx(0.1, abs=1e-3)
+    constant = config_from_args(p.parse_args(base + ["--min-lr-ratio", "1"]))
+    assert [lr_factor(s, constant) for s in (0, 5, 6, 30, 59)] == [1 / 6, 1.0, 1.0, 1.0, 1.0]
+    with pytest.raises(ProbeError, match="--min-lr-ratio must be between 0 and 1"):
+        config_from_args(p.parse_args(base + ["--min-lr-ratio", "1.5"]))
+
+
 def test_cli_reports_errors_in_one_line(tmp_path, corpus_file, capsys):
     assert main(["train", "--arm", "headwise", "--data", str(tmp_path / "missing.txt"),
                  "--out", str(tmp_path / "x"), *TINY]) == 2
