@@ -54,12 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def base_fingerprint(model) -> str:
-    """SHA-256 (16 hex digits) of the base's token embedding: which weights a graft was made on
-    (a config hash cannot tell two checkpoints of one architecture apart)."""
-    import hashlib
+    """The base's embedding fingerprint (probe/fingerprint.py): which weights a graft was made on."""
+    from .fingerprint import embedding_fingerprint
 
-    weight = model.get_input_embeddings().weight.detach().float().contiguous().cpu()
-    return hashlib.sha256(weight.numpy().tobytes()).hexdigest()[:16]
+    return embedding_fingerprint(model)
 
 
 def grafted_config(base_config, *, gate: str, init: str, base: str, digest: str | None, seed: int,

@@ -25,6 +25,7 @@ import torch
 from .batches import for_each_batch
 from .data import Dataset, build_dataset
 from .errors import ProbeError, flag
+from .fingerprint import embedding_fingerprint
 from .load import DTYPES, LoadedModel
 from .metrics import SUMMARY_ORDER
 from .metrics.base import Done
@@ -211,7 +212,10 @@ def build_meta(loaded: LoadedModel, dataset: Dataset, name, dev, options: Analys
         "bos_token_id": dataset.bos_token_id,
         "position0": dataset.position0,
         "data_notes": dataset.notes,
-        **origin(loaded.path),                 # graft / train_recipe: what a matched pair needs
+        # Which weights these are (a graft's record names its base's) and where they come from
+        # (graft / train_recipe): what a matched pair in a report needs.
+        "embedding_fingerprint": embedding_fingerprint(model),
+        **origin(loaded.path, model),
         **options.meta_fields(),               # seq_len, thresholds, seed, command
         # Only when asked for (runs without them read as before): the position scaling applied
         # on load (rope.apply's record) and whether a RoPE model ran past its positions.
@@ -224,7 +228,7 @@ def build_meta(loaded: LoadedModel, dataset: Dataset, name, dev, options: Analys
     }
 
 
-def origin(path) -> dict:
+def origin(path, model=None) -> dict:
     """Where a checkpoint comes from, when probe made it: `graft` (probe graft's record in its
     config.json: base, base_digest, gate, init) and `train_recipe` (probe train's settings from
     train_config.json, without the output folder). Reports pair a gated model with its own
@@ -234,7 +238,10 @@ def origin(path) -> dict:
     folder = checkpoint_of(path)
     out = {}
     if folder is None:
-        return out
+        # A model in memory (a graft being trained, probe.analyze(model)): its config carries
+        # the graft's record as config.json did.
+        graft = getattr(getattr(model, "config", None), "graft", None)
+        return {"graft": graft} if isinstance(graft, dict) else out
     try:
         graft = json.loads((folder / "config.json").read_text()).get("graft")
         if isinstance(graft, dict):

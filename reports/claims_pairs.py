@@ -36,6 +36,10 @@ def _grafted_onto(runs: Runs, base: str, gated: str) -> bool:
     if not isinstance(graft, dict):
         return False
     meta = runs.meta[base]
+    # The embedding's fingerprint tells the graft's own base from any other model, in memory
+    # or on disk; the config hash and the file name are the fallbacks of older records.
+    if graft.get("base_fingerprint") and meta.get("embedding_fingerprint"):
+        return graft["base_fingerprint"] == meta["embedding_fingerprint"]
     if graft.get("base_digest") and meta.get("config_hash"):
         return graft["base_digest"] == meta["config_hash"]
     checkpoint = meta.get("checkpoint")

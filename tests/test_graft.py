@@ -157,3 +157,30 @@ def test_trained_gate_weights_rebuild_the_trained_model_from_the_base(grafts, tm
     other = tiny.make_checkpoint("llama", tmp_path / "other", seed=5, num_hidden_layers=2)
     with pytest.raises(ProbeError, match="were trained on"):
         graft(other, gate="headwise", init="identity", out=tmp_path / "z", gate_weights=file, say=lambda s: None)
+
+
+def test_a_graft_analysed_in_memory_pairs_with_its_base_and_with_no_other(grafts, tmp_path):
+    """A graft being trained is analysed as a model object, with no folder to read its record
+    from: meta.json takes the record from the model's config and every run's embedding
+    fingerprint, so the report pairs the graft with its own base (and not with another model of
+    the same architecture)."""
+    from transformers import AutoModelForCausalLM
+
+    from probe.fingerprint import embedding_fingerprint
+    from reports import claims_pairs
+    from reports.runs import load_runs
+
+    def run(folder, name):
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        with tiny.single_thread():
+            probe.analyze(model, IDS, seq_len=IDS.shape[1], progress=False, name=name).save(tmp_path / name)
+        return json.loads((tmp_path / name / "meta.json").read_text())
+
+    base, graft = run(grafts["base"], "base"), run(grafts["hw-id"], "graft")
+    other = tiny.make_checkpoint("llama", tmp_path / "other-ckpt", num_hidden_layers=2, seed=9)
+    run(other, "other")
+    assert graft["graft"]["base_fingerprint"] == base["embedding_fingerprint"]
+    assert base["embedding_fingerprint"] == embedding_fingerprint(AutoModelForCausalLM.from_pretrained(grafts["base"]))
+    runs = load_runs([tmp_path / "base", tmp_path / "graft", tmp_path / "other"])
+    assert claims_pairs.pairing(runs, "base", "graft") is None
+    assert claims_pairs.pairing(runs, "other", "graft") is not None

@@ -1,0 +1,21 @@
+"""Which weights a model holds, in 16 hex digits: the SHA-256 of its token embedding.
+
+probe graft records the base's fingerprint in the grafted config, and every run records its
+model's in meta.json, so that a report can tell a graft's own base from any other model of the
+same architecture (a config hash cannot), also for models analysed in memory, which have no
+checkpoint folder to name.
+"""
+from __future__ import annotations
+
+import hashlib
+
+
+def embedding_fingerprint(model) -> str | None:
+    """SHA-256 (first 16 hex digits) of the input embedding in float32; None for a model
+    without one (an unusual module tree)."""
+    try:
+        weight = model.get_input_embeddings().weight
+    except (AttributeError, NotImplementedError):
+        return None
+    data = weight.detach().float().contiguous().cpu()   # (V, C) float32, as the graft saw it
+    return hashlib.sha256(data.numpy().tobytes()).hexdigest()[:16]
