@@ -151,10 +151,10 @@ class BridgeCapture(Pass):
     which removes them when the call returns (also on an exception).
     """
 
-    def __init__(self, bridge, layout, *, gate_dim: int | None = None, top_k: int = 3, token_groups=None,
+    def __init__(self, bridge, layout, *, gate_dim: int | None = None, token_groups=None,
                  thresholds=THRESHOLDS, sequences: int | None = None):
-        super().__init__(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds,
-                         sequences=sequences)
+        super().__init__(layout, AnalysisOptions(thresholds=thresholds), sequences=sequences,
+                         token_groups=token_groups)
         self.bridge = bridge
         self.gate_dim = layout.head_dim if gate_dim is None else gate_dim
         self._values: dict[int, torch.Tensor] = {}      # one layer's V, until its pattern fires

@@ -28,7 +28,7 @@ from . import attention
 from .adapters import ModelLayout
 from .bus import Pass
 from .events import ATTENTION, FIRST_KEY, GATE, SDPA, SITE_EVENTS, SITES, Z  # noqa: F401  (SITES: re-exported)
-from .options import THRESHOLDS
+from .options import THRESHOLDS, AnalysisOptions
 
 
 def _first(output):
@@ -36,14 +36,14 @@ def _first(output):
 
 
 class Capture(Pass):
-    def __init__(self, model: nn.Module, layout: ModelLayout, *, top_k: int = 3, token_groups=None,
+    def __init__(self, model: nn.Module, layout: ModelLayout, *, token_groups=None,
                  thresholds=THRESHOLDS, anatomy: bool = False, vocab_size: int | None = None,
                  sequences: int | None = None, loss_by_position: bool = False):
-        """thresholds: the sparsity thresholds, counted exactly as the pass goes (metrics/sparsity.py);
-        anatomy: also sink anatomy (metrics/anatomy.py), vocab_size: its token table's size."""
-        super().__init__(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds,
-                         anatomy=anatomy, vocab_size=vocab_size, sequences=sequences,
-                         loss_by_position=loss_by_position)
+        """thresholds: the sparsity thresholds, counted exactly as the pass goes (metrics/sparsity/);
+        anatomy: also sink anatomy (metrics/anatomy/), vocab_size: its token table's size."""
+        super().__init__(layout, AnalysisOptions(thresholds=thresholds, anatomy=anatomy,
+                                                 loss_by_position=loss_by_position),
+                         vocab_size=vocab_size, sequences=sequences, token_groups=token_groups)
         self.model = model
         self._mixer_layer = {id(p.mixer): p.index for p in layout.layers}
         self._handles: list = []

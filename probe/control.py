@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import distributed
-from .reducers import LogHistogram
+from .metrics.reducers import LogHistogram
 
 
 class ControlCounter:

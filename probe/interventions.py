@@ -44,8 +44,8 @@ from .gate_logits import gate_channels, gate_logit, set_gate_logits, validate_ga
 from .hooks import first_output, installed, replace_first, using_probe_attention  # noqa: F401
 # The names and their parsing (intervention_kinds.py, which options.py reads without torch).
 from .intervention_kinds import ALL_LAYERS, GATE_INTERVENTIONS, INTERVENTIONS, parse_kinds  # noqa: F401
-from .metrics.loss import LossStats
-from .reducers import I64, Reducer
+from .metrics.loss.reduce import LossStats
+from .metrics.reducers import I64, Reducer
 from .schema import OTHER_TABLES
 
 COLUMNS = list(OTHER_TABLES["interventions"])     # interventions.csv, declared in probe/schema.py

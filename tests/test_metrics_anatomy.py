@@ -11,9 +11,9 @@ import torch
 
 import probe
 from probe import metrics
-from probe.anatomy_stats import EDGES, EPSILON, GATE_BINS
+from probe.metrics.anatomy.stats import EDGES, EPSILON, GATE_BINS
 from probe.metrics import anatomy as anatomy_metric
-from probe.metrics.anatomy import Anatomy, MIN_QUERIES
+from probe.metrics.anatomy.reduce import Anatomy, MIN_QUERIES
 from test_received import HF_T, HF_WINDOW, PLANT_TOKEN, planted  # noqa: F401 (planted: a fixture)
 
 TOL = 1e-5

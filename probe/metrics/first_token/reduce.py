@@ -14,10 +14,9 @@ import warnings
 import pandas as pd
 import torch
 
-from ..events import FIRST_KEY
 from ..reducers import F64, I64, Reducer
-from ..schema import FIRST_TOKEN, SINK_EPSILON
-from .base import Metric, mean
+from . import DECLARATION, SINK_EPSILON
+from ..base import Metric, mean
 
 
 class FirstTokenStats(Reducer):
@@ -156,16 +155,12 @@ def _rows(finite: torch.Tensor) -> torch.Tensor:
 
 
 class FirstToken(Metric):
-    name = "first_token"
-    TABLES = FIRST_TOKEN
-    SUMMARY_KEYS = ("f_attn", "f_attn_paper", "f_attn_uniform", "sink_rate", "sink_epsilon")
+    declaration = DECLARATION
 
-    def __init__(self, layout, **context):
-        super().__init__(layout)
+    def __init__(self, layout, options, *, vocab_size: int | None = None,
+                 sequences: int | None = None, token_groups=None):
+        super().__init__(layout, options)
         self.stats = {i: FirstTokenStats(layout.num_heads) for i in layout.attention_layers}
-
-    def subscribe(self, on) -> None:
-        on(FIRST_KEY, self.update)
 
     def update(self, layer, p0, b, uniform=None, finite=None) -> None:              # (B, H, T)
         if layer in self.stats:
