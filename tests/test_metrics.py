@@ -77,8 +77,10 @@ def test_declarations_are_complete_and_name_their_events():
         assert d.summary_order is None or d.summary_keys, d.name
         for table, columns in d.counts.items():
             assert set(columns) <= {c for c, kind in d.tables[table].items() if kind == "float"}, d.name
-    orders = [d.summary_order for d in metrics.DECLARATIONS if d.summary_order is not None]
-    assert len(orders) == len(set(orders))
+    for field in ("order", "summary_order"):
+        orders = [getattr(d, field) for d in metrics.DECLARATIONS if getattr(d, field) is not None]
+        assert len(orders) == len(set(orders)), field
+    assert [d.order for d in metrics.DECLARATIONS] == sorted(d.order for d in metrics.DECLARATIONS)
 
 
 def test_the_schema_is_the_declarations_and_the_others():

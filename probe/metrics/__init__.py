@@ -15,19 +15,26 @@ tables, summary / layer / meta keys, option, events) and its reducers in reduce.
 
 The run directory's schema (probe/schema.py), Analysis and reports' Runs derive from the
 declarations (metrics/base.py says what one holds); the bus (probe/bus.py) subscribes each
-declared event. To add a metric: a package here (declaration + reduce.py), listed in
-DECLARATIONS; a report section (reports/); a test; docs/run-directory.md.
+declared event. To add a metric: a package here (declaration + reduce.py; DECLARATIONS finds
+it); a report section (reports/sections_<m>.py); a test; docs/run-directory.md.
 """
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
-from . import anatomy, first_token, gates, loss, massive, per_sequence, sparsity, token_types
+
+def _declarations() -> tuple:
+    """The DECLARATION of every package here, in their `order`: a new metric is a new package,
+    listed nowhere else."""
+    found = [importlib.import_module(f"{__name__}.{m.name}").DECLARATION
+             for m in pkgutil.iter_modules(__path__) if m.ispkg]
+    return tuple(sorted(found, key=lambda d: d.order))
+
 
 # The order of the reducers (merged under torchrun, saved by --resume), of the tables and of each
 # layer's entry in summary.json; summary.json's top-level keys follow each `summary_order`.
-DECLARATIONS = tuple(m.DECLARATION for m in (first_token, sparsity, gates, token_types, massive, loss,
-                                             anatomy, per_sequence))
+DECLARATIONS = _declarations()
 BY_NAME = {d.name: d for d in DECLARATIONS}
 
 

@@ -4,6 +4,8 @@ reports/) and its `Metric` (the reducers fed by events, the tables read from the
     Declaration          in probe/metrics/<m>/__init__.py, imports no torch
         name             the metric's name (its package's); its Metric subclass is `metric` in
                          probe/metrics/<m>/reduce.py
+        order            its place in the pass (lower first): the order of the reducers (merged
+                         under torchrun, saved by --resume), of its tables, of summarise()
         events           event (probe/events.py) -> the Metric's method the bus subscribes
         tables           table -> column -> kind ("str", "int", "float", "bool"): its files of
                          the run directory (docs/run-directory.md); probe.schema.TABLES joins them
@@ -38,6 +40,7 @@ class Declaration:
 
     name: str
     metric: str                                          # the Metric subclass in <m>/reduce.py
+    order: int
     events: dict[str, str]                               # event -> method name
     tables: dict[str, dict[str, str]] = field(default_factory=dict)
     summary_keys: tuple[str, ...] = ()

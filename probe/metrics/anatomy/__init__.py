@@ -12,7 +12,7 @@ from ..base import Declaration
 SINK_MIN_QUERIES = 128
 
 DECLARATION = Declaration(
-    name="anatomy", metric="Anatomy",
+    name="anatomy", metric="Anatomy", order=6,
     events={ATTENTION: "update", GATE: "keep_gate"},
     tables={
         "received_by_position": {"model": "str", "layer": "int", "head": "int", "key_lo": "int",

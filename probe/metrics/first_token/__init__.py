@@ -9,7 +9,7 @@ from ..base import Declaration
 SINK_EPSILON = 0.3      # F-Attn above which a head counts as a sink (summary.json sink_rate)
 
 DECLARATION = Declaration(
-    name="first_token", metric="FirstToken",
+    name="first_token", metric="FirstToken", order=0,
     events={FIRST_KEY: "update"},
     tables={
         "first_token": {"model": "str", "layer": "int", "head": "int", "layer_type": "str",

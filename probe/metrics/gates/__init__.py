@@ -6,7 +6,7 @@ from ...events import GATE
 from ..base import Declaration
 
 DECLARATION = Declaration(
-    name="gates", metric="Gates",
+    name="gates", metric="Gates", order=2,
     events={GATE: "update"},
     tables={
         "gates": {"model": "str", "layer": "int", "head": "int", "group": "str", "metric": "str",

@@ -6,7 +6,7 @@ from ...events import LOGITS
 from ..base import Declaration
 
 DECLARATION = Declaration(
-    name="loss", metric="Loss",
+    name="loss", metric="Loss", order=5,
     events={LOGITS: "update"},
     summary_keys=("loss", "perplexity"),
     summary_order=3,

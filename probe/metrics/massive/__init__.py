@@ -7,7 +7,7 @@ from ...events import SITE_EVENTS, SITES  # noqa: F401  (SITES: massive.csv `sit
 from ..base import Declaration
 
 DECLARATION = Declaration(
-    name="massive", metric="Massive",
+    name="massive", metric="Massive", order=4,
     events={event: f"update_{site}" for site, event in SITE_EVENTS.items()},
     tables={
         "massive": {"model": "str", "layer": "int", "site": "str", "metric": "str", "value": "float"},

@@ -12,7 +12,7 @@ from ..base import Declaration
 LOW_GATE = 0.1          # gate scores below it: the share of claim 1 (gates.csv frac_lt_0.1)
 
 DECLARATION = Declaration(
-    name="per_sequence", metric="PerSequence",
+    name="per_sequence", metric="PerSequence", order=7,
     events={FIRST_KEY: "update_first_key", GATE: "update_gate", SDPA: "update_ungated", Z: "update_gated",
             **{event: f"update_{site}" for site, event in SITE_EVENTS.items()}},
     tables={"per_sequence": {"model": "str", "sequence": "int", "layer": "int", "head": "int",

@@ -10,7 +10,7 @@ HEADLINE_THRESHOLDS = (1e-2, 1e-3)      # repeated in summary.json
 VARIANTS = ("ungated", "mean_gate", "gated")                 # sparsity.csv `variant`
 
 DECLARATION = Declaration(
-    name="sparsity", metric="Sparsity",
+    name="sparsity", metric="Sparsity", order=1,
     events={SDPA: "update_ungated", Z: "update_gated"},
     tables={"sparsity": {"model": "str", "layer": "int", "variant": "str", "threshold": "float",
                          "value": "float"}},

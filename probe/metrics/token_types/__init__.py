@@ -9,7 +9,7 @@ from ..base import Declaration
 TOKEN_TYPES = ("first", "special", "whitespace", "digits", "punctuation", "word_start", "word_piece", "other")
 
 DECLARATION = Declaration(
-    name="token_types", metric="TokenTypes",
+    name="token_types", metric="TokenTypes", order=3,
     events={GATE: "update"},
     tables={"gates_by_token_type": {"model": "str", "layer": "int", "head": "int",
                                     "token_type": "str", "metric": "str", "value": "float"}},
