@@ -6,7 +6,7 @@ none for SmolLM2) at T tokens, one sequence:
   1. received attention per (layer, head, key) from the `probe` back-end's lse
      (probe.metrics.anatomy.received.received_attention) against the column means of the model's own eager
      attention (output_attentions=True): the largest difference over every layer;
-  2. what the anatomy metric (probe/metrics/anatomy.py, probe analyze --anatomy) reduces: sink rate by key position (Gu et al., epsilon 0.3,
+  2. what the anatomy metric (probe/metrics/anatomy/, probe analyze --anatomy) reduces: sink rate by key position (Gu et al., epsilon 0.3,
      pooled over layers and heads), the tokens that receive the most, the top secondary sinks,
      and per layer the value drains of each head's top key.
 

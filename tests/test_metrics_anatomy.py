@@ -1,4 +1,4 @@
-"""probe/metrics/anatomy.py through probe.analyze(..., anatomy=True): the tables against the
+"""probe/metrics/anatomy/ through probe.analyze(..., anatomy=True): the tables against the
 model's own eager attention (`output_attentions`, attn_implementation="eager", float64 column
 means), one unpadded sequence at a time, and the gate against the gate module's own output."""
 from __future__ import annotations

@@ -7,8 +7,8 @@ Reads attn.hook_attention (the `probe` back-end's call: query, key, value, out, 
 softcap), which the Hugging Face source emits only when this metric listens, and attn.hook_gate:
 the gate fires before attention in a layer (q_proj), so the layer's gate mean per query and head
 is kept until that layer's attention event pairs it with the sink attention, then dropped.
-Received attention comes from the kernel's log-sum-exp in blocks of queries (probe/received.py),
-never a T x S matrix; probe/anatomy_stats.py reduces it over the data.
+Received attention comes from the kernel's log-sum-exp in blocks of queries (received.py here),
+never a T x S matrix; stats.py reduces it over the data.
 
 Tables (written only when the option is on: probe.schema.OPTIONAL_TABLES): received_by_position,
 received_by_token, secondary_sinks, value_drains, gate_sink (gated models); summary.json

@@ -134,7 +134,7 @@ def _ratio(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
 
 def first_key_weights(p0: torch.Tensor, valid: torch.Tensor | None, finite: torch.Tensor | None):
     """(p0 with left-out queries zeroed, w (B, T) float64: 1 where a query counts, the number of
-    valid queries left out), for the per-sequence sums (metrics/per_sequence.py). A query counts
+    valid queries left out), for the per-sequence sums (metrics/per_sequence/). A query counts
     when it is valid and finite in every head (and its output row is finite, `finite`): stricter
     than FirstTokenStats.update, which leaves a non-finite cell out of its head only, so on a
     model with NaNs the per-sequence F-Attn can pool fewer queries than first_token.csv."""

@@ -13,7 +13,7 @@ State is O(sequences x layers x heads), never O(tokens).
     sparsity_below (S, A, 2, K), sparsity_n (S, A, 2)  |x| below each headline threshold,
                            ungated (attn.hook_sdpa) and gated (attn.hook_z)
     m_act (S, L, 4)        max |h| per layer and site                      <- the four site events
-    nll, nll_n (S,)        next-token loss (kept by metrics/loss.py, which computes it anyway)
+    nll, nll_n (S,)        next-token loss (kept by metrics/loss/, which computes it anyway)
 
 S sequences (rows of the dataset), A attention layers, H heads, L layers, K thresholds.
 The mean-gate control's per-sequence counts need its scale, known only after the pass: they are
