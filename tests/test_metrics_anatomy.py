@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import probe
-from probe import metrics
+from probe import schema
 from probe.metrics.anatomy.stats import EDGES, EPSILON, GATE_BINS
-from probe.metrics import anatomy as anatomy_metric
+from probe.metrics.anatomy import reduce as anatomy_metric
 from probe.metrics.anatomy.reduce import Anatomy, MIN_QUERIES
 from test_received import HF_T, HF_WINDOW, PLANT_TOKEN, planted  # noqa: F401 (planted: a fixture)
 
@@ -184,7 +184,7 @@ def test_meta_summary_and_the_bridge_refusal(planted_run):
     for table, columns in Anatomy.TABLES.items():
         if table != "gate_sink":
             assert list(getattr(a, table).columns) == list(columns), table
-    assert set(Anatomy.TABLES) <= set(metrics.OPTIONAL_TABLES)
+    assert set(Anatomy.TABLES) <= set(schema.OPTIONAL_TABLES)
 
 
 def test_off_by_default_and_nothing_listens(loaded):

@@ -115,10 +115,19 @@ class HeadNorms(Metric):
         return {f"{l}:head_norm": int(s.nonfinite) for l, s in self.stats.items() if int(s.nonfinite)}
 
 
+BLOCK = 1 << 22          # elements per step: bounds the float64 copies (32 MB) at long T
+
+
 def _norms(x: torch.Tensor) -> torch.Tensor:
-    """(N, H, D) -> (N, H) float64 Euclidean norms. Both events go through this one function on
-    a contiguous float64 copy, so that equal vectors (no gate) give equal norms, bit for bit."""
-    return torch.linalg.vector_norm(x.to(F64).contiguous(), dim=-1)
+    """(N, H, D) -> (N, H) float64 Euclidean norms, a block of rows at a time. Both events go
+    through this one function on contiguous float64 copies, so that equal vectors (no gate) give
+    equal norms, bit for bit."""
+    N, H, D = x.shape
+    rows = max(1, BLOCK // max(1, H * D))
+    if N <= rows:
+        return torch.linalg.vector_norm(x.to(F64).contiguous(), dim=-1)
+    return torch.cat([torch.linalg.vector_norm(x[i:i + rows].to(F64).contiguous(), dim=-1)
+                      for i in range(0, N, rows)])
 
 
 def _div(total, n) -> float:
