@@ -6,7 +6,7 @@ peak RSS the calls add over what the process held before them: q, k, v and, for 
 sinks, the kernel's out and lse, computed in the kernel's process and loaded from a file):
   sdpa      torch's scaled_dot_product_attention (causal), the plain forward's call;
   kernel    the CPU flash kernel with log-sum-exp that the `probe` back-end calls instead;
-  received  probe.received.received_attention from that lse: one extra Q.K^T pass over query
+  received  probe.metrics.anatomy.received.received_attention from that lse: one extra Q.K^T pass over query
             blocks, never T x T (what every layer costs under anatomy);
   sinks     received, then the top key per head (top_keys), P on it for every query
             (key_probability) and the value drains (value_drains): the extras are O(T D).
@@ -38,7 +38,7 @@ def child(args: dict) -> dict:
     import torch
 
     from probe.attention import SlidingWindow
-    from probe.received import key_probability, received_attention, top_keys, value_drains
+    from probe.metrics.anatomy.received import key_probability, received_attention, top_keys, value_drains
 
     torch.set_num_threads(1)
     T, method, window = args["T"], args["method"], args.get("window")
@@ -99,7 +99,7 @@ def interleaved(q, k, v, repeat: int) -> dict:
     import torch
 
     from probe.attention import attention_with_lse
-    from probe.received import received_attention
+    from probe.metrics.anatomy.received import received_attention
 
     scale = q.shape[-1] ** -0.5
     _, lse = attention_with_lse(q, k, v, None, scale)

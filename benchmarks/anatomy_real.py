@@ -4,9 +4,9 @@ For SmolLM2-135M and Gemma 3 270M (dequantised to float32) on Python documentati
 (probe.corpus.sample_texts, the tokenizer's own special tokens: Gemma's <bos> at position 0,
 none for SmolLM2) at T tokens, one sequence:
   1. received attention per (layer, head, key) from the `probe` back-end's lse
-     (probe.received.received_attention) against the column means of the model's own eager
+     (probe.metrics.anatomy.received.received_attention) against the column means of the model's own eager
      attention (output_attentions=True): the largest difference over every layer;
-  2. what the anatomy metric (probe/metrics/anatomy.py, probe analyze --anatomy) reduces: sink rate by key position (Gu et al., epsilon 0.3,
+  2. what the anatomy metric (probe/metrics/anatomy/, probe analyze --anatomy) reduces: sink rate by key position (Gu et al., epsilon 0.3,
      pooled over layers and heads), the tokens that receive the most, the top secondary sinks,
      and per layer the value drains of each head's top key.
 
@@ -28,8 +28,8 @@ def run(name: str, T: int) -> None:
     from probe import real_models
     from probe.corpus import sample_texts
     from probe.events import ATTENTION
-    from probe.metrics.anatomy import MIN_QUERIES
-    from probe.received import received_attention, top_keys
+    from probe.metrics.anatomy.reduce import MIN_QUERIES
+    from probe.metrics.anatomy.received import received_attention, top_keys
 
     torch.set_num_threads(1)
     lm = probe.load(real_models.fetch(name))

@@ -154,7 +154,7 @@ class BridgeCapture(Pass):
         """options: the AnalysisOptions of the pass, whole (default every field's default); the
         options this source refuses (source.HF_ONLY) are never set here."""
         o = AnalysisOptions() if options is None else options
-        super().__init__(layout, token_groups=token_groups, thresholds=o.thresholds, sequences=sequences)
+        super().__init__(layout, o, sequences=sequences, token_groups=token_groups)
         self.bridge = bridge
         self.gate_dim = layout.head_dim if gate_dim is None else gate_dim
         self._values: dict[int, torch.Tensor] = {}      # one layer's V, until its pattern fires

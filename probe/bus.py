@@ -14,6 +14,7 @@ import torch
 from .events import EVENTS, LOGITS
 from .metrics import build_metrics
 from .metrics.base import Done
+from .options import AnalysisOptions
 
 
 @dataclass
@@ -58,19 +59,25 @@ class Pass:
     `massive[(L, site)]`, `gates_by_token[L]`, `loss`.
     """
 
-    def __init__(self, layout, *, top_k: int = 3, token_groups=None, thresholds=None, anatomy: bool = False,
-                 vocab_size: int | None = None, sequences: int | None = None, loss_by_position: bool = False):
-        """anatomy: also measure sink anatomy (metrics/anatomy.py), which needs vocab_size;
-        sequences: the dataset's row count (the per-sequence state's size, metrics/per_sequence.py);
-        loss_by_position: summary.json also gets the loss by target position (metrics/loss.py)."""
+    def __init__(self, layout, options=None, *, vocab_size: int | None = None, sequences: int | None = None,
+                 token_groups=None):
+        """options: the AnalysisOptions of the pass (None: every default; the metrics read what
+        they need: thresholds, anatomy, loss_by_position); vocab_size: the model's vocabulary
+        (sink anatomy needs it); sequences: the dataset's row count (the per-sequence state's
+        size, metrics/per_sequence/); token_groups: the data's token groups
+        (pipeline.token_group_table: built from the tokenizer and the data, not an option)."""
         self.layout = layout
         self.token_groups = token_groups
-        self.metrics = build_metrics(layout, top_k=top_k, token_groups=token_groups, thresholds=thresholds,
-                                     anatomy=anatomy, vocab_size=vocab_size, sequences=sequences,
-                                     loss_by_position=loss_by_position)
+        self.options = AnalysisOptions() if options is None else options
+        self.metrics = build_metrics(layout, self.options, vocab_size=vocab_size, sequences=sequences,
+                                     token_groups=token_groups)
         self._subscribers: dict[str, list] = {}
+        # Each metric's declared events (probe/metrics/<m>/__init__.py), those it listens to in
+        # this pass, in the metrics' order: the order in which every event reaches them.
         for metric in self.metrics.values():
-            metric.subscribe(self.on)
+            for event, method in metric.declaration.events.items():
+                if metric.listens(event):
+                    self.on(event, getattr(metric, method))
         self._batch: Batch | None = None
 
     def on(self, event: str, fn) -> None:

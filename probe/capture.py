@@ -40,15 +40,13 @@ class Capture(Pass):
                  token_groups=None, vocab_size: int | None = None, sequences: int | None = None,
                  **overrides):
         """options: the AnalysisOptions of the pass, whole (its thresholds: the sparsity sweep,
-        counted exactly as the pass goes, metrics/sparsity.py; anatomy: also sink anatomy,
-        metrics/anatomy.py; loss_by_position), default every field's default, with `overrides`
+        counted exactly as the pass goes, metrics/sparsity/; anatomy: also sink anatomy,
+        metrics/anatomy/; loss_by_position), default every field's default, with `overrides`
         of its fields (Capture(model, layout, anatomy=True, vocab_size=V)), checked.
         token_groups: the TokenGroups table of gates_by_token_type (pipeline.token_group_table);
         vocab_size: sink anatomy's token table's size; sequences: the dataset's row count."""
         o = AnalysisOptions.of(options, **overrides)
-        super().__init__(layout, token_groups=token_groups, thresholds=o.thresholds,
-                         anatomy=o.anatomy, vocab_size=vocab_size, sequences=sequences,
-                         loss_by_position=o.loss_by_position)
+        super().__init__(layout, o, vocab_size=vocab_size, sequences=sequences, token_groups=token_groups)
         self.model = model
         self._mixer_layer = {id(p.mixer): p.index for p in layout.layers}
         self._handles: list = []

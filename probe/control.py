@@ -2,7 +2,7 @@
 
 The uniform-scaling control counts |O| * m < t, with m a layer's mean gate over the whole
 dataset. One pass cannot count it exactly with bounded memory: which float32 values lie below
-t / m depends on every bit of m (metrics/sparsity.py SparsityStats), and m is known only when the pass is
+t / m depends on every bit of m (metrics/sparsity/ SparsityStats), and m is known only when the pass is
 over. With m known, counting is cheap and exact: this pass runs the same batches through the
 model again (as far as the last gated attention layer) and counts each layer's pre-gate
 attention output O into a LogHistogram whose cuts are the thresholds at scale m (an exact count
@@ -16,8 +16,8 @@ import torch
 
 from . import distributed
 from .batches import for_each_batch
+from .metrics.reducers import LogHistogram
 from .options import AnalysisOptions
-from .reducers import LogHistogram
 
 
 class ControlCounter:

@@ -105,7 +105,7 @@ def merge_reducers(reducers) -> None:
     dist = _dist()
     if dist is None or not dist.is_initialized() or dist.get_world_size() == 1:
         return
-    from .reducers import flatten
+    from .metrics.reducers import flatten
 
     everything = flatten(reducers)
     comm = torch.device("cpu") if dist.get_backend() == "gloo" else \

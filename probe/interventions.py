@@ -45,9 +45,9 @@ from .hooks import first_output, installed, replace_first, using_probe_attention
 # The names and their parsing (intervention_kinds.py, which options.py reads without torch).
 from .intervention_kinds import ALL_LAYERS, GATE_INTERVENTIONS, INTERVENTIONS, parse_kinds  # noqa: F401
 from .batches import for_each_batch
-from .metrics.loss import LossStats
+from .metrics.loss.reduce import LossStats
+from .metrics.reducers import I64, Reducer
 from .options import AnalysisOptions
-from .reducers import I64, Reducer
 from .schema import OTHER_TABLES
 
 COLUMNS = list(OTHER_TABLES["interventions"])     # interventions.csv, declared in probe/schema.py

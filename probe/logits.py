@@ -2,7 +2,7 @@
 
 A forward pass returns (B, T, V) logits: at T = 32768 that is 6.4 GB for SmolLM2's 49,152-token
 vocabulary and 34 GB for Gemma 3's 262,144, far more than the rest of the pass. The loss reads
-them a block of rows at a time (metrics/loss.py), so they need not exist all at once: when the
+them a block of rows at a time (metrics/loss/), so they need not exist all at once: when the
 full logits would exceed LAZY_BYTES, the model computes the logits of its last position only
 (`logits_to_keep=1`), the decoder's final hidden state (B, T, C) is kept, and `LazyLogits`
 applies the output head to the rows the loss asks for.

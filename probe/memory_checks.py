@@ -20,7 +20,7 @@ def _logit_rows(vocab: int, batch: int, length: int, dtype_bytes: int) -> int | 
     """Logit rows alive at once: all of them, or (block by block, logits.py) about one block."""
     if batch * length * vocab * dtype_bytes <= LAZY_BYTES:
         return None
-    from .metrics.loss import LossStats
+    from .metrics.loss.reduce import LossStats
 
     return batch + max(1, LossStats.BLOCK // max(vocab, 1))
 

@@ -13,6 +13,7 @@ share.
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as _dt
 import platform
 import sys
@@ -27,9 +28,9 @@ from .data import Dataset, build_dataset
 from .errors import ProbeError, flag
 from .fingerprint import embedding_fingerprint
 from .load import DTYPES, LoadedModel
-from .metrics import SUMMARY_ORDER
+from .metrics import DECLARATIONS, summary_order
 from .metrics.base import Done
-from .metrics.massive import token_text
+from .metrics.massive.reduce import token_text
 from .options import AnalysisOptions
 from .results import Analysis
 
@@ -145,7 +146,7 @@ def assemble(cap, loaded: LoadedModel, dataset: Dataset, name: str, dev, o: Anal
 
     analysis.meta["token_groups"] = describe_groups(o.token_groups)
     nonfinite = {}
-    for metric in (cap.metrics["massive"], cap.metrics["gates"], cap.metrics["loss"]):
+    for metric in cap.metrics.values():
         nonfinite.update(metric.nonfinite())
     analysis.meta["nonfinite_activations"] = nonfinite
     if nonfinite:
@@ -159,19 +160,22 @@ def assemble(cap, loaded: LoadedModel, dataset: Dataset, name: str, dev, o: Anal
 
 
 def build_summary(a: Analysis, cap, done: Done, dataset: Dataset) -> dict:
-    """summary.json: the run's shape, each metric's keys (metrics.SUMMARY_ORDER), the counts and
-    per-layer detail (README "What a run directory holds")."""
+    """summary.json: the run's shape, each metric's keys (in the declarations' summary_order),
+    the counts and per-layer detail: each layer's entry holds every declaration's layer_keys,
+    empty until its metric fills them, then the per-head values (docs/run-directory.md)."""
     layout = cap.layout
     layer_types = [p.layer_type for p in layout.layers]
-    layers = [{"layer": layer, "layer_type": kind, "f_attn": None, "mean_gate": None, "m_act": {},
-               "sparsity": {}, "heads": []} for layer, kind in enumerate(layer_types)]
+    layers = [{"layer": layer, "layer_type": kind,
+               **{key: copy.deepcopy(empty) for d in sorted(DECLARATIONS, key=lambda d: d.layer_order)
+                  for key, empty in d.layer_keys.items()},
+               "heads": []} for layer, kind in enumerate(layer_types)]
     summary = {"model": a.meta.get("name"), "gated": layout.gated, "gate_layout": layout.gate_layout,
                "num_layers": len(layer_types), "num_heads": layout.num_heads,
                "attention_layers": [i for i, t in enumerate(layer_types) if t == "attention"]}
     # first_token writes each layer's heads before gates fills in their mean gate.
     parts = {m.name: m.summarise(a, layers, done) for m in cap.metrics.values()}
-    for kind in SUMMARY_ORDER:
-        summary.update(parts[kind.name])
+    for declaration in summary_order():
+        summary.update(parts[declaration.name])
     summary.update(tokens=dataset.tokens, sequences=len(dataset.sequences), layers=layers)
     return summary
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -30,29 +29,35 @@ def _empty() -> pd.DataFrame:
     return pd.DataFrame()
 
 
-@dataclass
 class Analysis(PlotMethods):
-    meta: dict
-    summary: dict
-    gates: pd.DataFrame = field(default_factory=_empty)
-    gate_hist: pd.DataFrame = field(default_factory=_empty)
-    first_token: pd.DataFrame = field(default_factory=_empty)
-    first_token_buckets: pd.DataFrame = field(default_factory=_empty)
-    massive: pd.DataFrame = field(default_factory=_empty)
-    massive_top: pd.DataFrame = field(default_factory=_empty)
-    sparsity: pd.DataFrame = field(default_factory=_empty)
-    attention_patterns: pd.DataFrame = field(default_factory=_empty)
-    training: pd.DataFrame = field(default_factory=_empty)
-    gates_by_token_type: pd.DataFrame = field(default_factory=_empty)
-    interventions: pd.DataFrame = field(default_factory=_empty)
-    # Sink anatomy (anatomy=True only; probe/metrics/anatomy.py).
-    received_by_position: pd.DataFrame = field(default_factory=_empty)
-    received_by_token: pd.DataFrame = field(default_factory=_empty)
-    secondary_sinks: pd.DataFrame = field(default_factory=_empty)
-    value_drains: pd.DataFrame = field(default_factory=_empty)
-    gate_sink: pd.DataFrame = field(default_factory=_empty)
-    # Per-sequence sums, counts and maxima: what the intervals resample (metrics/per_sequence.py).
-    per_sequence: pd.DataFrame = field(default_factory=_empty)
+    """One run in memory: meta.json, summary.json and `tables`, table name -> DataFrame for every
+    table of the schema (TABLES; empty when the run has none). A table reads and writes as an
+    attribute too (`analysis.first_token`), and every figure of the report is a method
+    (`analysis.plot_gate_heatmap()`, probe/plotting.py)."""
+
+    def __init__(self, meta: dict, summary: dict, tables: dict[str, pd.DataFrame] | None = None, **frames):
+        unknown = sorted(set(frames) - set(TABLES) | set(tables or {}) - set(TABLES))
+        if unknown:
+            raise TypeError(f"Analysis has no table {unknown[0]!r} (tables: {', '.join(TABLES)})")
+        given = {**(tables or {}), **frames}
+        self.meta, self.summary = meta, summary
+        self.tables = {t: given[t] if given.get(t) is not None else _empty() for t in TABLES}
+
+    def __getattr__(self, name: str):
+        # Only for names not found the usual way: the tables, then the figures (PlotMethods).
+        tables = self.__dict__.get("tables")
+        if tables is not None and name in tables:
+            return tables[name]
+        return super().__getattr__(name)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in TABLES and "tables" in self.__dict__:
+            self.tables[name] = value
+        else:
+            super().__setattr__(name, value)
+
+    def __dir__(self):
+        return sorted({*super().__dir__(), *TABLES})
 
     @property
     def name(self) -> str:
@@ -68,8 +73,7 @@ class Analysis(PlotMethods):
 
     def write_into(self, folder: Path) -> None:
         written = {}
-        for table in TABLES:
-            frame = getattr(self, table)
+        for table, frame in self.tables.items():
             if len(frame):
                 write_text(folder / f"{table}.csv", csv_text(frame, SCHEMA[table]))
                 written[table] = len(frame)
@@ -89,8 +93,7 @@ class Analysis(PlotMethods):
             meta, summary, tables = read_run_dir(path)
         except RunDirectoryError as err:
             raise ProbeError(str(err)) from None
-        frames = {t: _empty() if tables.get(t) is None else tables[t] for t in TABLES}
-        return cls(meta, summary, **frames)
+        return cls(meta, summary, {t: tables.get(t) for t in TABLES})
 
     # -- display ---------------------------------------------------------------------------
     def summary_frame(self) -> pd.DataFrame:

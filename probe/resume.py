@@ -26,7 +26,7 @@ import torch
 from .atomic import describe_os_error, write_text, write_torch
 from .errors import ProbeError, flag, on_command_line
 from .partial_lock import LOCK, PROGRESS, another_folder, claim, holds_state, refuse_waiting_run, release  # noqa: F401  (the CLI's)
-from .reducers import flatten
+from .metrics.reducers import flatten
 
 def start_again() -> str:
     """How to throw the saved state away, in the user's terms."""

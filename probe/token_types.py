@@ -17,7 +17,7 @@ matched against the tokenizer's token strings and decoded texts, with or without
 whitespace; integers are token ids). User groups count every position, including position 0.
 
 `TokenGroups` holds a (vocab, groups) membership table; the streaming reducer fed from the gate
-scores is metrics/token_types.py's `TokenGroupGateStats`, one per gated layer.
+scores is metrics/token_types/'s `TokenGroupGateStats`, one per gated layer.
 """
 from __future__ import annotations
 

@@ -89,6 +89,9 @@ class Section:
     # Why a section with nothing to show is left out; it then has no items and the contents
     # carry this one line instead of a page of empty boxes.
     omitted: str | None = None
+    # The tables it reads (probe.schema.TABLES): without any of them in any run it is left out,
+    # with the reason (`needing`).
+    needs: tuple[str, ...] = ()
 
 
 PROVENANCE = "provenance"  # the section that also carries the report's own timestamp
@@ -117,6 +120,34 @@ def numbered(sections: list[Section]) -> list[Section]:
 
 def left_out(section_id: str, title: str, reason: str) -> Section:
     return Section(id=section_id, title=title, intro="", items=[], omitted=reason)
+
+
+def lacking(runs, needs: tuple[str, ...]) -> str | None:
+    """Why a section that reads the tables `needs` has nothing to show (no run has any of them,
+    saying how to get them), or None."""
+    if not needs or any(len(runs.table(name)) for name in needs):
+        return None
+    from reports.schema import OPTIONAL_TABLES
+
+    files = " or ".join(f"{name}.csv" for name in needs)
+    option = next((OPTIONAL_TABLES[name] for name in needs if name in OPTIONAL_TABLES), None)
+    how = (f"analyse with --{option.replace('_', '-')}" if option
+           else "the runs were written before probe measured it; analyse them again")
+    return f"no run has {files}: {how}"
+
+
+def needing(*needs: str, id: str, title: str):
+    """Decorate a section builder `build(runs, ...) -> Section` that reads the tables `needs`:
+    runs without any of them get the section left out with the reason, and `build` is not called."""
+    def wrap(build: Callable[..., Section]) -> Callable[..., Section]:
+        def section(runs, *args, **kwargs) -> Section:
+            reason = lacking(runs, needs)
+            built = left_out(id, title, reason) if reason else build(runs, *args, **kwargs)
+            return replace(built, needs=needs)
+        section.needs = needs  # type: ignore[attr-defined]
+        section.__doc__, section.__name__ = build.__doc__, build.__name__
+        return section
+    return wrap
 
 
 def axes_level(plot: Callable[[], Figure]) -> Draw:

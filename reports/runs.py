@@ -24,41 +24,31 @@ from reports.schema import ATTENTION, LINEAR_ATTENTION, META_FILE, SUMMARY_FILE,
 
 @dataclass
 class Runs:
-    """Several runs side by side: one DataFrame per table, meta/summary dicts per model."""
+    """Several runs side by side: `tables`, table name -> one DataFrame for every table of the
+    schema (TABLES; rows of every run, empty where none has it), meta/summary dicts per model.
+    A table reads as an attribute too (`runs.first_token`)."""
 
     models: tuple[str, ...]
     meta: dict[str, dict[str, Any]]
     summary: dict[str, dict[str, Any]]
     sources: dict[str, str]
-    gates: pd.DataFrame
-    gate_hist: pd.DataFrame
-    first_token: pd.DataFrame
-    massive: pd.DataFrame
-    massive_top: pd.DataFrame
-    sparsity: pd.DataFrame
-    attention_patterns: pd.DataFrame
-    training: pd.DataFrame
-    # Tables added to the run directory later: absent from older runs, so they default to empty.
-    gates_by_token_type: pd.DataFrame = field(default_factory=lambda: _empty("gates_by_token_type"))
-    interventions: pd.DataFrame = field(default_factory=lambda: _empty("interventions"))
-    first_token_buckets: pd.DataFrame = field(default_factory=lambda: _empty("first_token_buckets"))
-    inference: pd.DataFrame = field(default_factory=lambda: _empty("inference"))
-    trajectory: pd.DataFrame = field(default_factory=lambda: _empty("trajectory"))
-    # Sink anatomy, written only by `probe analyze --anatomy` (probe.metrics.OPTIONAL_TABLES).
-    received_by_position: pd.DataFrame = field(default_factory=lambda: _empty("received_by_position"))
-    received_by_token: pd.DataFrame = field(default_factory=lambda: _empty("received_by_token"))
-    secondary_sinks: pd.DataFrame = field(default_factory=lambda: _empty("secondary_sinks"))
-    value_drains: pd.DataFrame = field(default_factory=lambda: _empty("value_drains"))
-    gate_sink: pd.DataFrame = field(default_factory=lambda: _empty("gate_sink"))
-    # Per-sequence values (absent from runs written before them: no intervals then).
-    per_sequence: pd.DataFrame = field(default_factory=lambda: _empty("per_sequence"))
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     _layer_types: dict[str, dict[int, str]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        # A table absent from every run (older runs, an option not asked for) is empty, with its columns.
+        self.tables = {name: self.tables[name] if self.tables.get(name) is not None else _empty(name)
+                       for name in TABLES}
         self._layer_types = {model: _infer_layer_types(self, model) for model in self.models}
 
+    def __getattr__(self, name: str):
+        tables = self.__dict__.get("tables")
+        if tables is not None and name in tables:
+            return tables[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
     def table(self, name: str) -> pd.DataFrame:
-        return getattr(self, name)
+        return self.tables[name]
 
     def rows(self, name: str, model: str) -> pd.DataFrame:
         """The rows of table `name` that belong to `model`."""
@@ -205,7 +195,7 @@ def _combine(parts: list[_Part]) -> Runs:
         meta={part.model: part.meta for part in parts},
         summary={part.model: part.summary for part in parts},
         sources={part.model: part.source for part in parts},
-        **tables,
+        tables=tables,
     )
 
 

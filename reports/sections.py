@@ -7,6 +7,10 @@ the figure, table and section types in items.py.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+from pathlib import Path
+
 from reports import claims, notes, tables
 # The building blocks live in items.py; html.py, pdf.py, build.py and the tests import them here.
 from reports.items import (PROVENANCE, FigureItem, Section, TableItem,  # noqa: F401
@@ -30,7 +34,7 @@ def build_sections(runs: Runs, pairs=None, groups=None) -> list[Section]:
     # Sink anatomy only where a run has its tables: without them the report is as it was.
     sink_anatomy = anatomy(runs)
     context = context_length(runs)         # only where a run is part of a context sweep
-    return numbered([
+    return numbered(_with_metric_sections(runs, [
         _claims(runs, pairs),
         _summary(runs, groups),
         first_token(runs),
@@ -45,7 +49,28 @@ def build_sections(runs: Runs, pairs=None, groups=None) -> list[Section]:
         trajectory(runs),
         inference(runs),
         _provenance(runs),
-    ])
+    ]))
+
+
+def metric_sections() -> list:
+    """The sections of reports/sections_<m>.py modules that declare one: `SECTION` (a builder,
+    runs -> Section, usually items.needing its tables) and `AFTER` (the id of the section it
+    follows). A new metric's section is its module alone, listed nowhere else."""
+    found = []
+    for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
+        if module.name.startswith("sections_"):
+            loaded = importlib.import_module(f"reports.{module.name}")
+            if hasattr(loaded, "SECTION"):
+                found.append(loaded)
+    return found
+
+
+def _with_metric_sections(runs: Runs, sections: list[Section]) -> list[Section]:
+    for module in metric_sections():
+        ids = [section.id for section in sections]
+        at = ids.index(module.AFTER) + 1 if module.AFTER in ids else len(sections) - 1
+        sections.insert(at, module.SECTION(runs))
+    return sections
 
 
 def _claims(runs: Runs, pairs=None) -> Section:

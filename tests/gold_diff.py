@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from probe.schema import TABLES
+from probe.schema import COUNTS, TABLES
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,9 @@ class Tolerance:
 EXACT = Tolerance()
 FLOAT = Tolerance(rel=1e-4, abs=1e-6)
 TOLERANCES = {"str": EXACT, "int": EXACT, "bool": EXACT, "float": FLOAT}
-# Float columns that hold counts (float so that a row without one leaves the cell empty).
-COUNT_COLUMNS = {"gate_hist": ("count",), "first_token_buckets": ("n_queries",),
-                 "interventions": ("zeroed",)}
+# Float columns that hold counts (float so that a row without one leaves the cell empty): each
+# metric declares its own (probe/metrics/<m>/__init__.py `counts`), probe.schema.COUNTS joins them.
+COUNT_COLUMNS = COUNTS
 # The long tables (a `metric` column, a `value` column): metrics whose value is a count.
 COUNT_METRICS = ("count", "n_queries", "nonfinite", "tokens")
 # meta.json keys that differ between two runs of the same analysis: when, with which versions,

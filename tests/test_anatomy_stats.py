@@ -1,4 +1,4 @@
-"""probe.anatomy_stats against direct loops over the cells it reduces, and merge exactness."""
+"""probe.metrics.anatomy.stats against direct loops over the cells it reduces, and merge exactness."""
 from __future__ import annotations
 
 import math
@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from probe.anatomy_stats import EDGES, GATE_BINS, AnatomyStats, position_bucket
-from probe.received import ReceivedAttention, ValueDrains, received_attention
+from probe.metrics.anatomy.stats import EDGES, GATE_BINS, AnatomyStats, position_bucket
+from probe.metrics.anatomy.received import ReceivedAttention, ValueDrains, received_attention
 
 from test_received import SCALE, SINK, padding_mask, planted, run_kernel  # noqa: F401 (planted: a fixture)
 
@@ -239,7 +239,7 @@ def test_planted_model_end_to_end(planted):
     """The tiny Qwen2 with a planted sink (test_received): fed through the back-end, the reducer
     lists position 9 as a secondary sink of every head of layer 0 and its token on top."""
     from probe import attention
-    from probe.received import key_probability, top_keys, value_drains
+    from probe.metrics.anatomy.received import key_probability, top_keys, value_drains
 
     from test_received import PLANT_TOKEN
 

@@ -19,8 +19,8 @@ import tiny
 from probe.cli import main
 from probe.data import build_dataset
 from probe.interventions import NOTHING_ZEROED
-from probe.metrics.gates import GateStats
-from probe.metrics.massive import MaxAbsStats
+from probe.metrics.gates.reduce import GateStats
+from probe.metrics.massive.reduce import MaxAbsStats
 
 TABLES = ("gates", "gate_hist", "first_token", "first_token_buckets", "massive", "massive_top",
           "sparsity", "attention_patterns", "per_sequence")

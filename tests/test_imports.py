@@ -171,10 +171,10 @@ def test_no_module_is_over_the_line_limit():
 
 
 def test_each_reducer_is_imported_from_its_metric():
-    """The metric reducers live in probe/metrics/ only; probe.reducers (the base class and the
+    """The metric reducers live in probe/metrics/ only; probe.metrics.reducers (the base class and the
     generic LogHistogram) keeps no aliases for them."""
-    import probe.reducers
+    import probe.metrics.reducers
 
     for name in ("GateStats", "GroupedGateStats", "FirstTokenStats", "MaxAbsStats", "SparsityStats",
                  "LossStats", "THRESHOLDS"):
-        assert not hasattr(probe.reducers, name), name
+        assert not hasattr(probe.metrics.reducers, name), name

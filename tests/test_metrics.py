@@ -2,15 +2,12 @@
 run-directory schema is theirs."""
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 
 import probe
 from probe import metrics
 from probe.events import EVENTS
-from probe.results import Analysis
 from samples import TEXT
 
 
@@ -22,9 +19,9 @@ def analysis(checkpoint):
 
 
 def test_every_metric_writes_the_columns_it_declares(analysis):
-    for metric in metrics.METRICS:
-        for table, columns in metric.TABLES.items():
-            if table in metrics.OPTIONAL_TABLES:       # off by default: tests/test_metrics_anatomy.py
+    for d in metrics.DECLARATIONS:
+        for table, columns in d.tables.items():
+            if d.option:                               # off by default: tests/test_metrics_anatomy.py
                 assert not len(getattr(analysis, table)), table
                 continue
             frame = getattr(analysis, table)
@@ -33,35 +30,79 @@ def test_every_metric_writes_the_columns_it_declares(analysis):
 
 
 def test_the_summary_keys_are_the_metrics_in_order(analysis):
-    keys = [k for m in metrics.SUMMARY_ORDER if not getattr(m, "OPTION", None) for k in m.SUMMARY_KEYS]
+    keys = [k for d in metrics.summary_order() if not d.option for k in d.summary_keys]
     written = [k for k in analysis.summary if k in keys]
     assert written == keys
     assert set(keys) | {"model", "gated", "gate_layout", "num_layers", "num_heads", "attention_layers",
                         "tokens", "sequences", "layers"} == set(analysis.summary)
+    assert {k for d in metrics.DECLARATIONS if d.summary_keys for k in d.summary_keys} >= set(keys)
 
 
-def test_the_schema_holds_every_table_of_an_analysis():
-    tables = {f.name for f in dataclasses.fields(Analysis) if f.name not in ("meta", "summary")}
-    assert tables == set(metrics.TABLES) - {"inference", "trajectory"}
-    from reports.schema import TABLES
+def test_every_layer_entry_holds_the_declared_layer_keys_then_the_heads(analysis):
+    declared = [k for d in sorted(metrics.DECLARATIONS, key=lambda d: d.layer_order) for k in d.layer_keys]
+    for entry in analysis.summary["layers"]:           # then the intervals' *_lo / *_hi (per_sequence)
+        keys = ["layer", "layer_type", *declared, "heads"]
+        assert list(entry)[:len(keys)] == keys
+        assert all(k.endswith(("_lo", "_hi")) for k in list(entry)[len(keys):])
 
-    assert TABLES is metrics.TABLES
+
+def test_every_declared_meta_key_is_written(analysis):
+    """meta.json's metric keys are the declarations' meta_keys (the anatomy's only with its option)."""
+    for d in metrics.DECLARATIONS:
+        assert (set(d.meta_keys) <= set(analysis.meta)) != bool(d.option), d.name
+        if d.option:
+            assert not set(d.meta_keys) & set(analysis.meta), d.name
 
 
-def test_the_schema_declares_exactly_the_metrics_tables_and_the_others():
-    """probe/schema.py declares every table once (torch-free, so that reports/ reads runs
-    without torch); each metric takes its own from there. A metric whose tables are not there,
-    or a table there that nothing writes, fails here."""
+def test_the_bus_subscribes_what_each_metric_listens_to(loaded):
+    """Every declared event, in the metrics' order, unless the metric declines it in this pass:
+    the anatomy without its option, the gate metrics of an ungated model."""
+    from probe.events import ATTENTION, GATE
+
+    gated = probe.Capture(loaded("official_headwise").model, loaded("official_headwise").layout)
+    assert not gated.wants(ATTENTION) and gated.wants(GATE)
+    lm = loaded("official_baseline")
+    plain = probe.Capture(lm.model, lm.layout)
+    assert not plain.wants(GATE) and not plain.wants(ATTENTION)
+    on = probe.Capture(lm.model, lm.layout, anatomy=True, vocab_size=256)
+    assert on.wants(ATTENTION) and not on.wants(GATE)       # the gate-sink table needs a gate
+
+
+def test_declarations_are_complete_and_name_their_events():
+    """Each declaration names a Metric subclass whose methods take the events it declares."""
+    for d in metrics.DECLARATIONS:
+        cls = metrics.metric_class(d)
+        assert cls.declaration is d and cls.name == d.name and cls.TABLES is d.tables
+        assert d.events and set(d.events) <= set(EVENTS), d.name
+        assert d.summary_order is None or d.summary_keys, d.name
+        for table, columns in d.counts.items():
+            assert set(columns) <= {c for c, kind in d.tables[table].items() if kind == "float"}, d.name
+    for field in ("order", "summary_order"):
+        orders = [getattr(d, field) for d in metrics.DECLARATIONS if getattr(d, field) is not None]
+        assert len(orders) == len(set(orders)), field
+    assert [d.order for d in metrics.DECLARATIONS] == sorted(d.order for d in metrics.DECLARATIONS)
+
+
+def test_the_schema_is_the_declarations_and_the_others():
+    """probe/schema.py joins the declarations' tables (torch-free, so that reports/ reads runs
+    without torch) with those other parts of probe write; optional tables and counts come from
+    the declarations too."""
     from probe import schema
     from probe.events import SITES
     from probe.token_types import BUILTIN
 
-    declared = {t: c for m in metrics.METRICS for t, c in m.TABLES.items()}
+    declared = {t: c for d in metrics.DECLARATIONS for t, c in d.tables.items()}
     assert list(schema.TABLES) == [*declared, *schema.OTHER_TABLES]
-    assert schema.TABLES == {**declared, **schema.OTHER_TABLES}
-    assert metrics.TABLES is schema.TABLES
+    assert schema.OPTIONAL_TABLES == {t: "anatomy" for t in metrics.BY_NAME["anatomy"].tables}
+    assert schema.COUNTS["gate_hist"] == ("count",)
     # The values that key the rows: the events' sites, the token classifier's types.
     assert SITES == schema.SITES and BUILTIN is schema.TOKEN_TYPES
+
+
+def test_a_misspelt_context_keyword_is_refused(loaded):
+    lm = loaded("official_headwise")
+    with pytest.raises(TypeError, match="sequence"):
+        metrics.build_metrics(lm.layout, probe.AnalysisOptions(), sequence=3)
 
 
 def test_metrics_subscribe_to_known_events_only(loaded):

@@ -1,4 +1,4 @@
-"""probe/metrics/anatomy.py through probe.analyze(..., anatomy=True): the tables against the
+"""probe/metrics/anatomy/ through probe.analyze(..., anatomy=True): the tables against the
 model's own eager attention (`output_attentions`, attn_implementation="eager", float64 column
 means), one unpadded sequence at a time, and the gate against the gate module's own output."""
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import probe
-from probe import metrics
-from probe.anatomy_stats import EDGES, EPSILON, GATE_BINS
-from probe.metrics import anatomy as anatomy_metric
-from probe.metrics.anatomy import Anatomy, MIN_QUERIES
+from probe import schema
+from probe.metrics.anatomy.stats import EDGES, EPSILON, GATE_BINS
+from probe.metrics.anatomy import reduce as anatomy_metric
+from probe.metrics.anatomy.reduce import Anatomy, MIN_QUERIES
 from test_received import HF_T, HF_WINDOW, PLANT_TOKEN, planted  # noqa: F401 (planted: a fixture)
 
 TOL = 1e-5
@@ -184,7 +184,7 @@ def test_meta_summary_and_the_bridge_refusal(planted_run):
     for table, columns in Anatomy.TABLES.items():
         if table != "gate_sink":
             assert list(getattr(a, table).columns) == list(columns), table
-    assert set(Anatomy.TABLES) <= set(metrics.OPTIONAL_TABLES)
+    assert set(Anatomy.TABLES) <= set(schema.OPTIONAL_TABLES)
 
 
 def test_off_by_default_and_nothing_listens(loaded):

@@ -24,7 +24,7 @@ pytest.importorskip("gguf")
 
 from probe import Capture, real_models  # noqa: E402
 from probe.events import ATTENTION  # noqa: E402
-from probe.received import received_attention  # noqa: E402
+from probe.metrics.anatomy.received import received_attention  # noqa: E402
 from probe.corpus import sample_texts  # noqa: E402
 from reference import eager_attentions  # noqa: E402
 

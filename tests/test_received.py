@@ -1,4 +1,4 @@
-"""probe.received against attention probabilities formed explicitly (float64 softmax over the
+"""probe.metrics.anatomy.received against attention probabilities formed explicitly (float64 softmax over the
 full T x S logits, with the mask, the cap and a gpt-oss sink column) and against a tiny Hugging
 Face model's own eager `output_attentions`."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from probe import attention
 from probe.attention import SlidingWindow
-from probe.received import (ReceivedAttention, key_probability, received_attention, top_keys,
+from probe.metrics.anatomy.received import (ReceivedAttention, key_probability, received_attention, top_keys,
                             value_drains)
 
 TOL = dict(atol=1e-5, rtol=0)

@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from probe.metrics.first_token import FirstTokenStats
-from probe.metrics.gates import GateStats
-from probe.metrics.loss import LossStats
-from probe.metrics.massive import MaxAbsStats
-from probe.metrics.sparsity import SparsityStats
-from probe.reducers import LogHistogram
-from probe.metrics.token_types import TokenGroupGateStats
+from probe.metrics.first_token.reduce import FirstTokenStats
+from probe.metrics.gates.reduce import GateStats
+from probe.metrics.loss.reduce import LossStats
+from probe.metrics.massive.reduce import MaxAbsStats
+from probe.metrics.sparsity.reduce import SparsityStats
+from probe.metrics.reducers import LogHistogram
+from probe.metrics.token_types.reduce import TokenGroupGateStats
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -84,24 +84,42 @@ def test_notebook_display(analyses):
     assert "f_attn" in repr(a)
 
 
-def test_every_report_figure_is_an_analysis_method():
+def test_every_report_figure_is_an_analysis_method(analyses):
+    """The methods come from the figure registry (reports.plots.__all__): each shows its plot's
+    keyword arguments, defaults and annotations (the runs argument is the analysis itself) and its
+    docstring, which help() prints; dir() offers them for completion."""
+    import pydoc
+
     import reports.plots
 
-    from probe.plotting import NOT_METHODS, PLOTS
-
-    assert sorted(f"plot_{n}" for n in PLOTS + NOT_METHODS) == sorted(reports.plots.__all__)
-    assert NOT_METHODS == ()  # every reports.plot_* has its twin
-    for name in PLOTS:
-        method = getattr(probe.Analysis, f"plot_{name}")
-        function = getattr(reports, f"plot_{name}")
-        # The same keyword arguments, defaults and annotations (self for runs)
-        mine = list(inspect.signature(method).parameters.values())[1:]
+    a = analyses["qwen3_next"]
+    assert set(reports.plots.__all__) <= set(dir(a))
+    for name in reports.plots.__all__:
+        method, function = getattr(a, name), getattr(reports, name)
+        mine = list(inspect.signature(method).parameters.values())
         theirs = list(inspect.signature(function).parameters.values())[1:]
         assert [(p.name, p.default, str(p.annotation)) for p in mine] \
             == [(p.name, p.default, str(p.annotation)) for p in theirs], name
-        # ... and a docstring that opens with what the figure draws.
-        first = " ".join(inspect.getdoc(function).split("\n\n")[0].split())
-        assert " ".join(inspect.getdoc(method).split("\n\n")[0].split()) == first, name
+        assert inspect.getdoc(method) == inspect.getdoc(function), name
+    shown = pydoc.render_doc(a.plot_gate_heatmap, renderer=pydoc.plaintext)
+    assert "plot_gate_heatmap(*, fig" in shown and "cmap" in shown
+    with pytest.raises(AttributeError, match="plot_nothing"):
+        a.plot_nothing()
+
+
+def test_tables_are_a_mapping_keyed_by_the_schema(analyses):
+    from probe.results import TABLES
+
+    a = analyses["qwen3_next"]
+    assert list(a.tables) == list(TABLES)
+    assert a.first_token is a.tables["first_token"] and len(a.first_token)
+    a2 = probe.Analysis(a.meta, a.summary, first_token=a.first_token)
+    a2.gates = a.gates                       # attribute writes land in the mapping
+    assert a2.tables["gates"] is a.gates and len(a2.gate_hist) == 0
+    with pytest.raises(TypeError, match="no table 'gatez'"):
+        probe.Analysis({}, {}, gatez=a.gates)
+    with pytest.raises(AttributeError):
+        a.gatez
 
 
 def test_plot_methods_return_figures_for_notebooks(analyses):

@@ -15,11 +15,11 @@ import probe
 import tiny
 from probe import attention
 from samples import TEXT
-from probe.metrics.first_token import FirstTokenStats
-from probe.metrics.gates import GateStats
-from probe.metrics.loss import LossStats
-from probe.metrics.massive import MaxAbsStats
-from probe.reducers import LogHistogram
+from probe.metrics.first_token.reduce import FirstTokenStats
+from probe.metrics.gates.reduce import GateStats
+from probe.metrics.loss.reduce import LossStats
+from probe.metrics.massive.reduce import MaxAbsStats
+from probe.metrics.reducers import LogHistogram
 
 LONG_T = 4096
 F_ATTN_TOL = 1e-5

@@ -9,7 +9,7 @@ import torch
 
 import probe
 from samples import TEXT
-from probe.metrics.token_types import TokenGroupGateStats
+from probe.metrics.token_types.reduce import TokenGroupGateStats
 from probe.token_types import BUILTIN, TokenGroups, classify
 from reference import recorded
 

@@ -1,44 +1,55 @@
-"""The metrics of an analysis, one module each, and the run-directory schema assembled from them.
+"""The metrics of an analysis: one package each, its declaration in its __init__.py (torch-free:
+tables, summary / layer / meta keys, option, events) and its reducers in reduce.py.
 
-    gates.py         gates.csv, gate_hist.csv; mean_gate            <- attn.hook_gate
-    first_token.py   first_token.csv, first_token_buckets.csv; f_attn, f_attn_paper,
-                     f_attn_uniform, sink_rate, sink_epsilon          <- attn.hook_first_key
-    sparsity.py      sparsity.csv; per-layer shares at 1e-2 / 1e-3   <- attn.hook_sdpa, attn.hook_z
-    token_types.py   gates_by_token_type.csv                         <- attn.hook_gate
-    massive.py       massive.csv, massive_top.csv; m_act              <- hook_attn_out ... hook_resid_post
-    loss.py          loss, perplexity                                 <- hook_logits
-    anatomy.py       received_by_position.csv, received_by_token.csv, secondary_sinks.csv,
-                     value_drains.csv, gate_sink.csv; anatomy (only with the anatomy option)
-                                                                      <- attn.hook_attention, attn.hook_gate
-    per_sequence.py  per_sequence.csv; the *_lo / *_hi bootstrap intervals  <- the events above
+    first_token/   first_token.csv, first_token_buckets.csv; f_attn, f_attn_paper,
+                   f_attn_uniform, sink_rate, sink_epsilon          <- attn.hook_first_key
+    sparsity/      sparsity.csv; per-layer shares at 1e-2 / 1e-3   <- attn.hook_sdpa, attn.hook_z
+    gates/         gates.csv, gate_hist.csv; mean_gate            <- attn.hook_gate
+    token_types/   gates_by_token_type.csv                         <- attn.hook_gate
+    massive/       massive.csv, massive_top.csv; m_act              <- hook_attn_out ... hook_resid_post
+    loss/          loss, perplexity                                 <- hook_logits
+    anatomy/       received_by_position.csv, received_by_token.csv, secondary_sinks.csv,
+                   value_drains.csv, gate_sink.csv; anatomy (only with the anatomy option)
+                                                                    <- attn.hook_attention, attn.hook_gate
+    per_sequence/  per_sequence.csv; the *_lo / *_hi bootstrap intervals  <- the events above
 
-Each module owns its reducers, its tables (columns and their kinds, declared in probe/schema.py
-so that reports/ reads them without torch) and its summary keys (metrics/base.py says what a
-metric provides); the events are described in probe/events.py.
-To add a metric: a module here with a `Metric` subclass, listed in METRICS; a report section
-that reads its table (reports/sections.py); a test against an independent computation.
+The run directory's schema (probe/schema.py), Analysis and reports' Runs derive from the
+declarations (metrics/base.py says what one holds); the bus (probe/bus.py) subscribes each
+declared event. To add a metric: a package here (declaration + reduce.py; DECLARATIONS finds
+it); a report section (reports/sections_<m>.py); a test; docs/run-directory.md.
 """
 from __future__ import annotations
 
-from .anatomy import Anatomy
-from .first_token import FirstToken
-from .gates import Gates
-from .loss import Loss
-from .massive import Massive
-from .per_sequence import PerSequence
-from .sparsity import Sparsity
-from .token_types import TokenTypes
-
-# The order of the reducers (merged under torchrun, saved by --resume) and of summary.json's keys.
-METRICS = (FirstToken, Sparsity, Gates, TokenTypes, Massive, Loss, Anatomy, PerSequence)
-SUMMARY_ORDER = (Gates, FirstToken, Massive, Loss, Anatomy, PerSequence)
-
-# Every table of the run directory: name -> column -> kind. Declared in probe/schema.py (no
-# torch: reports/ reads runs against it without loading torch), each metric's TABLES from there;
-# OTHER_TABLES: those written by other parts of probe, not by a metric of the pass.
-from ..schema import OPTIONAL_TABLES, OTHER_TABLES, TABLES  # noqa: E402,F401
+import importlib
+import pkgutil
 
 
-def build_metrics(layout, **context) -> dict:
-    """name -> a fresh metric of every kind, for one pass over a model with this layout."""
-    return {m.name: m(layout, **context) for m in METRICS}
+def _declarations() -> tuple:
+    """The DECLARATION of every package here, in their `order`: a new metric is a new package,
+    listed nowhere else."""
+    found = [importlib.import_module(f"{__name__}.{m.name}").DECLARATION
+             for m in pkgutil.iter_modules(__path__) if m.ispkg]
+    return tuple(sorted(found, key=lambda d: d.order))
+
+
+# The order of the reducers (merged under torchrun, saved by --resume), of the tables and of each
+# layer's entry in summary.json; summary.json's top-level keys follow each `summary_order`.
+DECLARATIONS = _declarations()
+BY_NAME = {d.name: d for d in DECLARATIONS}
+
+
+def metric_class(declaration):
+    """The Metric subclass of a declaration (imports its reduce.py, and so torch)."""
+    module = importlib.import_module(f"{__name__}.{declaration.name}.reduce")
+    return getattr(module, declaration.metric)
+
+
+def build_metrics(layout, options, **context) -> dict:
+    """name -> a fresh metric of every kind, for one pass over a model with this layout
+    (context: vocab_size, sequences, token_groups; see metrics/base.py)."""
+    return {d.name: metric_class(d)(layout, options, **context) for d in DECLARATIONS}
+
+
+def summary_order() -> list:
+    """The declarations that write summary.json keys, in the file's order."""
+    return sorted((d for d in DECLARATIONS if d.summary_order is not None), key=lambda d: d.summary_order)

@@ -1,22 +1,55 @@
-"""What a metric is: reducers fed by events, the tables read from them, its summary keys.
+"""What a metric is: its declaration (torch-free, read by the run directory's schema and by
+reports/) and its `Metric` (the reducers fed by events, the tables read from them).
 
-    class Metric:
-        TABLES        table -> column -> kind ("str", "int", "float", "bool"): its files of
-                      the run directory (docs/run-directory.md), declared in probe/schema.py
-                      (torch-free, read by reports/), whose TABLES joins them
-        SUMMARY_KEYS  the summary.json keys it writes, in file order
-        subscribe(on)        on(event, fn) for each event it reads (probe/events.py)
+    Declaration          in probe/metrics/<m>/__init__.py, imports no torch
+        name             the metric's name (its package's); its Metric subclass is `metric` in
+                         probe/metrics/<m>/reduce.py
+        order            its place in the pass (lower first): the order of the reducers (merged
+                         under torchrun, saved by --resume), of its tables, of summarise()
+        events           event (probe/events.py) -> the Metric's method the bus subscribes
+        tables           table -> column -> kind ("str", "int", "float", "bool"): its files of
+                         the run directory (docs/run-directory.md); probe.schema.TABLES joins them
+        summary_keys     the summary.json keys it writes, in file order
+        summary_order    where they go in summary.json (lower first; None: it writes none)
+        layer_keys       its keys in each entry of summary.json `layers`, with their empty value
+        layer_order      where they go in that entry (lower first; the per-head list `heads` last)
+        meta_keys        the meta.json keys it writes
+        option           the AnalysisOptions field that turns it on; its tables are then optional
+                         (probe.schema.OPTIONAL_TABLES) and it writes nothing when the option is off
+        counts           table -> its float columns that hold counts (compared exactly in the gold)
+
+    class Metric(layout, options, *, vocab_size=None, sequences=None, token_groups=None):
+        listens(event)       whether it subscribes to a declared event in this pass (default yes)
         reducers()           its reducers, in a fixed order (merged under torchrun, saved by --resume)
         frames(done)         {table: DataFrame} once the pass is over
         summarise(a, layers, done)  its summary keys (a dict), and its part of each layer's entry
         meta(done)           its meta.json keys
+        nonfinite()          NaN/inf values it left out, by `layer:where`
 
 `done` (Done) holds what a finished pass knows beside the reducers: the run's
 name, the tokenizer, the other metrics (sparsity reads the gates' mean) and the exact control.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """Everything the rest of probe (and reports/) needs to know about a metric, without torch."""
+
+    name: str
+    metric: str                                          # the Metric subclass in <m>/reduce.py
+    order: int
+    events: dict[str, str]                               # event -> method name
+    tables: dict[str, dict[str, str]] = field(default_factory=dict)
+    summary_keys: tuple[str, ...] = ()
+    summary_order: int | None = None
+    layer_keys: dict[str, object] = field(default_factory=dict)
+    layer_order: int = 0
+    meta_keys: tuple[str, ...] = ()
+    option: str | None = None
+    counts: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -31,16 +64,33 @@ class Done:
 
 
 class Metric:
+    """A metric's reducers; a subclass names its `declaration`, from which name, TABLES,
+    SUMMARY_KEYS and OPTION are read."""
+
+    declaration: Declaration
     name = ""
     TABLES: dict[str, dict[str, str]] = {}
     SUMMARY_KEYS: tuple[str, ...] = ()
+    OPTION: str | None = None
 
-    def __init__(self, layout, **context):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        d = cls.__dict__.get("declaration")
+        if d is not None:
+            cls.name, cls.TABLES, cls.SUMMARY_KEYS, cls.OPTION = d.name, d.tables, d.summary_keys, d.option
+
+    def __init__(self, layout, options, *, vocab_size: int | None = None, sequences: int | None = None,
+                 token_groups=None):
+        """options: the AnalysisOptions of the pass (probe/options.py); vocab_size: the
+        model's vocabulary; sequences: the dataset's row count (the per-sequence state's size);
+        token_groups: the data's token groups (probe.token_types.TokenGroups), None without a gate."""
         self.layout = layout
         self.stats: dict = {}
 
-    def subscribe(self, on) -> None:
-        pass
+    def listens(self, event: str) -> bool:
+        """Whether this pass subscribes the declared method of `event` (a metric switched off
+        by its option, or an ungated model's gate metric, listens to nothing)."""
+        return True
 
     def reducers(self) -> list:
         return [self.stats[key] for key in sorted(self.stats)]

@@ -51,7 +51,7 @@ def plot_axes(fig):
 
 
 def test_the_fixture_writes_the_metric_s_columns():
-    from probe.metrics import OPTIONAL_TABLES, TABLES
+    from probe.schema import OPTIONAL_TABLES, TABLES
 
     for name, columns in ANATOMY_COLUMNS.items():
         assert list(TABLES[name]) == ["model", *columns], name

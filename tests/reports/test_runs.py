@@ -141,12 +141,13 @@ def test_clear_errors_for_what_is_not_a_run(tmp_path):
 
 
 def test_importing_reports_loads_no_model_library():
-    """reports reads the run-directory schema from probe/schema.py, which imports nothing: no
-    torch (a second of `probe report`), nothing that loads or hooks a model."""
+    """reports reads the run-directory schema from probe/schema.py, which imports only the
+    metrics' declarations: no torch (a second of `probe report`), no reducers, nothing that
+    loads or hooks a model."""
     code = ("import sys, reports, reports.html, reports.pdf; "
-            "print(sorted(m for m in ('torch', 'transformers', 'transformer_lens', 'probe.metrics', "
-            "'probe.load', 'probe.capture', 'probe.attention', 'probe.analyze', 'probe.bridge') "
-            "if m in sys.modules))")
+            "print(sorted(m for m in sys.modules if m in ('torch', 'transformers', 'transformer_lens', "
+            "'probe.metrics.reducers', 'probe.load', 'probe.capture', 'probe.attention', 'probe.analyze', "
+            "'probe.bridge') or m.startswith('probe.metrics.') and m.endswith('.reduce')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True, cwd=Path(reports.__file__).parents[1])
     assert result.stdout.strip() == "[]"
@@ -248,6 +249,6 @@ def test_the_schema_is_the_metrics():
     import probe.metrics
     import probe.schema
 
-    assert TABLES is probe.schema.TABLES is probe.metrics.TABLES
-    for metric in probe.metrics.METRICS:
-        assert set(metric.TABLES) <= set(TABLES)
+    assert TABLES is probe.schema.TABLES
+    for declaration in probe.metrics.DECLARATIONS:
+        assert set(declaration.tables) <= set(TABLES)

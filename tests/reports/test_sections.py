@@ -95,3 +95,32 @@ def test_caption_numbers_follow_the_constants(run_dirs, monkeypatch):
     assert "x = 0.2 and 0.8 (logit x axis; below 0.8 as 1 − the share above)" \
         in captions["gate-saturation"]
     assert "reaches 1 before 0.8 (few near 1)" in captions["gate-saturation"]
+
+
+def test_a_section_whose_runs_lack_its_tables_is_left_out_with_the_reason(run_dirs):
+    """items.needing: without any of its tables in any run the builder is not called, and the
+    contents say which file is missing and how to get it (the option, from the declarations)."""
+    from reports.items import Section, left_out_line, needing
+
+    called = []
+
+    @needing("received_by_position", id="sinks", title="Sinks")
+    def optional(runs):
+        called.append(runs)
+        return Section(id="sinks", title="Sinks", intro="", items=[])
+
+    @needing("gates", id="gated", title="Gated")
+    def present(runs):
+        called.append(runs)
+        return Section(id="gated", title="Gated", intro="", items=[])
+
+    runs = reports.load_runs([run_dirs["baseline"], run_dirs["headwise"]])
+    skipped = optional(runs)
+    assert not called and skipped.needs == ("received_by_position",) and not skipped.items
+    assert left_out_line(skipped) == ("Not in this report: Sinks (no run has received_by_position.csv: "
+                                      "analyse with --anatomy).")
+    shown_section = present(runs)
+    assert called == [runs] and shown_section.omitted is None and shown_section.needs == ("gates",)
+    # A table every analysis writes, missing from runs written before its metric existed.
+    without = reports.load_runs([run_dirs["baseline"]])
+    assert "analyse them again" in needing("gates", id="g", title="G")(lambda r: None)(without).omitted

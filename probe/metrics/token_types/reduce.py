@@ -11,12 +11,11 @@ import math
 import pandas as pd
 import torch
 
-from ..events import GATE
 from ..reducers import F64, I64
-from ..schema import GATES_BY_TOKEN_TYPE
-from ..token_types import BUILTIN
-from .base import Metric
-from .gates import GroupedGateStats
+from . import DECLARATION
+from ...token_types import BUILTIN
+from ..base import Metric
+from ..gates.reduce import GroupedGateStats
 
 
 class TokenGroupGateStats(GroupedGateStats):
@@ -86,20 +85,19 @@ class TokenGroupGateStats(GroupedGateStats):
 
 
 class TokenTypes(Metric):
-    name = "token_types"
-    TABLES = GATES_BY_TOKEN_TYPE
-    COLUMNS = list(TABLES["gates_by_token_type"])
+    declaration = DECLARATION
+    COLUMNS = list(DECLARATION.tables["gates_by_token_type"])
 
-    def __init__(self, layout, *, token_groups=None, **context):
-        super().__init__(layout)
+    def __init__(self, layout, options, *, vocab_size: int | None = None,
+                 sequences: int | None = None, token_groups=None):
+        super().__init__(layout, options)
         self.groups = token_groups
         if layout.gated and token_groups is not None:
             self.stats = {i: TokenGroupGateStats(layout.num_heads, token_groups.names)
                           for i in layout.attention_layers}
 
-    def subscribe(self, on) -> None:
-        if self.stats:
-            on(GATE, self.update)
+    def listens(self, event: str) -> bool:
+        return bool(self.stats)
 
     def update(self, layer, scores, b) -> None:
         # (N, H, Dg) valid rows with their (N, G) groups.

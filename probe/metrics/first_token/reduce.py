@@ -14,10 +14,9 @@ import warnings
 import pandas as pd
 import torch
 
-from ..events import FIRST_KEY
 from ..reducers import F64, I64, Reducer
-from ..schema import FIRST_TOKEN, SINK_EPSILON
-from .base import Metric, mean
+from . import DECLARATION, SINK_EPSILON
+from ..base import Metric, mean
 
 
 class FirstTokenStats(Reducer):
@@ -135,7 +134,7 @@ def _ratio(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
 
 def first_key_weights(p0: torch.Tensor, valid: torch.Tensor | None, finite: torch.Tensor | None):
     """(p0 with left-out queries zeroed, w (B, T) float64: 1 where a query counts, the number of
-    valid queries left out), for the per-sequence sums (metrics/per_sequence.py). A query counts
+    valid queries left out), for the per-sequence sums (metrics/per_sequence/). A query counts
     when it is valid and finite in every head (and its output row is finite, `finite`): stricter
     than FirstTokenStats.update, which leaves a non-finite cell out of its head only, so on a
     model with NaNs the per-sequence F-Attn can pool fewer queries than first_token.csv."""
@@ -156,16 +155,12 @@ def _rows(finite: torch.Tensor) -> torch.Tensor:
 
 
 class FirstToken(Metric):
-    name = "first_token"
-    TABLES = FIRST_TOKEN
-    SUMMARY_KEYS = ("f_attn", "f_attn_paper", "f_attn_uniform", "sink_rate", "sink_epsilon")
+    declaration = DECLARATION
 
-    def __init__(self, layout, **context):
-        super().__init__(layout)
+    def __init__(self, layout, options, *, vocab_size: int | None = None,
+                 sequences: int | None = None, token_groups=None):
+        super().__init__(layout, options)
         self.stats = {i: FirstTokenStats(layout.num_heads) for i in layout.attention_layers}
-
-    def subscribe(self, on) -> None:
-        on(FIRST_KEY, self.update)
 
     def update(self, layer, p0, b, uniform=None, finite=None) -> None:              # (B, H, T)
         if layer in self.stats:

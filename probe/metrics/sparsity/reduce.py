@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..events import SDPA, Z
-from ..options import THRESHOLDS
+from ...options import THRESHOLDS
 from ..reducers import LogHistogram, Reducer
-from ..schema import HEADLINE_THRESHOLDS, SPARSITY, VARIANTS
-from .base import Metric
+from . import DECLARATION, HEADLINE_THRESHOLDS, VARIANTS
+from ..base import Metric
 
 VARIANT_ORDER = {v: i for i, v in enumerate(VARIANTS)}
 
@@ -63,17 +62,15 @@ class SparsityStats(Reducer):
 
 
 class Sparsity(Metric):
-    name = "sparsity"
-    TABLES = SPARSITY
+    declaration = DECLARATION
 
-    def __init__(self, layout, *, thresholds=None, **context):
-        super().__init__(layout)
-        thresholds = THRESHOLDS if thresholds is None else thresholds
+    def __init__(self, layout, options, *, vocab_size: int | None = None,
+                 sequences: int | None = None, token_groups=None):
+        super().__init__(layout, options)
+        thresholds = options.thresholds
         self.stats = {i: SparsityStats(thresholds=thresholds) for i in layout.attention_layers}
-
-    def subscribe(self, on) -> None:
-        on(SDPA, self._updater("ungated"))
-        on(Z, self._updater("gated"))
+        self.update_ungated = self._updater("ungated")          # attn.hook_sdpa
+        self.update_gated = self._updater("gated")              # attn.hook_z
 
     def _updater(self, variant: str):
         def update(layer, x, b) -> None:

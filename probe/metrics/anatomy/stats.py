@@ -1,7 +1,7 @@
 """Streaming statistics of sink anatomy for one attention layer: who receives attention, whether
 sinks carry value, and whether gates close where attention goes to a sink.
 
-Fed per batch with what probe.received computes. Each (sequence, head, key) is a cell whose
+Fed per batch with what probe.metrics.anatomy.received computes. Each (sequence, head, key) is a cell whose
 score is Gu et al.'s importance score (the mean of P[t, k] over the queries that see k; ICLR
 2025, "When Attention Sink Emerges in Language Models"). From the cells:
 
@@ -16,7 +16,7 @@ score is Gu et al.'s importance score (the mean of P[t, k] over the queries that
 - gate-sink coupling: the mean gate score of queries binned by the attention they put on the
   sink key(s);
 - value drains: per head, the sink value's norm against the median value norm, and the sinks'
-  share of the attention output (probe.received.ValueDrains).
+  share of the attention output (probe.metrics.anatomy.received.ValueDrains).
 
 The last keys of a causal sequence are seen by a handful of queries (the last one by itself
 only), their nearest neighbours, which attend to recent keys: their scores read high (recency,
@@ -33,7 +33,7 @@ import math
 import torch
 
 from .received import ReceivedAttention, ValueDrains
-from .reducers import F64, I64, Reducer
+from ..reducers import F64, I64, Reducer
 
 EXACT_POSITIONS = 16
 # Bucket b holds key positions [EDGES[b], EDGES[b + 1]), the last one [2^20, inf).
@@ -159,7 +159,7 @@ class AnatomyStats(Reducer):
         self.gate_n.view(-1).index_add_(0, flat, w.long())
 
     def update_drains(self, drains: ValueDrains, valid: torch.Tensor | None = None) -> None:
-        """drains: probe.received.value_drains of this batch; valid (B, T) or None (the shares
+        """drains: probe.metrics.anatomy.received.value_drains of this batch; valid (B, T) or None (the shares
         of queries that do not count are NaN there already). Non-finite values are left out."""
         device = self.drain_ratio.device
         ratio = drains.value_norm_ratio.to(device).double()                               # (B, H, K)

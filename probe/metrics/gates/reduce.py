@@ -11,10 +11,9 @@ import math
 import pandas as pd
 import torch
 
-from ..events import GATE
 from ..reducers import F64, I64, Reducer
-from ..schema import GATES
-from .base import Metric, mean
+from . import DECLARATION
+from ..base import Metric, mean
 
 class GroupedGateStats(Reducer):
     """Gate-score state kept per (group, head), and the metrics read from it.
@@ -138,18 +137,16 @@ class GateStats(GroupedGateStats):
 
 
 class Gates(Metric):
-    name = "gates"
-    TABLES = GATES
-    SUMMARY_KEYS = ("mean_gate",)
+    declaration = DECLARATION
 
-    def __init__(self, layout, **context):
-        super().__init__(layout)
+    def __init__(self, layout, options, *, vocab_size: int | None = None,
+                 sequences: int | None = None, token_groups=None):
+        super().__init__(layout, options)
         if layout.gated:
             self.stats = {i: GateStats(layout.num_heads) for i in layout.attention_layers}
 
-    def subscribe(self, on) -> None:
-        if self.stats:
-            on(GATE, self.update)
+    def listens(self, event: str) -> bool:
+        return bool(self.stats)
 
     def update(self, layer, scores, b) -> None:                              # (B, T, H, Dg)
         first = scores[:, 0] if b.all_valid else scores[:, 0][b.valid[:, 0].to(scores.device)]

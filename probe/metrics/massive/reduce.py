@@ -12,10 +12,10 @@ import math
 import pandas as pd
 import torch
 
-from ..events import SITE_EVENTS, SITES
+from ...events import SITES
 from ..reducers import I64, LogHistogram, Reducer
-from ..schema import MASSIVE
-from .base import Metric, mean
+from . import DECLARATION
+from ..base import Metric, mean
 
 SITE_ORDER = {s: i for i, s in enumerate(SITES)}
 
@@ -103,17 +103,15 @@ class MaxAbsStats(Reducer):
 
 
 class Massive(Metric):
-    name = "massive"
-    TABLES = MASSIVE
-    SUMMARY_KEYS = ("m_act",)
+    declaration = DECLARATION
+    TOP_K = 3                   # massive_top.csv rows per (layer, site)
 
-    def __init__(self, layout, *, top_k: int = 3, **context):
-        super().__init__(layout)
-        self.stats = {(p.index, s): MaxAbsStats(top_k) for p in layout.layers for s in SITES}
-
-    def subscribe(self, on) -> None:
-        for site, event in SITE_EVENTS.items():
-            on(event, self._updater(site))
+    def __init__(self, layout, options, *, vocab_size: int | None = None,
+                 sequences: int | None = None, token_groups=None):
+        super().__init__(layout, options)
+        self.stats = {(p.index, s): MaxAbsStats(self.TOP_K) for p in layout.layers for s in SITES}
+        for site in SITES:                                          # update_attn_out, ... (declared events)
+            setattr(self, f"update_{site}", self._updater(site))
 
     def _updater(self, site: str):
         def update(layer, h, b) -> None:                                         # (B, T, C)

@@ -6,9 +6,9 @@ import math
 
 import torch
 
-from ..events import LOGITS
 from ..reducers import F64, I64, Reducer
-from .base import Metric
+from . import DECLARATION
+from ..base import Metric
 
 
 class LossStats(Reducer):
@@ -90,16 +90,14 @@ class LossStats(Reducer):
 
 
 class Loss(Metric):
-    name = "loss"
-    SUMMARY_KEYS = ("loss", "perplexity")
+    declaration = DECLARATION
 
-    def __init__(self, layout, *, sequences: int | None = None, loss_by_position: bool = False, **context):
-        super().__init__(layout)
+    def __init__(self, layout, options, *, vocab_size: int | None = None,
+                 sequences: int | None = None, token_groups=None):
+        super().__init__(layout, options)
         self.stats = LossStats(sequences=sequences)
-        self.by_position = loss_by_position       # summary.json loss_by_position, only when asked
-
-    def subscribe(self, on) -> None:
-        on(LOGITS, self.update)
+        # summary.json loss_by_position, only when asked
+        self.by_position = options.loss_by_position
 
     def update(self, layer, logits, b) -> None:
         self.stats.follow(logits.device).update(logits, b.input_ids, b.valid, b.seq_index)

@@ -7,8 +7,8 @@ Reads attn.hook_attention (the `probe` back-end's call: query, key, value, out, 
 softcap), which the Hugging Face source emits only when this metric listens, and attn.hook_gate:
 the gate fires before attention in a layer (q_proj), so the layer's gate mean per query and head
 is kept until that layer's attention event pairs it with the sink attention, then dropped.
-Received attention comes from the kernel's log-sum-exp in blocks of queries (probe/received.py),
-never a T x S matrix; probe/anatomy_stats.py reduces it over the data.
+Received attention comes from the kernel's log-sum-exp in blocks of queries (received.py here),
+never a T x S matrix; stats.py reduces it over the data.
 
 Tables (written only when the option is on: probe.schema.OPTIONAL_TABLES): received_by_position,
 received_by_token, secondary_sinks, value_drains, gate_sink (gated models); summary.json
@@ -19,11 +19,11 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from ..events import ATTENTION, GATE
-from ..schema import ANATOMY
-from ..schema import SINK_MIN_QUERIES as SCHEMA_SINK_MIN_QUERIES
-from .base import Metric
-from .massive import token_text
+from ...events import GATE
+from . import DECLARATION
+from . import SINK_MIN_QUERIES as DECLARED_SINK_MIN_QUERIES
+from ..base import Metric
+from ..massive.reduce import token_text
 
 # Keys seen by fewer queries than this are left out of the token table and the choice of each
 # head's top sink key (the last keys of a causal sequence: noisy scores).
@@ -33,26 +33,24 @@ MIN_QUERIES = 16
 # score over its first 128 queries is a median 3.6x its 512-query score (17x over 16); of the
 # cells above epsilon with 16 queries 13% (SmolLM2: 15 of 114) and none (Gemma 3: 0 of 2) stay
 # above it with 512, with 128 queries 52% (15 of 29) and no cell on Gemma 3.
-SINK_MIN_QUERIES = SCHEMA_SINK_MIN_QUERIES
+SINK_MIN_QUERIES = DECLARED_SINK_MIN_QUERIES
 TOP_TOKENS = 20         # rows of received_by_token.csv per layer (and for layer -1)
 SUMMARY_TOKENS = 5      # summary.json anatomy.top_sink_tokens: the first rows of layer -1
 ALL_LAYERS = -1         # received_by_token rows pooled over every attention layer
 
 
 class Anatomy(Metric):
-    name = "anatomy"
-    OPTION = "anatomy"          # its tables are written only when this option is on
-    TABLES = ANATOMY
-    SUMMARY_KEYS = ("anatomy",)
+    declaration = DECLARATION     # its tables are written only when its option is on
 
-    def __init__(self, layout, *, anatomy: bool = False, vocab_size: int | None = None, **context):
-        super().__init__(layout)
-        self.enabled = bool(anatomy)
+    def __init__(self, layout, options, *, vocab_size: int | None = None,
+                 sequences: int | None = None, token_groups=None):
+        super().__init__(layout, options)
+        self.enabled = bool(getattr(options, self.OPTION))
         self._gates: dict[int, torch.Tensor] = {}     # layer -> (B, T, H) gate mean, until its attention
         if self.enabled:
-            # Imported here: probe.received needs the attention back-end (transformers), and
+            # Imported here: probe.metrics.anatomy.received needs the attention back-end (transformers), and
             # reports/ reads this module's TABLES without loading a model library.
-            from ..anatomy_stats import EPSILON, AnatomyStats
+            from .stats import EPSILON, AnatomyStats
 
             if not vocab_size:
                 raise ValueError("sink anatomy needs the vocabulary size (vocab_size=)")
@@ -60,12 +58,8 @@ class Anatomy(Metric):
                                           min_queries=MIN_QUERIES, sink_min_queries=SINK_MIN_QUERIES)
                           for i in layout.attention_layers}
 
-    def subscribe(self, on) -> None:
-        if not self.enabled:
-            return
-        on(ATTENTION, self.update)
-        if self.layout.gated:
-            on(GATE, self.keep_gate)
+    def listens(self, event: str) -> bool:
+        return self.enabled and (event != GATE or self.layout.gated)
 
     def keep_gate(self, layer, g, b) -> None:                                   # (B, T, H, Dg)
         if layer in self.stats:
@@ -73,7 +67,7 @@ class Anatomy(Metric):
 
     def update(self, layer, query, b, *, key, value, out, lse, mask, scale, softcap=None) -> None:
         """query (B, H, T, D), key / value (B, KV, S, D), out (B, H, T, D), lse (B, H, T)."""
-        from ..received import key_probability, received_attention, top_keys, value_drains
+        from .received import key_probability, received_attention, top_keys, value_drains
 
         stats = self.stats.get(layer)
         gate = self._gates.pop(layer, None)

@@ -13,7 +13,7 @@ State is O(sequences x layers x heads), never O(tokens).
     sparsity_below (S, A, 2, K), sparsity_n (S, A, 2)  |x| below each headline threshold,
                            ungated (attn.hook_sdpa) and gated (attn.hook_z)
     m_act (S, L, 4)        max |h| per layer and site                      <- the four site events
-    nll, nll_n (S,)        next-token loss (kept by metrics/loss.py, which computes it anyway)
+    nll, nll_n (S,)        next-token loss (kept by metrics/loss/, which computes it anyway)
 
 S sequences (rows of the dataset), A attention layers, H heads, L layers, K thresholds.
 The mean-gate control's per-sequence counts need its scale, known only after the pass: they are
@@ -26,11 +26,13 @@ import math
 import pandas as pd
 import torch
 
-from ..events import FIRST_KEY, GATE, SDPA, SITE_EVENTS, SITES, Z
+from ...events import GATE, SITES
 from ..reducers import F64, I64, Reducer, cut_bits, float32_value
-from ..schema import HEADLINE_THRESHOLDS, LOW_GATE, PER_SEQUENCE, SINK_EPSILON
-from .base import Metric
-from .first_token import first_key_weights
+from ..first_token import SINK_EPSILON
+from ..sparsity import HEADLINE_THRESHOLDS
+from . import DECLARATION, LOW_GATE
+from ..base import Metric
+from ..first_token.reduce import first_key_weights
 
 SPARSE_VARIANTS = ("ungated", "gated")
 
@@ -82,31 +84,26 @@ class SequenceStats(Reducer):
 
 
 class PerSequence(Metric):
-    name = "per_sequence"
-    TABLES = PER_SEQUENCE
-    SUMMARY_KEYS = (*(f"{k}_{side}" for k in ("f_attn", "f_attn_uniform", "sink_rate", "mean_gate", "m_act",
-                                               "loss", "perplexity") for side in ("lo", "hi")), "intervals")
+    declaration = DECLARATION
 
-    def __init__(self, layout, *, sequences: int | None = None, **context):
-        super().__init__(layout)
+    def __init__(self, layout, options, *, vocab_size: int | None = None,
+                 sequences: int | None = None, token_groups=None):
+        super().__init__(layout, options)
         self.column = {layer: i for i, layer in enumerate(layout.attention_layers)}
         # The largest float32 below which |x| counts as below each threshold (LogHistogram's cuts).
         self.limits = [float32_value(cut_bits(t)) for t in HEADLINE_THRESHOLDS]
         self.state = SequenceStats(len(self.column), len(layout.layers), layout.num_heads, layout.gated,
                                    sequences)
         self.fixed = sequences is not None
+        self.update_ungated, self.update_gated = self._sparsity(0), self._sparsity(1)   # sdpa, z
+        for s, site in enumerate(SITES):                            # update_attn_out, ... (declared events)
+            setattr(self, f"update_{site}", self._massive(s))
 
     def reducers(self) -> list:
         return [self.state]
 
-    def subscribe(self, on) -> None:
-        on(FIRST_KEY, self._first_key)
-        if self.layout.gated:
-            on(GATE, self._gate)
-        on(SDPA, self._sparsity(0))
-        on(Z, self._sparsity(1))
-        for s, (site, event) in enumerate(SITE_EVENTS.items()):
-            on(event, self._massive(s))
+    def listens(self, event: str) -> bool:
+        return event != GATE or self.layout.gated
 
     def _rows(self, b, device) -> torch.Tensor:
         """The batch's sequence indices (B,) on `device`, with room for them in the state."""
@@ -115,7 +112,7 @@ class PerSequence(Metric):
             s.fit(b.seq_index)
         return b.seq_index.to(device)
 
-    def _first_key(self, layer, p0, b, uniform=None, finite=None) -> None:              # (B, H, T)
+    def update_first_key(self, layer, p0, b, uniform=None, finite=None) -> None:              # (B, H, T)
         if layer not in self.column:
             return
         seq, a = self._rows(b, p0.device), self.column[layer]
@@ -131,7 +128,7 @@ class PerSequence(Metric):
         s.f_attn_n[:, a].index_add_(0, seq, w[:, 1:].sum(1).long())
         s.f_attn_uniform[:, a].index_add_(0, seq, u)
 
-    def _gate(self, layer, scores, b) -> None:                                       # (B, T, H, Dg)
+    def update_gate(self, layer, scores, b) -> None:                                       # (B, T, H, Dg)
         if layer not in self.column:
             return
         seq, a = self._rows(b, scores.device), self.column[layer]
@@ -185,7 +182,7 @@ class PerSequence(Metric):
 
     def summarise(self, a, layers, done) -> dict:
         """The 95% intervals beside the numbers (probe/intervals/), from the table just built."""
-        from ..intervals import SequenceValues, describe, summary_intervals
+        from ...intervals import SequenceValues, describe, summary_intervals
 
         values = SequenceValues.from_frame(a.per_sequence)
         top = summary_intervals(values, done.resamples, SINK_EPSILON, layers) if values is not None else {}
@@ -193,7 +190,7 @@ class PerSequence(Metric):
 
 
 def sequence_frame(name: str, metric: PerSequence, loss) -> pd.DataFrame:
-    """per_sequence.csv: one row per sequence and number (probe/schema.py PER_SEQUENCE)."""
+    """per_sequence.csv: one row per sequence and number (declared in per_sequence/__init__.py)."""
     s, layout = metric.state.to("cpu"), metric.layout
     S = s.rows if metric.fixed else max(s.rows, loss.seq_nll.shape[0])
     layers = list(metric.column)
@@ -234,4 +231,4 @@ def sequence_frame(name: str, metric: PerSequence, loss) -> pd.DataFrame:
     add("nll_n", loss.seq_count, None)
     frame = pd.concat(parts, ignore_index=True)
     frame.insert(0, "model", name)
-    return frame[list(PER_SEQUENCE["per_sequence"])]
+    return frame[list(DECLARATION.tables["per_sequence"])]
