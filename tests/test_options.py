@@ -93,15 +93,8 @@ OWN_DEFAULTS = {
     ("probe/check.py", "seq_len"): "probe check's own short pass, not an analysis",
     ("probe/check.py", "batch_size"): "probe check's own short pass, not an analysis",
     ("probe/train/evaluate.py", "batch_size"): "probe train's evaluation batches",
-    ("probe/plotting.py", "thresholds"): "which of the counted thresholds a figure draws",
     ("probe/documents.py", "text_field"): "the file reader probe train shares; every analysis "
                                           "passes options.text_field",
-    # Step 1 of docs/redesign-plan.md (the metrics and Pass take the options whole) removes these.
-    ("probe/bus.py", "anatomy"): "Pass, until it takes the options whole",
-    ("probe/bus.py", "loss_by_position"): "Pass, until it takes the options whole",
-    ("probe/metrics/anatomy.py", "anatomy"): "the metrics, until they take the options whole",
-    ("probe/metrics/loss.py", "loss_by_position"): "the metrics, until they take the options whole",
-    ("probe/metrics/sparsity.py", "thresholds"): "the metrics, until they take the options whole",
 }
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...options import THRESHOLDS
 from ..reducers import LogHistogram, Reducer
 from . import DECLARATION, HEADLINE_THRESHOLDS, VARIANTS
 from ..base import Metric
@@ -31,7 +30,7 @@ class SparsityStats(Reducer):
     exactly in a second pass with m known, into `control`.
     """
 
-    def __init__(self, device="cpu", thresholds=THRESHOLDS):
+    def __init__(self, device="cpu", *, thresholds):
         self.thresholds = tuple(float(t) for t in thresholds)
         self.ungated = LogHistogram(device, cuts=self.thresholds)
         self.gated = LogHistogram(device, cuts=self.thresholds)
