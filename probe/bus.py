@@ -33,6 +33,16 @@ class Batch:
         self.pos, self.seq, self.tok = self.rows(pos), self.rows(seq), self.rows(self.input_ids)
         self.rest_valid = self.valid[:, 1:]
         self._where = {self.input_ids.device: (self.seq, self.pos, self.tok)}
+        self._derived: dict = {}
+
+    def derived(self, name: str, x: torch.Tensor, make):
+        """make(), once per event: a value derived from the event's tensor x that several
+        metrics read (its row maxima, its bins: probe/bins.py), so each activation is read once
+        for it. Pass.emit forgets these values after the event; another tensor gets its own."""
+        seen = self._derived.get(name)
+        if seen is None or seen[0] is not x:
+            seen = self._derived[name] = (x, make())
+        return seen[1]
 
     def rows(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...) keeping valid positions only."""
@@ -86,8 +96,11 @@ class Pass:
         b = self._batch
         if b is None:
             return
-        for fn in self._subscribers.get(event, ()):
-            fn(layer, x, b, **extra)
+        try:
+            for fn in self._subscribers.get(event, ()):
+                fn(layer, x, b, **extra)
+        finally:
+            b._derived.clear()
 
     # -- the reducers, by metric -----------------------------------------------------------------
     @property

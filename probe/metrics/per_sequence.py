@@ -26,8 +26,9 @@ import math
 import pandas as pd
 import torch
 
+from ..bins import abs_row_max, batch_bins
 from ..events import FIRST_KEY, GATE, SDPA, SITE_EVENTS, SITES, Z
-from ..reducers import F64, I64, Reducer, cut_bits, float32_value
+from ..reducers import F64, I64, Reducer, cut_bits
 from ..schema import HEADLINE_THRESHOLDS, LOW_GATE, PER_SEQUENCE, SINK_EPSILON
 from .base import Metric
 from .first_token import first_key_weights
@@ -90,8 +91,8 @@ class PerSequence(Metric):
     def __init__(self, layout, *, sequences: int | None = None, **context):
         super().__init__(layout)
         self.column = {layer: i for i, layer in enumerate(layout.attention_layers)}
-        # The largest float32 below which |x| counts as below each threshold (LogHistogram's cuts).
-        self.limits = [float32_value(cut_bits(t)) for t in HEADLINE_THRESHOLDS]
+        # |x| is below a threshold when its bits are below the threshold's cut (LogHistogram's cuts).
+        self.cuts = [cut_bits(t) for t in HEADLINE_THRESHOLDS]
         self.state = SequenceStats(len(self.column), len(layout.layers), layout.num_heads, layout.gated,
                                    sequences)
         self.fixed = sequences is not None
@@ -150,17 +151,10 @@ class PerSequence(Metric):
             if layer not in self.column:
                 return
             seq, a = self._rows(b, x.device), self.column[layer]
-            B, T = x.shape[:2]
-            ax = x.reshape(B, T, -1).abs()
-            ax = ax if ax.dtype == torch.float32 else ax.float()          # bfloat16, float16: exact
-            valid = b.valid.to(x.device)
-            # |x| < value(cut) <=> bits(|x|) < cut: the exact counts of LogHistogram (NaN counts nowhere).
-            counts = [torch.count_nonzero(ax < t, 2) for t in self.limits]                  # (B, T) each
-            if bool(torch.isfinite(ax.amax())):
-                finite = valid.sum(1) * ax.shape[2]                                         # (B,)
-            else:
-                finite = (torch.isfinite(ax).sum(2) * valid).sum(1)
-            counts = torch.stack([(c * valid).sum(1) for c in counts], 1)                 # (B, K)
+            # The bins the sparsity histograms read (probe/bins.py), per row of the batch: the
+            # counts of |x| below each cut are those of LogHistogram, exact (NaN, inf count nowhere).
+            bins = batch_bins(x, b)
+            counts, finite = bins.below(self.cuts), bins.finite()                        # (B, K), (B,)
             s = self.state
             s.sparsity_below[:, a, variant].index_add_(0, seq, counts)
             s.sparsity_n[:, a, variant].index_add_(0, seq, finite)
@@ -171,7 +165,7 @@ class PerSequence(Metric):
             if h.dim() != 3:
                 return
             seq = self._rows(b, h.device)
-            top = torch.maximum(h.amax(2), -h.amin(2)).double()                           # (B, T)
+            top = abs_row_max(h, b).double()                   # (B, T), shared with metrics/massive.py
             if not bool(torch.isfinite(top).all()):                      # NaN / inf: left out
                 a = h.double().abs()
                 top = a.masked_fill(~torch.isfinite(a), -math.inf).amax(2)
