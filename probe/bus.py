@@ -144,10 +144,11 @@ class Pass:
     def observe_logits(self, logits: torch.Tensor) -> None:
         self.emit(LOGITS, None, logits)
 
-    def tables(self, name: str, tokenizer=None, control=None) -> dict:
+    def tables(self, name: str, tokenizer=None, control=None, documents=None) -> dict:
         """{table: DataFrame} of every metric, once the pass is over (name: the model column;
-        control: layer -> the exact mean-gate control's histogram, control.py)."""
-        done = Done(name, tokenizer, self.metrics, control)
+        control: layer -> the exact mean-gate control's histogram, control.py; documents: per
+        sequence its document, data.Dataset.documents)."""
+        done = Done(name, tokenizer, self.metrics, control, documents=documents)
         return {t: frame for metric in self.metrics.values() for t, frame in metric.frames(done).items()}
 
     def reducers(self) -> list:

@@ -14,6 +14,8 @@ State is O(sequences x layers x heads), never O(tokens).
                            ungated (attn.hook_sdpa) and gated (attn.hook_z)
     m_act (S, L, 4)        max |h| per layer and site                      <- the four site events
     nll, nll_n (S,)        next-token loss (kept by metrics/loss.py, which computes it anyway)
+    document (S,)          the document each sequence comes from, only when one holds several
+                           (sliding windows of a long document): the bootstrap resamples documents
 
 S sequences (rows of the dataset), A attention layers, H heads, L layers, K thresholds.
 The mean-gate control's per-sequence counts need its scale, known only after the pass: they are
@@ -175,7 +177,7 @@ class PerSequence(Metric):
         return update
 
     def frames(self, done) -> dict:
-        return {"per_sequence": sequence_frame(done.name, self, done.metrics["loss"].stats)}
+        return {"per_sequence": sequence_frame(done.name, self, done.metrics["loss"].stats, done.documents)}
 
     def summarise(self, a, layers, done) -> dict:
         """The 95% intervals beside the numbers (probe/intervals/), from the table just built."""
@@ -186,8 +188,10 @@ class PerSequence(Metric):
         return {**{k: top.get(k) for k in self.SUMMARY_KEYS[:-1]}, "intervals": describe(values, done.resamples)}
 
 
-def sequence_frame(name: str, metric: PerSequence, loss) -> pd.DataFrame:
-    """per_sequence.csv: one row per sequence and number (probe/schema.py PER_SEQUENCE)."""
+def sequence_frame(name: str, metric: PerSequence, loss, documents=None) -> pd.DataFrame:
+    """per_sequence.csv: one row per sequence and number (probe/schema.py PER_SEQUENCE);
+    documents: per sequence its document, written (quantity `document`) when a document holds
+    several sequences (sliding windows), so that the bootstrap draws them together."""
     s, layout = metric.state.to("cpu"), metric.layout
     S = s.rows if metric.fixed else max(s.rows, loss.seq_nll.shape[0])
     layers = list(metric.column)
@@ -226,6 +230,8 @@ def sequence_frame(name: str, metric: PerSequence, loss) -> pd.DataFrame:
         add("m_act", m[:, :, k], all_layers, key=site)
     add("nll", loss.seq_nll, None)
     add("nll_n", loss.seq_count, None)
+    if documents:
+        add("document", torch.tensor(documents[:S], dtype=F64), None)
     frame = pd.concat(parts, ignore_index=True)
     frame.insert(0, "model", name)
     return frame[list(PER_SEQUENCE["per_sequence"])]
