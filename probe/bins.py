@@ -102,11 +102,11 @@ class Bins:
         parts = []
         for start in range(0, self.high.numel(), BLOCK):
             h = self.high[start:start + BLOCK]
-            hit = marks.index_select(0, h.int())                      # (n,) in one of the bins
-            part = [h[hit], bits_all[start:start + BLOCK][hit] & 0x7FFFFFFF]
+            # Where the block's values sit in one of the bins: one nonzero, then small gathers.
+            where = marks.index_select(0, h.int()).nonzero().squeeze(1)            # (m,)
+            part = [h[where], bits_all[start:start + BLOCK][where] & 0x7FFFFFFF]
             if ends is not None:
-                where = hit.nonzero().squeeze(1) + start
-                part.append(torch.searchsorted(ends, where, right=True))
+                part.append(torch.searchsorted(ends, where + start, right=True))
             parts.append(part)
         found = tuple(torch.cat(p) for p in zip(*parts)) + ((None,) if ends is None else ())
         self._hits[bins] = found
