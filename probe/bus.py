@@ -34,6 +34,16 @@ class Batch:
         self.pos, self.seq, self.tok = self.rows(pos), self.rows(seq), self.rows(self.input_ids)
         self.rest_valid = self.valid[:, 1:]
         self._where = {self.input_ids.device: (self.seq, self.pos, self.tok)}
+        self._derived: dict = {}
+
+    def derived(self, name: str, x: torch.Tensor, make):
+        """make(), once per event: a value derived from the event's tensor x that several
+        metrics read (its row maxima, its bins: probe/bins.py), so each activation is read once
+        for it. Pass.emit forgets these values after the event; another tensor gets its own."""
+        seen = self._derived.get(name)
+        if seen is None or seen[0] is not x:
+            seen = self._derived[name] = (x, make())
+        return seen[1]
 
     def rows(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...) keeping valid positions only."""
@@ -93,8 +103,11 @@ class Pass:
         b = self._batch
         if b is None:
             return
-        for fn in self._subscribers.get(event, ()):
-            fn(layer, x, b, **extra)
+        try:
+            for fn in self._subscribers.get(event, ()):
+                fn(layer, x, b, **extra)
+        finally:
+            b._derived.clear()
 
     # -- the reducers, by metric -----------------------------------------------------------------
     @property
@@ -138,10 +151,11 @@ class Pass:
     def observe_logits(self, logits: torch.Tensor) -> None:
         self.emit(LOGITS, None, logits)
 
-    def tables(self, name: str, tokenizer=None, control=None) -> dict:
+    def tables(self, name: str, tokenizer=None, control=None, documents=None) -> dict:
         """{table: DataFrame} of every metric, once the pass is over (name: the model column;
-        control: layer -> the exact mean-gate control's histogram, control.py)."""
-        done = Done(name, tokenizer, self.metrics, control)
+        control: layer -> the exact mean-gate control's histogram, control.py; documents: per
+        sequence its document, data.Dataset.documents)."""
+        done = Done(name, tokenizer, self.metrics, control, documents=documents)
         return {t: frame for metric in self.metrics.values() for t, frame in metric.frames(done).items()}
 
     def reducers(self) -> list:

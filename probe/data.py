@@ -45,6 +45,9 @@ class Dataset:
     context: list[tuple[int, int]] = field(default_factory=list)
     windows: dict = field(default_factory=dict)   # max_length, stride, windowed documents
     files: list[dict] | None = None       # the files read and their documents (Documents.files)
+    # Per sequence, the index of the document it comes from (per document: sliding windows of
+    # one document share it, the intervals resample them together); empty: each its own.
+    documents: list[int] = field(default_factory=list)
 
     def digest(self) -> str:
         """SHA-256 of the token ids of every sequence: equal digests, equal token streams."""
@@ -189,30 +192,34 @@ def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, ma
     head = [bos_token_id] if use_bos else []
     sequences: list[list[int]] = []
     context: list[tuple[int, int]] = []
+    documents: list[int] = []
     windowed = truncated = 0
 
-    def slide(ids):
+    def slide(ids, document=None):
         nonlocal windowed
         windowed += 1
         for begin, end, counted in windows(len(ids), body, step):
             sequences.append(head + ids[begin:end])
+            if document is not None:
+                documents.append(document)
             # The BOS of every window counts (a fresh token); re-seen document tokens do not.
             context.append((len(head), len(head) + counted - begin) if counted > begin else (0, 0))
 
     if per_document:
         what = "documents"                # rows as given included
-        for ids in id_lists:
+        for document, ids in enumerate(id_lists):
             if len(ids) > body:
                 if on_long == "error":
                     raise ProbeError(f"a {what[:-1]} has {len(ids) + len(head)} tokens, more than "
                                      f"{flag(option, seq_len)}; raise {flag(option)}, or pass "
                                      f"{flag('on_long', 'truncate')} or slide")
                 if on_long == "slide":
-                    slide(ids)
+                    slide(ids, document)
                     continue
                 truncated += 1
             sequences.append(head + ids[:body])
             context.append((0, 0))
+            documents.append(document)
         if truncated:
             notes.append(f"{truncated} of {len(id_lists)} {what} longer than {seq_len} tokens were "
                          f"truncated to {seq_len}")
@@ -239,16 +246,18 @@ def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, ma
                     notes.append("the stream's last token was left out (alone, it predicts nothing)")
     if max_sequences is not None:
         sequences, context = sequences[:max_sequences], context[:max_sequences]
+        documents = documents[:max_sequences]
     notes = sorted(set(notes))
     position0 = describe_position0(sequences, tokenizer, use_bos, bos_token_id)
     context = context if any(hi > lo for lo, hi in context) else []
+    documents = documents if len(set(documents)) < len(documents) else []    # a document in several
     return Dataset([torch.tensor(s, dtype=torch.long) for s in sequences], source,
                    bos, bos_token_id if use_bos else None, position0, notes, context,
                    # As asked (None: not given) and as run: the length each sequence was cut
                    # to, and the tokens between window starts where windows ran (None: none did).
                    {"max_length": max_length, "stride": stride, "on_long": on_long,
                     "windowed_documents": windowed, "length": seq_len,
-                    "step": step if windowed else None}, docs.files)
+                    "step": step if windowed else None}, docs.files, documents)
 
 
 def describe_position0(sequences, tokenizer, use_bos: bool, bos_token_id) -> str:

@@ -134,8 +134,8 @@ def assemble(cap, loaded: LoadedModel, dataset: Dataset, name: str, dev, o: Anal
              patterns: pd.DataFrame, control=None, world: int = 1) -> Analysis:
     """The Analysis of a finished pass (reducers on the CPU): every metric's tables, meta.json
     (provenance, then each metric's keys) and summary.json."""
-    done = Done(name, loaded.tokenizer, cap.metrics, control, resamples=o.resamples)
-    frames = cap.tables(name, loaded.tokenizer, control)
+    done = Done(name, loaded.tokenizer, cap.metrics, control, resamples=o.resamples, documents=dataset.documents)
+    frames = cap.tables(name, loaded.tokenizer, control, dataset.documents)
     analysis = Analysis(meta={"name": name}, summary={}, attention_patterns=patterns, **frames)
     analysis.meta = build_meta(loaded, dataset, name, dev, o)
     analysis.meta["display_tokens"] = [token_text(loaded.tokenizer, int(t))

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from probe.intervals import resample_weights, seed_interval
+from probe.intervals import seed_interval
 from reports.claim_intervals import resamples_of, values_of
 from reports.claim_numbers import fmt as _f
 from reports.runs import Runs, load_runs
@@ -82,9 +82,9 @@ def _point(v, statistic) -> float:
 
 def _sequence_sd(runs: Runs, model: str, statistic) -> float:
     v = values_of(runs, model)
-    if v is None or v.sequences < 2:
+    if v is None or v.units < 2:
         return math.nan
-    samples = statistic(v, resample_weights(v.sequences, resamples_of(runs, model)))
+    samples = statistic(v, v.weights(resamples_of(runs, model)))
     return math.nan if samples is None else float(np.nanstd(samples, ddof=1))
 
 

@@ -42,7 +42,10 @@ def interval_caption(runs: Runs) -> str:
     if not kinds:
         return ""
     resamples = ", ".join(str(r) for r, _ in sorted(kinds, key=str))
-    return ("Brackets: 95% percentile bootstrap intervals over sequences "
+    grouped = [m for m in runs.models if (runs.summary[m].get("intervals") or {}).get("documents")]
+    over = "sequences" if not grouped else (
+        "sequences (documents for " + ", ".join(grouped) + ": the sliding windows of a document drawn together)")
+    return (f"Brackets: 95% percentile bootstrap intervals over {over} "
             f"({resamples} resamples, fixed seed); F-Attn, mean gate and loss pool tokens over the "
             "resampled sequences (ratios of sums). M-Act's is the bootstrap of a maximum, biased low: "
             "its upper end cannot exceed the largest value seen. ")

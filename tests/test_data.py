@@ -186,3 +186,16 @@ def test_position0_names_the_first_tokens_when_they_differ():
     assert "(id " not in text                   # reports read a single position-0 id from "(id N)"
     many = [torch.tensor([i]) for i in range(8)]
     assert describe_position0(many, None, False, None).endswith("'4' in 1, 3 more of 8 sequences)")
+
+
+def test_windows_of_a_document_record_their_document(tmp_path):
+    """Per document (JSONL rows are), the windows of a long document share its index (the
+    intervals draw them together); with no document in several sequences, or over one token
+    stream, none is recorded."""
+    jl = tmp_path / "ids.jsonl"
+    jl.write_text('{"input_ids": [1, 2, 3]}\n{"input_ids": %s}\n{"input_ids": [4, 5]}\n' % list(range(6, 26)))
+    ds = build_dataset(jl, None, seq_len=8, per_document=True, on_long="slide")
+    assert ds.documents == [0] + [1] * (len(ds.sequences) - 2) + [2] and len(ds.sequences) > 3
+    assert build_dataset(jl, None, seq_len=8, per_document=True, on_long="truncate").documents == []
+    np.save(tmp_path / "ids.npy", np.arange(40) % 30)                  # one stream, cut or slid
+    assert build_dataset(tmp_path / "ids.npy", None, seq_len=8, stride=4).documents == []

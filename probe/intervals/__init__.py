@@ -16,18 +16,21 @@ from .bootstrap import LEVEL, MIN_SEQUENCES, SEED, percentile_interval, resample
 from .stats import SITES, SequenceValues, intervals_of  # noqa: F401
 
 METHOD = "percentile bootstrap over sequences"
+METHOD_DOCUMENTS = "percentile bootstrap over documents (the windows of a document drawn together)"
 
 
 def describe(values: SequenceValues | None, resamples: int) -> dict:
     """summary.json `intervals`: how the *_lo / *_hi keys were made, or why there are none."""
     if values is None:
         return {"method": None, "why_none": "no per-sequence table"}
-    out = {"method": METHOD, "level": LEVEL, "resamples": resamples, "seed": SEED,
-           "sequences": values.sequences}
+    out = {"method": METHOD if values.documents is None else METHOD_DOCUMENTS, "level": LEVEL,
+           "resamples": resamples, "seed": SEED, "sequences": values.sequences}
+    if values.documents is not None:
+        out["documents"] = values.units
     if resamples < 1:
         out["why_none"] = "resamples is 0"
-    elif values.sequences < MIN_SEQUENCES:
-        out["why_none"] = f"fewer than {MIN_SEQUENCES} sequences"
+    elif values.units < MIN_SEQUENCES:
+        out["why_none"] = f"fewer than {MIN_SEQUENCES} {'sequences' if values.documents is None else 'documents'}"
     return out
 
 
@@ -91,7 +94,8 @@ def summary_intervals(values: SequenceValues, resamples: int, epsilon: float, la
 def paired(a: SequenceValues, b: SequenceValues, statistic, resamples: int, seed: int = SEED):
     """Paired bootstrap of statistic(a) - statistic(b) and statistic(a) / statistic(b), where
     statistic(values, W) -> (R,): the same resampled sequences for both runs (they must hold the
-    same sequences, in the same order). Returns {"difference": (point, lo, hi), "ratio": ...}."""
+    same sequences, in the same order; grouped into documents as a's are). Returns {"difference":
+    (point, lo, hi), "ratio": ...}."""
     if a.sequences != b.sequences:
         raise ValueError(f"a paired bootstrap needs the same sequences ({a.sequences} vs {b.sequences})")
     ones = np.ones((1, a.sequences))
@@ -99,7 +103,7 @@ def paired(a: SequenceValues, b: SequenceValues, statistic, resamples: int, seed
     if pa is None or pb is None:
         return None
     out = {}
-    W = resample_weights(a.sequences, resamples, seed) if resamples >= 1 and a.sequences >= MIN_SEQUENCES else None
+    W = a.weights(resamples, seed) if resamples >= 1 and a.units >= MIN_SEQUENCES else None
     ra, rb = (statistic(a, W), statistic(b, W)) if W is not None else (None, None)
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, combine in (("difference", np.subtract), ("ratio", np.divide)):

@@ -19,10 +19,20 @@ LEVEL = 0.95
 MIN_SEQUENCES = 2       # fewer: no interval (one sequence resampled is always itself)
 
 
-def resample_weights(sequences: int, resamples: int, seed: int = SEED) -> np.ndarray:
-    """(resamples, sequences) float64: how often each sequence is drawn in each resample."""
+def resample_weights(sequences: int, resamples: int, seed: int = SEED, clusters=None) -> np.ndarray:
+    """(resamples, sequences) float64: how often each sequence is drawn in each resample.
+
+    clusters: (sequences,) labels (the document of each sequence) or None. With labels, a
+    resample draws as many clusters as there are, with replacement, and each sequence counts as
+    often as its cluster is drawn (a cluster bootstrap: windows of one document are not
+    independent draws, and resampling them apart makes intervals too narrow)."""
     rng = np.random.default_rng(seed)
-    return rng.multinomial(sequences, np.full(sequences, 1.0 / sequences), size=resamples).astype(np.float64)
+    if clusters is None:
+        return rng.multinomial(sequences, np.full(sequences, 1.0 / sequences), size=resamples).astype(np.float64)
+    _, cluster = np.unique(np.asarray(clusters), return_inverse=True)                 # (S,) 0 .. D-1
+    D = int(cluster.max()) + 1
+    drawn = rng.multinomial(D, np.full(D, 1.0 / D), size=resamples).astype(np.float64)  # (R, D)
+    return drawn[:, cluster.reshape(-1)]
 
 
 def percentile_interval(samples: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np.ndarray]:

@@ -47,6 +47,8 @@ class SequenceValues:
     m_max: np.ndarray                   # (S, L, 4): per-sequence max |h|, NaN where none
     nll: np.ndarray                     # (S,)
     nll_n: np.ndarray                   # (S,)
+    documents: np.ndarray | None = None  # (S,) each sequence's document where one holds several
+                                         # (sliding windows): the bootstrap draws documents
 
     @classmethod
     def from_frame(cls, rows: pd.DataFrame) -> "SequenceValues | None":
@@ -86,7 +88,18 @@ class SequenceValues:
         return cls(S, attention, layers, grid("f_attn_sum", attention, heads=True), grid("f_attn_n", attention),
                    grid("f_attn_uniform", attention), grid("gate_sum", attention, heads=True),
                    grid("gate_n", attention, heads=True), grid("gate_low", attention, heads=True),
-                   sparsity, m_max, loss("nll"), loss("nll_n"))
+                   sparsity, m_max, loss("nll"), loss("nll_n"),
+                   grid("document", [-1])[:, 0].astype(np.int64) if "document" in by else None)
+
+    @property
+    def units(self) -> int:
+        """What a resample draws: the documents when sequences are grouped, else the sequences."""
+        return self.sequences if self.documents is None else len(np.unique(self.documents))
+
+    def weights(self, resamples: int, seed: int = SEED) -> np.ndarray:
+        """(resamples, S) bootstrap weights: a cluster bootstrap over documents (every window of a
+        drawn document drawn with it) when sequences are grouped, else over sequences."""
+        return resample_weights(self.sequences, resamples, seed, self.documents)
 
     # -- statistics of resampling weights W (R, S) ----------------------------------------------
     def f_attn_cells(self, W) -> np.ndarray:                                 # (R, A, H)
@@ -175,8 +188,8 @@ def intervals_of(values: SequenceValues, statistic, resamples: int, seed: int = 
     if point is None:
         return None
     point = point[0]
-    if resamples < 1 or values.sequences < MIN_SEQUENCES:
+    if resamples < 1 or values.units < MIN_SEQUENCES:
         nan = np.full(np.shape(point), np.nan)
         return point, nan, nan
-    lo, hi = percentile_interval(statistic(resample_weights(values.sequences, resamples, seed)))
+    lo, hi = percentile_interval(statistic(values.weights(resamples, seed)))
     return point, lo, hi

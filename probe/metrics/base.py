@@ -61,6 +61,7 @@ class Done:
     metrics: dict                        # name -> Metric of the same pass
     control: dict | None = None          # layer -> the exact mean-gate control (control.py)
     resamples: int = 1000                # bootstrap resamples of the intervals (options.resamples)
+    documents: list | None = None        # per sequence its document (data.Dataset.documents), or none
 
 
 class Metric:

@@ -10,10 +10,11 @@ exact: a reducer over two halves of a dataset, merged, equals one pass over all 
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
+
+from . import bins as binning
 
 F64, I64 = torch.float64, torch.int64
 
@@ -101,15 +102,6 @@ def cut_bits(threshold: float, scale: float = 1.0) -> int:
     return b
 
 
-@functools.lru_cache(maxsize=64)
-def cut_marks(bins: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """(LogHistogram.BINS,) bool, True at the given bins: the bins whose values the in-bin
-    search reads. One per set of cuts and device, shared by every histogram with those cuts."""
-    marks = torch.zeros(LogHistogram.BINS, dtype=torch.bool, device=device)
-    marks[list(bins)] = True
-    return marks
-
-
 class LogHistogram(Reducer):
     """Counts of non-negative float32 values by their top 16 bits: a log-scale histogram, plus
     exact counts below the thresholds named when it is built (`cuts`).
@@ -131,9 +123,8 @@ class LogHistogram(Reducer):
     inside its bin; `share_below` says which.
     """
 
-    BINS = 1 << 15
-    NONFINITE = 0x7F80          # bins from here on: exponent all ones, inf and NaN
-    BLOCK = 1 << 22             # elements per step of the in-bin search: bounds its temporaries
+    BINS = binning.BINS
+    NONFINITE = binning.NONFINITE   # bins from here on: exponent all ones, inf and NaN
     summed = ("counts", "nonfinite", "in_bin", "inexact")
 
     def __init__(self, device="cpu", cuts=(), scale: float = 1.0):
@@ -212,44 +203,20 @@ class LogHistogram(Reducer):
         NaN and inf are left out, counted in `nonfinite`. bfloat16 values are their own top 16
         bits; float32 ones are read through an int16 view; other dtypes are converted first.
         """
-        if values.numel() == 0:
-            return
-        if values.dtype not in (torch.float32, torch.bfloat16):
-            values = values.float()
-        if values.dim() == 0 or values.stride(-1) != 1:
-            values = values.contiguous()
-        words = values.view(torch.int16)
-        # Little-endian: the odd int16 words of a float32 are its high halves (sign, exponent,
-        # 7 mantissa bits). Masking the sign bit gives the bin of |value|, as a fresh int16 tensor.
-        half = values.dtype == torch.bfloat16
-        high = (words if half else words[..., 1::2]) & 0x7FFF
-        counts = torch.bincount(high.reshape(-1), minlength=self.BINS)    # (BINS,) int64
-        self.nonfinite += counts[self.NONFINITE:].sum().to(self.nonfinite.device)
-        counts[self.NONFINITE:] = 0
-        self._add(counts.to(self._stored.device), values.numel())
-        if half:    # a bfloat16 value is its bin's lower edge, below every cut inside the bin
-            for k, j, _ in self._inside:
-                self.in_bin[k] += counts[j].to(self.in_bin.device)
-            return
-        self.inexact += values.numel()
-        if self._inside:
-            self._count_in_bins(values.reshape(-1).view(torch.int32), high.reshape(-1), counts)
+        if values.numel():
+            self.add(binning.Bins(values))
 
-    def _count_in_bins(self, bits: torch.Tensor, high: torch.Tensor, counts: torch.Tensor) -> None:
-        """bits, high: (N,) int32 float bits and int16 bins. Adds, per cut inside a bin, the
-        values of that bin whose bits (sign masked) are below the cut."""
-        present = counts[[j for _, j, _ in self._inside]].tolist()           # one sync, not one per cut
-        todo = [cut for cut, n in zip(self._inside, present) if n]
-        if not todo:
+    def add(self, bins: "binning.Bins") -> None:
+        """Counts values already binned (probe/bins.py: one binning that several readers share)."""
+        if bins.numel == 0:
             return
-        marks = cut_marks(tuple(j for _, j, _ in self._inside), high.device)
-        for start in range(0, high.numel(), self.BLOCK):
-            h = high[start:start + self.BLOCK]
-            hit = marks.index_select(0, h.int())                  # (n,) in some cut's bin
-            sub_high = h[hit]                                           # a few % of the values
-            sub_bits = bits[start:start + self.BLOCK][hit] & 0x7FFFFFFF
-            for k, j, c in todo:
-                self.in_bin[k] += ((sub_high == j) & (sub_bits < c)).sum().to(self.in_bin.device)
+        self.nonfinite += bins.nonfinite.sum().to(self.nonfinite.device)
+        self._add(bins.total().to(self._stored.device), bins.numel)
+        if not bins.half:
+            self.inexact += bins.numel
+        if self._inside:
+            found = bins.in_bin(self._inside).sum(0)                   # (len(_inside),)
+            self.in_bin[[k for k, _, _ in self._inside]] += found.to(self.in_bin.device)
 
     @property
     def total(self) -> int:

@@ -12,6 +12,7 @@ import math
 import pandas as pd
 import torch
 
+from ...bins import abs_row_max
 from ...events import SITES
 from ..reducers import I64, LogHistogram, Reducer
 from . import DECLARATION
@@ -33,13 +34,17 @@ class MaxAbsStats(Reducer):
         self.hist = LogHistogram(device)
         self.top: list[tuple] = []   # (abs_value, value, sequence, position, dim, token_id)
 
-    def update(self, h: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor, tok: torch.Tensor) -> None:
-        """h: (N, C) valid rows; seq, pos, tok: (N,) where each row sits."""
+    def update(self, h: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor, tok: torch.Tensor,
+               row_max: torch.Tensor | None = None) -> None:
+        """h: (N, C) valid rows; seq, pos, tok: (N,) where each row sits; row_max: (N,) max |h|
+        per row if known (bins.abs_row_max)."""
         if h.shape[0] == 0:
             return
         # Row maxima of |h| from the row max and min: no (N, C) float32 |h| copy is made unless
         # the activations hold NaN or inf (which reach these maxima).
-        row_max = torch.maximum(h.amax(1), -h.amin(1)).float()       # (N,)
+        if row_max is None:
+            row_max = torch.maximum(h.amax(1), -h.amin(1))
+        row_max = row_max.float()                                    # (N,)
         if bool(torch.isfinite(row_max).all()):
             a = None
             self.hist.update(h)                                       # sign bit ignored
@@ -116,7 +121,8 @@ class Massive(Metric):
     def _updater(self, site: str):
         def update(layer, h, b) -> None:                                         # (B, T, C)
             if h.dim() == 3:
-                self.stats[(layer, site)].follow(h.device).update(b.rows(h), *b.where(h.device))
+                self.stats[(layer, site)].follow(h.device).update(b.rows(h), *b.where(h.device),
+                                                                  row_max=b.rows(abs_row_max(h, b)))
         return update
 
     def frames(self, done) -> dict:

@@ -14,6 +14,8 @@ State is O(sequences x layers x heads), never O(tokens).
                            ungated (attn.hook_sdpa) and gated (attn.hook_z)
     m_act (S, L, 4)        max |h| per layer and site                      <- the four site events
     nll, nll_n (S,)        next-token loss (kept by metrics/loss/, which computes it anyway)
+    document (S,)          the document each sequence comes from, only when one holds several
+                           (sliding windows of a long document): the bootstrap resamples documents
 
 S sequences (rows of the dataset), A attention layers, H heads, L layers, K thresholds.
 The mean-gate control's per-sequence counts need its scale, known only after the pass: they are
@@ -27,7 +29,8 @@ import pandas as pd
 import torch
 
 from ...events import GATE, SITES
-from ..reducers import F64, I64, Reducer, cut_bits, float32_value
+from ...bins import abs_row_max, batch_bins
+from ..reducers import F64, I64, Reducer, cut_bits
 from ..first_token import SINK_EPSILON
 from ..sparsity import HEADLINE_THRESHOLDS
 from . import DECLARATION, LOW_GATE
@@ -90,8 +93,8 @@ class PerSequence(Metric):
                  sequences: int | None = None, token_groups=None):
         super().__init__(layout, options)
         self.column = {layer: i for i, layer in enumerate(layout.attention_layers)}
-        # The largest float32 below which |x| counts as below each threshold (LogHistogram's cuts).
-        self.limits = [float32_value(cut_bits(t)) for t in HEADLINE_THRESHOLDS]
+        # |x| is below a threshold when its bits are below the threshold's cut (LogHistogram's cuts).
+        self.cuts = [cut_bits(t) for t in HEADLINE_THRESHOLDS]
         self.state = SequenceStats(len(self.column), len(layout.layers), layout.num_heads, layout.gated,
                                    sequences)
         self.fixed = sequences is not None
@@ -147,17 +150,10 @@ class PerSequence(Metric):
             if layer not in self.column:
                 return
             seq, a = self._rows(b, x.device), self.column[layer]
-            B, T = x.shape[:2]
-            ax = x.reshape(B, T, -1).abs()
-            ax = ax if ax.dtype == torch.float32 else ax.float()          # bfloat16, float16: exact
-            valid = b.valid.to(x.device)
-            # |x| < value(cut) <=> bits(|x|) < cut: the exact counts of LogHistogram (NaN counts nowhere).
-            counts = [torch.count_nonzero(ax < t, 2) for t in self.limits]                  # (B, T) each
-            if bool(torch.isfinite(ax.amax())):
-                finite = valid.sum(1) * ax.shape[2]                                         # (B,)
-            else:
-                finite = (torch.isfinite(ax).sum(2) * valid).sum(1)
-            counts = torch.stack([(c * valid).sum(1) for c in counts], 1)                 # (B, K)
+            # The bins the sparsity histograms read (probe/bins.py), per row of the batch: the
+            # counts of |x| below each cut are those of LogHistogram, exact (NaN, inf count nowhere).
+            bins = batch_bins(x, b)
+            counts, finite = bins.below(self.cuts), bins.finite()                        # (B, K), (B,)
             s = self.state
             s.sparsity_below[:, a, variant].index_add_(0, seq, counts)
             s.sparsity_n[:, a, variant].index_add_(0, seq, finite)
@@ -168,7 +164,7 @@ class PerSequence(Metric):
             if h.dim() != 3:
                 return
             seq = self._rows(b, h.device)
-            top = torch.maximum(h.amax(2), -h.amin(2)).double()                           # (B, T)
+            top = abs_row_max(h, b).double()                   # (B, T), shared with metrics/massive.py
             if not bool(torch.isfinite(top).all()):                      # NaN / inf: left out
                 a = h.double().abs()
                 top = a.masked_fill(~torch.isfinite(a), -math.inf).amax(2)
@@ -178,7 +174,7 @@ class PerSequence(Metric):
         return update
 
     def frames(self, done) -> dict:
-        return {"per_sequence": sequence_frame(done.name, self, done.metrics["loss"].stats)}
+        return {"per_sequence": sequence_frame(done.name, self, done.metrics["loss"].stats, done.documents)}
 
     def summarise(self, a, layers, done) -> dict:
         """The 95% intervals beside the numbers (probe/intervals/), from the table just built."""
@@ -189,8 +185,10 @@ class PerSequence(Metric):
         return {**{k: top.get(k) for k in self.SUMMARY_KEYS[:-1]}, "intervals": describe(values, done.resamples)}
 
 
-def sequence_frame(name: str, metric: PerSequence, loss) -> pd.DataFrame:
-    """per_sequence.csv: one row per sequence and number (declared in per_sequence/__init__.py)."""
+def sequence_frame(name: str, metric: PerSequence, loss, documents=None) -> pd.DataFrame:
+    """per_sequence.csv: one row per sequence and number (declared in per_sequence/__init__.py);
+    documents: per sequence its document, written (quantity `document`) when a document holds
+    several sequences (sliding windows), so that the bootstrap draws them together."""
     s, layout = metric.state.to("cpu"), metric.layout
     S = s.rows if metric.fixed else max(s.rows, loss.seq_nll.shape[0])
     layers = list(metric.column)
@@ -229,6 +227,8 @@ def sequence_frame(name: str, metric: PerSequence, loss) -> pd.DataFrame:
         add("m_act", m[:, :, k], all_layers, key=site)
     add("nll", loss.seq_nll, None)
     add("nll_n", loss.seq_count, None)
+    if documents:
+        add("document", torch.tensor(documents[:S], dtype=F64), None)
     frame = pd.concat(parts, ignore_index=True)
     frame.insert(0, "model", name)
     return frame[list(DECLARATION.tables["per_sequence"])]

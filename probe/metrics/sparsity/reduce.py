@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ...bins import batch_bins
 from ..reducers import LogHistogram, Reducer
 from . import DECLARATION, HEADLINE_THRESHOLDS, VARIANTS
 from ..base import Metric
@@ -74,9 +75,8 @@ class Sparsity(Metric):
     def _updater(self, variant: str):
         def update(layer, x, b) -> None:
             if layer in self.stats:
-                # The histogram ignores layout, so without padding no row selection is needed.
-                x = x if b.all_valid else b.rows(x)
-                getattr(self.stats[layer].follow(x.device), variant).update(x)     # |x| from the bits
+                # |x| from the bits, binned once for this and the per-sequence counts
+                getattr(self.stats[layer].follow(x.device), variant).add(batch_bins(x, b))
         return update
 
     def _shares(self, done):

@@ -1,0 +1,139 @@
+"""The bins of one tensor's |values| by their top 16 float32 bits (LogHistogram's bins, probe/
+reducers.py), counted per group of rows: one binning of an activation that every reader of
+it shares within one event (bus.Batch.derived): the sparsity histograms sum the groups, the
+per-sequence counts (metrics/per_sequence.py) read each group's counts below a cut. So an
+activation is binned once, not once per metric.
+
+Bins and counts are integers: a count read from here is the count a comparison |x| < t on
+the same values gives, bit for bit (cut_bits says why), whatever the grouping.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+I64 = torch.int64
+BINS = 1 << 15
+NONFINITE = 0x7F80          # bins from here on: exponent all ones, inf and NaN
+BLOCK = 1 << 22             # elements per step of the in-bin search: bounds its temporaries
+
+
+class Bins:
+    """values (N, ...) in groups of consecutive rows along dim 0 (`sizes`, G ints summing to N;
+    None: one group).
+
+    counts (G, BINS) int64 per group, the non-finite bins zeroed (their values are in
+    `nonfinite` (G,)); `half`: the values were bfloat16 (each its own bin's lower edge)."""
+
+    def __init__(self, values: torch.Tensor, sizes: list[int] | None = None):
+        if values.dtype not in (torch.float32, torch.bfloat16):
+            values = values.float()
+        if values.dim() == 0 or values.stride(-1) != 1:
+            values = values.contiguous()
+        self.numel = values.numel()
+        self.half = values.dtype == torch.bfloat16
+        self.device = values.device
+        words = values.view(torch.int16)
+        # Little-endian: the odd int16 words of a float32 are its high halves (sign, exponent,
+        # 7 mantissa bits). Masking the sign bit gives the bin of |value|, as a fresh int16 tensor.
+        self.high = ((words if self.half else words[..., 1::2]) & 0x7FFF).reshape(-1)      # (n,)
+        self._values = values
+        inner = self.numel // values.shape[0] if values.dim() and values.shape[0] else 0
+        sizes = [values.shape[0] if values.dim() else 1] if sizes is None else list(sizes)
+        self.groups = len(sizes)
+        self.sizes = [s * inner for s in sizes] if values.dim() else [1]                    # elements per group
+        if self.groups == 1:
+            counts = torch.bincount(self.high, minlength=BINS)[None]
+        else:
+            counts = torch.stack([torch.bincount(h, minlength=BINS) for h in self.high.split(self.sizes)])
+        self.nonfinite = counts[:, NONFINITE:].sum(1)                                      # (G,)
+        counts[:, NONFINITE:] = 0
+        self.counts = counts                                                               # (G, BINS)
+        self._hits: dict[tuple, tuple] = {}
+
+    def total(self) -> torch.Tensor:
+        """(BINS,) int64: every group's counts."""
+        return self.counts[0] if self.groups == 1 else self.counts.sum(0)
+
+    def in_bin(self, inside) -> torch.Tensor:
+        """(G, len(inside)) int64: per cut (k, j, c) of `inside`, a cut c strictly inside bin
+        j, the values of bin j whose bits (sign masked) are below c."""
+        out = torch.zeros(self.groups, len(inside), dtype=I64, device=self.device)
+        if not inside:
+            return out
+        js = [j for _, j, _ in inside]
+        if self.half:       # a bfloat16 value is its bin's lower edge, below every cut inside the bin
+            return out + self.counts[:, js]
+        present = self.counts[:, js].sum(0).tolist()                   # one sync, not one per cut
+        todo = [(i, j, c) for i, ((_, j, c), n) in enumerate(zip(inside, present)) if n]
+        if not todo:
+            return out
+        high, bits, group = self._values_in(tuple(sorted(set(js))))
+        for i, j, c in todo:
+            hit = (high == j) & (bits < c)
+            out[:, i] = hit.sum() if self.groups == 1 else torch.bincount(group[hit], minlength=self.groups)
+        return out
+
+    def below(self, cut_bits: list[int]) -> torch.Tensor:
+        """(G, len(cut_bits)) int64: per group the values whose bits (sign masked) are below
+        each cut: the count of |x| < value(cut), NaN and inf never below."""
+        out = torch.zeros(self.groups, len(cut_bits), dtype=I64, device=self.device)
+        inside = [(k, c >> 16, c) for k, c in enumerate(cut_bits) if c & 0xFFFF and c < 0x7F800000]
+        for k, c in enumerate(cut_bits):
+            out[:, k] = self.counts[:, :min(c >> 16, NONFINITE)].sum(1)
+        if inside:
+            out[:, [k for k, _, _ in inside]] += self.in_bin(inside)
+        return out
+
+    def finite(self) -> torch.Tensor:
+        """(G,) int64: the finite values of each group."""
+        return torch.tensor(self.sizes, dtype=I64, device=self.device) - self.nonfinite
+
+    def _values_in(self, bins: tuple[int, ...]):
+        """(high int16, bits int32 sign masked, group int64 or None) of the values whose bin is
+        one of `bins`: a few % of them, found once per set of bins and kept for later cuts."""
+        for key, found in self._hits.items():
+            if set(bins) <= set(key):
+                return found
+        marks = cut_marks(bins, self.high.device)
+        bits_all = self._values.reshape(-1).view(torch.int32)
+        ends = torch.tensor(self.sizes, device=self.device).cumsum(0) if self.groups > 1 else None
+        parts = []
+        for start in range(0, self.high.numel(), BLOCK):
+            h = self.high[start:start + BLOCK]
+            # Where the block's values sit in one of the bins: one nonzero, then small gathers.
+            where = marks.index_select(0, h.int()).nonzero().squeeze(1)            # (m,)
+            part = [h[where], bits_all[start:start + BLOCK][where] & 0x7FFFFFFF]
+            if ends is not None:
+                part.append(torch.searchsorted(ends, where + start, right=True))
+            parts.append(part)
+        found = tuple(torch.cat(p) for p in zip(*parts)) + ((None,) if ends is None else ())
+        self._hits[bins] = found
+        return found
+
+
+@functools.lru_cache(maxsize=64)
+def cut_marks(bins: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """(BINS,) bool, True at the given bins: the bins whose values the in-bin search reads.
+    One per set of bins and device, shared by every histogram with those cuts."""
+    marks = torch.zeros(BINS, dtype=torch.bool, device=device)
+    marks[list(bins)] = True
+    return marks
+
+
+def batch_bins(x: torch.Tensor, b) -> Bins:
+    """The bins of an event's x (B, T, ...), valid positions only, one group per row of the
+    batch b (bus.Batch): made once per event, whichever metric asks first."""
+    def make() -> Bins:
+        if b.all_valid:
+            return Bins(x, [1] * x.shape[0])
+        return Bins(b.rows(x), b.valid.sum(1).tolist())
+    return b.derived("bins", x, make)
+
+
+def abs_row_max(h: torch.Tensor, b) -> torch.Tensor:
+    """(B, T) max |h| over the last dim of an event's h (B, T, C), in h's dtype, from its max
+    and min (no |h| copy; NaN propagates): made once per event for the M-Act metric and the
+    per-sequence maxima."""
+    return b.derived("row_max", h, lambda: torch.maximum(h.amax(2), -h.amin(2)))
