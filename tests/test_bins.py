@@ -8,8 +8,8 @@ import torch
 
 from probe.bins import Bins, batch_bins
 from probe.bus import Batch
-from probe.reducers import LogHistogram, cut_bits, float32_value
-from probe.schema import HEADLINE_THRESHOLDS
+from probe.metrics.reducers import LogHistogram, cut_bits, float32_value
+from probe.metrics.sparsity import HEADLINE_THRESHOLDS
 
 THRESHOLDS = (*HEADLINE_THRESHOLDS, 2.0 ** -7, 0.5, 3.0)      # 2^-7: a cut on a bin edge
 

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from . import bins as binning
+from .. import bins as binning
 
 F64, I64 = torch.float64, torch.int64
 
