@@ -469,7 +469,7 @@ def test_trajectory_draws_each_metric_against_the_step(run_dirs, tmp_path):
              for s in (0, 15, 30) for m, v in (("loss", 2.9), ("f_attn", 0.4), ("mean_gate", 1.0))]
     trajectory = pd.DataFrame(rows)
     runs = reports.load_runs([run_dirs["baseline"], run_dirs["headwise"]])
-    fig = reports.plot_trajectory(dataclasses.replace(runs, trajectory=trajectory))
+    fig = reports.plot_trajectory(dataclasses.replace(runs, tables={**runs.tables, "trajectory": trajectory}))
     axes = {ax.get_title(): ax for ax in panels(fig)}
     loss = axes["held-out loss"]
     line = next(l for l in loss.get_lines() if l.get_label() == "headwise")
