@@ -35,7 +35,7 @@ test: setup
 # case: the run directories (tests/gold_runs/: only the files beyond the tolerances) and the
 # report's tables and captions (tests/reports/gold/); review them with git diff (docs/gold.md).
 gold: setup
-	PROBE_REGENERATE_GOLD=1 $(PY) -m pytest -q tests/test_pipeline_gold.py tests/reports/test_gold.py
+	PROBE_REGENERATE_GOLD=1 $(PY) -m pytest -q tests/run/test_pipeline_gold.py tests/reports/test_gold.py
 
 bench: setup
 	$(PY) benchmarks/overhead.py

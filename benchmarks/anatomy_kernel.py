@@ -37,7 +37,7 @@ METHODS = ("sdpa", "kernel", "received", "sinks")
 def child(args: dict) -> dict:
     import torch
 
-    from probe.attention import SlidingWindow
+    from probe.capture.attention import SlidingWindow
     from probe.metrics.anatomy.received import key_probability, received_attention, top_keys, value_drains
 
     torch.set_num_threads(1)
@@ -52,7 +52,7 @@ def child(args: dict) -> dict:
                 torch.randn(1, Hkv, t, D, generator=g))
 
     def kernel(q, k, v):
-        from probe.attention import attention_with_lse
+        from probe.capture.attention import attention_with_lse
         return attention_with_lse(q, k, v, mask, scale)
 
     def sdpa(q, k, v):
@@ -98,7 +98,7 @@ def interleaved(q, k, v, repeat: int) -> dict:
 
     import torch
 
-    from probe.attention import attention_with_lse
+    from probe.capture.attention import attention_with_lse
     from probe.metrics.anatomy.received import received_attention
 
     scale = q.shape[-1] ** -0.5

@@ -3,7 +3,7 @@
 A key k's importance score (Gu et al., ICLR 2025) is the mean of P[t, k] over the queries t >= k
 that see it. Near the end of a sequence a key has few queries, and those are its nearest
 neighbours, which attend to recent keys: the score reads high (recency, not a sink). Here, on
-one long sequence of Python documentation text (probe.corpus.sample_texts; Gemma's <bos> first,
+one long sequence of Python documentation text (probe.data.corpus.sample_texts; Gemma's <bos> first,
 none for SmolLM2) with the model's own eager attention (float32, dequantised GGUF):
 
   full(k)  = mean of P[t, k] over the REF queries t = k .. k + REF - 1 (keys with that many)
@@ -32,8 +32,8 @@ def measure(name: str, T: int, ref: int) -> list[dict]:
     import torch
 
     import probe
-    from probe import real_models
-    from probe.corpus import sample_texts
+    from probe.load import real_models
+    from probe.data.corpus import sample_texts
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     lm = probe.load(real_models.fetch(name))

@@ -1,7 +1,7 @@
-"""Sink anatomy of the two real models (probe.real_models), checked against eager attention.
+"""Sink anatomy of the two real models (probe.load.real_models), checked against eager attention.
 
 For SmolLM2-135M and Gemma 3 270M (dequantised to float32) on Python documentation text
-(probe.corpus.sample_texts, the tokenizer's own special tokens: Gemma's <bos> at position 0,
+(probe.data.corpus.sample_texts, the tokenizer's own special tokens: Gemma's <bos> at position 0,
 none for SmolLM2) at T tokens, one sequence:
   1. received attention per (layer, head, key) from the `probe` back-end's lse
      (probe.metrics.anatomy.received.received_attention) against the column means of the model's own eager
@@ -25,9 +25,9 @@ def run(name: str, T: int) -> None:
     import torch
 
     import probe
-    from probe import real_models
-    from probe.corpus import sample_texts
-    from probe.events import ATTENTION
+    from probe.load import real_models
+    from probe.data.corpus import sample_texts
+    from probe.capture.events import ATTENTION
     from probe.metrics.anatomy.reduce import MIN_QUERIES
     from probe.metrics.anatomy.received import received_attention, top_keys
 

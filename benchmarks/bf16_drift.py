@@ -79,7 +79,7 @@ def main() -> None:
     import pandas as pd
 
     torch.set_num_threads(1)
-    from probe.corpus import sample_texts
+    from probe.data.corpus import sample_texts
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

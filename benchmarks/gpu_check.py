@@ -5,7 +5,7 @@
 
 Checks, on the tiny checkpoints the tests build (tests/tiny.py), each against the CPU float32 run
 of the same weights and tokens:
-  kernel     tests/test_attention.py's real-kernel tests (float32 and bfloat16, GQA, padding mask)
+  kernel     tests/capture/test_attention.py's real-kernel tests (float32 and bfloat16, GQA, padding mask)
   float32    probe.analyze on the device (a windowed Mistral included: banded attention): F-Attn, mean gate and sparsity within 1e-5, M-Act and
              loss within 1e-4 relative (the memory-efficient kernel sums in another order)
   bfloat16   within tests/test_scale.py's stated bfloat16 tolerances of float32
@@ -104,7 +104,7 @@ def check_models(device: str, root: Path) -> None:
 def check_long(device: str, root: Path) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from common import build_model, token_ids
-    from probe.load import LoadedModel, describe
+    from probe.load.loader import LoadedModel, describe
 
     model = build_model().to(device)
     loaded = LoadedModel(model, describe(model), None, None, None)

@@ -4,7 +4,7 @@
 
 One training step as probe train takes it (forward with labels, backward, gradient clipping,
 AdamW step) on random tokens, float32 on the CPU; the first step is a warm-up and not timed.
-Without --grafted, SmolLM2-135M is fetched (probe.real_models) and grafted with an identity
+Without --grafted, SmolLM2-135M is fetched (probe.load.real_models) and grafted with an identity
 headwise gate into /tmp. Prints the median seconds a step for each mode and their ratio.
 """
 from __future__ import annotations
@@ -47,12 +47,12 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
 
     from probe.train.continued import freeze
-    from probe.load import load
+    from probe.load.loader import load
 
     folder = args.grafted
     if folder is None:
-        from probe.graft import graft
-        from probe.real_models import fetch
+        from probe.families.graft import graft
+        from probe.load.real_models import fetch
 
         folder = Path(tempfile.mkdtemp(prefix="graft-bench-")) / "smollm2-headwise"
         graft(fetch("smollm2", progress=print), gate="headwise", init="identity", out=folder)

@@ -99,7 +99,7 @@ def child(args: dict) -> dict:
 
     elif method == "probe":
         import probe
-        from probe.load import LoadedModel, describe
+        from probe.load.loader import LoadedModel, describe
 
         loaded = LoadedModel(model, describe(model), None, None, None)
         small_file = Path(args["ids"]).with_suffix(".small.pt")

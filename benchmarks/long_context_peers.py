@@ -9,10 +9,10 @@ predicted; one that would not fit under --memory-gb is reported with that need a
 so no process ever grows past the cap. Each that runs does so in its own niced process, one
 thread, under the same address-space cap (common.run_child).
 
-Predicted need, float32, one sequence (H query heads, L layers; probe.memory.predict for the
+Predicted need, float32, one sequence (H query heads, L layers; probe.load.memory.predict for the
 weights, logits and linear activations):
   plain       weights + full logits + activations
-  probe       weights + activations (logits block by block, probe/logits.py)
+  probe       weights + activations (logits block by block, probe/capture/logits.py)
   eager       plain + L x H x T^2 (output_attentions returns every layer's pattern) + 2 H T^2
   tl_cache    plain + L x H x T^2 (the cached patterns) + 3 H T^2 (scores, mask, pattern)
   tl_hooks    plain + 3 H T^2 (one layer's scores, mask and pattern at a time)
@@ -43,7 +43,7 @@ GiB = 2 ** 30
 
 def predicted(method: str, config, params: int, T: int) -> int:
     """Bytes `method` needs for one sequence of T tokens (the module docstring's formulas)."""
-    from probe import memory
+    from probe.load import memory
 
     c = getattr(config, "text_config", None) or config
     H, L = c.num_attention_heads, c.num_hidden_layers
@@ -67,10 +67,10 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    from probe import memory, real_models
+    from probe.load import memory, real_models
     from peers import token_ids_for
 
-    from probe.memory_checks import read_config
+    from probe.load.memory_checks import read_config
 
     path = real_models.fetch("smollm2")
     config = read_config(path)                   # the GGUF file's metadata, no weights

@@ -29,7 +29,7 @@ def measure(method: str, T: int, repeat: int) -> dict:
     import torch
 
     import probe
-    from probe.load import describe
+    from probe.load.loader import describe
 
     torch.set_num_threads(1)
     model = build_model(num_key_value_heads=KV_HEADS)

@@ -1,7 +1,7 @@
 """probe against the other ways of getting the same numbers, as ratios against a plain forward.
 
 On the tiny GQA model of common.py and the same random tokens, at T = 512, 2048, 8192, 32768, or
-(--model smollm2) on SmolLM2-135M (probe.real_models; 30 layers, 9 query / 3 KV heads) and real
+(--model smollm2) on SmolLM2-135M (probe.load.real_models; 30 layers, 9 query / 3 KV heads) and real
 text repeated up to T:
 
   plain      Hugging Face forward, SDPA attention, no hooks (the reference, 1.00)
@@ -53,7 +53,7 @@ def load_model(which: str, attn: str):
     if which == "tiny":
         return build_model(attn)
     import probe
-    from probe import real_models
+    from probe.load import real_models
 
     model = probe.load(real_models.fetch(which)).model
     model.set_attn_implementation(attn)
@@ -67,8 +67,8 @@ def token_ids_for(which: str, T: int):
     import torch
 
     import probe
-    from probe import real_models
-    from probe.corpus import sample_texts
+    from probe.load import real_models
+    from probe.data.corpus import sample_texts
 
     tokenizer = probe.load(real_models.fetch(which)).tokenizer
     ids = tokenizer("\n\n".join(sample_texts()), add_special_tokens=False).input_ids
@@ -97,7 +97,7 @@ def child(args: dict) -> dict:
 
     elif method == "probe":
         import probe
-        from probe.load import LoadedModel, describe
+        from probe.load.loader import LoadedModel, describe
 
         loaded = LoadedModel(model, describe(model), None, None, None)
         files = {}
@@ -117,7 +117,7 @@ def child(args: dict) -> dict:
 
     elif method == "probe_pass":
         import probe
-        from probe.load import describe
+        from probe.load.loader import describe
 
         layout = describe(model)
 

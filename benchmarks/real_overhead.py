@@ -1,5 +1,5 @@
 """What a probe analysis pass costs on a real model: SmolLM2-135M (30 layers, 9 query / 3 KV
-heads, vocab 49152), the GGUF file probe.real_models downloads, dequantised to float32.
+heads, vocab 49152), the GGUF file probe.load.real_models downloads, dequantised to float32.
 
 At T = 512, 2048 and 8192 (its longest context), one thread, prints time and peak memory added of
   plain   - the model's own SDPA forward, no hooks (logits included)
@@ -39,8 +39,8 @@ def setup(T: int):
     import torch
 
     import probe
-    from probe import real_models
-    from probe.corpus import sample_texts
+    from probe.load import real_models
+    from probe.data.corpus import sample_texts
 
     torch.set_num_threads(1)
     lm = probe.load(real_models.fetch("smollm2"))

@@ -2,7 +2,7 @@
 
 The tiny arms of the first part are the controlled gated-vs-baseline comparison, but too small
 to grow an attention sink. SmolLM2-135M-Instruct and Gemma 3 270M (GGUF files that PyPI packages
-ship, downloaded once into ~/.cache/probe-models, see probe/real_models.py) have real sinks and
+ship, downloaded once into ~/.cache/probe-models, see probe/load/real_models.py) have real sinks and
 massive activations. They are ungated, quantised (Q4_1, Q4_K_M; probe measures the dequantised
 weights) and instruction-tuned (SmolLM2), so they show what probe measures on real models, not
 what a gate changes. Gemma 3 is run twice: with its <bos> at position 0, as it was trained, and
@@ -29,8 +29,8 @@ RUNS = (("smollm2", "SmolLM2-135M", "auto"), ("gemma3", "Gemma3-270M", "auto"),
 def run(out: Path, report) -> int:
     """Analyse the real models into out/runs/, write out/report.html; `report` is the CLI."""
     import probe
-    from probe import real_models
-    from probe.corpus import sample_texts
+    from probe.load import real_models
+    from probe.data.corpus import sample_texts
 
     print("\n[demo] part 2: two real pretrained models (ungated, quantised; downloaded on first use)")
     runs = out / "runs"

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "examples"))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from probe.cli import main as probe  # noqa: E402
+from probe.api.cli import main as probe  # noqa: E402
 
 SHIPPED = ROOT / "examples" / "checkpoints"
 ARMS = ("none", "headwise", "elementwise")
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
         if code != 0:
             return code
         import _demo_graft as demo_graft
-        from probe.real_models import fetch
+        from probe.load.real_models import fetch
 
         code = demo_graft.run(out / "grafted", probe, fetch("smollm2"))     # fetched above already
         if code != 0:

@@ -22,8 +22,8 @@ import pandas as pd
 from IPython.display import display     # tables as HTML in a notebook, as text in a script
 
 import probe
-import reports
-from probe.corpus import sample_texts
+from probe import reports
+from probe.data.corpus import sample_texts
 
 # The arms shipped with probe (examples/checkpoints), found wherever this is opened from.
 ARMS = probe.shipped_checkpoints()
@@ -59,7 +59,7 @@ display(reports.summary_table(list(analyses.values())))
 # ## Do the paper's claims hold here?
 # One row per claim and gated model: the paper's values, these runs' values, a verdict in
 # direction only ("direction consistent with the paper", "not consistent", or "not testable:
-# why") and the rule, whose thresholds are constants in `reports/claims.py`.
+# why") and the rule, whose thresholds are constants in `reports/claims/__init__.py`.
 
 # %%
 claims = reports.claims_table(*analyses.values())

@@ -22,8 +22,8 @@ from pathlib import Path
 from IPython.display import display     # tables as HTML in a notebook, as text in a script
 
 import probe
-import reports
-from probe.corpus import sample_texts
+from probe import reports
+from probe.data.corpus import sample_texts
 
 # The arms shipped with probe (examples/checkpoints), found wherever this is opened from.
 ARMS = probe.shipped_checkpoints()

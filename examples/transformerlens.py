@@ -19,8 +19,8 @@ from IPython.display import display     # tables as HTML in a notebook, as text 
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 
 import probe
-import probe.bridge
-from probe.corpus import sample_texts
+import probe.capture.bridge
+from probe.data.corpus import sample_texts
 
 warnings.filterwarnings("ignore", category=UserWarning)
 # The arms shipped with probe (examples/checkpoints), found wherever this is opened from.
@@ -45,14 +45,14 @@ except probe.ProbeError as err:
     print("refused:", err)
 
 # %% [markdown]
-# `probe.bridge.build_bridge(checkpoint)` reorders the rows per head first
-# (`probe.reorder.reorder_official_q_proj`; the model's logits do not change) and then builds the
+# `probe.capture.bridge.build_bridge(checkpoint)` reorders the rows per head first
+# (`probe.families.reorder.reorder_official_q_proj`; the model's logits do not change) and then builds the
 # bridge.
 
 # %%
-bridge = probe.bridge.build_bridge(CHECKPOINT)
+bridge = probe.capture.bridge.build_bridge(CHECKPOINT)
 print(type(bridge).__name__, bridge.cfg.n_layers, "layers")
-print(probe.bridge.hook_names(bridge)[:8], "...")
+print(probe.capture.bridge.hook_names(bridge)[:8], "...")
 
 # %% [markdown]
 # ## Analyse through the bridge

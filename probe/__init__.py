@@ -11,20 +11,43 @@ They are also what makes a Ctrl-C in those first seconds reach the command's own
 line, no traceback).
 """
 import importlib
+import importlib.util
+import os
 import sys
 import types
 
 __version__ = "0.1.0"
 
-from .errors import ProbeError  # noqa: E402  (no dependencies)
-from .autoregister import install as _install_model_types  # noqa: E402  (no dependencies)
+from .api.errors import ProbeError  # noqa: E402  (no dependencies)
+from .families.autoregister import install as _install_model_types  # noqa: E402  (no dependencies)
 
 # transformers reads probe's own model types (probe graft's grafted_llama) once it is imported.
 _install_model_types()
 
-_LAZY = {"GateSpec": "gates", "load": "load", "Analysis": "results", "Capture": "capture",
-         "analyze": "analyze", "AnalysisOptions": "options", "summary_frame": "run_names",
-         "shipped_checkpoints": "shipped"}
+# The report layer is probe.reports, kept in the repository's top-level folder reports/: an
+# install maps it (pyproject's package-dir), a source checkout run with no install (cwd on
+# sys.path: the examples, the tests) has no probe/reports/. Then this finder hands Python that
+# folder for the one name probe.reports (its submodules are found through its __path__), first
+# on sys.meta_path, so that a checkout's probe never takes another checkout's report layer.
+_CHECKOUT_REPORTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reports")
+
+
+class _CheckoutReports:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "probe.reports":
+            return None
+        return importlib.util.spec_from_file_location(
+            name, os.path.join(_CHECKOUT_REPORTS, "__init__.py"), submodule_search_locations=[_CHECKOUT_REPORTS])
+
+
+if (not os.path.isdir(os.path.join(os.path.dirname(__file__), "reports"))
+        and os.path.isfile(os.path.join(_CHECKOUT_REPORTS, "__init__.py"))):
+    sys.meta_path.insert(0, _CheckoutReports)
+
+_LAZY = {"GateSpec": "families.gates", "load": "load.loader", "Analysis": "results.analysis", "Capture": "capture.hf",
+         "analyze": "api.analyze", "AnalysisOptions": "api.options", "summary_frame": "results.run_names",
+         "shipped_checkpoints": "api.shipped"}
 
 __all__ = ["Analysis", "AnalysisOptions", "Capture", "GateSpec", "ProbeError", "analyze", "load",
            "shipped_checkpoints", "summary_frame", "__version__"]

@@ -9,10 +9,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from reports.html import render_html
-from reports.pdf import render_formats, write_pdf
-from reports.runs import Runs, load_runs
-from reports.sections import FigureItem, Section, build_sections, shown
+from probe.reports.html import render_html
+from probe.reports.pdf import render_formats, write_pdf
+from probe.reports.runs import Runs, load_runs
+from probe.reports.sections import FigureItem, Section, build_sections, shown
 
 FORMATS = ("html", "pdf")
 

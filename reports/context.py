@@ -1,6 +1,6 @@
 """The table across context lengths (context_length.csv) of the runs of context sweeps.
 
-A sweep run (probe/sweep.py) carries meta.json `context_sweep`: the model it sweeps, its
+A sweep run (probe/api/sweep.py) carries meta.json `context_sweep`: the model it sweeps, its
 length, the rope scaling and the model's positions. Runs of one model and one scaling form a
 series; the table is tidy, one value per row:
 
@@ -21,7 +21,7 @@ import math
 
 import pandas as pd
 
-from reports.runs import Runs, load_runs
+from probe.reports.runs import Runs, load_runs
 
 COLUMNS = ("series", "run", "length", "scope", "layer", "bucket_lo", "bucket_hi", "metric", "value", "where")
 POOLED = ("f_attn", "f_attn_uniform", "sink_rate", "m_act", "loss")

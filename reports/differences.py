@@ -9,10 +9,10 @@ from typing import Any
 import pandas as pd
 
 from probe.intervals import paired
-from reports.claim_intervals import resamples_of, values_of
-from reports.claim_numbers import fmt as _f
-from reports.runs import load_runs
-from reports.schema import HEADLINE_THRESHOLDS, SINK_EPSILON
+from probe.reports.claims.intervals import resamples_of, values_of
+from probe.reports.claims.numbers import fmt as _f
+from probe.reports.runs import load_runs
+from probe.reports.labels import HEADLINE_THRESHOLDS, SINK_EPSILON
 
 COLUMNS = ["model", "reference", "quantity", "value", "reference value", "difference", "difference_lo",
            "difference_hi", "ratio", "ratio_lo", "ratio_hi"]

@@ -15,11 +15,10 @@ from collections.abc import Sequence
 import pandas as pd
 from matplotlib.figure import Figure, SubFigure
 
-from reports import claims
-from reports.sections import (PROVENANCE, FigureItem, Section, TableItem, left_out_line,
-                               shown)
-from reports.style import freeze_layout, report_style
-from reports.tables import numeric_columns
+from probe.reports import claims
+from probe.reports.sections import PROVENANCE, FigureItem, Section, TableItem, left_out_line, shown
+from probe.reports.style import freeze_layout, report_style
+from probe.reports.tables import numeric_columns
 
 _CSS = """
 :root { color-scheme: light; --ink: #1f2328; --muted: #57606a; --line: #d0d7de;
@@ -183,7 +182,7 @@ def _prefix_ids(svg: str, prefix: str) -> str:
 
 
 def _text(value: object) -> str:
-    """Escaped for HTML, with control and bidi characters shown as escapes (probe.errors.printable)."""
-    from probe.errors import printable
+    """Escaped for HTML, with control and bidi characters shown as escapes (probe.api.errors.printable)."""
+    from probe.api.errors import printable
 
     return html.escape(printable(value), quote=True)

@@ -16,10 +16,10 @@ from typing import Any
 
 import pandas as pd
 
-from probe.run_files import RunDirectoryError, read_run_dir  # noqa: F401  (part of this module's API)
-from probe.run_files import _coerce, _empty
-from probe.run_names import distinct_names
-from reports.schema import ATTENTION, LINEAR_ATTENTION, META_FILE, SUMMARY_FILE, TABLES
+from probe.results.run_files import RunDirectoryError, read_run_dir  # noqa: F401  (part of this module's API)
+from probe.results.run_files import _coerce, _empty
+from probe.results.run_names import distinct_names
+from probe.reports.labels import ATTENTION, LINEAR_ATTENTION, META_FILE, SUMMARY_FILE, TABLES
 
 
 @dataclass
@@ -201,7 +201,7 @@ def _combine(parts: list[_Part]) -> Runs:
 
 def _rename_duplicates(parts: list[_Part]) -> None:
     """Runs with the same name (one checkpoint in two dtypes, on two data sets, two seeds) would
-    merge their rows: each is named by what differs in its meta.json (probe.run_names)."""
+    merge their rows: each is named by what differs in its meta.json (probe.results.run_names)."""
     names = distinct_names([part.model for part in parts], [part.meta for part in parts])
     for part, renamed in zip(parts, names):
         if renamed != part.model:

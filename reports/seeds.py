@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 
 from probe.intervals import seed_interval
-from reports.claim_intervals import resamples_of, values_of
-from reports.claim_numbers import fmt as _f
-from reports.runs import Runs, load_runs
-from reports.schema import SINK_EPSILON
+from probe.reports.claims.intervals import resamples_of, values_of
+from probe.reports.claims.numbers import fmt as _f
+from probe.reports.runs import Runs, load_runs
+from probe.reports.labels import SINK_EPSILON
 
 QUANTITIES = {
     "F-Attn": ("f_attn", lambda v, W: v.f_attn(W)),

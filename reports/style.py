@@ -12,7 +12,7 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from reports.ticks import declutter_ticks
+from probe.reports.ticks import declutter_ticks
 
 # A seaborn "whitegrid"/"paper" look, with DejaVu Sans (shipped with matplotlib) named
 # explicitly so the same glyphs are drawn on every machine, and the keys that would otherwise

@@ -1,6 +1,6 @@
 """Compare a run directory with its gold files, cell by cell, with a tolerance by column kind.
 
-The kinds are probe/schema.py's: "str", "int" and "bool" cells must be equal as written, and
+The kinds are probe/results/schema.py's: "str", "int" and "bool" cells must be equal as written, and
 so must the float cells that hold counts (COUNT_COLUMNS, and in the long tables the `value` of
 a row whose `metric` is a count, COUNT_METRICS). Every other float cell may differ by FLOAT:
 
@@ -31,7 +31,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from probe.schema import COUNTS, TABLES
+from probe.results.schema import COUNTS, TABLES
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ EXACT = Tolerance()
 FLOAT = Tolerance(rel=1e-4, abs=1e-6)
 TOLERANCES = {"str": EXACT, "int": EXACT, "bool": EXACT, "float": FLOAT}
 # Float columns that hold counts (float so that a row without one leaves the cell empty): each
-# metric declares its own (probe/metrics/<m>/__init__.py `counts`), probe.schema.COUNTS joins them.
+# metric declares its own (probe/metrics/<m>/__init__.py `counts`), probe.results.schema.COUNTS joins them.
 COUNT_COLUMNS = COUNTS
 # The long tables (a `metric` column, a `value` column): metrics whose value is a count.
 COUNT_METRICS = ("count", "n_queries", "nonfinite", "tokens")

@@ -238,7 +238,7 @@ def test_drain_rows_are_means_over_finite_values():
 def test_planted_model_end_to_end(planted):
     """The tiny Qwen2 with a planted sink (test_received): fed through the back-end, the reducer
     lists position 9 as a secondary sink of every head of layer 0 and its token on top."""
-    from probe import attention
+    from probe.capture import attention
     from probe.metrics.anatomy.received import key_probability, top_keys, value_drains
 
     from test_received import PLANT_TOKEN

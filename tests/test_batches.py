@@ -1,13 +1,13 @@
-"""probe.batches.for_each_batch: the one batch loop of the pass, the interventions and the exact
+"""probe.run.batches.for_each_batch: the one batch loop of the pass, the interventions and the exact
 control, against Dataset.batches itself."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-import probe.batches
-from probe.batches import for_each_batch
-from probe.data import build_dataset
+import probe.run.batches
+from probe.run.batches import for_each_batch
+from probe.data.sequences import build_dataset
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ class Bar:
 @pytest.fixture
 def bars(monkeypatch):
     made = []
-    monkeypatch.setattr(probe.batches, "progress_bar", lambda **kw: made.append(Bar(**kw)) or made[-1])
+    monkeypatch.setattr(probe.run.batches, "progress_bar", lambda **kw: made.append(Bar(**kw)) or made[-1])
     return made
 
 

@@ -1,4 +1,4 @@
-"""probe/bins.py: per-group counts below each cut equal direct comparisons |x| < value(cut) on
+"""probe/metrics/bins.py: per-group counts below each cut equal direct comparisons |x| < value(cut) on
 each group's values (NaN and inf never below), the groups sum to one histogram of all values,
 and a LogHistogram fed the shared bins holds what one fed the tensor holds."""
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from probe.bins import Bins, batch_bins
-from probe.bus import Batch
+from probe.metrics.bins import Bins, batch_bins
+from probe.capture.bus import Batch
 from probe.metrics.reducers import LogHistogram, cut_bits, float32_value
 from probe.metrics.sparsity import HEADLINE_THRESHOLDS
 

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from probe.cli import main
-from probe.interventions import NOTHING_ZEROED
-from probe.results import TABLES
+from probe.api.cli import main
+from probe.run.interventions import NOTHING_ZEROED
+from probe.results.analysis import TABLES
 
 
 @pytest.mark.parametrize("kind,interventions", [("qwen3_next", "all"), ("official_elementwise", "gate_zero")])

@@ -43,6 +43,6 @@ def test_the_docs_name_only_what_exists():
 def test_a_stale_reference_is_found(tmp_path):
     doc = tmp_path / "doc.md"
     doc.write_text("Written by `probe.analyze` (analyze.py `build_meta`), see probe/families.py and "
-                   "`probe.results.FRAMES`; pipeline.py `build_meta` is right.\n")
+                   "`probe.results.analysis.FRAMES`; pipeline.py `build_meta` is right.\n")
     assert _stale(doc) == ["doc.md:1: probe/families.py does not exist", "doc.md:1: analyze.py has no build_meta",
-                           "doc.md:1: probe.results has no FRAMES"]
+                           "doc.md:1: probe.results.analysis has no FRAMES"]

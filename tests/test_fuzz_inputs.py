@@ -1,4 +1,4 @@
-"""Bad inputs of every kind, through `probe.cli.main`: each gets exit 2, exactly one line
+"""Bad inputs of every kind, through `probe.api.cli.main`: each gets exit 2, exactly one line
 `probe: error: ...` (nothing else on stderr: no traceback, no usage block, no transformers
 log lines) that names what is wrong, and leaves nothing in --out or OUT.partial/. Odd but
 valid inputs exit 0 with statistics over exactly the tokens the run reports.
@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import tiny
-from probe.cli import main
+from probe.api.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 

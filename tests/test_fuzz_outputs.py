@@ -19,7 +19,7 @@ from typing import Callable
 
 import pytest
 
-from probe.cli import main
+from probe.api.cli import main
 
 TRAIN = ["--arm", "none", "--tokens", "256", "--layers", "1", "--width", "32", "--heads", "1",
          "--kv-heads", "1", "--seq-len", "16", "--batch-size", "4", "--vocab-size", "280",
@@ -429,7 +429,7 @@ def test_every_string_in_a_text_column_reads_back_as_written(saved_run, tmp_path
     """A token or a name may hold a bare CR, a formula start, apostrophes, NUL, ESC, U+2028, a
     bidi override: each cell reads back as it was, and none reaches a spreadsheet as a formula."""
     import probe
-    from probe.csv_cells import FORMULA_START
+    from probe.results.csv_cells import FORMULA_START
 
     analysis = probe.Analysis.load(saved_run)
     top = analysis.massive_top.iloc[:len(ODD_STRINGS)].copy()
@@ -508,8 +508,8 @@ def test_the_pdf_draws_control_characters_as_escapes():
     """The PDF places text by hand: it is wrapped (and measured) and drawn printable."""
     from matplotlib.figure import Figure
 
-    from reports.items import printable_texts
-    from reports.measure import wrap
+    from probe.reports.sections.items import printable_texts
+    from probe.reports.measure import wrap
 
     assert wrap("a\x1b[2Jb \u202eevil", 500, 10) == ["a\\x1b[2Jb \\u202eevil"]
     figure = Figure()

@@ -11,7 +11,7 @@ import pytest
 
 from gold_diff import (COUNT_COLUMNS, EXACT, FLOAT, Tolerance, diff_files, main, read_folder,
                        write_gold)
-from probe.schema import TABLES
+from probe.results.schema import TABLES
 
 CASE = Path(__file__).parent / "gold_runs" / "official_headwise_interventions"
 

@@ -1,8 +1,8 @@
 """The import graph of probe/ and reports/: no cycle, neither at import time nor through imports
 inside functions; the event names apart from the bus that builds the metrics; the attention
-kernel asking the family adapter (probe/adapters/attention_terms.py) instead of naming a family;
+kernel asking the family adapter (probe/families/attention_terms.py) instead of naming a family;
 the run-directory reader in probe, which reports/ imports (never the other way round); one
-analysis (analyze.py) over the model sources (source.py: the hooks of capture.py and bridge.py,
+analysis (analyze.py) over the model sources (source.py: the hooks of probe/capture/hf.py and bridge.py,
 which import neither it nor each other) and one batch loop (batches.py); and no module of either
 package over LINES lines.
 """
@@ -20,6 +20,7 @@ def _modules() -> dict[str, Path]:
     for package in ("probe", "reports"):
         for path in (ROOT / package).rglob("*.py"):
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            parts = ["probe", *parts] if package == "reports" else parts      # reports/ is probe.reports
             found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
@@ -92,18 +93,18 @@ def test_the_cycle_finder_finds_a_cycle():
 
 
 def test_one_analysis_over_the_sources():
-    """One recipe (analyze.py) over the sources (source.py); the hooks of each source (capture.py,
+    """One recipe (analyze.py) over the sources (source.py); the hooks of each source (probe/capture/hf.py,
     bridge.py) know neither the recipe nor the other source, and the pass (pipeline.py) no source."""
     everywhere = _graph(top_level=False)
-    assert "probe.source" in _graph(top_level=True)["probe.analyze"]
-    assert not {"probe.bridge", "probe.capture"} & _graph(top_level=True)["probe.analyze"]
-    for hooks in ("probe.bridge", "probe.capture"):
-        assert not {"probe.analyze", "probe.source", "probe.pipeline"} & everywhere[hooks], hooks
-    assert "probe.capture" not in everywhere["probe.bridge"] and "probe.bridge" not in everywhere["probe.capture"]
-    assert not {"probe.analyze", "probe.source", "probe.bridge", "probe.capture"} & everywhere["probe.pipeline"]
+    assert "probe.capture.source" in _graph(top_level=True)["probe.api.analyze"]
+    assert not {"probe.capture.bridge", "probe.capture.hf"} & _graph(top_level=True)["probe.api.analyze"]
+    for hooks in ("probe.capture.bridge", "probe.capture.hf"):
+        assert not {"probe.api.analyze", "probe.capture.source", "probe.run.pipeline"} & everywhere[hooks], hooks
+    assert "probe.capture.hf" not in everywhere["probe.capture.bridge"] and "probe.capture.bridge" not in everywhere["probe.capture.hf"]
+    assert not {"probe.api.analyze", "probe.capture.source", "probe.capture.bridge", "probe.capture.hf"} & everywhere["probe.run.pipeline"]
     # The one batch loop: the pass, the interventions and the exact control, none with its own.
-    for loop in ("probe.pipeline", "probe.interventions", "probe.control"):
-        assert "probe.batches" in everywhere[loop], loop
+    for loop in ("probe.run.pipeline", "probe.run.interventions", "probe.run.control"):
+        assert "probe.run.batches" in everywhere[loop], loop
 
 
 def test_no_import_cycle_even_through_imports_inside_functions():
@@ -116,49 +117,51 @@ def test_no_import_cycle_even_through_imports_inside_functions():
 
 
 def test_the_event_names_import_nothing_of_probe():
-    """probe/events.py names the events; the bus (probe/bus.py) builds the metrics, which import
+    """probe/capture/events.py names the events; the bus (probe/capture/bus.py) builds the metrics, which import
     the names: a name module that imported a metric would close the circle again."""
-    assert _graph(top_level=False)["probe.events"] == set()
+    assert _graph(top_level=False)["probe.capture.events"] == set()
 
 
 def test_the_attention_kernel_names_no_family():
-    """The kernel reads a family's extra softmax terms through adapters/attention_terms.py only."""
-    imported = _graph(top_level=False)["probe.attention"]
-    families = {m for m in imported if m.startswith("probe.adapters.")}
-    assert families == {"probe.adapters.attention_terms"}, families
+    """The kernel reads a family's extra softmax terms through families/attention_terms.py only."""
+    imported = _graph(top_level=False)["probe.capture.attention"]
+    families = {m for m in imported if m.startswith("probe.families.")}
+    assert families == {"probe.families.attention_terms"}, families
 
 
 # The modules of probe that write or draw reports, and so import reports/ (inside functions, so
 # that `probe --help` and an analysis never load it). reports/ imports the run-directory reader,
 # the schema and the intervention names from probe, none of these.
-REPORT_FRONT_ENDS = {"probe.cli", "probe.outputs", "probe.plotting", "probe.report_args", "probe.sweep"}
+REPORT_FRONT_ENDS = {"probe.api.cli", "probe.api.outputs", "probe.results.plotting", "probe.api.report_args",
+                     "probe.api.sweep"}
 
 
 def test_probe_imports_reports_only_from_its_front_ends():
     modules = _modules()
     at_import, everywhere = _graph(top_level=True), _graph(top_level=False)
     importers = {m for m, targets in everywhere.items()
-                 if m.startswith("probe") and any(t.split(".")[0] == "reports" for t in targets)}
+                 if not m.startswith("probe.reports") and any(t.startswith("probe.reports") for t in targets)}
     assert importers <= REPORT_FRONT_ENDS, importers - REPORT_FRONT_ENDS
     for module in importers:
-        assert not any(t.split(".")[0] == "reports" for t in at_import[module]), module
+        assert not any(t.startswith("probe.reports") for t in at_import[module]), module
     # The reader Analysis.load and reports.runs share never reaches reports/, even at call time.
-    reached, todo = set(), ["probe.run_files"]
+    reached, todo = set(), ["probe.results.run_files"]
     while todo:
         for target in everywhere[todo.pop()] - reached:
             reached.add(target)
             todo.append(target)
-    assert not {m for m in reached if m.split(".")[0] == "reports"}, reached
-    assert "probe.run_files" in everywhere["reports.runs"] and "probe.run_files" in modules
+    assert not {m for m in reached if m.startswith("probe.reports")}, reached
+    assert "probe.results.run_files" in everywhere["probe.reports.runs"] and "probe.results.run_files" in modules
 
 
 def test_reports_runs_still_names_the_reader():
-    """reports.runs re-exports what it used to define (the reader moved to probe/run_files.py)."""
-    import probe.run_files
-    import reports.runs
+    """reports.runs re-exports what it used to define (the reader moved to probe/results/run_files.py)."""
+    import probe.results.run_files
+    import probe.reports.runs
+    from probe import reports
 
-    assert reports.runs.read_run_dir is probe.run_files.read_run_dir
-    assert reports.runs.RunDirectoryError is probe.run_files.RunDirectoryError
+    assert reports.runs.read_run_dir is probe.results.run_files.read_run_dir
+    assert reports.runs.RunDirectoryError is probe.results.run_files.RunDirectoryError
 
 
 LINES = 400     # a module longer than this does more than one job: split it by job

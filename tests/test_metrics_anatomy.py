@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import probe
-from probe import schema
+from probe.results import schema
 from probe.metrics.anatomy.stats import EDGES, EPSILON, GATE_BINS
 from probe.metrics.anatomy import reduce as anatomy_metric
 from probe.metrics.anatomy.reduce import Anatomy, MIN_QUERIES
@@ -269,7 +269,7 @@ def test_gate_sink_equals_gate_module_and_eager_sink_attention(checkpoint):
 def test_run_directories_with_and_without_the_tables_load(planted_run, tmp_path):
     """The tables are optional (runs without them load, empty), but one that is there must have
     every column: a missing one is an error naming it."""
-    import reports
+    from probe import reports
 
     a, _, _ = planted_run
     a.save(tmp_path / "on")
@@ -289,7 +289,7 @@ def test_an_interrupted_anatomy_run_resumes_to_identical_tables(checkpoint, text
                                                                  capsys):
     """The anatomy reducers are saved in OUT.partial/ and continued (the same tables as a whole
     run, secondary-sink list included); resuming without --anatomy is refused (the fingerprint)."""
-    from probe.cli import main
+    from probe.api.cli import main
     from test_resume import _interrupt_after, _tables
 
     ckpt = str(checkpoint("official_headwise"))

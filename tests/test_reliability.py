@@ -1,4 +1,4 @@
-"""Every bad input gets one clear line and a non-zero exit, through `probe.cli.main`; bad
+"""Every bad input gets one clear line and a non-zero exit, through `probe.api.cli.main`; bad
 numbers are counted, not propagated; a full disk leaves nothing half-written."""
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from safetensors.torch import load_file, save_file
 import probe
 import tiny
 from samples import TEXT
-from probe.cli import main
-from probe.interventions import NO_GATE, NOTHING_ZEROED
+from probe.api.cli import main
+from probe.run.interventions import NO_GATE, NOTHING_ZEROED
 
 
 def one_error_line(capsys, argv, *, code=2) -> str:
@@ -241,7 +241,7 @@ def test_disk_full_mid_write_leaves_no_partial_run(existing, checkpoint, text_fi
     if existing:
         out.mkdir()
         (out / "summary.json").write_text("{}\n")
-    import probe.atomic
+    import probe.run.atomic
 
     calls = {"n": 0}
     real_fsync = os.fsync
@@ -252,7 +252,7 @@ def test_disk_full_mid_write_leaves_no_partial_run(existing, checkpoint, text_fi
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_fsync(fd)
 
-    monkeypatch.setattr(probe.atomic.os, "fsync", full_disk)
+    monkeypatch.setattr(probe.run.atomic.os, "fsync", full_disk)
     args = analyze_args(checkpoint("qwen3"), out, "--data", str(text_file)) + (["--force"] if existing else [])
     line = one_error_line(capsys, args)
     assert "No space left on device" in line and "disk" in line
@@ -368,7 +368,7 @@ def test_a_moved_training_folder_resumes_with_world_readable_weights(stopped_tra
 def test_a_failed_report_step_keeps_the_run_directory(checkpoint, text_file, tmp_path, capsys, monkeypatch):
     """The pass ran (hours, on a big model); the report then fails on something that is not the
     disk. The run directory is kept, and the line says how to write the report from it."""
-    import reports
+    from probe import reports
 
     def broken(*args, **kwargs):
         raise ValueError("a table the report cannot draw")
@@ -385,7 +385,8 @@ def test_figures_asked_for_inside_out_are_kept(checkpoint, text_file, tmp_path, 
     """compare --figures OUT/figs: the figures went into OUT/figs, then the report step renamed
     the new OUT over it ("wrote OUT/figs", an empty folder). Drawing them is stubbed: what is
     tested is where they land."""
-    import reports.build
+    import probe.reports.build
+    from probe import reports
 
     def write_figures(sections, out_dir):
         Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -448,7 +449,7 @@ def test_a_second_concurrent_pass_on_one_model_is_refused_and_the_first_is_right
 
     model = probe.load(checkpoint("qwen3"))
     alone = probe.analyze(model, texts=[TEXT], seq_len=32, progress=False)
-    module = sys.modules["probe.analyze"]
+    module = sys.modules["probe.api.analyze"]
     real, started, go = module.run_pass, threading.Event(), threading.Event()
 
     def held(*args, **kwargs):

@@ -13,7 +13,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 import probe
 import tiny
-from probe import attention
+from probe.capture import attention
 from samples import TEXT
 from probe.metrics.first_token.reduce import FirstTokenStats
 from probe.metrics.gates.reduce import GateStats
@@ -187,7 +187,7 @@ def test_sliding_windows_count_every_token_once(loaded, tmp_path):
 def test_max_length_options(tmp_path):
     data = tmp_path / "docs.jsonl"
     data.write_text(json.dumps({"input_ids": list(range(3, 103))}) + "\n")
-    from probe.data import build_dataset
+    from probe.data.sequences import build_dataset
 
     with pytest.warns(UserWarning, match="1 of 1 documents longer than 32 tokens were truncated"):
         truncated = build_dataset(data, None, per_document=True, max_length=32, on_long="truncate")
@@ -207,7 +207,7 @@ def test_max_length_options(tmp_path):
 
 
 def test_cli_max_length_and_bucket_table(checkpoint, tmp_path):
-    from probe.cli import main
+    from probe.api.cli import main
 
     data = tmp_path / "docs.jsonl"
     data.write_text(json.dumps({"input_ids": list(range(3, 203))}) + "\n")

@@ -69,7 +69,7 @@ def say(line: str) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    from probe.atomic import write_text
+    from probe.run.atomic import write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(obj, indent=1, default=float) + "\n")
@@ -112,8 +112,8 @@ def measure(model, rows, sink_layers: list[int] | None, *, name: str = "m", save
 # ----------------------------------------------------------------------------- setting up
 
 def grafted(root: Path, init: str) -> Path:
-    from probe.graft import graft
-    from probe.real_models import fetch
+    from probe.families.graft import graft
+    from probe.load.real_models import fetch
 
     out = root / "grafts" / f"headwise-{init}"
     if not (out / "config.json").exists():
@@ -127,7 +127,7 @@ def prepared_data(root: Path, base_gguf: Path):
     ROOT/corpus.pt: tokenising takes a minute or two, and a resumed run needs the same rows."""
     import torch
 
-    from probe.load import load
+    from probe.load.loader import load
     from probe.train.config import TrainConfig
     from probe.train.prepare import Prepared, prepare_data
 
@@ -137,7 +137,7 @@ def prepared_data(root: Path, base_gguf: Path):
         return Prepared(tok, torch.load(cache, weights_only=False))      # written by this script
     say("tokenising the built-in text with SmolLM2's tokenizer ...")
     prepared = prepare_data(TrainConfig(seq_len=SEQ_LEN, bos="none"), tok)
-    from probe.atomic import write_torch
+    from probe.run.atomic import write_torch
 
     write_torch(cache, prepared.corpus)
     return prepared
@@ -170,7 +170,7 @@ def done_steps(out: Path) -> int:
 def run_arm(arm: Arm, root: Path, base_gguf: Path, prepared, rows, base_point: dict, steps: int) -> None:
     import torch
 
-    from probe.load import load
+    from probe.load.loader import load
     from probe.train.loop import train
 
     out = root / arm.name
@@ -232,7 +232,7 @@ def trajectory_rows(root: Path) -> list[dict]:
 def write_table(root: Path) -> None:
     import pandas as pd
 
-    from probe.atomic import write_text
+    from probe.run.atomic import write_text
 
     rows = trajectory_rows(root)
     if rows:
@@ -247,9 +247,9 @@ def write_report(root: Path, base_gguf: Path, rows, base_point: dict) -> int:
     directories, each with its trajectory.csv and training.csv), claims table included."""
     import pandas as pd
 
-    from probe.atomic import write_text
-    from probe.cli import main as probe_cli
-    from probe.load import load
+    from probe.run.atomic import write_text
+    from probe.api.cli import main as probe_cli
+    from probe.load.loader import load
     from probe.train.loop import find_checkpoint
 
     runs = root / "runs"
@@ -302,8 +302,8 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from probe.load import load
-    from probe.real_models import fetch
+    from probe.load.loader import load
+    from probe.load.real_models import fetch
 
     base_gguf = fetch("smollm2", progress=say)
     prepared = prepared_data(root, base_gguf)

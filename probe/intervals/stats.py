@@ -25,7 +25,7 @@ import pandas as pd
 
 from .bootstrap import MIN_SEQUENCES, SEED, percentile_interval, resample_weights
 
-SITES = ("attn_out", "resid_mid", "mlp_out", "resid_post")     # probe/schema.py SITES
+SITES = ("attn_out", "resid_mid", "mlp_out", "resid_post")     # probe/results/schema.py SITES
 RESIDUAL = "resid_post"
 CHUNK = 1 << 24          # elements of the (R, S, ...) M-Act temporaries per step
 

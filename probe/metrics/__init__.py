@@ -13,8 +13,8 @@ tables, summary / layer / meta keys, option, events) and its reducers in reduce.
                                                                     <- attn.hook_attention, attn.hook_gate
     per_sequence/  per_sequence.csv; the *_lo / *_hi bootstrap intervals  <- the events above
 
-The run directory's schema (probe/schema.py), Analysis and reports' Runs derive from the
-declarations (metrics/base.py says what one holds); the bus (probe/bus.py) subscribes each
+The run directory's schema (probe/results/schema.py), Analysis and reports' Runs derive from the
+declarations (metrics/base.py says what one holds); the bus (probe/capture/bus.py) subscribes each
 declared event. To add a metric: a package here (declaration + reduce.py; DECLARATIONS finds
 it); a report section (reports/sections_<m>.py); a test; docs/run-directory.md.
 """

@@ -6,16 +6,16 @@ reports/) and its `Metric` (the reducers fed by events, the tables read from the
                          probe/metrics/<m>/reduce.py
         order            its place in the pass (lower first): the order of the reducers (merged
                          under torchrun, saved by --resume), of its tables, of summarise()
-        events           event (probe/events.py) -> the Metric's method the bus subscribes
+        events           event (probe/capture/events.py) -> the Metric's method the bus subscribes
         tables           table -> column -> kind ("str", "int", "float", "bool"): its files of
-                         the run directory (docs/run-directory.md); probe.schema.TABLES joins them
+                         the run directory (docs/run-directory.md); probe.results.schema.TABLES joins them
         summary_keys     the summary.json keys it writes, in file order
         summary_order    where they go in summary.json (lower first; None: it writes none)
         layer_keys       its keys in each entry of summary.json `layers`, with their empty value
         layer_order      where they go in that entry (lower first; the per-head list `heads` last)
         meta_keys        the meta.json keys it writes
         option           the AnalysisOptions field that turns it on; its tables are then optional
-                         (probe.schema.OPTIONAL_TABLES) and it writes nothing when the option is off
+                         (probe.results.schema.OPTIONAL_TABLES) and it writes nothing when the option is off
         counts           table -> its float columns that hold counts (compared exactly in the gold)
 
     class Metric(layout, options, *, vocab_size=None, sequences=None, token_groups=None):
@@ -82,9 +82,9 @@ class Metric:
 
     def __init__(self, layout, options, *, vocab_size: int | None = None, sequences: int | None = None,
                  token_groups=None):
-        """options: the AnalysisOptions of the pass (probe/options.py); vocab_size: the
+        """options: the AnalysisOptions of the pass (probe/api/options.py); vocab_size: the
         model's vocabulary; sequences: the dataset's row count (the per-sequence state's size);
-        token_groups: the data's token groups (probe.token_types.TokenGroups), None without a gate."""
+        token_groups: the data's token groups (probe.data.token_types.TokenGroups), None without a gate."""
         self.layout = layout
         self.stats: dict = {}
 

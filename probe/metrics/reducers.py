@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from .. import bins as binning
+from . import bins as binning
 
 F64, I64 = torch.float64, torch.int64
 
@@ -207,7 +207,7 @@ class LogHistogram(Reducer):
             self.add(binning.Bins(values))
 
     def add(self, bins: "binning.Bins") -> None:
-        """Counts values already binned (probe/bins.py: one binning that several readers share)."""
+        """Counts values already binned (probe/metrics/bins.py: one binning that several readers share)."""
         if bins.numel == 0:
             return
         self.nonfinite += bins.nonfinite.sum().to(self.nonfinite.device)

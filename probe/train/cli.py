@@ -1,4 +1,4 @@
-"""`probe train`: arguments and the command, kept here so that probe/cli.py only wires it in."""
+"""`probe train`: arguments and the command, kept here so that probe/api/cli.py only wires it in."""
 from __future__ import annotations
 
 import argparse
@@ -6,8 +6,8 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import ProbeError
-from ..owned import FORCE_HELP
+from ..api.errors import ProbeError
+from ..run.owned import FORCE_HELP
 from .config import (ARMS, BPE_VOCAB, DEFAULT_COPY_LEN, DEFAULT_NOISE_FRAC, SYNTHETIC_VOCAB,
                      TrainConfig)
 
@@ -167,7 +167,7 @@ def _sibling_tokenizer(configs):
     """The tokenizer an earlier arm of the same --arm all run saved, if any."""
     from transformers import AutoTokenizer
 
-    from ..load import has_tokenizer_files
+    from ..load.loader import has_tokenizer_files
     from .loop import find_checkpoint
 
     for cfg in configs:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ProbeError
+from ..api.errors import ProbeError
 
 TRAINABLE = ("gates", "all")
 GATE_PARAMETER = ".self_attn.gate_proj."
@@ -31,7 +31,7 @@ def is_gate_parameter(name: str) -> bool:
 
 def load_source(cfg):
     """(model, tokenizer) from cfg.from_dir, float32, ready to train (SDPA, train mode)."""
-    from ..load import load
+    from ..load.loader import load
 
     loaded = load(cfg.from_dir, dtype="float32")
     if loaded.tokenizer is None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ProbeError
+from ..api.errors import ProbeError
 from .config import DEFAULT_HELDOUT_PERMILLE
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
@@ -75,7 +75,7 @@ def stdlib_documents(root: Path | None = None) -> list[Document]:
 
 def file_documents(paths) -> list[Document]:
     """User data: text files, folders of text files or JSONL with a text field, in the order given."""
-    from ..data import read_documents
+    from ..data.sequences import read_documents
 
     docs = []
     for raw in paths:
@@ -173,7 +173,7 @@ class Corpus:
     def write_heldout(self, out: Path) -> None:
         """OUT/heldout.txt: the held-out documents, for `probe analyze --data` (the synthetic
         route writes token-id files instead; see synthetic.py)."""
-        from ..atomic import write_text
+        from ..run.atomic import write_text
 
         write_text(Path(out) / "heldout.txt", "\n\n".join(d.text for d in self.heldout_docs))
 

@@ -121,7 +121,7 @@ def inference_table(model_dir, heldout_stream: torch.Tensor, *, name: str, train
                     bos_id: int | None, lengths=None, latency_len: int | None = None,
                     new_tokens: int = 32, repeats: int = 5) -> list[dict]:
     """The rows of inference.csv for one trained checkpoint directory."""
-    from ..load import load
+    from ..load.loader import load
 
     loaded = load(model_dir)
     model = loaded.model

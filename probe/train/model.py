@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from ..errors import ProbeError
-from ..adapters import official
+from ..api.errors import ProbeError
+from ..families import official
 from .config import ARMS, Shape
 
 MATCH_TOLERANCE = 0.01

@@ -14,10 +14,10 @@ from matplotlib.figure import Figure, SubFigure
 from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
 
-from reports.measure import text_width, wrap
-from reports.schema import LINEAR_ATTENTION
-from reports.style import HATCH_COLOR, MISSING_COLOR
-from reports.text import plain
+from probe.reports.measure import text_width, wrap
+from probe.reports.labels import LINEAR_ATTENTION
+from probe.reports.style import HATCH_COLOR, MISSING_COLOR
+from probe.reports.text import plain
 
 # Past this many layers every n-th tick is labelled, or the labels overlap.
 MAX_LAYER_TICKS = 32

@@ -17,12 +17,12 @@ from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure, SubFigure
 from matplotlib.patches import Rectangle
 
-from reports.plots._layout import (figure_or_new, legend_outside, not_applicable, panel_title,
-                                   set_layer_ticks)
-from reports.runs import Runs, load_runs
-from reports.schema import SINK_MIN_QUERIES
-from reports.style import HATCH_COLOR, MISSING_COLOR, REFERENCE_COLOR, model_colors, styled
-from reports.text import plain
+from probe.reports.plots._layout import (figure_or_new, legend_outside, not_applicable, panel_title,
+                                         set_layer_ticks)
+from probe.reports.runs import Runs, load_runs
+from probe.reports.labels import SINK_MIN_QUERIES
+from probe.reports.style import HATCH_COLOR, MISSING_COLOR, REFERENCE_COLOR, model_colors, styled
+from probe.reports.text import plain
 
 POOLED_HEADS = -1           # received_by_position's head of the mean over heads
 FEW_QUERIES_GID = "few-queries"   # the hatching over key buckets seen by too few queries

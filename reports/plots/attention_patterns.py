@@ -10,11 +10,11 @@ from matplotlib.colors import PowerNorm
 from matplotlib.figure import Figure, SubFigure
 from matplotlib.image import AxesImage
 
-from reports.frames import attention_pattern, pattern_layers
-from reports.plots._layout import figure_or_new, not_applicable, spread
-from reports.runs import Runs, load_runs
-from reports.style import MISSING_COLOR, styled
-from reports.text import plain, visible_token
+from probe.reports.tables.frames import attention_pattern, pattern_layers
+from probe.reports.plots._layout import figure_or_new, not_applicable, spread
+from probe.reports.runs import Runs, load_runs
+from probe.reports.style import MISSING_COLOR, styled
+from probe.reports.text import plain, visible_token
 
 
 def choose_pattern_layers(runs: Runs, model: str, layers: Sequence[int] | None = None,

@@ -7,11 +7,11 @@ from typing import Any
 
 from matplotlib.figure import Figure, SubFigure
 
-from reports.context import context_table, pooled, sweep_runs, trained_length
-from reports.plots._layout import figure_or_new, not_applicable
-from reports.runs import load_runs
-from reports.style import REFERENCE_COLOR, model_colors, styled
-from reports.text import plain
+from probe.reports.context import context_table, pooled, sweep_runs, trained_length
+from probe.reports.plots._layout import figure_or_new, not_applicable
+from probe.reports.runs import load_runs
+from probe.reports.style import REFERENCE_COLOR, model_colors, styled
+from probe.reports.text import plain
 
 PANELS = (("f_attn", "F-Attn (t ≥ 1)"), ("sink_rate", "sink rate"), ("m_act", "M-Act"), ("loss", "loss"))
 

@@ -9,14 +9,14 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
-from reports.frames import first_token_by_bucket, first_token_by_layer, first_token_matrix
-from reports.plots._layout import (axes_or_new, figure_or_new, legend_beside, model_heatmaps,
-                                   not_applicable, set_layer_ticks)
-from reports.plots.intervals import draw_band
-from reports.runs import load_runs
-from reports.schema import LINEAR_ATTENTION
-from reports.style import REFERENCE_COLOR, model_colors, styled
-from reports.text import plain
+from probe.reports.tables.frames import first_token_by_bucket, first_token_by_layer, first_token_matrix
+from probe.reports.plots._layout import (axes_or_new, figure_or_new, legend_beside, model_heatmaps,
+                                         not_applicable, set_layer_ticks)
+from probe.reports.plots.intervals import draw_band
+from probe.reports.runs import load_runs
+from probe.reports.labels import LINEAR_ATTENTION
+from probe.reports.style import REFERENCE_COLOR, model_colors, styled
+from probe.reports.text import plain
 
 METRIC_LABELS = {
     "f_attn": "F-Attn (queries t ≥ 1)",

@@ -9,13 +9,13 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
-from reports.frames import gate_hist_by_layer, gate_matrix, gate_saturation, gate_stats_by_layer
-from reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, legend_beside,
-                                   legend_entries, legend_outside, model_heatmaps, not_applicable,
-                                   set_layer_ticks, spread)
-from reports.runs import Runs, load_runs
-from reports.style import model_colors, styled
-from reports.text import plain
+from probe.reports.tables.frames import gate_hist_by_layer, gate_matrix, gate_saturation, gate_stats_by_layer
+from probe.reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, legend_beside,
+                                         legend_entries, legend_outside, model_heatmaps, not_applicable,
+                                         set_layer_ticks, spread)
+from probe.reports.runs import Runs, load_runs
+from probe.reports.style import model_colors, styled
+from probe.reports.text import plain
 
 NO_GATE_NOTE = "no gate scores"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.axes import Axes
 
-from reports.runs import Runs
+from probe.reports.runs import Runs
 
 BAND_ALPHA = 0.2
 

@@ -10,13 +10,13 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
-from reports.frames import interventions_all_layers, interventions_by_layer
-from reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, legend_entries,
-                                   legend_outside, not_applicable, set_layer_ticks)
-from reports.runs import load_runs
-from reports.schema import INTERVENTION_LABELS, INTERVENTIONS
-from reports.style import REFERENCE_COLOR, model_colors, styled
-from reports.text import plain
+from probe.reports.tables.frames import interventions_all_layers, interventions_by_layer
+from probe.reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, legend_entries,
+                                         legend_outside, not_applicable, set_layer_ticks)
+from probe.reports.runs import load_runs
+from probe.reports.labels import INTERVENTION_LABELS, INTERVENTIONS
+from probe.reports.style import REFERENCE_COLOR, model_colors, styled
+from probe.reports.text import plain
 
 NO_INTERVENTIONS = ("No run has intervention results (interventions.csv; "
                     "probe analyze --interventions).")

@@ -7,14 +7,14 @@ from typing import Any
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
-from reports.frames import massive_by_layer
-from reports.plots._layout import (axes_or_new, figure_or_new, legend_beside, legend_entries,
-                                   legend_outside, not_applicable, set_layer_ticks)
-from reports.plots.intervals import draw_band
-from reports.runs import load_runs
-from reports.schema import SITE_LABELS, SITES
-from reports.style import model_colors, styled
-from reports.text import plain
+from probe.reports.tables.frames import massive_by_layer
+from probe.reports.plots._layout import (axes_or_new, figure_or_new, legend_beside, legend_entries,
+                                         legend_outside, not_applicable, set_layer_ticks)
+from probe.reports.plots.intervals import draw_band
+from probe.reports.runs import load_runs
+from probe.reports.labels import SITE_LABELS, SITES
+from probe.reports.style import model_colors, styled
+from probe.reports.text import plain
 
 
 @styled

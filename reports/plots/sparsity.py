@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure, SubFigure
 
-from reports.frames import sparsity_at, sparsity_sweep
-from reports.plots._layout import (figure_or_new, legend_entries, legend_outside, legend_width,
-                                   not_applicable, panel_title, set_layer_ticks, side_by_side)
-from reports.runs import load_runs
-from reports.schema import HEADLINE_THRESHOLDS, VARIANT_LABELS, VARIANTS
-from reports.style import model_colors, styled
-from reports.text import plain
+from probe.reports.tables.frames import sparsity_at, sparsity_sweep
+from probe.reports.plots._layout import (figure_or_new, legend_entries, legend_outside, legend_width,
+                                         not_applicable, panel_title, set_layer_ticks, side_by_side)
+from probe.reports.runs import load_runs
+from probe.reports.labels import HEADLINE_THRESHOLDS, VARIANT_LABELS, VARIANTS
+from probe.reports.style import model_colors, styled
+from probe.reports.text import plain
 
 # Light to dark: from no gate to the dynamic gate, the order in which sparsity should grow.
 VARIANT_COLORS = {"ungated": "#b8b8b8", "mean_gate": "#6baed6", "gated": "#08519c"}

@@ -7,13 +7,13 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure, SubFigure
 
-from reports.frames import gate_mean_by_token_type, token_type_order
+from probe.reports.tables.frames import gate_mean_by_token_type, token_type_order
 from matplotlib.colors import Normalize
 
-from reports.plots._layout import figure_or_new, not_applicable, panel_title, set_layer_ticks
-from reports.runs import load_runs
-from reports.style import MISSING_COLOR, styled
-from reports.text import plain
+from probe.reports.plots._layout import figure_or_new, not_applicable, panel_title, set_layer_ticks
+from probe.reports.runs import load_runs
+from probe.reports.style import MISSING_COLOR, styled
+from probe.reports.text import plain
 
 NO_TOKEN_TYPES = "No run has gate scores by token type (gates_by_token_type.csv)."
 

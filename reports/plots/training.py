@@ -8,11 +8,11 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
-from reports.plots._layout import (axes_or_new, figure_or_new, legend_beside, legend_entries,
-                                   legend_outside, not_applicable)
-from reports.runs import load_runs
-from reports.style import REFERENCE_COLOR, model_colors, styled
-from reports.text import plain
+from probe.reports.plots._layout import (axes_or_new, figure_or_new, legend_beside, legend_entries,
+                                         legend_outside, not_applicable)
+from probe.reports.runs import load_runs
+from probe.reports.style import REFERENCE_COLOR, model_colors, styled
+from probe.reports.text import plain
 
 
 @styled

@@ -7,10 +7,10 @@ from typing import Any
 
 from matplotlib.figure import Figure, SubFigure
 
-from reports.plots._layout import figure_or_new, legend_entries, legend_outside, not_applicable
-from reports.runs import load_runs
-from reports.style import model_colors, styled
-from reports.text import plain
+from probe.reports.plots._layout import figure_or_new, legend_entries, legend_outside, not_applicable
+from probe.reports.runs import load_runs
+from probe.reports.style import model_colors, styled
+from probe.reports.text import plain
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 

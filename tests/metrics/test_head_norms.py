@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import probe
-from probe.token_types import TokenGroups
-from probe.events import ATTENTION
+from probe.data.token_types import TokenGroups
+from probe.capture.events import ATTENTION
 from samples import TEXT
 
 RTOL = 1e-6

@@ -344,7 +344,7 @@ def run_dirs(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="session")
 def all_runs(run_dirs):
-    import reports
+    from probe import reports
 
     return reports.load_runs(list(run_dirs.values()))
 
@@ -368,7 +368,7 @@ def generated_at() -> datetime:
 @pytest.fixture(scope="session")
 def built_report(run_dirs, generated_at, tmp_path_factory) -> dict[str, Path]:
     """report.html and report.pdf of all three runs, built once for the HTML and PDF tests."""
-    import reports
+    from probe import reports
 
     out = tmp_path_factory.mktemp("report")
     return reports.build_report(list(run_dirs.values()), out, generated_at=generated_at)

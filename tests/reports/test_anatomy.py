@@ -1,5 +1,5 @@
-"""The sink-anatomy figures and tables (reports/plots/anatomy.py, reports/sections_anatomy.py,
-reports/tables_anatomy.py): each draws what the run directory's tables say, computed here again
+"""The sink-anatomy figures and tables (reports/plots/anatomy.py, reports/sections/sink_anatomy.py,
+reports/tables/anatomy.py): each draws what the run directory's tables say, computed here again
 straight from the CSV files; runs without the tables get no section."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from matplotlib.collections import PathCollection
 from matplotlib.colors import LogNorm
 
-import reports
-from reports.sections import FigureItem, build_sections, shown
+from probe import reports
+from probe.reports.sections import FigureItem, build_sections, shown
 
 from anatomy_runs import (ANATOMY_COLUMNS, ANATOMY_SPECS, BOS, DEEP_ANATOMY_SPECS, EPSILON,
                           MIN_QUERIES, NEWLINE_ID, buckets, write_anatomy_run)
@@ -51,7 +51,7 @@ def plot_axes(fig):
 
 
 def test_the_fixture_writes_the_metric_s_columns():
-    from probe.schema import OPTIONAL_TABLES, TABLES
+    from probe.results.schema import OPTIONAL_TABLES, TABLES
 
     for name, columns in ANATOMY_COLUMNS.items():
         assert list(TABLES[name]) == ["model", *columns], name
@@ -366,7 +366,7 @@ def test_key_buckets_seen_by_too_few_queries_are_hatched_and_captioned(anatomy_d
     import json
     import shutil
 
-    from reports.plots.anatomy import FEW_QUERIES_GID, few_query_columns
+    from probe.reports.plots.anatomy import FEW_QUERIES_GID, few_query_columns
 
     runs = reports.load_runs(list(anatomy_dirs.values()))
     assert not any(few_query_columns(runs, model) for model in runs.models)   # 1024 tokens, bar 128

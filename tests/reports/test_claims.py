@@ -1,4 +1,4 @@
-"""reports.claims (with claim_numbers.py, the numbers judged, and claims_paper.py, the paper's
+"""reports.claims (with reports/claims/numbers.py, the numbers judged, and reports/claims/paper.py, the paper's
 side): verdicts on the paper's four claims, recomputed here from the CSV files.
 
 The numbers below are read with plain pandas from the run directories, not through reports,
@@ -17,11 +17,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import reports
-import reports.sections
-from reports import claims
-from reports.claims import BELOW_THRESHOLD, CONSISTENT, NOT_CONSISTENT, NOT_TESTABLE
-from reports.claims_console import PAIRING_RULE, claims_text
+from probe import reports
+import probe.reports.sections
+from probe import reports
+from probe.reports import claims
+from probe.reports.claims import BELOW_THRESHOLD, CONSISTENT, NOT_CONSISTENT, NOT_TESTABLE
+from probe.reports.claims.console import PAIRING_RULE, claims_text
 
 # --- The numbers, independently of reports ------------------------------------------------
 
@@ -137,7 +138,7 @@ def scale_m_act(run: Path, factor: float) -> None:
 def claims_table(*args) -> pd.DataFrame:
     """The claims with every (baseline, gated) pair of the fixture runs declared matched (--pair):
     the fixtures record no token ids, as runs written before tokens_sha256."""
-    from reports.runs import load_runs
+    from probe.reports.runs import load_runs
 
     runs = load_runs(args[0] if len(args) == 1 else list(args))
     return reports.claims_table(runs, pairs=[(b, g) for g in runs.gated_models for b in runs.ungated_models])

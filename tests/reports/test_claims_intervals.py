@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import reports
-from reports import claims
-from reports.claims_console import claims_text
-from reports.claims_pairs import NOT_COMPARABLE
+from probe import reports
+from probe.reports import claims
+from probe.reports.claims.console import claims_text
+from probe.reports.claims.pairs import NOT_COMPARABLE
 from test_claims import copy_runs  # noqa: F401  (the fixture)
 
 S = 24
@@ -141,8 +141,8 @@ def test_arms_of_one_training_run_pair_only_with_the_same_recipe(copy_runs):
 
 
 def test_a_declared_pair_must_name_a_baseline_then_a_gated_run(run_dirs):
-    from reports.claims_pairs import check_declared, parse_pairs
-    from reports.runs import load_runs
+    from probe.reports.claims.pairs import check_declared, parse_pairs
+    from probe.reports.runs import load_runs
 
     runs = load_runs(list(run_dirs.values()))
     with pytest.raises(ValueError, match="give BASE:GATED"):
@@ -165,7 +165,7 @@ def test_runs_without_per_sequence_values_say_so_and_keep_the_point_rules(run_di
     r = row(table, 4)
     assert r["verdict"] in (claims.CONSISTENT, claims.BELOW_THRESHOLD, claims.NOT_CONSISTENT)
     assert "[" not in r["these runs"]
-    from reports.runs import load_runs
+    from probe.reports.runs import load_runs
 
     caption = claims.claims_caption(load_runs(list(run_dirs.values())))
     assert "No intervals for baseline, headwise, hybrid (no per_sequence.csv" in caption

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from matplotlib.figure import Figure
 
-import reports
-from probe.sweep import sweep
-from reports.context import context_table, series_label
-from reports.runs import load_runs
-from reports.sections import build_sections
+from probe import reports
+from probe.api.sweep import sweep
+from probe.reports.context import context_table, series_label
+from probe.reports.runs import load_runs
+from probe.reports.sections import build_sections
 from samples import TEXT
 
 

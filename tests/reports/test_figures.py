@@ -7,9 +7,9 @@ import io
 import pytest
 from pypdf import PdfReader
 
-import reports
-from probe.cli import main
-from reports.sections import FigureItem, build_sections, shown
+from probe import reports
+from probe.api.cli import main
+from probe.reports.sections import FigureItem, build_sections, shown
 
 CM = 72 / 2.54
 
@@ -48,7 +48,7 @@ def test_report_writes_every_figure_as_pdf_svg_and_caption(run_dirs, tmp_path, c
 
 
 def test_figures_are_the_same_bytes_each_time(all_runs):
-    from reports.pdf import render_figure
+    from probe.reports.pdf import render_figure
 
     items = [item for item in figure_items(all_runs)
              if item.id in ("f-attn-heatmap", "gate-saturation")]  # a figure- and an axes-level plot

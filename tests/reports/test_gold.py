@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from reports.sections import FigureItem, TableItem, build_sections, left_out_line, shown
+from probe.reports.sections import FigureItem, TableItem, build_sections, left_out_line, shown
 
 GOLD = Path(__file__).parent / "gold"
 REGENERATE = os.environ.get("PROBE_REGENERATE_GOLD") == "1"
@@ -97,7 +97,7 @@ def test_every_figure_and_table_has_a_numbered_caption(all_runs):
 
 def test_largest_activations_are_grouped_with_a_direct_count(run_dirs, all_runs):
     """Each row of the grouped table against massive_top.csv counted with plain pandas."""
-    import reports
+    from probe import reports
 
     table = reports.massive_top_table(all_runs, per_model=100)
     for model, run in run_dirs.items():

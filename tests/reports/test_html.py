@@ -9,9 +9,9 @@ from html.parser import HTMLParser
 
 import pytest
 
-import reports
-from reports.html import figure_svg, render_html
-from reports.sections import build_sections
+from probe import reports
+from probe.reports.html import figure_svg, render_html
+from probe.reports.sections import build_sections
 
 SECTIONS = ("claims", "summary", "first-token", "attention-patterns", "massive-activations",
             "gates", "sparsity", "interventions", "training", "inference", "provenance")
@@ -191,14 +191,14 @@ def test_output_is_deterministic_apart_from_the_timestamp(run_dirs, built_report
 
 
 def test_source_date_epoch_sets_the_timestamp(all_runs, monkeypatch):
-    from reports.build import _timestamp
+    from probe.reports.build import _timestamp
 
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "0")
     assert _timestamp(None) == "1970-01-01T00:00:00Z"
 
 
 def test_svg_ids_get_a_per_figure_prefix(all_runs):
-    import reports.plots as plots
+    import probe.reports.plots as plots
 
     svg = figure_svg(plots.plot_gate_saturation(all_runs), prefix="fig-x")
     ids = re.findall(r'\bid="([^"]+)"', svg)

@@ -11,12 +11,12 @@ import pytest
 matplotlib.use("Agg")
 
 import probe  # noqa: E402
-from probe.cli import main  # noqa: E402
-from reports import plots  # noqa: E402
-from reports.differences import differences_table  # noqa: E402
-from reports.runs import load_runs  # noqa: E402
-from reports.sections import build_sections  # noqa: E402
-from reports.tables import summary_display  # noqa: E402
+from probe.api.cli import main  # noqa: E402
+from probe.reports import plots  # noqa: E402
+from probe.reports.differences import differences_table  # noqa: E402
+from probe.reports.runs import load_runs  # noqa: E402
+from probe.reports.sections import build_sections  # noqa: E402
+from probe.reports.tables import summary_display  # noqa: E402
 from samples import TEXT  # noqa: E402
 
 OLD_RUN = Path(__file__).parents[1] / "gold_runs" / "qwen3"        # made old by _as_before_intervals
@@ -110,8 +110,8 @@ def test_a_declared_pair_is_judged_with_its_interval_on_the_console(pair, tmp_pa
 
 def test_ungated_runs_say_once_that_the_claims_need_a_gated_model(run_dirs):
     """Issue 25 item 10: no "Gated attention report" title, no table of "not testable" rows."""
-    from reports.build import default_title
-    from reports.claims import NO_GATED
+    from probe.reports.build import default_title
+    from probe.reports.claims import NO_GATED
 
     runs = load_runs([run_dirs["baseline"]])
     claims = section(build_sections(runs), "claims")

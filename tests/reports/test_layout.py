@@ -7,10 +7,10 @@ import pytest
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-import reports
-from reports import pdf as report_pdf
-from reports.sections import FigureItem, build_sections, shown
-from reports.style import freeze_layout, report_style
+from probe import reports
+from probe.reports import pdf as report_pdf
+from probe.reports.sections import FigureItem, build_sections, shown
+from probe.reports.style import freeze_layout, report_style
 
 from conftest import RunSpec, write_run
 

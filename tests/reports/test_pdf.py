@@ -1,4 +1,4 @@
-"""reports.pdf (with pdf_page.py, pdf_figures.py, pdf_tables.py): numbered figures and tables
+"""reports.pdf (with reports/pdf/page.py, reports/pdf/figures.py, reports/pdf/tables.py): numbered figures and tables
 that fit their slots, few pages, stable bytes."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from pypdf import PdfReader
 
-import reports
-from reports import pdf as report_pdf
-from reports.sections import FigureItem, Section, TableItem, build_sections, shown
+from probe import reports
+from probe.reports import pdf as report_pdf
+from probe.reports.sections import FigureItem, Section, TableItem, build_sections, shown
 
 FIRST_PAGE_TITLE = "Gated attention report: baseline vs headwise vs hybrid"
 CM = 72 / 2.54  # points per centimetre
@@ -208,8 +208,8 @@ def _table(n: int, lines: int, section):
     as pdf_tables lays them out."""
     import pandas as pd
 
-    from reports.items import TableItem
-    from reports.pdf_tables import table_rows
+    from probe.reports.sections.items import TableItem
+    from probe.reports.pdf.tables import table_rows
 
     cell = "\n".join(["x"] * lines)
     frame = pd.DataFrame({"a": [cell] * n}, index=[f"row {i}" for i in range(n)])
@@ -224,8 +224,8 @@ def test_a_table_that_fits_a_page_is_moved_whole_not_split():
     """Table 3 (sink tokens, 26 rows) was split over two pages although it fits on one."""
     from types import SimpleNamespace
 
-    from reports.pdf import _paginate
-    from reports.pdf_page import Row
+    from probe.reports.pdf import _paginate
+    from probe.reports.pdf.page import Row
 
     section = SimpleNamespace(title="S")
     filler = Row(3.5, lambda page, top: [], section)                 # half a page of figure
@@ -240,8 +240,8 @@ def test_a_heading_is_followed_by_its_long_table_and_no_page_holds_one_row():
     the rows carried over are at least WIDOW_ROWS, never one."""
     from types import SimpleNamespace
 
-    from reports.pdf import _paginate
-    from reports.pdf_page import WIDOW_ROWS, Row
+    from probe.reports.pdf import _paginate
+    from probe.reports.pdf.page import WIDOW_ROWS, Row
 
     section = SimpleNamespace(title="Claims")
     cover = Row(2.5, lambda page, top: [], section, heading=True)
@@ -263,8 +263,8 @@ def test_the_table_after_the_cover_starts_on_page_one():
     at least WIDOW_ROWS rows on each page; a table elsewhere still moves whole."""
     from types import SimpleNamespace
 
-    from reports.pdf import _paginate
-    from reports.pdf_page import WIDOW_ROWS, Row
+    from probe.reports.pdf import _paginate
+    from probe.reports.pdf.page import WIDOW_ROWS, Row
 
     section = SimpleNamespace(title="Claims")
     cover = Row(2.8, lambda page, top: [], section, heading=True)
@@ -285,8 +285,8 @@ def test_a_heading_before_a_figure_too_tall_to_share_the_page_starts_the_next_pa
     30-layer heatmap on the next."""
     from types import SimpleNamespace
 
-    from reports.pdf import _paginate
-    from reports.pdf_page import Row
+    from probe.reports.pdf import _paginate
+    from probe.reports.pdf.page import Row
 
     section = SimpleNamespace(title="Sink anatomy")
     before = Row(3.0, lambda page, top: [], SimpleNamespace(title="Attention patterns"))

@@ -14,9 +14,9 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 from matplotlib.patches import Rectangle
 
-import reports
-from reports.plots._layout import NOT_APPLICABLE_GID
-from reports.text import plain, visible_token
+from probe import reports
+from probe.reports.plots._layout import NOT_APPLICABLE_GID
+from probe.reports.text import plain, visible_token
 
 
 def tick_labels(ax: Axes, axis: str = "x") -> list[str]:
@@ -375,7 +375,7 @@ def test_powers_of_two_buckets_of_a_short_run(run_dirs, tmp_path):
 
     import pandas as pd
 
-    from reports.sections import build_sections
+    from probe.reports.sections import build_sections
 
     run = Path(shutil.copytree(run_dirs["headwise"], tmp_path / "headwise"))
     rows = [{"model": "headwise", "layer": layer, "head": head, "bucket_lo": 2 ** k,
@@ -420,7 +420,7 @@ def test_new_plots_say_when_no_run_has_the_table(run_dirs):
 
 
 def test_deep_models_get_round_layer_ticks():
-    from reports.plots._layout import set_layer_ticks
+    from probe.reports.plots._layout import set_layer_ticks
 
     ax = Figure().add_subplot()
     set_layer_ticks(ax, range(48), max_ticks=12)
@@ -430,7 +430,7 @@ def test_deep_models_get_round_layer_ticks():
 
 
 def test_spread_keeps_first_and_last():
-    from reports.plots._layout import spread
+    from probe.reports.plots._layout import spread
 
     assert spread(range(48), 3) == [0, 24, 47]
     assert spread([3, 7], 3) == [3, 7]
@@ -444,7 +444,7 @@ def test_seven_models_get_colours_far_apart_and_trajectories_markers_of_their_ow
 
     import pandas as pd
 
-    from reports.style import model_colors
+    from probe.reports.style import model_colors
 
     rgb = np.array(list(model_colors([f"m{i}" for i in range(7)]).values()))
     assert min(np.linalg.norm(a - b) for a, b in combinations(rgb, 2)) > 0.28

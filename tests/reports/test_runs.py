@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import reports
-from reports.runs import Runs
-from reports.schema import TABLES
+from probe import reports
+from probe.reports.runs import Runs
+from probe.reports.labels import TABLES
 
 
 def analysis_from(run_dir: Path, **overrides) -> SimpleNamespace:
@@ -141,13 +141,13 @@ def test_clear_errors_for_what_is_not_a_run(tmp_path):
 
 
 def test_importing_reports_loads_no_model_library():
-    """reports reads the run-directory schema from probe/schema.py, which imports only the
+    """reports reads the run-directory schema from probe/results/schema.py, which imports only the
     metrics' declarations: no torch (a second of `probe report`), no reducers, nothing that
     loads or hooks a model."""
-    code = ("import sys, reports, reports.html, reports.pdf; "
+    code = ("import sys, probe.reports, probe.reports.html, probe.reports.pdf; "
             "print(sorted(m for m in sys.modules if m in ('torch', 'transformers', 'transformer_lens', "
-            "'probe.metrics.reducers', 'probe.load', 'probe.capture', 'probe.attention', 'probe.analyze', "
-            "'probe.bridge') or m.startswith('probe.metrics.') and m.endswith('.reduce')))")
+            "'probe.metrics.reducers', 'probe.load.loader', 'probe.capture.hf', 'probe.capture.attention', 'probe.api.analyze', "
+            "'probe.capture.bridge') or m.startswith('probe.metrics.') and m.endswith('.reduce')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True, cwd=Path(reports.__file__).parents[1])
     assert result.stdout.strip() == "[]"
@@ -210,7 +210,7 @@ DAMAGES = {"no_value_column": "lacks the column value", "bad_cell": "'0.5x' is n
 
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
 def test_a_damaged_run_directory_is_refused_naming_the_file(damage, run_dirs, tmp_path):
-    from reports.runs import RunDirectoryError
+    from probe.reports.runs import RunDirectoryError
 
     run, file = _damaged_copy(run_dirs, tmp_path, damage)
     with pytest.raises(RunDirectoryError) as caught:
@@ -221,7 +221,7 @@ def test_a_damaged_run_directory_is_refused_naming_the_file(damage, run_dirs, tm
 
 
 def test_an_in_memory_table_without_a_column_is_refused(run_dirs):
-    from reports.runs import RunDirectoryError
+    from probe.reports.runs import RunDirectoryError
 
     analysis = analysis_from(run_dirs["headwise"])
     analysis.first_token = analysis.first_token.drop(columns="value")
@@ -247,8 +247,8 @@ def test_a_run_without_a_column_of_the_schema_is_refused_naming_file_and_column(
 
 def test_the_schema_is_the_metrics():
     import probe.metrics
-    import probe.schema
+    import probe.results.schema
 
-    assert TABLES is probe.schema.TABLES
+    assert TABLES is probe.results.schema.TABLES
     for declaration in probe.metrics.DECLARATIONS:
         assert set(declaration.tables) <= set(TABLES)

@@ -1,9 +1,10 @@
-"""What the report's captions say follows what the runs hold (reports/sections.py and the
-sections it assembles: sections_attention.py, sections_gates.py, sections_loss.py; items.py)."""
+"""What the report's captions say follows what the runs hold (reports/sections/__init__.py and the
+sections it assembles: reports/sections/attention.py, reports/sections/gating.py,
+reports/sections/loss.py; items.py)."""
 from __future__ import annotations
 
-import reports
-from reports.sections import build_sections
+from probe import reports
+from probe.reports.sections import build_sections
 
 
 def _captions(runs) -> dict[str, str]:
@@ -47,7 +48,7 @@ def test_gate_histogram_caption_counts_the_bins_the_runs_saved(run_dirs):
 
 
 def test_sink_rate_caption_quotes_each_runs_threshold(run_dirs):
-    from reports.sections import DEFAULT_SINK_EPSILON
+    from probe.reports.sections import DEFAULT_SINK_EPSILON
 
     runs = reports.load_runs([run_dirs["baseline"], run_dirs["headwise"]])
     assert all(runs.summary[model].get("sink_epsilon") is None for model in runs.models)
@@ -62,19 +63,20 @@ def test_sink_rate_caption_quotes_each_runs_threshold(run_dirs):
 def test_the_report_layers_copies_of_probes_numbers_agree():
     """reports imports no model code of probe (tests/reports/test_runs.py), so it holds the
     massive-activation criterion and the default sink threshold itself: they must be probe's."""
-    import probe.interventions
+    import probe.run.interventions
     from probe.metrics import first_token
-    from reports import sections, sections_loss
+    from probe.reports import sections
+    from probe.reports.sections import loss as sections_loss
 
-    assert sections_loss.MASSIVE_MIN_ABS == probe.interventions.MASSIVE_MIN_ABS
-    assert sections_loss.MASSIVE_RATIO == probe.interventions.MASSIVE_RATIO
+    assert sections_loss.MASSIVE_MIN_ABS == probe.run.interventions.MASSIVE_MIN_ABS
+    assert sections_loss.MASSIVE_RATIO == probe.run.interventions.MASSIVE_RATIO
     assert sections.DEFAULT_SINK_EPSILON == first_token.SINK_EPSILON
 
 
 def test_caption_numbers_follow_the_constants(run_dirs, monkeypatch):
-    from reports import sections_gates, sections_loss
-    from reports.plots.gates import SATURATION_THRESHOLDS
-    from reports.plots.training import SMOOTHING_DIVISOR, smoothing_window
+    from probe.reports.sections import gating as sections_gates, loss as sections_loss
+    from probe.reports.plots.gates import SATURATION_THRESHOLDS
+    from probe.reports.plots.training import SMOOTHING_DIVISOR, smoothing_window
 
     runs = reports.load_runs([run_dirs["baseline"], run_dirs["hybrid"]])
     captions = _captions(runs)
@@ -100,7 +102,7 @@ def test_caption_numbers_follow_the_constants(run_dirs, monkeypatch):
 def test_a_section_whose_runs_lack_its_tables_is_left_out_with_the_reason(run_dirs):
     """items.needing: without any of its tables in any run the builder is not called, and the
     contents say which file is missing and how to get it (the option, from the declarations)."""
-    from reports.items import Section, left_out_line, needing
+    from probe.reports.sections.items import Section, left_out_line, needing
 
     called = []
 

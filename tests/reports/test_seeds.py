@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from probe.intervals.bootstrap import t_quantile
-from reports.seeds import parse_groups, seed_groups, seed_table
-from reports.runs import load_runs
+from probe.reports.seeds import parse_groups, seed_groups, seed_table
+from probe.reports.runs import load_runs
 from test_claims_intervals import S, write_per_sequence
 
 

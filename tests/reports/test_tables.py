@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from reports.tables import provenance_table
+from probe.reports.tables import provenance_table
 
 
 def test_provenance_labels_run_fields_and_leaves_out_nulls(run_dirs, tmp_path):

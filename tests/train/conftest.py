@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from probe.cli import main
+from probe.api.cli import main
 from train.tiny_runs import TINY
 
 

@@ -1,7 +1,7 @@
 """probe/train/cli.py: the options of `probe train`, and its errors as one line."""
 from __future__ import annotations
 
-from probe.cli import main
+from probe.api.cli import main
 from train.tiny_runs import TINY
 
 
@@ -25,7 +25,7 @@ def test_min_lr_ratio_sets_the_schedule_the_grafting_experiment_ran():
 
     import pytest
 
-    from probe.errors import ProbeError
+    from probe.api.errors import ProbeError
     from probe.train.cli import add_arguments, config_from_args
     from probe.train.schedule import lr_factor
 

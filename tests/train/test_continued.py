@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 import tiny
-from probe.cli import main
-from probe.errors import ProbeError
+from probe.api.cli import main
+from probe.api.errors import ProbeError
 
 STEPS = ("--steps", "4", "--seq-len", "32", "--batch-size", "2", "--save-every", "2", "--eval-every", "2",
          "--eval-rows", "2", "--bos", "none", "--threads", "1", "--quiet")

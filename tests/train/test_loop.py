@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from probe.cli import main
-from probe.errors import ProbeError
+from probe.api.cli import main
+from probe.api.errors import ProbeError
 from probe.train import ARMS, TrainConfig
 from probe.train.log import read_log
 from probe.train.loop import train

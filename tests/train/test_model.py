@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 import probe
-from probe.errors import ProbeError
+from probe.api.errors import ProbeError
 from probe.train import ARMS
 from probe.train.model import (Shape, build_model, check_matched, count_parameters,
                                expected_parameters, model_config)
@@ -147,7 +147,7 @@ def test_gate_forced_shut_removes_only_the_attention_branch(arms, arm):
 @pytest.mark.parametrize("arm", ["headwise", "elementwise"])
 def test_probe_check_passes_on_trained_arms(arms, arm):
     """probe's own wiring checks (probe check), where that module is present."""
-    check = pytest.importorskip("probe.check")
+    check = pytest.importorskip("probe.api.check")
     report = check.run_checks(probe.load(arms / arm), seq_len=16, batch_size=2, seed=0)
     assert len(report.frame) and report.passed, report.frame
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import probe
-from probe.cli import main
+from probe.api.cli import main
 from probe.train import TrainConfig
 from probe.train import synthetic as syn
 from probe.train.loop import prepare_data, train

@@ -10,7 +10,7 @@ is kept until that layer's attention event pairs it with the sink attention, the
 Received attention comes from the kernel's log-sum-exp in blocks of queries (received.py here),
 never a T x S matrix; stats.py reduces it over the data.
 
-Tables (written only when the option is on: probe.schema.OPTIONAL_TABLES): received_by_position,
+Tables (written only when the option is on: probe.results.schema.OPTIONAL_TABLES): received_by_position,
 received_by_token, secondary_sinks, value_drains, gate_sink (gated models); summary.json
 `anatomy`; meta.json `anatomy`, `anatomy_min_queries`, `anatomy_sink_min_queries`.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from ...events import GATE
+from ...capture.events import GATE
 from . import DECLARATION
 from . import SINK_MIN_QUERIES as DECLARED_SINK_MIN_QUERIES
 from ..base import Metric

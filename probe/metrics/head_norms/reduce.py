@@ -24,7 +24,7 @@ from ..reducers import F64, I64, Reducer
 
 class HeadNormStats(Reducer):
     """The sums of one attention layer, per (group, head); group 0 is every token, then the
-    token types (probe.token_types.TokenGroups) when the pass has them."""
+    token types (probe.data.token_types.TokenGroups) when the pass has them."""
 
     summed = ("tokens", "pre", "post", "ratio", "ratio_n", "nonfinite")
 

@@ -2,7 +2,7 @@
 The reducers: reduce.py."""
 from __future__ import annotations
 
-from ...events import LOGITS
+from ...capture.events import LOGITS
 from ..base import Declaration
 
 DECLARATION = Declaration(

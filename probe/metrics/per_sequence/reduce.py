@@ -28,8 +28,8 @@ import math
 import pandas as pd
 import torch
 
-from ...events import GATE, SITES
-from ...bins import abs_row_max, batch_bins
+from ...capture.events import GATE, SITES
+from ..bins import abs_row_max, batch_bins
 from ..reducers import F64, I64, Reducer, cut_bits
 from ..first_token import SINK_EPSILON
 from ..sparsity import HEADLINE_THRESHOLDS
@@ -150,7 +150,7 @@ class PerSequence(Metric):
             if layer not in self.column:
                 return
             seq, a = self._rows(b, x.device), self.column[layer]
-            # The bins the sparsity histograms read (probe/bins.py), per row of the batch: the
+            # The bins the sparsity histograms read (probe/metrics/bins.py), per row of the batch: the
             # counts of |x| below each cut are those of LogHistogram, exact (NaN, inf count nowhere).
             bins = batch_bins(x, b)
             counts, finite = bins.below(self.cuts), bins.finite()                        # (B, K), (B,)

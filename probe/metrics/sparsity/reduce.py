@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ...bins import batch_bins
+from ..bins import batch_bins
 from ..reducers import LogHistogram, Reducer
 from . import DECLARATION, HEADLINE_THRESHOLDS, VARIANTS
 from ..base import Metric

@@ -2,7 +2,7 @@
 punctuation, word starts and pieces, and the user's groups (gates_by_token_type.csv).
 
 Reads attn.hook_gate (the same scores as the gates metric) and classifies each valid position
-with probe.token_types.TokenGroups.
+with probe.data.token_types.TokenGroups.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 from ..reducers import F64, I64
 from . import DECLARATION
-from ...token_types import BUILTIN
+from ...data.token_types import BUILTIN
 from ..base import Metric
 from ..gates.reduce import GroupedGateStats
 

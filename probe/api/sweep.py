@@ -1,0 +1,173 @@
+"""A context sweep: the same text analysed at several sequence lengths, one run per length.
+
+    probe analyze CHECKPOINT --seq-len 512,2048,8192,32768
+    probe.api.sweep("ckpt", data, lengths=(512, 2048, 8192))
+
+The data is cut at the longest length L first: n full sequences of L tokens (max_sequences
+caps n). Every shorter length T analyses the same token stream cut into T-token sequences: the
+first k_T = n x (L - b) // (T - b) sequences of `probe analyze --seq-len T` (b = 1 when a BOS
+token is put first, else 0), so every length sees the same tokens and each length's tokens are
+a prefix of the next's. Rows given as they are (2-D token ids, per-document sequences) are cut
+to their first T tokens instead. Each run is exactly `analyze(seq_len=T, max_sequences=k_T)`
+on the one loaded model: equal, bit for bit, to that length analysed alone
+(tests/api/test_sweep.py), streamed one length at a time.
+
+A RoPE model runs past its config's positions (past_positions): that is what a sweep past the
+training length measures; a model with a table of learned positions is refused there.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from .errors import ProbeError, flag
+from .options import AnalysisOptions, check_int
+
+
+@dataclass
+class Sweep:
+    """The runs of a sweep, by length, and the table across lengths (context_length.csv)."""
+
+    name: str
+    lengths: tuple[int, ...]
+    runs: dict[int, object] = field(default_factory=dict)            # length -> Analysis
+
+    def run_names(self) -> dict[str, object]:
+        return {run_name(self.name, T): a for T, a in self.runs.items()}
+
+    def table(self) -> pd.DataFrame:
+        from probe.reports.context import context_table
+
+        return context_table(list(self.runs.values()))
+
+
+def run_name(name: str, length: int) -> str:
+    """The run (and folder) name of one length: NAME@LENGTH."""
+    return f"{name}@{length}"
+
+
+def parse_lengths(value) -> tuple[int, ...]:
+    """512,2048 / [512, 2048] -> (512, 2048): distinct, ascending, each at least 2."""
+    values = list(value) if isinstance(value, (tuple, list)) else [value]
+    for v in values:
+        check_int("seq_len", v, 2)
+    if len(set(values)) < 2:
+        raise ProbeError(f"{flag('seq_len')}: a sweep needs at least two different lengths "
+                         f"(got {', '.join(map(str, values))})")
+    return tuple(sorted(set(values)))
+
+
+def counts(n: int, lengths, bos: bool, *, as_rows: bool) -> dict[int, int]:
+    """Sequences per length: n at the longest; the same stream cut shorter for the others."""
+    longest = max(lengths)
+    if as_rows:
+        return {T: n for T in lengths}
+    b = 1 if bos else 0
+    return {T: n * (longest - b) // (T - b) for T in lengths}
+
+
+def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | None = None,
+          name: str | None = None, progress_line=print, **overrides) -> Sweep:
+    """Analyse `model` at each of `lengths` (see the module docstring); returns a Sweep."""
+    from ..load import memory_checks, rope
+    from .analyze import analyze
+    from ..data.sequences import read_data
+    from ..load.loader import text_config
+    from ..run.pipeline import dataset_for
+    from ..results.run_names import run_name as named
+    from ..capture.source import as_loaded
+
+    lengths = parse_lengths(lengths)
+    o = AnalysisOptions.of(options, **overrides).replace(seq_len=max(lengths))
+    if o.resume or o.partial is not None:
+        raise ProbeError(f"{flag('resume', True)} continues one pass; a sweep starts over (run the "
+                         "interrupted length alone to resume it)")
+    if o.max_length is not None or o.stride is not None:
+        raise ProbeError(f"{flag('max_length')} / {flag('stride')} cut sliding windows; a sweep cuts "
+                         f"the text at each {flag('seq_len')} itself: leave them out")
+    docs = read_data(data, texts=texts, text_field=o.text_field)
+    dtype = o.dtype or "float32"
+    if isinstance(model, (str, Path)):
+        memory_checks.before_loading(model, o.replace(past_positions=True), dtype)
+    loaded = as_loaded(model, dtype=dtype, device=o.device or "cpu", device_map=o.device_map, gate=o.gate,
+                       tokenizer=o.tokenizer, rope_scaling=o.rope_scaling) \
+        if isinstance(model, (str, Path)) else as_loaded(model, dtype=None, device=None, device_map=None,
+                                                          gate=o.gate, tokenizer=o.tokenizer)
+    config = text_config(loaded.model.config)
+    positions = getattr(config, "max_position_embeddings", None)
+    past = bool(positions and max(lengths) > positions)
+    if past and rope.rope_of(config) is None:
+        raise ProbeError(f"{flag('seq_len', max(lengths))} is beyond the model's {positions} positions, and "
+                         "it has no rotary embedding to run past them; keep the lengths at most "
+                         f"{positions}")
+    o = o.replace(past_positions=o.past_positions or past, loss_by_position=True)
+    longest = dataset_for(docs, None, loaded.tokenizer, config, o)
+    as_rows = o.per_document or docs.rows
+    full = [s for s in longest.sequences if len(s) == max(lengths)]
+    if not full and not as_rows:
+        raise ProbeError(f"the data holds {longest.tokens:,} tokens, fewer than one sequence of "
+                         f"{max(lengths):,}; give a longer text ({flag('data', metavar='FILE')}) or drop "
+                         f"{max(lengths)} from {flag('seq_len')}")
+    n = len(longest.sequences) if as_rows else len(full)
+    per_length = counts(n, lengths, longest.bos_token_id is not None, as_rows=as_rows)
+    base = named(name or o.name, loaded.path, type(loaded.model).__name__)
+    result = Sweep(base, lengths)
+    for T in lengths:
+        progress_line(f"probe: {run_name(base, T)}: {per_length[T]} sequences of {T:,} tokens")
+        run_options = o.replace(seq_len=T, max_sequences=per_length[T], name=run_name(base, T))
+        started = time.perf_counter()
+        analysis = analyze(loaded, docs, options=run_options)
+        analysis.meta["context_sweep"] = {"model": base, "length": T, "lengths": list(lengths),
+                                          "sequences": per_length[T],
+                                          "rope_scaling": rope.parse(o.rope_scaling) if o.rope_scaling else None,
+                                          "beyond_positions": bool(positions and T > positions),
+                                          # the model's rotary positions as run, and its training length
+                                          "positions": rope.describe(config, (loaded.rope_scaling or {}).get(
+                                              "original_max_position_embeddings")),
+                                          "trained_length": trained_length(loaded.path),
+                                          "seconds": round(time.perf_counter() - started, 2)}
+        result.runs[T] = analysis
+    return result
+
+
+def trained_length(path) -> int | None:
+    """The sequence length a `probe train` checkpoint was trained at (its train_config.json),
+    None for other checkpoints (their config's original positions stand in)."""
+    import json
+
+    file = Path(str(path)) / "train_config.json" if path else None
+    if file is None or not file.is_file():
+        return None
+    try:
+        value = json.loads(file.read_text()).get("recipe", {}).get("seq_len")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def check_uniform(sweeps) -> None:
+    """Several sweeps (probe compare) must not share a run name."""
+    names = [n for s in sweeps for n in s.run_names()]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ProbeError(f"two sweeps would write {dupes[0]}; give the models distinct names (--name)")
+
+
+def describe(sweep: Sweep) -> str:
+    """One line per length, as the CLI prints it after the runs."""
+    lines = []
+    for T, a in sweep.runs.items():
+        s = a.summary
+        lines.append(f"{run_name(sweep.name, T):>24}  F-Attn {_f(s.get('f_attn'))}  sink rate "
+                     f"{_f(s.get('sink_rate'))}  M-Act {_f(s.get('m_act'), 0)}  loss {_f(s.get('loss'))}")
+    return "\n".join(lines)
+
+
+def _f(v, digits: int = 4) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    return f"{v:,.{digits}f}" if digits == 0 else f"{v:.{digits}g}"

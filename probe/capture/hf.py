@@ -1,0 +1,142 @@
+"""The Hugging Face source: forward hooks and the `probe` attention back-end emit the pass's
+events (probe/capture/events.py), and every hook is removed on exit.
+
+    with Capture(model, layout) as cap:
+        with cap.batch(input_ids, valid, seq_index):
+            model(input_ids)
+    cap.gates[3].mean()
+
+Hooks read activations and the metrics fold them into reducers at once; no activation is
+kept. Where each event comes from:
+- attn.hook_gate:       output of the gate module (q_proj in the Qwen layouts), through the
+                        layout's gate activation
+- attn.hook_first_key:  the `probe` attention back-end (attention.py): P[t, 0] from the lse
+- attn.hook_sdpa:       the same back-end's output (pre-gate O)
+- attn.hook_attention:  the same back-end's call (query, key, value, out, lse, mask, ...), only
+                        when a metric listens (--anatomy)
+- attn.hook_z:          input of o_proj
+- hook_attn_out ...:    attention branch output, the residual stream after attention (the
+                        input of the norm before the MLP, or of the MLP in post-norm layers,
+                        adapters.layout.residual_after_attention), MLP output, decoder layer output
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import attention
+from ..families.layout import ModelLayout
+from .bus import Pass
+from .events import ATTENTION, FIRST_KEY, GATE, SDPA, SITE_EVENTS, SITES, Z  # noqa: F401  (SITES: re-exported)
+from ..api.options import AnalysisOptions
+
+
+def _first(output):
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+class Capture(Pass):
+    def __init__(self, model: nn.Module, layout: ModelLayout, options: AnalysisOptions | None = None, *,
+                 token_groups=None, vocab_size: int | None = None, sequences: int | None = None,
+                 **overrides):
+        """options: the AnalysisOptions of the pass, whole (its thresholds: the sparsity sweep,
+        counted exactly as the pass goes, metrics/sparsity/; anatomy: also sink anatomy,
+        metrics/anatomy/; loss_by_position), default every field's default, with `overrides`
+        of its fields (Capture(model, layout, anatomy=True, vocab_size=V)), checked.
+        token_groups: the TokenGroups table of gates_by_token_type (pipeline.token_group_table);
+        vocab_size: sink anatomy's token table's size; sequences: the dataset's row count."""
+        o = AnalysisOptions.of(options, **overrides)
+        super().__init__(layout, o, vocab_size=vocab_size, sequences=sequences, token_groups=token_groups)
+        self.model = model
+        self._mixer_layer = {id(p.mixer): p.index for p in layout.layers}
+        self._handles: list = []
+        self._observing = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> "Capture":
+        try:
+            self._install()
+        except BaseException:
+            self._uninstall()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._uninstall()
+
+    def _install(self) -> None:
+        # The back-end tells this capture (and no other) of this model's attention calls.
+        observing = attention.observing(self.model, self)
+        observing.__enter__()
+        self._observing = observing
+        hook = self._handles.append
+        # Hooks only read: under no_grad, so that a forward with autograd on (a notebook user
+        # who forgot inference_mode) does not chain every batch's graph into the reducers.
+        reading = torch.no_grad()
+        for p in self.layout.layers:
+            i = p.index
+            hook(p.mixer.register_forward_hook(reading(self._site_output_hook(i, "attn_out"))))
+            if p.resid_mid is not None:
+                hook(p.resid_mid.register_forward_pre_hook(reading(self._site_input_hook(i, "resid_mid"))))
+            if p.mlp is not None:
+                hook(p.mlp.register_forward_hook(reading(self._site_output_hook(i, "mlp_out"))))
+            hook(p.layer.register_forward_hook(reading(self._site_output_hook(i, "resid_post"))))
+            if p.o_proj is not None:
+                hook(p.o_proj.register_forward_pre_hook(reading(self._gated_output_hook(i))))
+            if p.gate_module is not None:
+                hook(p.gate_module.register_forward_hook(reading(self._gate_hook(i))))
+
+    def _uninstall(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        if self._observing is not None:
+            observing, self._observing = self._observing, None
+            observing.__exit__(None, None, None)
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def _site_output_hook(self, layer: int, site: str):
+        event = SITE_EVENTS[site]
+
+        def hook(module, args, output):
+            self.emit(event, layer, _first(output))
+        return hook
+
+    def _site_input_hook(self, layer: int, site: str):
+        event = SITE_EVENTS[site]
+
+        def hook(module, args):
+            self.emit(event, layer, args[0])
+        return hook
+
+    def _gate_hook(self, layer: int):
+        L = self.layout
+
+        def hook(module, args, output):
+            if self._batch is not None and self.wants(GATE):
+                self.emit(GATE, layer, L.gate.scores(output, L.num_heads, L.num_kv_heads, L.head_dim))  # (B, T, H, Dg)
+        return hook
+
+    def _gated_output_hook(self, layer: int):
+        def hook(module, args):
+            self.emit(Z, layer, args[0])
+        return hook
+
+    @torch.no_grad()
+    def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None, value=None) -> None:
+        """Called by the `probe` attention back-end. query (B, H, T, D), key / value (B, KV, S, D),
+        out (B, H, T, D), lse (B, H, T)."""
+        layer = self._mixer_layer.get(id(module), getattr(module, "layer_idx", None))
+        if self._batch is None or layer not in self.first_token:
+            return
+        p0 = attention.first_key_probability(query, key, lse, mask, scale, softcap=softcap)  # (B, H, T)
+        # A query counts only where its output row is finite: after an inf activation the CPU
+        # kernel returns NaN rows for every query, some of them beside a finite lse.
+        finite = None if bool(torch.isfinite(out).all()) else torch.isfinite(out).all(-1)  # (B, H, T)
+        self.emit(FIRST_KEY, layer, p0, uniform=attention.uniform_first_key(mask, p0.shape[-1], p0.device),
+                  finite=finite)
+        # (B, T, H, D) is the kernels' memory order, so this view is contiguous: no copy.
+        self.emit(SDPA, layer, out.transpose(1, 2))
+        if self.wants(ATTENTION):             # sink anatomy only: no work for it otherwise
+            self.emit(ATTENTION, layer, query, key=key, value=value, out=out, lse=lse, mask=mask,
+                      scale=scale, softcap=softcap)

@@ -1,1 +1,0 @@
-"""Native implementations of checkpoints whose own modeling code no longer runs."""

@@ -1,0 +1,2 @@
+"""The pass over the batches, and what runs beside it: resume, torchrun, the exact control,
+interventions, whole-or-nothing files."""

@@ -1,0 +1,269 @@
+"""What every analysis does whatever the model source: the pass over the batches, the tables,
+meta.json and summary.json.
+
+    source.HFSource (Hugging Face: load, hooks)    \
+                                                    >  pipeline.run_pass -> pipeline.assemble -> Analysis
+    source.BridgeSource (TransformerLens bridge)   /
+
+A source provides the events (probe/capture/events.py) through a `Pass` (capture.Capture,
+bridge.BridgeCapture) and a `forward(ids) -> logits`; the metrics (probe/metrics/) do the rest.
+The batches come from batches.for_each_batch, the loop the interventions and the exact control
+share.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import datetime as _dt
+import platform
+import sys
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from .batches import for_each_batch
+from ..data.sequences import Dataset, build_dataset
+from ..api.errors import ProbeError, flag
+from ..load.fingerprint import embedding_fingerprint
+from ..load.loader import DTYPES, LoadedModel
+from ..metrics import DECLARATIONS, summary_order
+from ..metrics.base import Done
+from ..metrics.massive.reduce import token_text
+from ..api.options import AnalysisOptions
+from ..results.analysis import Analysis
+
+MEASURED_AS_IS = "a model object is measured as it is: convert or move it yourself, or pass its checkpoint path"
+
+
+# -- before the pass ----------------------------------------------------------------------------
+
+def check_model_as_is(model, *, dtype: str | None, device: str | None, device_map) -> None:
+    """One line when a dtype / device / device_map is asked of a model that is already built:
+    probe does not convert or move a user's model behind their back, and must not record a
+    dtype it did not measure in."""
+    params = next(model.parameters())
+    if device_map is not None:
+        raise ProbeError(f"device_map={device_map!r} places a model while loading it; {MEASURED_AS_IS}")
+    if dtype is not None:
+        if dtype not in DTYPES:
+            raise ProbeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+        if DTYPES[dtype] != params.dtype:
+            held = str(params.dtype).replace("torch.", "")
+            raise ProbeError(f"dtype={dtype!r} but the model holds {held} weights; {MEASURED_AS_IS} "
+                             f"(or pass dtype={held!r})")
+    if device is not None:
+        try:
+            asked = torch.device(device)
+        except (RuntimeError, TypeError) as err:
+            raise ProbeError(f"unknown device {device!r} ({err})") from None
+        where = params.device
+        if asked.type != where.type or (asked.index is not None and asked.index != (where.index or 0)):
+            raise ProbeError(f"device={device!r} but the model sits on {where}; {MEASURED_AS_IS} "
+                             f"(or pass device={str(where)!r})")
+
+
+def dataset_for(data, texts, tokenizer, config, o: AnalysisOptions) -> Dataset:
+    """The sequences the options ask for, their token ids checked against the vocabulary."""
+    dataset = build_dataset(data, tokenizer, o, max_positions=max_positions(config, o), texts=texts)
+    check_vocab(dataset, config)
+    return dataset
+
+
+def max_positions(config, o: AnalysisOptions) -> int | None:
+    """The longest sequence the data may make: the config's positions, or none at all for a
+    RoPE model under past_positions (rotary positions are computed, not looked up)."""
+    from ..load import rope
+
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if o.past_positions:
+        if rope.rope_of(config) is None:
+            raise ProbeError(f"{flag('past_positions')}: the model has no rotary position embedding (its "
+                             f"positions are a table of {positions}); leave the option out")
+        return None
+    return positions
+
+
+def check_vocab(dataset: Dataset, config) -> None:
+    vocab = getattr(config, "vocab_size", None)
+    top = max(int(s.max()) for s in dataset.sequences)
+    if vocab is not None and top >= vocab:
+        raise ProbeError(f"token id {top} is outside the model's vocabulary of {vocab}; "
+                         "the data was tokenized for another model")
+
+
+def token_group_table(layout, tokenizer, config, dataset, token_groups):
+    """Token groups for gates_by_token_type, or None for an ungated model.
+
+    Only the ids present in the data are classified; the vocabulary size falls back to
+    the largest id seen when the config has none.
+    """
+    if not layout.gated:
+        return None
+    from ..data.token_types import TokenGroups
+
+    present = torch.cat(dataset.sequences).unique()                                  # (U,)
+    vocab = getattr(config, "vocab_size", None) or int(present.max()) + 1
+    return TokenGroups.build(tokenizer, vocab, token_groups, ids=present.tolist())
+
+
+# -- the pass -------------------------------------------------------------------------------------
+
+def run_pass(cap, forward, dataset: Dataset, o: AnalysisOptions, *, dev, desc: str, rank: int = 0,
+             world: int = 1, saver=None) -> None:
+    """Every batch (this process's share under torchrun) through `forward(ids) -> logits`, with
+    `cap` (a Pass that is also the context manager of its hooks) receiving the events.
+    saver: resume.PassCheckpoint, or None; batches it has already counted are skipped."""
+    with torch.inference_mode(), cap, saver or contextlib.nullcontext():
+        done = saver.start(cap, o.resume) if saver else 0
+        batches = for_each_batch(dataset, o.batch_size, rank=rank, world=world, skip=done,
+                                 progress=o.progress, desc=desc, device=dev)
+        for n, (ids, valid, seq_index) in enumerate(batches, start=done):
+            with cap.batch(ids, valid, seq_index):
+                # No attention_mask: padding sits on the right, so under causal attention no real
+                # token sees it, and no T x T padding mask is ever built.
+                cap.observe_logits(forward(ids))
+            if saver:
+                saver.after_batch(cap, n + 1)
+
+
+# -- after the pass ------------------------------------------------------------------------------
+
+def assemble(cap, loaded: LoadedModel, dataset: Dataset, name: str, dev, o: AnalysisOptions, *,
+             patterns: pd.DataFrame, control=None, world: int = 1) -> Analysis:
+    """The Analysis of a finished pass (reducers on the CPU): every metric's tables, meta.json
+    (provenance, then each metric's keys) and summary.json."""
+    done = Done(name, loaded.tokenizer, cap.metrics, control, resamples=o.resamples, documents=dataset.documents)
+    frames = cap.tables(name, loaded.tokenizer, control, dataset.documents)
+    analysis = Analysis(meta={"name": name}, summary={}, attention_patterns=patterns, **frames)
+    analysis.meta = build_meta(loaded, dataset, name, dev, o)
+    analysis.meta["display_tokens"] = [token_text(loaded.tokenizer, int(t))
+                                       for t in dataset.sequences[0][:o.display_len]]
+    analysis.meta["windows"] = dataset.windows
+    analysis.meta["processes"] = world
+    from ..data.token_types import describe_groups
+
+    analysis.meta["token_groups"] = describe_groups(o.token_groups)
+    nonfinite = {}
+    for metric in cap.metrics.values():
+        nonfinite.update(metric.nonfinite())
+    analysis.meta["nonfinite_activations"] = nonfinite
+    if nonfinite:
+        warnings.warn(f"{sum(nonfinite.values())} NaN/Inf activation values were seen "
+                      f"(first at layer:site {next(iter(nonfinite))}); statistics use finite values only")
+    for metric in cap.metrics.values():
+        analysis.meta.update(metric.meta(done))
+    analysis.meta["layer_types"] = [p.layer_type for p in cap.layout.layers]
+    analysis.summary = build_summary(analysis, cap, done, dataset)
+    return analysis
+
+
+def build_summary(a: Analysis, cap, done: Done, dataset: Dataset) -> dict:
+    """summary.json: the run's shape, each metric's keys (in the declarations' summary_order),
+    the counts and per-layer detail: each layer's entry holds every declaration's layer_keys,
+    empty until its metric fills them, then the per-head values (docs/run-directory.md)."""
+    layout = cap.layout
+    layer_types = [p.layer_type for p in layout.layers]
+    layers = [{"layer": layer, "layer_type": kind,
+               **{key: copy.deepcopy(empty) for d in sorted(DECLARATIONS, key=lambda d: d.layer_order)
+                  for key, empty in d.layer_keys.items()},
+               "heads": []} for layer, kind in enumerate(layer_types)]
+    summary = {"model": a.meta.get("name"), "gated": layout.gated, "gate_layout": layout.gate_layout,
+               "num_layers": len(layer_types), "num_heads": layout.num_heads,
+               "attention_layers": [i for i, t in enumerate(layer_types) if t == "attention"]}
+    # first_token writes each layer's heads before gates fills in their mean gate.
+    parts = {m.name: m.summarise(a, layers, done) for m in cap.metrics.values()}
+    for declaration in summary_order():
+        summary.update(parts[declaration.name])
+    summary.update(tokens=dataset.tokens, sequences=len(dataset.sequences), layers=layers)
+    return summary
+
+
+def build_meta(loaded: LoadedModel, dataset: Dataset, name, dev, options: AnalysisOptions) -> dict:
+    import transformers
+
+    from .. import __version__
+
+    model, layout = loaded.model, loaded.layout
+    archs = getattr(model.config, "architectures", None) or [type(model).__name__]
+    return {
+        "name": name,
+        "checkpoint": loaded.path,
+        "config_hash": loaded.config_hash,
+        "weights": loaded.weights,             # GGUF: file, quantisation, dequantised to what
+        "architecture": archs[0],
+        "model_class": type(model).__name__,
+        "model_type": layout.model_type,
+        "family": layout.family,
+        "layout_note": layout.note or None,    # an unregistered decoder analysed as ungated says so
+        "gate_layout": layout.gate_layout,
+        "gate": None if layout.gate is None else vars(layout.gate).copy(),
+        "num_layers": len(layout.layers),
+        "num_heads": layout.num_heads,
+        "num_kv_heads": layout.num_kv_heads,
+        "head_dim": layout.head_dim,
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        "device": str(dev),
+        "data": dataset.source,
+        "data_files": dataset.files,           # [{"file", "documents"}]; None for data in memory
+        "tokens": dataset.tokens,
+        "tokens_sha256": dataset.digest(),     # runs with equal digests saw the same token ids
+        "sequences": len(dataset.sequences),
+        # What was used: --max-length or the model's positions may lower --seq-len.
+        "longest_sequence": max((len(x) for x in dataset.sequences), default=0),
+        "bos_policy": dataset.bos_policy,
+        "bos_token_id": dataset.bos_token_id,
+        "position0": dataset.position0,
+        "data_notes": dataset.notes,
+        # Which weights these are (a graft's record names its base's) and where they come from
+        # (graft / train_recipe): what a matched pair in a report needs.
+        "embedding_fingerprint": embedding_fingerprint(model),
+        **origin(loaded.path, model),
+        **options.meta_fields(),               # seq_len, thresholds, seed, command
+        # Only when asked for (runs without them read as before): the position scaling applied
+        # on load (rope.apply's record) and whether a RoPE model ran past its positions.
+        **({"rope_scaling": loaded.rope_scaling} if loaded.rope_scaling else {}),
+        **({"past_positions": True} if options.past_positions else {}),
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "versions": {"probe": __version__, "torch": torch.__version__,
+                     "transformers": transformers.__version__, "python": sys.version.split()[0],
+                     "platform": platform.platform()},
+    }
+
+
+def origin(path, model=None) -> dict:
+    """Where a checkpoint comes from, when probe made it: `graft` (probe graft's record in its
+    config.json: base, base_digest, gate, init) and `train_recipe` (probe train's settings from
+    train_config.json, without the output folder). Reports pair a gated model with its own
+    baseline from these (reports/claims/pairs.py)."""
+    import json
+
+    folder = checkpoint_of(path)
+    out = {}
+    if folder is None:
+        # A model in memory (a graft being trained, probe.analyze(model)): its config carries
+        # the graft's record as config.json did.
+        graft = getattr(getattr(model, "config", None), "graft", None)
+        return {"graft": graft} if isinstance(graft, dict) else out
+    try:
+        graft = json.loads((folder / "config.json").read_text()).get("graft")
+        if isinstance(graft, dict):
+            out["graft"] = graft
+        if (folder / "train_config.json").is_file():
+            recipe = json.loads((folder / "train_config.json").read_text()).get("recipe")
+            if isinstance(recipe, dict):
+                out["train_recipe"] = {k: v for k, v in recipe.items() if k not in ("out", "name")}
+    except (OSError, ValueError):
+        pass                                   # not probe's: no origin recorded
+    return out
+
+
+def head_averaged_rows(name: str, layer: int, mean: torch.Tensor) -> list[dict]:
+    """attention_patterns.csv rows of one layer's (T, T) head-averaged attention (q >= k)."""
+    return [{"model": name, "layer": layer, "query": q, "key": k, "value": float(mean[q, k])}
+            for q in range(mean.shape[0]) for k in range(q + 1)]
+
+
+def checkpoint_of(path) -> Path | None:
+    return Path(str(path)) if path and (Path(str(path)) / "config.json").exists() else None

@@ -1,0 +1,137 @@
+"""The report's sections on the output gate: gate scores and the sparsity of the attention output."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from probe.reports.sections import notes
+from probe.reports import plots, tables
+from probe.reports.sections.items import FigureItem, Item, Section, TableItem, axes_level, left_out
+from probe.reports.plots.gates import SATURATION_THRESHOLDS, histogram_layers
+from probe.reports.claims.reference import figure5_caption
+from probe.reports.runs import Runs
+from probe.reports.labels import HEADLINE_THRESHOLDS
+from probe.reports.sections.attention import has_linear_attention
+from probe.reports.text import join_layers
+
+
+def gates(runs: Runs) -> Section:
+    if not runs.gated_models:
+        return left_out("gates", "Gate scores", "no model in this report has an output gate")
+    items: list[Item] = [
+        FigureItem("gate-histograms", "Gate score distributions per layer",
+                   partial(plots.plot_gate_histograms, runs),
+                   f"Histogram of sigmoid gate scores ({gate_bins(runs)}) per gated layer "
+                   f"(layers {join_layers(histogram_layers(runs))}), summed over heads and "
+                   "shown as the share of all scores of that layer; log y scale. Mass near 0 "
+                   "means the gate mostly closes, which is what makes the gated output sparse."),
+        FigureItem("gate-stats", "Gate score statistics per layer",
+                   axes_level(partial(plots.plot_gate_stats_by_layer, runs)),
+                   "Mean gate score per layer (line) with ±1 standard deviation (band) and the "
+                   "minimum and maximum (thin dashed), pooled over heads with their element "
+                   "counts."),
+        FigureItem("gate-heatmap", "Mean gate score per layer and head",
+                   partial(plots.plot_gate_heatmap, runs),
+                   "Mean gate score for every layer (rows) and head (columns) of each gated "
+                   "model, one colour scale for all panels."
+                   + (" Hatched rows are layers without an output gate on softmax attention "
+                      "(linear attention)." if has_linear_attention(runs) else "")),
+        FigureItem("gate-saturation", "Gate saturation",
+                   axes_level(partial(plots.plot_gate_saturation, runs)),
+                   "Cumulative share of gate scores below x at x = "
+                   f"{_listed(SATURATION_THRESHOLDS)} (logit x axis; below {_listed(_ABOVE)} as "
+                   "1 − the share above), pooled over layers and heads with their element "
+                   "counts, one line per model. A line that rises early (many scores near 0) "
+                   f"and reaches 1 before {min(_ABOVE.values()):g} (few near 1) is the sparse "
+                   "gating the paper reports."),
+        TableItem("gate-position", "Gate score by position",
+                  tables.gate_position_display(runs),
+                  "Mean gate score over all positions, at position 0 (the first token) and at "
+                  "positions ≥ 1. A gate that closes on later queries is how a head can skip "
+                  "the first token without a sink."),
+    ]
+    if len(runs.gates_by_token_type):
+        items.append(FigureItem("gate-token-types", "Mean gate score by token type",
+                   partial(plots.plot_gate_by_token_type, runs),
+                   "Mean gate score per gated layer (rows) and token type (columns), pooled over "
+                   "heads with their element counts; one panel per gated model with "
+                   "gates_by_token_type.csv, one colour scale over the range of all panels. Types: first (position "
+                   "0), special (BOS/EOS elsewhere), whitespace, digits, punctuation, "
+                   "word_start (letters after a space or word marker), word_piece (letters "
+                   "continuing a word), other; then user token groups (--token-groups), which "
+                   "count every position they match. Types that never occur are left out; grey "
+                   "cells have no gate values."))
+    token_types = tables.gate_token_type_display(runs)
+    if len(token_types):
+        items.append(TableItem(
+            "gate-token-type-table", "Gate score by token type, all gated layers",
+            token_types,
+            "Mean gate score per token type over all gated layers and heads (weighted by "
+            "element counts), and under it how many positions of that type the data had. A "
+            "gate that closes on one type (e.g. the first token or punctuation) and opens on "
+            "others is input-dependent, which a constant scale cannot be."))
+    return Section(
+        id="gates", title="Gate scores",
+        intro=("The gate multiplies each head's attention output by sigmoid(x W_g) before the "
+               "output projection; scores near 0 switch the head off for that token."),
+        items=items,
+        notes=(notes.no_gate_notes(runs) + notes.linear_layer_notes(runs, "the output gate")
+               + notes.token_type_notes(runs)),
+    )
+
+
+# The saturation thresholds gates.csv saves as a share above (frac_gt_*).
+_ABOVE = {m: t for m, t in SATURATION_THRESHOLDS.items() if m.startswith("frac_gt")}
+
+
+def _listed(thresholds: dict[str, float]) -> str:
+    """0.01, 0.1 and 0.5"""
+    values = [f"{t:g}" for t in thresholds.values()]
+    return ", ".join(values[:-1]) + " and " + values[-1] if len(values) > 1 else "".join(values)
+
+
+def gate_bins(runs: Runs) -> str:
+    """The bins of the gate score histograms, as gate_hist.csv saved them: "50 equal bins on
+    [0, 1]" (each model's bins, when they differ)."""
+    hist = runs.gate_hist
+    described = {}
+    for model in runs.gated_models:
+        rows = hist[hist["model"] == model]
+        edges = sorted(set(zip(rows["bin_lo"].astype(float), rows["bin_hi"].astype(float))))
+        if not edges:
+            continue
+        widths = [hi - lo for lo, hi in edges]
+        equal = max(widths) - min(widths) <= 1e-6 * max(widths)
+        described[model] = (f"{len(edges)}{' equal' if equal else ''} bins on "
+                            f"[{edges[0][0]:.3g}, {edges[-1][1]:.3g}]")
+    if len(set(described.values())) == 1:
+        return next(iter(described.values()))
+    if not described:
+        return "no gate_hist.csv"
+    return "; ".join(f"{model}: {text}" for model, text in described.items())
+
+
+def sparsity(runs: Runs) -> Section:
+    if runs.sparsity.empty:
+        return left_out("sparsity", "Sparsity of the attention output",
+                        "no run has a sparsity table (sparsity.csv)")
+    thresholds = " and ".join(f"{t:g}" for t in HEADLINE_THRESHOLDS)
+    by_layer = FigureItem(
+        "sparsity-by-layer", "Sparsity per layer",
+        partial(plots.plot_sparsity_by_layer, runs),
+        f"Share of attention-output elements with |x| below {thresholds}, per layer: the "
+        "ungated output O, the uniform control O × (the layer's mean gate score), and the "
+        "dynamically gated O ⊙ g that o_proj receives. If the dynamic gate is sparser than the "
+        f"control, sparsity comes from where the gate closes, not from scaling. "
+        f"{figure5_caption()}")
+    sweep = FigureItem(
+        "sparsity-sweep", "Sparsity over the threshold sweep",
+        partial(plots.plot_sparsity_sweep, runs),
+        "Share of attention-output elements with |x| < τ over the saved threshold sweep (log "
+        "x), averaged over layers; one panel per variant, one line per model.")
+    return Section(
+        id="sparsity", title="Sparsity of the attention output",
+        intro="How much of what the attention passes on is (near) zero, with and without gate.",
+        items=[by_layer, sweep],
+        notes=notes.sparsity_notes(runs),
+    )

@@ -1,0 +1,186 @@
+"""`probe graft` (probe/families/graft.py, probe/families/grafted_llama.py, probe/families/grafted.py) on a tiny
+Llama saved to disk: the identity graft computes the base's logits exactly with every gate at 1,
+the base's weights are copied untouched, `probe check` passes, the random graft's gate scores are
+sigmoid of the gate projection computed here, and transformers reads the folder after `import probe`.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import probe
+import tiny
+from probe.api.cli import main
+from probe.api.errors import ProbeError
+from probe.families.graft import graft
+
+IDS = torch.randint(3, 250, (2, 20), generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture(scope="session")
+def grafts(tmp_path_factory):
+    """A tiny Llama and its grafts: headwise identity, elementwise identity, headwise random."""
+    root = tmp_path_factory.mktemp("graft")
+    with tiny.single_thread():
+        base = tiny.make_checkpoint("llama", root / "base", num_hidden_layers=2)
+        out = {"base": base}
+        for name, gate, init in (("hw-id", "headwise", "identity"), ("ew-id", "elementwise", "identity"),
+                                 ("hw-rand", "headwise", "random")):
+            assert main(["graft", str(base), "--gate", gate, "--init", init, "--seed", "3",
+                         "--out", str(root / name)]) == 0
+            out[name] = root / name
+    return out
+
+
+def logits(folder) -> torch.Tensor:
+    loaded = probe.load(folder)
+    with torch.no_grad(), tiny.single_thread():
+        return loaded.model(input_ids=IDS).logits
+
+
+@pytest.mark.parametrize("name", ["hw-id", "ew-id"])
+def test_identity_graft_gives_the_base_logits_and_gates_of_one(grafts, name):
+    base, grafted = logits(grafts["base"]), logits(grafts[name])
+    assert (grafted - base).abs().max().item() <= 1e-6          # the issue's bound; in fact 0
+    with tiny.single_thread():
+        a = probe.analyze(grafts[name], IDS, seq_len=IDS.shape[1], bos="none", progress=False)
+    gates = a.gates.query("group == 'all'").pivot_table(index=["layer", "head"], columns="metric", values="value")
+    assert (gates["min"] == 1.0).all() and (gates["max"] == 1.0).all()
+    granularity = {"hw-id": "headwise", "ew-id": "elementwise"}[name]
+    assert a.summary["mean_gate"] == 1.0 and a.summary["gate_layout"] == f"plain_{granularity}"
+
+
+def test_base_weights_are_copied_untouched_and_the_graft_is_recorded(grafts):
+    base = load_file(str(grafts["base"] / "model.safetensors"))
+    for name in ("hw-id", "ew-id", "hw-rand"):
+        grafted = load_file(str(grafts[name] / "model.safetensors"))
+        gate_keys = {k for k in grafted if ".self_attn.gate_proj." in k}
+        assert len(gate_keys) == 2 * 2                            # weight and bias, 2 layers
+        assert set(grafted) - gate_keys == set(base)
+        assert all(torch.equal(grafted[k], base[k]) for k in base)
+        config = json.loads((grafts[name] / "config.json").read_text())
+        assert config["model_type"] == "grafted_llama" and "quantization_config" not in config
+        init = "random" if name == "hw-rand" else "identity"
+        assert config["graft"]["base"] == "base" and config["graft"]["init"] == init
+        assert config["graft"]["scale"] == (1.0 if init == "random" else 2.0)
+        assert (grafts[name] / "tokenizer.json").exists()
+    heads, dims = 4, 16
+    assert grafted_shape(grafts["hw-id"]) == (heads, 64) and grafted_shape(grafts["ew-id"]) == (heads * dims, 64)
+
+
+def grafted_shape(folder) -> tuple:
+    return tuple(load_file(str(folder / "model.safetensors"))["model.layers.0.self_attn.gate_proj.weight"].shape)
+
+
+@pytest.mark.parametrize("name", ["hw-id", "ew-id", "hw-rand"])
+def test_probe_check_passes_on_the_grafted_folder(grafts, name, capsys):
+    assert main(["check", str(grafts[name])]) == 0
+    activation = "sigmoid" if name == "hw-rand" else "2sigmoid"
+    assert f"checks passed for gate gate_proj:plain:" in capsys.readouterr().out.splitlines()[-1]
+    assert probe.load(grafts[name]).layout.gate.activation == activation
+
+
+def test_random_graft_scores_are_sigmoid_of_the_gate_projection(grafts):
+    """Gate scores per head against sigmoid(x W^T + b), x the attention input (input-layernorm
+    output) recorded here, W and b read from the saved file."""
+    loaded = probe.load(grafts["hw-rand"])
+    weights = load_file(str(grafts["hw-rand"] / "model.safetensors"))
+    inputs = {}
+    handles = [layer.input_layernorm.register_forward_hook(
+        lambda m, args, out, i=i: inputs.__setitem__(i, out.detach().double()))
+        for i, layer in enumerate(loaded.model.model.layers)]
+    with torch.no_grad(), tiny.single_thread():
+        loaded.model(input_ids=IDS)
+    for h in handles:
+        h.remove()
+    with tiny.single_thread():
+        a = probe.analyze(loaded, IDS, seq_len=IDS.shape[1], bos="none", progress=False)
+    for i in range(2):
+        w = weights[f"model.layers.{i}.self_attn.gate_proj.weight"].double()
+        b = weights[f"model.layers.{i}.self_attn.gate_proj.bias"].double()
+        scores = torch.sigmoid(inputs[i] @ w.T + b)                       # (B, T, H)
+        got = a.gates.query(f"group == 'all' and layer == {i} and metric == 'mean'").sort_values("head").value
+        torch.testing.assert_close(torch.tensor(got.to_numpy()), scores.mean((0, 1)), atol=1e-6, rtol=0)
+        assert 0.2 < float(scores.mean()) < 0.8 and float(scores.std()) > 0.01   # near 0.5, not constant
+
+
+def test_transformers_reads_a_grafted_folder_after_import_probe(grafts):
+    """In a fresh process: `import probe`, then transformers' Auto classes (imported after) build
+    the grafted class from config.json, with no flags."""
+    code = ("import probe\nfrom transformers import AutoModelForCausalLM\n"
+            f"m = AutoModelForCausalLM.from_pretrained({str(grafts['hw-id'])!r})\n"
+            "print(type(m).__name__, type(m.model.layers[0].self_attn).__name__)")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                          env={"PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["GraftedLlamaForCausalLM", "GraftedLlamaAttention"]
+
+
+def test_graft_refuses_gated_or_other_models_in_one_line(grafts, tmp_path):
+    with pytest.raises(ProbeError, match="already gated"):
+        graft(grafts["hw-id"], gate="headwise", init="identity", out=tmp_path / "x", say=lambda s: None)
+    gpt2 = tiny.make_checkpoint("gpt2", tmp_path / "gpt2", n_layer=1)
+    with pytest.raises(ProbeError, match="ungated llama model"):
+        graft(gpt2, gate="headwise", init="identity", out=tmp_path / "y", say=lambda s: None)
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ProbeError, match="is a file"):
+        graft(grafts["base"], gate="headwise", init="identity", out=tmp_path / "file", say=lambda s: None)
+
+
+def test_trained_gate_weights_rebuild_the_trained_model_from_the_base(grafts, tmp_path):
+    """save_gate_weights writes the gates alone; probe graft --gate-weights puts them back onto the
+    base, and the rebuilt model's logits are the trained model's; a file for another base is refused."""
+    from probe.families.graft import save_gate_weights
+
+    trained = probe.load(grafts["hw-rand"]).model                    # stands for a trained graft
+    with torch.no_grad():
+        trained.model.layers[1].self_attn.gate_proj.bias.fill_(0.7)
+    file = save_gate_weights(trained, tmp_path / "gates.safetensors", steps=0)
+    stored = load_file(str(file))
+    assert set(stored) == {f"model.layers.{i}.self_attn.gate_proj.{p}" for i in range(2) for p in ("weight", "bias")}
+    with pytest.raises(ProbeError, match="hold a headwise gate"):
+        graft(grafts["base"], gate="elementwise", init="identity", out=tmp_path / "w", gate_weights=file, say=print)
+    assert main(["graft", str(grafts["base"]), "--gate", "headwise", "--gate-weights", str(file),
+                 "--out", str(tmp_path / "rebuilt")]) == 0
+    rebuilt = probe.load(tmp_path / "rebuilt")
+    assert rebuilt.config.graft["gate_weights"]["steps"] == 0 and rebuilt.config.graft["init"] == "random"
+    with torch.no_grad(), tiny.single_thread():
+        assert torch.equal(rebuilt.model(input_ids=IDS).logits, trained(input_ids=IDS).logits)
+    other = tiny.make_checkpoint("llama", tmp_path / "other", seed=5, num_hidden_layers=2)
+    with pytest.raises(ProbeError, match="were trained on"):
+        graft(other, gate="headwise", init="identity", out=tmp_path / "z", gate_weights=file, say=lambda s: None)
+
+
+def test_a_graft_analysed_in_memory_pairs_with_its_base_and_with_no_other(grafts, tmp_path):
+    """A graft being trained is analysed as a model object, with no folder to read its record
+    from: meta.json takes the record from the model's config and every run's embedding
+    fingerprint, so the report pairs the graft with its own base (and not with another model of
+    the same architecture)."""
+    from transformers import AutoModelForCausalLM
+
+    from probe.load.fingerprint import embedding_fingerprint
+    from probe.reports.claims import pairs as claims_pairs
+    from probe.reports.runs import load_runs
+
+    def run(folder, name):
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        with tiny.single_thread():
+            probe.analyze(model, IDS, seq_len=IDS.shape[1], progress=False, name=name).save(tmp_path / name)
+        return json.loads((tmp_path / name / "meta.json").read_text())
+
+    base, graft = run(grafts["base"], "base"), run(grafts["hw-id"], "graft")
+    other = tiny.make_checkpoint("llama", tmp_path / "other-ckpt", num_hidden_layers=2, seed=9)
+    run(other, "other")
+    assert graft["graft"]["base_fingerprint"] == base["embedding_fingerprint"]
+    assert base["embedding_fingerprint"] == embedding_fingerprint(AutoModelForCausalLM.from_pretrained(grafts["base"]))
+    runs = load_runs([tmp_path / "base", tmp_path / "graft", tmp_path / "other"])
+    assert claims_pairs.pairing(runs, "base", "graft") is None
+    assert claims_pairs.pairing(runs, "other", "graft") is not None
