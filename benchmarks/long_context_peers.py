@@ -38,9 +38,8 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-# This checkout's probe, here and in the children (peers.py), whether or not one is installed.
+# This checkout's probe, here and (main sets PYTHONPATH) in the children, whether or not one is installed.
 sys.path.insert(1, str(HERE.parent))
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
 from common import run_child  # noqa: E402
 
 PEERS = str(HERE / "peers.py")
@@ -78,6 +77,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.resume and not args.json:
         parser.error("--resume needs --json FILE (the rows to keep)")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))
     import torch
 
     from probe import memory, real_models
