@@ -48,21 +48,28 @@ def status_mb(field: str) -> float:
 
 
 def timed(fn, repeat: int) -> tuple[float, float]:
-    """(best CPU seconds, peak RSS added in MB over the resident size before the calls).
+    """(best CPU seconds, peak RSS added in MB over the resident size before the calls): clocks()."""
+    c = clocks(fn, repeat)
+    return c["seconds"], c["peak_mb"]
+
+
+def clocks(fn, repeat: int) -> dict:
+    """Best CPU seconds ("seconds"), the wall seconds of that same call ("wall_seconds") and the
+    peak RSS added in MB over the resident size before the calls ("peak_mb").
 
     CPU time of the process (its one thread): on a shared machine a niced process waits for
-    the CPU, which inflates wall time at random.
+    the CPU, which inflates wall time at random; the wall time is kept beside it to show how much.
     The kernel's high-water mark is reset first (/proc/self/clear_refs), so an earlier, higher
     peak (loading or dequantising the model, a warm-up) cannot hide the calls' own."""
     gc.collect()
     Path("/proc/self/clear_refs").write_text("5")
     base = status_mb("VmRSS")
-    times = []
+    best = (float("inf"), float("inf"))
     for _ in range(repeat):
-        start = time.process_time()
+        cpu, wall = time.process_time(), time.perf_counter()
         fn()
-        times.append(time.process_time() - start)
-    return min(times), status_mb("VmHWM") - base
+        best = min(best, (time.process_time() - cpu, time.perf_counter() - wall))
+    return {"seconds": best[0], "wall_seconds": best[1], "peak_mb": status_mb("VmHWM") - base}
 
 
 # glibc raises its mmap threshold as large blocks are freed, after which freed tensors stay in

@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import MODEL_TEXT, build_model, child_args, run_child, timed, token_ids  # noqa: E402
+from common import MODEL_TEXT, build_model, child_args, clocks, run_child, token_ids  # noqa: E402
 
 METHODS = ("plain", "probe", "probe_pass", "tl_cache", "tl_hooks", "nnsight", "eager")
 MODELS = {"tiny": MODEL_TEXT,
@@ -191,9 +191,9 @@ def child(args: dict) -> dict:
 
     with torch.inference_mode():
         run(small)
-        seconds, peak = timed(lambda: run(ids), repeat)
+        measured = clocks(lambda: run(ids), repeat)
     out.pop("site_max")
-    return {"method": method, "T": T, "seconds": seconds, "peak_mb": peak, **out}
+    return {"method": method, "T": T, **measured, **out}
 
 
 def agreement(row: dict, probe_row: dict) -> str:
