@@ -11,7 +11,6 @@ They are also what makes a Ctrl-C in those first seconds reach the command's own
 line, no traceback).
 """
 import importlib
-import importlib.util
 import os
 import sys
 import types
@@ -37,6 +36,8 @@ class _CheckoutReports:
     def find_spec(name, path=None, target=None):
         if name != "probe.reports":
             return None
+        import importlib.util      # here, not at import probe: it costs `probe --help` ~10 ms
+
         return importlib.util.spec_from_file_location(
             name, os.path.join(_CHECKOUT_REPORTS, "__init__.py"), submodule_search_locations=[_CHECKOUT_REPORTS])
 
