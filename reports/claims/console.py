@@ -17,7 +17,7 @@ def claims_text(table: pd.DataFrame) -> str:
     """The table as indented text blocks (reports.claims.claims_table's frame)."""
     if len(table) and table["verdict"].str.endswith(NO_GATED).all():
         return f"Claims of the paper: {NO_GATED}."
-    lines = ["Claims of the paper, checked in direction (reports.claims_table; thresholds in "
+    lines = ["Claims of the paper, checked in direction (probe.reports.claims_table; thresholds in "
              "reports/claims/__init__.py; brackets: 95% intervals over sequences):"]
     explained, unpaired = set(), False
     for values in table.to_dict("records"):
