@@ -451,7 +451,7 @@ def test_seven_models_get_colours_far_apart_and_trajectories_markers_of_their_ow
     rows = [dict(model=m, step=s, tokens=s * 256, metric="loss", value=3.0 - s / 100)
             for m in ("headwise", "hybrid") for s in (0, 15)]
     runs = reports.load_runs([run_dirs["headwise"], run_dirs["hybrid"]])
-    fig = reports.plot_trajectory(dataclasses.replace(runs, trajectory=pd.DataFrame(rows)))
+    fig = reports.plot_trajectory(dataclasses.replace(runs, tables={**runs.tables, "trajectory": pd.DataFrame(rows)}))
     loss = next(ax for ax in panels(fig) if ax.get_title() == "held-out loss")
     assert len({line.get_marker() for line in loss.get_lines()}) == 2
 

@@ -122,7 +122,7 @@ import json, sys
 import torch
 torch.set_num_threads(1)
 import probe
-from probe import distributed, interventions
+from probe.run import distributed, interventions
 from probe.data.sequences import build_dataset
 
 ckpt, data, out = sys.argv[1:]
@@ -197,7 +197,8 @@ import sys
 import torch
 torch.set_num_threads(1)
 import probe
-from probe import Capture, distributed, interventions
+from probe import Capture
+from probe.run import distributed, interventions
 from probe.data.sequences import build_dataset
 from probe.api.errors import ProbeError
 
