@@ -196,6 +196,7 @@ def test_windows_of_a_document_record_their_document(tmp_path):
     jl.write_text('{"input_ids": [1, 2, 3]}\n{"input_ids": %s}\n{"input_ids": [4, 5]}\n' % list(range(6, 26)))
     ds = build_dataset(jl, None, seq_len=8, per_document=True, on_long="slide")
     assert ds.documents == [0] + [1] * (len(ds.sequences) - 2) + [2] and len(ds.sequences) > 3
-    assert build_dataset(jl, None, seq_len=8, per_document=True, on_long="truncate").documents == []
+    with pytest.warns(UserWarning, match="1 of 3 documents longer than 8 tokens were truncated"):
+        assert build_dataset(jl, None, seq_len=8, per_document=True, on_long="truncate").documents == []
     np.save(tmp_path / "ids.npy", np.arange(40) % 30)                  # one stream, cut or slid
     assert build_dataset(tmp_path / "ids.npy", None, seq_len=8, stride=4).documents == []
