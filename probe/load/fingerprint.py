@@ -12,10 +12,11 @@ import hashlib
 
 def embedding_fingerprint(model) -> str | None:
     """SHA-256 (first 16 hex digits) of the input embedding in float32; None for a model
-    without one (an unusual module tree)."""
+    without one (an unusual module tree) or whose embedding is not in memory (offloaded to the
+    meta device by a device map): a run records no fingerprint rather than failing."""
     try:
         weight = model.get_input_embeddings().weight
-    except (AttributeError, NotImplementedError):
+        data = weight.detach().float().contiguous().cpu()   # (V, C) float32, as the graft saw it
+    except (AttributeError, NotImplementedError, RuntimeError):
         return None
-    data = weight.detach().float().contiguous().cpu()   # (V, C) float32, as the graft saw it
     return hashlib.sha256(data.numpy().tobytes()).hexdigest()[:16]
