@@ -9,6 +9,10 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+# Tests of one part import helpers from another part's tests (test_resume's interrupt, test_cli's
+# error reader): every part's folder is importable, so a file runs alone as in the whole suite.
+sys.path[1:1] = [str(p) for p in sorted(Path(__file__).parent.iterdir())
+                 if p.is_dir() and not (p / "__init__.py").exists() and any(p.glob("test_*.py"))]
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 

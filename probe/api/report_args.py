@@ -74,6 +74,10 @@ def print_intervals(analyses) -> None:
                  for key, label in (("f_attn", "F-Attn"), ("sink_rate", "sink rate"), ("mean_gate", "mean gate"),
                                     ("m_act", "M-Act"), ("loss", "loss"))
                  if s.get(key + "_lo") is not None and s.get(key + "_hi") is not None]
+        an = s.get("anatomy") or {}
+        parts += [f"{label} [{fmt(an[key + '_lo'])}, {fmt(an[key + '_hi'])}]"
+                  for key, label in (("key0_score", "key-0 score"), ("secondary_sinks", "secondary sinks"))
+                  if an.get(key + "_lo") is not None and an.get(key + "_hi") is not None]
         if parts:
             print(f"{printable(s.get('model'))}: 95% intervals over {how.get('sequences')} sequences "
                   f"({how.get('resamples')} bootstrap resamples): " + ", ".join(parts))

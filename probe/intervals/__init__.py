@@ -2,7 +2,7 @@
 
     bootstrap.py  resampling weights (fixed seed), percentile intervals, intervals over seeds
     stats.py      SequenceValues: each headline number as a function of the resampling weights
-    here          the *_lo / *_hi keys of summary.json; paired differences of two runs
+    here          the *_lo / *_hi keys of summary.json (anatomy's too); paired differences of two runs
 
 numpy and pandas only: reports/ recomputes every interval from saved runs without torch.
 """
@@ -89,6 +89,22 @@ def summary_intervals(values: SequenceValues, resamples: int, epsilon: float, la
             for (variant, t), result in sparsity.items():
                 entry[side].setdefault(variant, {})[f"{t:g}"] = _num(result[index][a])
     return top
+
+
+def anatomy_intervals(values: SequenceValues | None, resamples: int, epsilon: float) -> dict:
+    """summary.json anatomy's numbers with their intervals: key 0's importance score and its
+    sink rate (each with _lo / _hi), and _lo / _hi of the secondary-sink count; {} without the
+    per-sequence anatomy (a run analysed before per_sequence.csv kept it)."""
+    if values is None or values.key0_score is None:
+        return {}
+    out = {}
+    for key, statistic in (("key0_score", values.key0_score_mean),
+                           ("key0_sink_rate", lambda W: values.key0_sink_rate(W, epsilon))):
+        result = intervals_of(values, statistic, resamples)
+        out[key] = _num(result[0])
+        out[f"{key}_lo"], out[f"{key}_hi"] = _pair(result)
+    out["secondary_sinks_lo"], out["secondary_sinks_hi"] = _pair(intervals_of(values, values.secondary_sinks, resamples))
+    return out
 
 
 def paired(a: SequenceValues, b: SequenceValues, statistic, resamples: int, seed: int = SEED):

@@ -10,6 +10,9 @@ Which statistic each interval is of:
   scores below LOW_GATE likewise; per layer the mean over heads of the per-head means.
 - sparsity: per layer (W @ below) / (W @ n), then the mean over layers.
 - loss: (W @ nll) / (W @ pairs).
+- sink anatomy (--anatomy): key 0's importance score per layer the mean over the drawn
+  sequences' cells and heads, then over layers; its sink rate the share of those cells above
+  epsilon; secondary sinks the count over the drawn sequences.
 - M-Act: per layer and site the largest per-sequence maximum among the sequences drawn; then the
   mean over layers of the layer output's. The bootstrap of a maximum is biased low: a resample
   can never exceed the largest value seen, so the interval's upper end is the point estimate
@@ -49,6 +52,9 @@ class SequenceValues:
     nll_n: np.ndarray                   # (S,)
     documents: np.ndarray | None = None  # (S,) each sequence's document where one holds several
                                          # (sliding windows): the bootstrap draws documents
+    key0_score: np.ndarray | None = None  # (S, A, H) key 0's importance score (with --anatomy)
+    key0_n: np.ndarray | None = None      # (S, A) 1 where key 0 is a valid key of the sequence
+    secondary: np.ndarray | None = None   # (S, A) secondary-sink cells per sequence and layer
 
     @classmethod
     def from_frame(cls, rows: pd.DataFrame) -> "SequenceValues | None":
@@ -89,7 +95,9 @@ class SequenceValues:
                    grid("f_attn_uniform", attention), grid("gate_sum", attention, heads=True),
                    grid("gate_n", attention, heads=True), grid("gate_low", attention, heads=True),
                    sparsity, m_max, loss("nll"), loss("nll_n"),
-                   grid("document", [-1])[:, 0].astype(np.int64) if "document" in by else None)
+                   grid("document", [-1])[:, 0].astype(np.int64) if "document" in by else None,
+                   grid("key0_score", attention, heads=True), grid("key0_n", attention),
+                   grid("secondary_sinks", attention))
 
     @property
     def units(self) -> int:
@@ -172,6 +180,34 @@ class SequenceValues:
 
     def m_act(self, W) -> np.ndarray:                                        # (R,)
         return _nanmean(self.m_act_layers(W)[:, :, SITES.index(RESIDUAL)], 1)
+
+
+    # -- sink anatomy (runs analysed with --anatomy) ---------------------------------------------
+    def key0_score_layers(self, W) -> np.ndarray | None:                    # (R, A)
+        """Key 0's importance score per layer: the mean over the drawn sequences' cells and the
+        heads (received_by_position.csv's score at key 0, head -1)."""
+        if self.key0_score is None:
+            return None
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.einsum("rs,sah->ra", W, self.key0_score) / ((W @ self.key0_n) * self.key0_score.shape[2])
+
+    def key0_score_mean(self, W) -> np.ndarray | None:                       # (R,)
+        layers = self.key0_score_layers(W)
+        return None if layers is None else _nanmean(layers, 1)
+
+    def key0_sink_rate(self, W, epsilon: float) -> np.ndarray | None:        # (R,)
+        """Gu et al.'s sink rate at key 0: the share of (sequence, layer, head) cells whose
+        score exceeds epsilon, over the drawn sequences."""
+        if self.key0_score is None:
+            return None
+        above = ((self.key0_score > epsilon) & (self.key0_n[:, :, None] > 0)).sum((1, 2))     # (S,)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (W @ above) / (W @ (self.key0_n.sum(1) * self.key0_score.shape[2]))
+
+    def secondary_sinks(self, W) -> np.ndarray | None:                       # (R,)
+        """Secondary-sink cells over the drawn sequences (as many as the run has): the total
+        summary.json's anatomy.secondary_sinks counts."""
+        return None if self.secondary is None else W @ self.secondary.sum(1)
 
 
 def _nanmean(x: np.ndarray, axis: int) -> np.ndarray:

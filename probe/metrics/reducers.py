@@ -67,6 +67,14 @@ class Reducer:
         return self
 
 
+def grown(t: torch.Tensor, rows: int, fill) -> torch.Tensor:
+    """t with at least `rows` rows along dim 0, the new ones `fill`."""
+    if t.shape[0] >= rows:
+        return t
+    extra = torch.full((rows - t.shape[0], *t.shape[1:]), fill, dtype=t.dtype, device=t.device)
+    return torch.cat([t, extra])
+
+
 def flatten(reducers) -> list[Reducer]:
     """Every reducer of `reducers` and, after each, the reducers it holds (depth first): the
     fixed order in which torchrun merges them and --resume saves them."""

@@ -62,6 +62,7 @@ MASSIVE_RATIO = 1000.0
 @dataclass
 class _PassState:
     valid: torch.Tensor | None = None      # (B, T) bool: real tokens of the current batch
+    seq_index: torch.Tensor | None = None  # (B,) the batch's rows in the dataset
 
 
 class PassStats(Reducer):

@@ -161,8 +161,9 @@ RULES: dict[int, Callable[[], str]] = {
                 f"{LOW_GATE_SHARE_MIN:g}; opposite: mean gate > {NO_PREFERENCE_GATE:g} or that share < "
                 f"{LOW_GATE:g} (a uniform spread's). No interval: mean gate ≤ {MEAN_GATE_MAX:g} and that share "
                 f"≥ {LOW_GATE_SHARE_MIN:g}"),
-    2: lambda: (f"τ = {SPARSITY_THRESHOLD:g}, mean over layers: ungated < control < dynamic gate; interval of "
-                f"dynamic − ungated (the control has none). No interval: each step ≥ {SPARSITY_MIN_STEP:g}"),
+    2: lambda: (f"τ = {SPARSITY_THRESHOLD:g}, mean over layers: ungated < control < dynamic gate; intervals of "
+                "dynamic − ungated and, with the exact control (--exact-control), dynamic − control, both "
+                f"above 0 (the one-pass control has none). No interval: each step ≥ {SPARSITY_MIN_STEP:g}"),
     3: lambda: (f"baseline F-Attn ≥ {SINK_MIN_RATIO:g}× uniform; interval of baseline − gated (F-Attn ÷ uniform) "
                 f"above 0. No interval: gated ≤ 1/{F_ATTN_MIN_REDUCTION:g} of the baseline's"),
     4: lambda: (f"interval of baseline − gated M-Act above 0. No interval: gated ≤ 1/{M_ACT_MIN_REDUCTION:g} of "
@@ -238,9 +239,11 @@ def _sparse_output(runs: Runs) -> list[_Row]:
         numbers = {variant: shares.get(variant, math.nan) for variant in order}
         missing = [VARIANT_LABELS[v] for v in order if math.isnan(numbers[v])]
         gain = ci.sparsity_gain(runs, model, SPARSITY_THRESHOLD)
+        beyond = ci.control_gain(runs, model, SPARSITY_THRESHOLD) if gain is not None else None
         measured = (f"{model}, τ = {SPARSITY_THRESHOLD:g}, mean over {layers} layers: "
                     + ", ".join(f"{_SHORT_VARIANTS[v]} {_fmt(numbers[v])}" for v in order)
-                    + (f"; dynamic minus ungated {_fmt(gain[0])}{ci.bracket(gain)}" if gain else ""))
+                    + (f"; dynamic minus ungated {_fmt(gain[0])}{ci.bracket(gain)}" if gain else "")
+                    + (f"; dynamic minus control {_fmt(beyond[0])}{ci.bracket(beyond)}" if beyond else ""))
         if (broken := nonfinite_reason(runs, [model])) is not None:
             verdict = _untestable(broken)
         elif missing:
@@ -249,7 +252,13 @@ def _sparse_output(runs: Runs) -> list[_Row]:
         else:
             ungated, control, gated = (numbers[v] for v in order)
             steps = (control - ungated, gated - control)
-            if gain is not None:
+            if gain is not None and beyond is not None:
+                # The exact control has its own interval: the gate must beat both references.
+                numbers.update(gain_lo=gain[1], gain_hi=gain[2], control_gain_lo=beyond[1],
+                               control_gain_hi=beyond[2])
+                verdict = (CONSISTENT if gain[1] > 0 and beyond[1] > 0
+                           else OPPOSITE if gain[2] < 0 or beyond[2] < 0 else WITHIN_NOISE)
+            elif gain is not None:
                 numbers.update(gain_lo=gain[1], gain_hi=gain[2])
                 verdict = _decide(gain[1], gain[2])
                 if verdict == CONSISTENT and min(steps) <= 0:

@@ -56,11 +56,24 @@ def gate_intervals(runs: Runs, model: str):
 def sparsity_gain(runs: Runs, model: str, threshold: float):
     """(point, lo, hi) of the dynamic gate's share below `threshold` minus the ungated one's,
     mean over layers, both on the same resamples; None without."""
+    return _share_gain(runs, model, threshold, "ungated")
+
+
+def control_gain(runs: Runs, model: str, threshold: float):
+    """(point, lo, hi) of the dynamic gate's share minus the mean-gate control's: what the gate
+    adds beyond scaling every output by its mean. None without the control's per-sequence counts
+    (only the exact control, --exact-control, counts them); m is held at the run's mean gate."""
+    return _share_gain(runs, model, threshold, "mean_gate")
+
+
+def _share_gain(runs: Runs, model: str, threshold: float, reference: str):
     v = values_of(runs, model)
-    if v is None or v.sparsity_mean(np.ones((1, v.sequences)), "gated", threshold) is None:
+    ones = np.ones((1, v.sequences)) if v is not None else None
+    if v is None or any(v.sparsity_mean(ones, variant, threshold) is None for variant in ("gated", reference)):
         return None
+
     def gain(W):
-        return v.sparsity_mean(W, "gated", threshold) - v.sparsity_mean(W, "ungated", threshold)
+        return v.sparsity_mean(W, "gated", threshold) - v.sparsity_mean(W, reference, threshold)
     return _triple(intervals_of(v, gain, resamples_of(runs, model)))
 
 

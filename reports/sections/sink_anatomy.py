@@ -34,6 +34,15 @@ def anatomy(runs: Runs) -> Section | None:
             "received-attention", "Attention received per key position and layer",
             partial(plots.plot_received_attention, runs, epsilon=_single(epsilon)),
             received_caption(runs, epsilon)))
+    key0 = tables_anatomy.key0_display(runs)
+    if len(key0):
+        items.append(TableItem(
+            "key0-intervals", "Attention received by key 0, with 95% intervals", key0,
+            "Per run: key 0's importance score (the mean of P[t, 0] over the queries that see it, "
+            "query 0 included; mean over sequences, heads and layers), its sink rate (the share of "
+            f"(sequence, layer, head) cells above ε = {_listed(epsilon)}) and the count of "
+            "secondary-sink cells. Brackets: 95% percentile bootstrap intervals over the sequences "
+            "(per_sequence.csv); a count's interval is that of the total over a resample."))
     sink_tokens = tables_anatomy.sink_tokens_display(runs, TOP_TOKENS)
     if len(sink_tokens):
         items.append(TableItem("sink-tokens", "Tokens that receive the most attention",

@@ -76,3 +76,39 @@ def secondary_sinks_display(runs: Any, per_model: int = 10) -> pd.DataFrame:
                                  "score": _fixed(3)})
     display["token"] = [repr_token(token) for token in frame["token"]]
     return display.set_index("model")
+
+
+KEY0_COLUMNS = ["model", "key0_score", "key0_sink_rate", "secondary_sinks"]
+
+
+def key0_table(runs: Any) -> pd.DataFrame:
+    """One row per run analysed with --anatomy whose summary.json has the per-sequence anatomy
+    numbers: key 0's importance score (mean over sequences, heads, layers), its sink rate (the
+    share of those cells above epsilon) and the secondary-sink count, each as (value, lo, hi)."""
+    runs = load_runs(runs)
+    rows = []
+    for model in runs.models:
+        an = runs.summary[model].get("anatomy") or {}
+        if an.get("key0_score") is None:
+            continue
+        rows.append({"model": model, **{key: (an.get(key), an.get(f"{key}_lo"), an.get(f"{key}_hi"))
+                                        for key in KEY0_COLUMNS[1:]}})
+    return pd.DataFrame(rows, columns=KEY0_COLUMNS)
+
+
+def key0_display(runs: Any) -> pd.DataFrame:
+    """key0_table as text: each number with its 95% interval in brackets (none where null)."""
+    frame = key0_table(runs)
+
+    def cell(found, digits: int) -> str:
+        value, lo, hi = found
+        text = f"{value:.{digits}f}" if digits else f"{int(value):,}"
+        if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
+            text += f" [{lo:.{digits}f}, {hi:.{digits}f}]" if digits else f" [{lo:,.0f}, {hi:,.0f}]"
+        return text
+
+    display = pd.DataFrame({"model": frame["model"],
+                            "key-0 score": [cell(x, 3) for x in frame["key0_score"]],
+                            "key-0 sink rate": [cell(x, 3) for x in frame["key0_sink_rate"]],
+                            "secondary sinks": [cell(x, 0) for x in frame["secondary_sinks"]]})
+    return display.set_index("model")

@@ -146,6 +146,13 @@ def test_the_planted_secondary_sink_is_found_at_its_position_and_token(planted_r
     assert top.token_id.tolist() == [PLANT_TOKEN]
     assert a.summary["anatomy"]["top_sink_tokens"][0]["token_id"] == PLANT_TOKEN
     assert a.summary["anatomy"]["secondary_sinks"] >= len(at)
+    # per_sequence.csv counts them per sequence and layer: the planted key's four heads in each
+    # sequence, and the per-sequence counts add up to the summary's total.
+    per_seq = a.per_sequence[a.per_sequence.quantity == "secondary_sinks"]
+    assert per_seq["value"].sum() == a.summary["anatomy"]["secondary_sinks"]
+    counted = per_seq[per_seq.layer == 0].set_index("sequence")["value"]
+    for s in range(len(rows)):
+        assert counted[s] >= len(at[at.sequence == s]) == 4
     # Value drains of each head's top key (the plant, in layer 0): norm ratio against the values.
     drains = a.value_drains[a.value_drains.layer == 0]
     assert drains.sink_keys.tolist() == [len(rows)] * 4
@@ -194,7 +201,8 @@ def test_off_by_default_and_nothing_listens(loaded):
     assert cap.metrics["anatomy"].reducers() == []                  # nothing saved by --resume, merged
     on = probe.Capture(lm.model, lm.layout, anatomy=True, vocab_size=256)
     assert on.wants("attn.hook_attention") and on.wants("attn.hook_gate")
-    assert len(on.reducers()) == len(cap.reducers()) + len(lm.layout.attention_layers)
+    # One AnatomyStats per attention layer and the per-sequence values of them all.
+    assert len(on.reducers()) == len(cap.reducers()) + len(lm.layout.attention_layers) + 1
 
 
 # -- gate-sink coupling on a gated model ------------------------------------------------------------

@@ -148,3 +148,52 @@ def test_intervals_from_the_saved_table_equal_those_of_the_direct_values(run):
     # And the saved summary's interval is the one the table gives.
     assert intervals_of(v, v.f_attn, a.meta["resamples"])[1] == pytest.approx(a.summary["f_attn_lo"], rel=1e-12)
     assert not math.isnan(a.summary["f_attn_lo"])
+
+
+@pytest.fixture(scope="module")
+def anatomy_run(checkpoint):
+    ck = checkpoint("official_headwise")
+    return ck, probe.analyze(ck, texts=TEXTS, per_document=True, seq_len=64, batch_size=3, display_len=0,
+                             anatomy=True, progress=False)
+
+
+def test_key0_scores_per_sequence_equal_the_models_own_attention(anatomy_run):
+    """With --anatomy: key 0's importance score in each sequence (the mean of P[t, 0] over its
+    queries, t = 0 included) is the model's own eager attention's, to float32 rounding; the
+    secondary-sink counts add up to the summary's."""
+    ck, a = anatomy_run
+    model = probe.load(ck).model
+    model.set_attn_implementation("eager")
+    ps = a.per_sequence
+    got = per_sequence(ps, "key0_score").pivot_table(index="sequence", columns=["layer", "head"], values="value")
+    for s, ids in enumerate(_sequences(ck)):
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor(ids)[None], use_cache=False, output_attentions=True)
+        want = torch.stack([att[0, :, :, 0].double().mean(1) for att in out.attentions])    # (L, H)
+        np.testing.assert_allclose(got.loc[s].to_numpy().reshape(want.shape), want.numpy(), rtol=2e-6)
+    assert (per_sequence(ps, "key0_n")["value"] == 1).all()
+    assert per_sequence(ps, "secondary_sinks")["value"].sum() == a.summary["anatomy"]["secondary_sinks"]
+
+
+def test_anatomy_intervals_point_at_the_received_attention_table(anatomy_run):
+    """summary.json anatomy.key0_score / key0_sink_rate are received_by_position.csv's key-0 rows
+    (mean over layers of the head-pooled score and sink rate), inside their own intervals; the
+    saved table gives the same intervals again."""
+    _, a = anatomy_run
+    an = a.summary["anatomy"]
+    rp = a.received_by_position
+    key0 = rp[(rp["key_lo"] == 0) & (rp["head"] == -1)]
+    assert an["key0_score"] == pytest.approx(key0["score"].mean(), rel=1e-12)
+    assert an["key0_sink_rate"] == pytest.approx(key0["sink_rate"].mean(), rel=1e-12)
+    assert an["key0_score_lo"] <= an["key0_score"] <= an["key0_score_hi"]
+    assert an["key0_score_lo"] < an["key0_score_hi"]                    # four sequences differ
+    v = SequenceValues.from_frame(a.per_sequence)
+    _, lo, hi = intervals_of(v, v.key0_score_mean, a.meta["resamples"])
+    assert (lo, hi) == (an["key0_score_lo"], an["key0_score_hi"])
+    assert an["secondary_sinks_lo"] <= an["secondary_sinks"] <= an["secondary_sinks_hi"]
+
+
+def test_runs_without_anatomy_keep_no_anatomy_rows(run):
+    _, a, _ = run
+    assert not a.per_sequence["quantity"].isin(["key0_score", "key0_n", "secondary_sinks"]).any()
+    assert SequenceValues.from_frame(a.per_sequence).key0_score is None

@@ -404,3 +404,22 @@ def test_a_sink_only_at_the_end_of_the_sequences_is_no_sink(anatomy_dirs, tmp_pa
         runs.append(copy)
     section = section_of(reports.load_runs(runs))
     assert not {"value-drains", "gate-vs-sink"} & {item.id for item in section.items}
+
+
+def test_the_key0_table_shows_the_summarys_numbers_with_their_intervals(checkpoint, tmp_path):
+    """A real --anatomy run: the section's key-0 table is summary.json anatomy's key0_score,
+    key0_sink_rate and secondary_sinks with their brackets; synthetic runs without those numbers
+    (written before them) get no such table."""
+    import probe
+    from samples import TEXT
+
+    a = probe.analyze(checkpoint("official_baseline"), texts=[TEXT[:2500]], seq_len=32, max_sequences=8,
+                      anatomy=True, display_len=0, progress=False)
+    runs = reports.load_runs([a.save(tmp_path / "base")])
+    table = item(runs, "key0-intervals").frame
+    an = a.summary["anatomy"]
+    row = table.loc[runs.models[0]]
+    assert row["key-0 score"] == f"{an['key0_score']:.3f} [{an['key0_score_lo']:.3f}, {an['key0_score_hi']:.3f}]"
+    assert row["key-0 sink rate"].startswith(f"{an['key0_sink_rate']:.3f} [")
+    assert row["secondary sinks"].startswith(f"{an['secondary_sinks']:,} [")
+    assert an["key0_score_lo"] < an["key0_score"] < an["key0_score_hi"]

@@ -125,3 +125,30 @@ def test_probe_analyze_prints_the_intervals(checkpoint, tmp_path, capsys):
                  "--out", str(tmp_path / "run"), "--quiet"]) == 0
     line = next(l for l in capsys.readouterr().out.splitlines() if "95% intervals" in l)
     assert "over 6 sequences (1000 bootstrap resamples): F-Attn [" in line
+
+
+def test_claim_2_is_judged_against_the_exact_controls_interval_too(checkpoint, tmp_path):
+    """With --exact-control the control has per-sequence counts: claim 2 prints the interval of
+    dynamic minus control and decides on it with dynamic minus ungated (both must be above 0);
+    the numbers it prints are the bootstrap of the saved table."""
+    import numpy as np
+
+    from probe.intervals import SequenceValues, intervals_of
+    from probe.reports.claims import CONSISTENT, OPPOSITE, WITHIN_NOISE, claims_table
+
+    a = probe.analyze(checkpoint("official_elementwise"), texts=[TEXT[:2500]], seq_len=32, batch_size=4,
+                      max_sequences=12, display_len=0, progress=False, exact_control=True)
+    runs = load_runs([a.save(tmp_path / "elementwise")])
+    row = claims_table(runs).query("claim == 2").iloc[0]
+    measured, numbers = row["these runs"], row["numbers"]
+    assert "dynamic minus control" in measured
+    v = SequenceValues.from_frame(runs.rows("per_sequence", runs.models[0]))
+
+    def gain(W):
+        return v.sparsity_mean(W, "gated", 0.01) - v.sparsity_mean(W, "mean_gate", 0.01)
+    point, lo, hi = intervals_of(v, gain, 1000)
+    assert lo < point < hi
+    want = CONSISTENT if lo > 0 and numbers["gain_lo"] > 0 else (
+        OPPOSITE if hi < 0 or numbers["gain_hi"] < 0 else WITHIN_NOISE)
+    assert row["verdict"].startswith(want), (row["verdict"], measured)
+    assert np.isclose(numbers["control_gain_lo"], lo) and np.isclose(numbers["control_gain_hi"], hi)

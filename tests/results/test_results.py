@@ -230,3 +230,52 @@ def test_exact_control_counts_the_control_of_the_run(analyses, checkpoint, text_
             assert value == pytest.approx(int((O * m < t).sum()) / O.numel(), abs=1e-12), (layer, t)
         gap = abs(plain.sparsity.value.to_numpy() - exact.sparsity.value.to_numpy()).max()
         assert gap <= plain.meta["sparsity_error_bound"]           # the bound holds
+
+
+def test_exact_control_keeps_per_sequence_counts_for_its_interval(checkpoint, monkeypatch):
+    """The exact control's second pass also counts |O| * m < t per sequence (per_sequence.csv,
+    variant mean_gate): equal to direct counts on each sequence's rows of O; summed over the
+    sequences they give sparsity.csv's control share, and summary.json has its interval."""
+    import numpy as np
+
+    from probe.intervals import SequenceValues
+    from probe.run.control import ControlCounter
+    from samples import TEXT
+
+    rows = {}
+    observe = ControlCounter.on_attention
+
+    def keep(self, module, query, key, out, *args, **kwargs):
+        layer, valid = self._mixer_layer[id(module)], self.state.valid
+        for b, s in enumerate(self.state.seq_index.tolist()):
+            x = out.transpose(1, 2)[b]                                              # (T, H, D)
+            rows.setdefault(layer, {})[s] = x if valid is None else x[valid[b].to(x.device)].clone()
+        observe(self, module, query, key, out, *args, **kwargs)
+    monkeypatch.setattr(ControlCounter, "on_attention", keep)
+    texts = [TEXT[:200], TEXT[200:330], TEXT[400:560], TEXT[800:860]]           # padded batches
+    a = probe.analyze(checkpoint("official_elementwise"), texts=texts, per_document=True, seq_len=128,
+                      batch_size=3, progress=False, exact_control=True)
+    ps = a.per_sequence[a.per_sequence.key == "mean_gate"]
+    gates = a.gates[(a.gates.group == "all")]
+    for layer, by_seq in rows.items():
+        g = gates[gates.layer == layer]
+        count = g[g.metric == "count"].value.to_numpy()
+        m = float((g[g.metric == "mean"].value.to_numpy() * count).sum() / count.sum())
+        at = ps[ps.layer == layer]
+        for s, x in by_seq.items():
+            O = x.reshape(-1).double().abs()
+            n = at[(at.sequence == s) & (at.quantity == "sparsity_n")].value
+            assert int(n.iloc[0]) == O.numel()
+            for t in (1e-2, 1e-3):
+                below = at[(at.sequence == s) & (at.quantity == "sparsity_below") & np.isclose(at.threshold, t)]
+                assert int(below.value.iloc[0]) == int((O * m < t).sum()), (layer, s, t)
+    v = SequenceValues.from_frame(a.per_sequence)
+    ones = np.ones((1, v.sequences))
+    sp = a.sparsity[a.sparsity.variant == "mean_gate"]
+    for t in (1e-2, 1e-3):
+        want = sp[np.isclose(sp.threshold, t)].set_index("layer")["value"]
+        np.testing.assert_allclose(v.sparsity_layers(ones, "mean_gate", t)[0], want.loc[v.attention_layers],
+                                   rtol=1e-12)
+    entry = a.summary["layers"][v.attention_layers[0]]
+    lo, hi = entry["sparsity_lo"]["mean_gate"]["0.01"], entry["sparsity_hi"]["mean_gate"]["0.01"]
+    assert lo <= entry["sparsity"]["mean_gate"]["0.01"] <= hi and lo < hi

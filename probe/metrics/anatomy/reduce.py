@@ -54,9 +54,14 @@ class Anatomy(Metric):
 
             if not vocab_size:
                 raise ValueError("sink anatomy needs the vocabulary size (vocab_size=)")
+            from .sequences import SequenceAnatomy
+
             self.stats = {i: AnatomyStats(i, layout.num_heads, vocab_size, epsilon=EPSILON,
                                           min_queries=MIN_QUERIES, sink_min_queries=SINK_MIN_QUERIES)
                           for i in layout.attention_layers}
+            self.column = {layer: a for a, layer in enumerate(layout.attention_layers)}
+            # The per-sequence values behind the intervals (per_sequence.csv, sequences.py).
+            self.sequences = SequenceAnatomy(len(self.column), layout.num_heads, sequences)
 
     def listens(self, event: str) -> bool:
         return self.enabled and (event != GATE or self.layout.gated)
@@ -76,13 +81,17 @@ class Anatomy(Metric):
         stats = stats.follow(query.device)
         valid = None if b.all_valid else b.valid.to(query.device)
         received = received_attention(query, key, lse, mask, scale, softcap=softcap, valid=valid)
-        stats.update(received, b.input_ids, b.seq_index)
+        secondary = stats.update(received, b.input_ids, b.seq_index)                  # (B,)
+        self.sequences.follow(query.device).update(self.column[layer], received, secondary, b.seq_index)
         keys = top_keys(received, 1, min_queries=stats.min_queries)              # (B, H, 1)
         p = key_probability(query, key, lse, keys, mask, scale, softcap=softcap)  # (B, H, T, 1)
         if value is not None:
             stats.update_drains(value_drains(value, out, p, keys, valid=valid), valid)
         if gate is not None:
             stats.update_gate(p.sum(-1), gate.transpose(1, 2), valid)             # (B, H, T) each
+
+    def reducers(self) -> list:
+        return [*super().reducers(), self.sequences] if self.enabled else []
 
     def frames(self, done) -> dict:
         if not self.enabled:
@@ -117,9 +126,16 @@ class Anatomy(Metric):
     def summarise(self, a, layers, done) -> dict:
         if not self.enabled:
             return {}
-        return {"anatomy": {"epsilon": next(iter(self.stats.values())).epsilon if self.stats else None,
+        from ...intervals import SequenceValues, anatomy_intervals
+
+        epsilon = next(iter(self.stats.values())).epsilon if self.stats else None
+        # Key 0's score and sink rate, and the secondary sinks' interval, from per_sequence.csv's
+        # rows (probe/intervals/): the numbers the report's key-0 table shows.
+        values = SequenceValues.from_frame(a.tables.get("per_sequence"))
+        key0 = anatomy_intervals(values, done.resamples, epsilon) if epsilon is not None else {}
+        return {"anatomy": {"epsilon": epsilon,
                             "secondary_sinks": sum(int(st.secondary_cells.sum()) for st in self.stats.values()),
-                            "top_sink_tokens": self.top_tokens(done.tokenizer)}}
+                            **key0, "top_sink_tokens": self.top_tokens(done.tokenizer)}}
 
     def pooled_token_rows(self, k: int | None) -> list[dict]:
         """The one definition of a token's received attention over a whole model: the mean

@@ -88,9 +88,10 @@ class AnatomyStats(Reducer):
 
     # -- updates --------------------------------------------------------------------------------
 
-    def update(self, received: ReceivedAttention, input_ids: torch.Tensor, seq_index: torch.Tensor) -> None:
+    def update(self, received: ReceivedAttention, input_ids: torch.Tensor, seq_index: torch.Tensor) -> torch.Tensor:
         """received: one batch of this layer (invalid keys have count 0 there and are skipped);
-        input_ids (B, S) the token at each key; seq_index (B,) the sequences' numbers."""
+        input_ids (B, S) the token at each key; seq_index (B,) the sequences' numbers. Returns
+        each row's count of secondary-sink cells (B,), which per_sequence.csv keeps."""
         device = self.pos_score.device
         total, count = received.total.to(device), received.count.to(device)     # (B, H, S), (B, S)
         B, H, S = total.shape
@@ -115,6 +116,7 @@ class AnatomyStats(Reducer):
         secondary = sink & seen & (torch.arange(S, device=device) >= 1)           # (B, H, S)
         self.secondary_cells += secondary.sum((0, 2))
         self._keep_top(score, secondary, input_ids.to(device), seq_index.to(device))
+        return secondary.sum((1, 2))
 
     def _keep_top(self, score, secondary, input_ids, seq_index) -> None:
         """Add this batch's best secondary-sink cells to `top`. Only cells at least as high as

@@ -16,10 +16,14 @@ State is O(sequences x layers x heads), never O(tokens).
     nll, nll_n (S,)        next-token loss (kept by metrics/loss/, which computes it anyway)
     document (S,)          the document each sequence comes from, only when one holds several
                            (sliding windows of a long document): the bootstrap resamples documents
+    key0_score (S, A, H), key0_n (S, A), secondary_sinks (S, A)   with the `anatomy` option:
+                           key 0's importance score and the secondary-sink cells (metrics/anatomy/
+                           sequences.py keeps them)
 
 S sequences (rows of the dataset), A attention layers, H heads, L layers, K thresholds.
-The mean-gate control's per-sequence counts need its scale, known only after the pass: they are
-not kept (the control has no interval; reports say so).
+The mean-gate control's per-sequence counts need its scale, known only after the pass: the exact
+control's second pass (exact_control=True, run/control.py) counts them, as the `mean_gate` variant
+of sparsity_below / sparsity_n; the one-pass control has none (no interval; reports say so).
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ import torch
 
 from ...capture.events import GATE, SITES
 from ..bins import abs_row_max, batch_bins
-from ..reducers import F64, I64, Reducer, cut_bits
+from ..reducers import F64, I64, Reducer, cut_bits, grown
 from ..first_token import SINK_EPSILON
 from ..sparsity import HEADLINE_THRESHOLDS
 from . import DECLARATION, LOW_GATE
@@ -38,14 +42,6 @@ from ..base import Metric
 from ..first_token.reduce import first_key_weights
 
 SPARSE_VARIANTS = ("ungated", "gated")
-
-
-def grown(t: torch.Tensor, rows: int, fill) -> torch.Tensor:
-    """t with at least `rows` rows along dim 0, the new ones `fill`."""
-    if t.shape[0] >= rows:
-        return t
-    extra = torch.full((rows - t.shape[0], *t.shape[1:]), fill, dtype=t.dtype, device=t.device)
-    return torch.cat([t, extra])
 
 
 class SequenceStats(Reducer):
@@ -174,7 +170,11 @@ class PerSequence(Metric):
         return update
 
     def frames(self, done) -> dict:
-        return {"per_sequence": sequence_frame(done.name, self, done.metrics["loss"].stats, done.documents)}
+        anatomy = done.metrics.get("anatomy")
+        return {"per_sequence": sequence_frame(done.name, self, done.metrics["loss"].stats, done.documents,
+                                               getattr(anatomy, "sequences", None) if anatomy is not None
+                                               and anatomy.enabled else None,
+                                               getattr(done.control, "per_sequence", None))}
 
     def summarise(self, a, layers, done) -> dict:
         """The 95% intervals beside the numbers (probe/intervals/), from the table just built."""
@@ -185,10 +185,14 @@ class PerSequence(Metric):
         return {**{k: top.get(k) for k in self.SUMMARY_KEYS[:-1]}, "intervals": describe(values, done.resamples)}
 
 
-def sequence_frame(name: str, metric: PerSequence, loss, documents=None) -> pd.DataFrame:
+def sequence_frame(name: str, metric: PerSequence, loss, documents=None, anatomy=None,
+                   control=None) -> pd.DataFrame:
     """per_sequence.csv: one row per sequence and number (declared in per_sequence/__init__.py);
     documents: per sequence its document, written (quantity `document`) when a document holds
-    several sequences (sliding windows), so that the bootstrap draws them together."""
+    several sequences (sliding windows), so that the bootstrap draws them together; anatomy: the
+    sink anatomy's SequenceAnatomy (metrics/anatomy/sequences.py) when the option is on; control:
+    the exact mean-gate control's ControlSequences (run/control.py), written as the `mean_gate`
+    variant of sparsity_below / sparsity_n for its gated layers."""
     s, layout = metric.state.to("cpu"), metric.layout
     S = s.rows if metric.fixed else max(s.rows, loss.seq_nll.shape[0])
     layers = list(metric.column)
@@ -221,10 +225,21 @@ def sequence_frame(name: str, metric: PerSequence, loss, documents=None) -> pd.D
         for k, t in enumerate(HEADLINE_THRESHOLDS):
             add("sparsity_below", s.sparsity_below[:, :, v, k], layers, key=variant, threshold=t)
         add("sparsity_n", s.sparsity_n[:, :, v], layers, key=variant)
+    if control is not None:
+        ids = [layer for layer in control.layers if layer in control.cuts]
+        at = [control.column[layer] for layer in ids]
+        for k, t in enumerate(control.thresholds):
+            add("sparsity_below", control.below[:, at, k], ids, key="mean_gate", threshold=t)
+        add("sparsity_n", control.n[:, at], ids, key="mean_gate")
     all_layers = [p.index for p in layout.layers]
     m = s.m_act.masked_fill(torch.isinf(s.m_act), math.nan)        # no finite value: NaN
     for k, site in enumerate(SITES):
         add("m_act", m[:, :, k], all_layers, key=site)
+    if anatomy is not None:
+        an = anatomy.to("cpu")
+        add("key0_score", an.key0_score, layers, heads=True)
+        add("key0_n", an.key0_n, layers)
+        add("secondary_sinks", an.secondary, layers)
     add("nll", loss.seq_nll, None)
     add("nll_n", loss.seq_count, None)
     if documents:
