@@ -32,3 +32,16 @@ def draw_band(ax: Axes, runs: Runs, model: str, key: str, color, site: str | Non
         return False
     ax.fill_between(layers, lo, hi, color=color, alpha=BAND_ALPHA, linewidth=0, label="_interval")
     return True
+
+
+def layer_intervals(runs: Runs, model: str, key: str, *path: str) -> dict[int, tuple[float, float]]:
+    """layer -> (lo, hi) of a nested per-layer interval, e.g. ("sparsity", "gated", "0.01") reads
+    entry["sparsity_lo"]["gated"]["0.01"]; layers without one are left out."""
+    out = {}
+    for entry in runs.summary[model].get("layers") or []:
+        a, b = entry.get(f"{key}_lo"), entry.get(f"{key}_hi")
+        for step in path:
+            a, b = (a or {}).get(step), (b or {}).get(step)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            out[entry["layer"]] = (float(a), float(b))
+    return out

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure, SubFigure
 from probe.reports.tables.frames import sparsity_at, sparsity_sweep
 from probe.reports.plots._layout import (figure_or_new, legend_entries, legend_outside, legend_width,
                                          not_applicable, panel_title, set_layer_ticks, side_by_side)
+from probe.reports.plots.intervals import layer_intervals
 from probe.reports.runs import load_runs
 from probe.reports.labels import HEADLINE_THRESHOLDS, VARIANT_LABELS, VARIANTS
 from probe.reports.style import model_colors, styled
@@ -45,7 +46,9 @@ def plot_sparsity_by_layer(runs: Any, *, fig: Figure | SubFigure | None = None,
             if rows.empty:
                 not_applicable(ax, f"{model}: no sparsity at threshold {threshold:g}")
                 continue
-            _variant_bars(ax, rows, gated=runs.is_gated(model))
+            _variant_bars(ax, rows, gated=runs.is_gated(model),
+                          intervals={v: layer_intervals(runs, model, "sparsity", v, f"{threshold:g}")
+                                     for v in VARIANTS})
             panel_title(ax, model, panels=len(thresholds), after=f"|x| < {threshold:g}")
             if column == 0:
                 ax.set_ylabel("share below threshold")
@@ -53,16 +56,25 @@ def plot_sparsity_by_layer(runs: Any, *, fig: Figure | SubFigure | None = None,
     return fig
 
 
-def _variant_bars(ax, rows, gated: bool) -> None:
+def _variant_bars(ax, rows, gated: bool, intervals=None) -> None:
+    """intervals: variant -> {layer: (lo, hi)}, the 95% intervals drawn as error bars (summary.json's
+    per-layer sparsity_lo / _hi: runs without per_sequence.csv, or the one-pass control, have none)."""
     # Without a gate, `gated` repeats `ungated`: one bar says it without implying a gate.
     variants = [v for v in VARIANTS if v in set(rows["variant"]) and (gated or v == "ungated")]
     layers = sorted(int(layer) for layer in rows["layer"].unique())
     positions = np.arange(len(layers))
     for variant, (offset, width) in zip(variants, side_by_side(len(variants))):
         values = rows[rows["variant"] == variant].set_index("layer")["value"]
-        heights = [values.get(layer, np.nan) for layer in layers]
+        heights = np.array([values.get(layer, np.nan) for layer in layers], dtype=float)
+        found = (intervals or {}).get(variant) or {}
+        yerr = None
+        if found:
+            lo = np.array([found.get(layer, (np.nan, np.nan))[0] for layer in layers])
+            hi = np.array([found.get(layer, (np.nan, np.nan))[1] for layer in layers])
+            yerr = np.nan_to_num(np.vstack([heights - lo, hi - heights]).clip(min=0))
         ax.bar(positions + offset, heights, width, color=VARIANT_COLORS[variant],
-               label=VARIANT_LABELS[variant], linewidth=0)
+               label=VARIANT_LABELS[variant], linewidth=0, yerr=yerr,
+               error_kw={"elinewidth": 0.6, "capsize": 0, "ecolor": "#333333"})
     # Bars sit at 0..n-1 so that hybrid models have no gaps for their linear layers.
     set_layer_ticks(ax, layers, positions=positions, max_ticks=12)
     ax.grid(axis="x", visible=False)

@@ -111,6 +111,16 @@ def gate_bins(runs: Runs) -> str:
     return "; ".join(f"{model}: {text}" for model, text in described.items())
 
 
+def _error_bars(runs: Runs) -> str:
+    """The sentence on the bars' whiskers, when any run has per-layer sparsity intervals."""
+    if not any(entry.get("sparsity_lo") for m in runs.models for entry in runs.summary[m].get("layers") or []):
+        return ""
+    exact = any(runs.meta[m].get("sparsity_control") == "second pass" for m in runs.models)
+    return ("Whiskers: 95% bootstrap intervals over sequences"
+            + (" (the control's only with --exact-control, its scale held at the run's mean gate). "
+               if not exact else " (the exact control's with its scale held at the run's mean gate). "))
+
+
 def sparsity(runs: Runs) -> Section:
     if runs.sparsity.empty:
         return left_out("sparsity", "Sparsity of the attention output",
@@ -123,7 +133,7 @@ def sparsity(runs: Runs) -> Section:
         "ungated output O, the uniform control O × (the layer's mean gate score), and the "
         "dynamically gated O ⊙ g that o_proj receives. If the dynamic gate is sparser than the "
         f"control, sparsity comes from where the gate closes, not from scaling. "
-        f"{figure5_caption()}")
+        f"{_error_bars(runs)}{figure5_caption()}")
     sweep = FigureItem(
         "sparsity-sweep", "Sparsity over the threshold sweep",
         partial(plots.plot_sparsity_sweep, runs),

@@ -152,3 +152,24 @@ def test_claim_2_is_judged_against_the_exact_controls_interval_too(checkpoint, t
         OPPOSITE if hi < 0 or numbers["gain_hi"] < 0 else WITHIN_NOISE)
     assert row["verdict"].startswith(want), (row["verdict"], measured)
     assert np.isclose(numbers["control_gain_lo"], lo) and np.isclose(numbers["control_gain_hi"], hi)
+
+
+def test_sparsity_bars_carry_the_summarys_per_layer_intervals(pair):
+    """The whiskers of the sparsity-per-layer bars run from summary.json's sparsity_lo to _hi of
+    that layer, variant and threshold; the caption says what they are."""
+    import numpy as np
+    from matplotlib.container import ErrorbarContainer
+
+    runs = load_runs(pair)
+    gated = runs.models[1]
+    fig = plots.plot_sparsity_by_layer(runs)
+    ax = fig.axes[2]                                        # second model's row, threshold 0.01
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 2                                   # ungated O and O ⊙ g (no exact control)
+    segments = bars[1].lines[2][0].get_segments()           # the gated bars' whiskers, by layer
+    entries = runs.summary[gated]["layers"]
+    for layer, seg in enumerate(segments):
+        lo, hi = entries[layer]["sparsity_lo"]["gated"]["0.01"], entries[layer]["sparsity_hi"]["gated"]["0.01"]
+        np.testing.assert_allclose([seg[0][1], seg[1][1]], [lo, hi], rtol=1e-9)
+    caption = next(i for i in section(build_sections(runs), "sparsity").items if i.id == "sparsity-by-layer").caption
+    assert "Whiskers: 95% bootstrap intervals" in caption
