@@ -73,7 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write every figure as its own PDF and SVG with its caption into DIR")
     c.add_argument("--pair", nargs="+", metavar="BASE:GATED", help=PAIR_HELP)
     c.add_argument("--group", nargs="+", metavar="NAME:RUN,RUN", help=GROUP_HELP)
-    _analysis_options(c, leave_out=("resume", "checkpoint_seconds"))     # compare starts over
+    # A compare of one length starts over; a --seq-len sweep saves each run and --resume continues it.
+    _analysis_options(c, leave_out=("checkpoint_seconds",))
 
     t = sub.add_parser("train", help="train a small no-gate / headwise / elementwise model to analyse")
     from ..train.cli import add_arguments as add_train_arguments
@@ -159,8 +160,9 @@ def _checked_options(args):
 
         args.lengths = parse_lengths(args.seq_len)
         args.seq_len = max(args.lengths)
-        if getattr(args, "resume", False):
-            raise ProbeError("--resume continues one pass; a --seq-len sweep starts over")
+    elif getattr(args, "resume", False) and args.command == "compare":
+        raise ProbeError("--resume continues a --seq-len sweep; probe compare of one length writes nothing "
+                         "until every model is done and starts over")
 
     # The partial folder is OUT.partial/ (cmd_analyze); a stand-in here lets --resume be checked.
     options = AnalysisOptions.from_cli(args, partial="OUT.partial" if getattr(args, "resume", False) else None,
@@ -309,31 +311,11 @@ def cmd_compare(args, command_line) -> int:
 
 
 def _sweeps(checkpoints, names, options, data, args, out: Path, formats, command_line) -> int:
-    """A context sweep of each checkpoint: one run folder per model and length in `out`, the
-    table across lengths (context_length.csv) beside them, one report."""
-    from ..run.atomic import check_output_dir, check_writable, write_text
-    from .outputs import write_runs
-    from .sweep import check_uniform, describe, sweep
+    """A context sweep of each checkpoint (probe/api/sweep_cli.py): each length saved as it
+    finishes, --out written whole at the end, --resume continuing an interrupted sweep."""
+    from .sweep_cli import run_sweeps
 
-    check_output_dir(out, args.force)
-    check_writable(out)
-    sweeps = [sweep(ckpt, data, lengths=args.lengths, options=options.replace(command=command_line), name=name,
-                    progress_line=lambda line: print(line, file=sys.stderr) if options.progress else None)
-              for ckpt, name in zip(checkpoints, names)]
-    check_uniform(sweeps)
-    runs = {n: a for s in sweeps for n, a in s.run_names().items()}
-    console.raise_if_interrupted()
-    reports = write_runs(runs, out, force=args.force, formats=formats, title=getattr(args, "title", None),
-                         figures=getattr(args, "figures", None))
-    from probe.reports.context import context_table
-
-    write_text(out / "context_length.csv", context_table(list(runs.values())).to_csv(index=False))
-    for s in sweeps:
-        print(describe(s))
-    print(f"wrote {out}/ ({len(runs)} runs and context_length.csv)")
-    for path in reports.values():
-        print(f"wrote {path}")
-    return 0
+    return run_sweeps(checkpoints, names, options, data, args, out, formats, command_line)
 
 
 def cmd_check(args, command_line) -> int:

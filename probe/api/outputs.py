@@ -9,18 +9,24 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..run.atomic import atomic_directory, describe_os_error, os_error_in
+from ..run.atomic import atomic_directory, describe_os_error, os_error_in, write_text
 from .errors import ProbeError, first_line
 from ..run.owned import mark
 
 
 def write_runs(analyses: dict[str, object] | object, out: Path, *, force: bool, formats=(),
                title: str | None = None, figures: Path | None = None,
-               inputs: dict | None = None, pairs=None, groups=None) -> dict[str, Path]:
+               inputs: dict | None = None, pairs=None, groups=None, files: dict[str, str] | None = None,
+               leave_out=()) -> dict[str, Path]:
     """Write one run directory (an Analysis) or a folder of them ({name: Analysis}) at `out`,
     with report.<fmt> for each of `formats` (and every figure on its own in `figures`, a folder
     of its own); returns {format: final path}. inputs ({what: path}): what the command read,
-    which --force must never replace (owned.py).
+    which --force must never replace (owned.py). files ({name: text}): more files written
+    into the folder with the runs (a sweep's context_length.csv), so they appear together.
+
+    A value of {name: ...} may also be a run directory already saved (a Path: a sweep's finished
+    length, probe/api/sweep_saved.py): its files, but those named in leave_out, go in as they
+    are, without the run being read into memory.
 
     A report step that fails for another reason than the disk (a bug, a table the report
     cannot draw) does not cost the run: the run directories are kept, without a report, and
@@ -31,13 +37,18 @@ def write_runs(analyses: dict[str, object] | object, out: Path, *, force: bool, 
         if isinstance(analyses, dict):
             folders = {}
             for name, analysis in analyses.items():
-                (tmp / name).mkdir()
-                mark(tmp / name, "run")
-                analysis.write_into(tmp / name)
+                if isinstance(analysis, Path):
+                    _link_run(analysis, tmp / name, leave_out)
+                else:
+                    (tmp / name).mkdir()
+                    mark(tmp / name, "run")
+                    analysis.write_into(tmp / name)
                 folders[tmp / name] = out / name
         else:
             analyses.write_into(tmp)
             folders = {tmp: out}
+        for file, text in (files or {}).items():
+            write_text(tmp / file, text)
         if formats:
             # Figures asked for inside --out go into the folder that replaces it.
             inside = _within(figures, out) if figures is not None else None
@@ -60,6 +71,24 @@ def write_runs(analyses: dict[str, object] | object, out: Path, *, force: bool, 
     if formats and figures:
         written["figures"] = Path(figures)
     return written
+
+
+def _link_run(saved: Path, into: Path, leave_out=()) -> None:
+    """The files of a saved run directory (its marker included) into the new folder `into`:
+    hard links, since probe never changes a written file in place (it writes a new one and
+    renames it), so the saved copy stays whole if this folder is thrown away; a copy where the
+    file system has no hard links."""
+    import os
+    import shutil
+
+    into.mkdir()
+    for file in sorted(Path(saved).iterdir()):
+        if file.name in leave_out or not file.is_file() or file.is_symlink():
+            continue
+        try:
+            os.link(file, into / file.name)
+        except OSError:
+            shutil.copy2(file, into / file.name)
 
 
 def _within(path: Path, folder: Path) -> Path | None:

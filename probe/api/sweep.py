@@ -12,6 +12,14 @@ to their first T tokens instead. Each run is exactly `analyze(seq_len=T, max_seq
 on the one loaded model: equal, bit for bit, to that length analysed alone
 (tests/api/test_sweep.py), streamed one length at a time.
 
+With a partial folder (`partial=`; the CLI's OUT.partial/) each length's run directory is saved
+there as soon as that length is done, and its pass's state while it runs (resume.py); with
+resume=True the lengths saved there are read back instead of analysed (after checking they were
+made from the same model, data and options, sweep_saved.py) and the pass that was interrupted
+continues from its saved state. keep_runs=False holds only each length's summary in the Sweep,
+not its tables (the CLI writes --out from the saved run directories): one length's Analysis is
+in memory at a time.
+
 A RoPE model runs past its config's positions (past_positions): that is what a sweep past the
 training length measures; a model with a table of learned positions is refused there.
 """
@@ -19,11 +27,13 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from . import sweep_saved as saved_runs
 from .errors import ProbeError, flag
 from .options import AnalysisOptions, check_int
 
@@ -34,15 +44,20 @@ class Sweep:
 
     name: str
     lengths: tuple[int, ...]
-    runs: dict[int, object] = field(default_factory=dict)            # length -> Analysis
+    runs: dict[int, object] = field(default_factory=dict)            # length -> Analysis (keep_runs)
+    summaries: dict[int, dict] = field(default_factory=dict)         # length -> summary.json
+    folders: dict[int, Path] = field(default_factory=dict)           # length -> its saved run directory
 
     def run_names(self) -> dict[str, object]:
-        return {run_name(self.name, T): a for T, a in self.runs.items()}
+        """{NAME@LENGTH: the Analysis, or its saved run directory where it is not held}."""
+        return {run_name(self.name, T): self.runs.get(T, self.folders.get(T)) for T in self.summaries}
 
     def table(self) -> pd.DataFrame:
+        """context_length.csv, one run at a time (a run's rows depend on that run only)."""
         from probe.reports.context import context_table
 
-        return context_table(list(self.runs.values()))
+        parts = [context_table(self.runs[T] if T in self.runs else self.folders[T]) for T in self.summaries]
+        return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 
 
 def run_name(name: str, length: int) -> str:
@@ -71,11 +86,14 @@ def counts(n: int, lengths, bos: bool, *, as_rows: bool) -> dict[int, int]:
 
 
 def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | None = None,
-          name: str | None = None, progress_line=print, **overrides) -> Sweep:
-    """Analyse `model` at each of `lengths` (see the module docstring); returns a Sweep."""
+          name: str | None = None, progress_line=print, keep_runs: bool = True, **overrides) -> Sweep:
+    """Analyse `model` at each of `lengths` (see the module docstring); returns a Sweep.
+
+    With `partial` a finished sweep removes the folder again when keep_runs (its runs are in
+    the Sweep), and leaves it to the caller otherwise (the CLI writes --out from it first)."""
     from ..load import memory_checks, rope
-    from .analyze import analyze
     from ..data.sequences import read_data
+    from ..results.analysis import Analysis
     from ..load.loader import text_config
     from ..run.pipeline import dataset_for
     from ..results.run_names import run_name as named
@@ -83,9 +101,8 @@ def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | N
 
     lengths = parse_lengths(lengths)
     o = AnalysisOptions.of(options, **overrides).replace(seq_len=max(lengths))
-    if o.resume or o.partial is not None:
-        raise ProbeError(f"{flag('resume', True)} continues one pass; a sweep starts over (run the "
-                         "interrupted length alone to resume it)")
+    if not keep_runs and o.partial is None:
+        raise ProbeError(f"keep_runs=False needs {flag('partial', metavar='FOLDER')} to save the runs in")
     if o.max_length is not None or o.stride is not None:
         raise ProbeError(f"{flag('max_length')} / {flag('stride')} cut sliding windows; a sweep cuts "
                          f"the text at each {flag('seq_len')} itself: leave them out")
@@ -116,22 +133,88 @@ def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | N
     per_length = counts(n, lengths, longest.bos_token_id is not None, as_rows=as_rows)
     base = named(name or o.name, loaded.path, type(loaded.model).__name__)
     result = Sweep(base, lengths)
-    for T in lengths:
-        progress_line(f"probe: {run_name(base, T)}: {per_length[T]} sequences of {T:,} tokens")
-        run_options = o.replace(seq_len=T, max_sequences=per_length[T], name=run_name(base, T))
-        started = time.perf_counter()
-        analysis = analyze(loaded, docs, options=run_options)
-        analysis.meta["context_sweep"] = {"model": base, "length": T, "lengths": list(lengths),
-                                          "sequences": per_length[T],
-                                          "rope_scaling": rope.parse(o.rope_scaling) if o.rope_scaling else None,
-                                          "beyond_positions": bool(positions and T > positions),
-                                          # the model's rotary positions as run, and its training length
-                                          "positions": rope.describe(config, (loaded.rope_scaling or {}).get(
-                                              "original_max_position_embeddings")),
-                                          "trained_length": trained_length(loaded.path),
-                                          "seconds": round(time.perf_counter() - started, 2)}
-        result.runs[T] = analysis
+    folder = Path(o.partial) if o.partial is not None else None
+    common = dict(rope_scaling=rope.parse(o.rope_scaling) if o.rope_scaling else None,
+                  positions=rope.describe(config, (loaded.rope_scaling or {}).get("original_max_position_embeddings")),
+                  trained_length=trained_length(loaded.path), config_positions=positions)
+    with _held(folder, o.resume, [run_name(base, T) for T in lengths]) as done:
+        fingerprint = None if folder is None else saved_runs.sweep_fingerprint(
+            loaded, longest, o, lengths, dtype=str(next(loaded.model.parameters()).dtype).replace("torch.", ""))
+        plan = {T: o.replace(seq_len=T, max_sequences=per_length[T], name=run_name(base, T), partial=folder,
+                             resume=False) for T in lengths}
+        # Every saved length is checked before any pass runs: a mismatch costs no time.
+        found = {T: path for T in lengths if o.resume and (path := saved_runs.saved(folder, run_name(base, T)))}
+        for T, path in found.items():
+            saved_runs.check(path, saved_runs.length_fingerprint(fingerprint, plan[T]))
+        if folder is not None:
+            saved_runs.write_readme(folder, o.command)
+        first = True
+        for T in lengths:
+            if T in found:
+                progress_line(f"probe: {run_name(base, T)}: saved in {found[T]}, read back (--resume)")
+                analysis = Analysis.load(found[T])
+                result.folders[T] = found[T]
+            else:
+                progress_line(f"probe: {run_name(base, T)}: {per_length[T]} sequences of {T:,} tokens")
+                # The first length to run may be the one that was interrupted: its pass continues.
+                analysis = _one_length(loaded, docs, plan[T].replace(resume=o.resume and first and folder is not None),
+                                       base, lengths, per_length[T], T, common)
+                first = False
+                if folder is not None:
+                    result.folders[T] = saved_runs.save(folder, analysis,
+                                                        saved_runs.length_fingerprint(fingerprint, plan[T]))
+                    saved_runs.write_readme(folder, o.command)
+            result.summaries[T] = analysis.summary
+            if keep_runs:
+                result.runs[T] = analysis
+            del analysis              # keep_runs=False: the next length runs without this one's tables
+        done.append(keep_runs)
+    if keep_runs:
+        result.folders.clear()        # the folder went with the finished sweep: its runs are in memory
     return result
+
+
+def _one_length(loaded, docs, run_options, base, lengths, sequences, T, common):
+    """`analyze` of one length, with the context_sweep record in its meta.json."""
+    from .analyze import analyze
+
+    started = time.perf_counter()
+    analysis = analyze(loaded, docs, options=run_options)
+    positions = common["config_positions"]
+    analysis.meta["context_sweep"] = {"model": base, "length": T, "lengths": list(lengths),
+                                      "sequences": sequences, "rope_scaling": common["rope_scaling"],
+                                      "beyond_positions": bool(positions and T > positions),
+                                      # the model's rotary positions as run, and its training length
+                                      "positions": common["positions"],
+                                      "trained_length": common["trained_length"],
+                                      "seconds": round(time.perf_counter() - started, 2)}
+    return analysis
+
+
+@contextmanager
+def _held(folder: Path | None, resume: bool, runs: list[str]):
+    """The partial folder's lock for the sweep (re-entrant: the CLI holds it too). A sweep that
+    finishes with its runs in memory (done == [True]) removes the folder; otherwise what it saved
+    stays for --resume or for the caller to write."""
+    from ..run.partial_lock import claim, refuse_waiting_run, release
+    from ..run.resume import start_again
+
+    done: list[bool] = []
+    if folder is None:
+        yield done
+        return
+    claim(folder)
+    try:
+        # Without resume, a waiting pass or this sweep's own saved lengths are not started over;
+        # another model's (probe compare: the models share the folder) are not this sweep's to judge.
+        refuse_waiting_run(folder, resume, pass_only=True)
+        waiting = [r for r in runs if saved_runs.saved(folder, r)]
+        if waiting and not resume:
+            raise ProbeError(f"an interrupted sweep is waiting in {folder} ({', '.join(waiting)} saved); pass "
+                             f"{flag('resume', True)} to continue it or {start_again()}")
+        yield done
+    finally:
+        release(folder, discard=done == [True], runs=done == [True])
 
 
 def trained_length(path) -> int | None:
@@ -151,7 +234,7 @@ def trained_length(path) -> int | None:
 
 def check_uniform(sweeps) -> None:
     """Several sweeps (probe compare) must not share a run name."""
-    names = [n for s in sweeps for n in s.run_names()]
+    names = [run_name(s.name, T) for s in sweeps for T in s.lengths]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ProbeError(f"two sweeps would write {dupes[0]}; give the models distinct names (--name)")
@@ -160,8 +243,7 @@ def check_uniform(sweeps) -> None:
 def describe(sweep: Sweep) -> str:
     """One line per length, as the CLI prints it after the runs."""
     lines = []
-    for T, a in sweep.runs.items():
-        s = a.summary
+    for T, s in sweep.summaries.items():
         lines.append(f"{run_name(sweep.name, T):>24}  F-Attn {_f(s.get('f_attn'))}  sink rate "
                      f"{_f(s.get('sink_rate'))}  M-Act {_f(s.get('m_act'), 0)}  loss {_f(s.get('loss'))}")
     return "\n".join(lines)

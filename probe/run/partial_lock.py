@@ -3,6 +3,11 @@
 The lock is an exclusive flock on `RUN.partial/lock`, which the operating system drops when
 the process ends, however it ends; a second run on the same --out, with --force, --resume or
 neither, is refused while it is held (resume.py saves and continues the state itself).
+
+What a partial folder holds: a pass's state (progress.json, state-rank{r}.pt, README.txt), and
+for a context sweep also the run directory of every length already done (NAME@LENGTH/, with
+probe's marker, probe/api/sweep_saved.py), so that --resume reads them back instead of
+analysing those lengths again.
 """
 from __future__ import annotations
 
@@ -40,15 +45,17 @@ def claim(folder: Path, *, clear: bool = False) -> None:
         _clear(folder)
 
 
-def release(folder: Path, *, discard: bool = False) -> None:
-    """Undo one claim. discard: the run is complete, remove what it saved now. The last claim
-    closes the lock, after removing the folder if it holds nothing worth resuming."""
+def release(folder: Path, *, discard: bool = False, runs: bool = False) -> None:
+    """Undo one claim. discard: the pass is complete, remove its saved state now; runs: also the
+    run directories a sweep saved (the sweep is written whole). A sweep's pass discards only its
+    own state: the lengths done before it stay saved until the sweep's --out is written. The
+    last claim closes the lock, after removing the folder if it holds nothing worth resuming."""
     folder = Path(folder)
     key = str(folder.resolve())
     if key not in _held:
         return
     if discard:
-        _clear(folder)
+        _clear(folder, runs=runs)
     _held[key][1] -= 1
     if _held[key][1] > 0:
         return
@@ -72,31 +79,50 @@ def _check_ours(folder: Path) -> None:
 
 def _ours(entry: Path) -> bool:
     """A name probe writes in a partial folder: the lock, the README, the saved state, and the
-    temporaries those are written through (atomic.write_with)."""
+    temporaries those are written through (atomic.write_with); a sweep's saved run directories
+    and the temporary folders they are written through (atomic.atomic_directory)."""
     name = entry.name
+    if not entry.is_symlink() and entry.is_dir():
+        return _saved_run(entry) or (name.startswith(".") and (".partial-" in name or ".old-" in name))
     return (not entry.is_symlink() and entry.is_file()
             and (name in (LOCK, PROGRESS, "README.txt") or (name.startswith("state-rank") and name.endswith(".pt"))
                  or (name.startswith(".") and name.endswith(".tmp"))))
 
 
-def refuse_waiting_run(folder: Path, resume: bool) -> None:
-    """A run that is not --resume must not start over state an interrupted one saved."""
-    if not resume and holds_state(folder):
+def _saved_run(entry: Path) -> bool:
+    """A run directory a sweep saved here: a folder, not a link, holding probe's marker."""
+    from .owned import marked
+
+    return not entry.name.startswith(".") and entry.is_dir() and not entry.is_symlink() and marked(entry)
+
+
+def refuse_waiting_run(folder: Path, resume: bool, *, pass_only: bool = False) -> None:
+    """A run that is not --resume must not start over state an interrupted one saved.
+    pass_only: look only at a pass's state (a sweep's pass, whose earlier lengths are saved
+    beside it by design)."""
+    if not resume and (holds_pass_state(folder) if pass_only else holds_state(folder)):
         raise ProbeError(f"an interrupted run is waiting in {folder}; pass {flag('resume', True)} to continue it "
                          f"or {flag('force', True) if on_command_line() else f'delete {folder}'} to start again")
 
 
-def _clear(folder: Path) -> None:
-    """Everything in a folder we hold the lock of, but the lock."""
+def _clear(folder: Path, *, runs: bool = True) -> None:
+    """Everything in a folder we hold the lock of, but the lock (and, unless runs, the run
+    directories a sweep saved there)."""
     for entry in folder.iterdir():
-        if entry.name != LOCK:
+        if entry.name != LOCK and (runs or not _saved_run(entry)):
             shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
 
 
-def holds_state(folder: Path) -> bool:
-    """Whether a run saved anything worth resuming in `folder`."""
+def holds_pass_state(folder: Path) -> bool:
+    """Whether a pass saved state to continue in `folder`."""
     return Path(folder).is_dir() and any(p.name == PROGRESS or p.name.startswith("state-rank")
                                          for p in Path(folder).iterdir())
+
+
+def holds_state(folder: Path) -> bool:
+    """Whether a run saved anything worth resuming in `folder`: a pass's state, or the run
+    directories of a sweep's finished lengths."""
+    return holds_pass_state(folder) or (Path(folder).is_dir() and any(_saved_run(p) for p in Path(folder).iterdir()))
 
 
 def _lock(folder: Path) -> int:

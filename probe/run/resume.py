@@ -25,7 +25,8 @@ import torch
 
 from .atomic import describe_os_error, write_text, write_torch
 from ..api.errors import ProbeError, flag, on_command_line
-from .partial_lock import LOCK, PROGRESS, another_folder, claim, holds_state, refuse_waiting_run, release  # noqa: F401  (the CLI's)
+from .partial_lock import (LOCK, PROGRESS, another_folder, claim, holds_pass_state, holds_state,  # noqa: F401  (the CLI's)
+                           refuse_waiting_run, release)
 from ..metrics.reducers import flatten
 
 def start_again() -> str:
@@ -197,7 +198,8 @@ class PassCheckpoint:
         if self.rank == 0:
             claim(self.folder)
             self._claimed = True
-            refuse_waiting_run(self.folder, resume)
+            # Only a pass's state: in a sweep's folder the lengths done before are saved by design.
+            refuse_waiting_run(self.folder, resume, pass_only=True)
         barrier()
         if resume and (self.folder / PROGRESS).exists() and self.state_file.exists():
             done = self._load(cap)
@@ -206,12 +208,13 @@ class PassCheckpoint:
                 print(f"probe: resuming {self.folder}: {done} of {self.total_batches} batches were "
                       f"done, continuing with batch {done + 1}", file=sys.stderr)
             return done
-        if resume and self.rank == 0 and holds_state(self.folder):
+        if resume and self.rank == 0 and holds_pass_state(self.folder):
             # progress.json without the state it describes (or the reverse): nothing to continue.
             missing = self.state_file.name if not self.state_file.exists() else PROGRESS
             print(f"probe: {self.folder} has no {missing}, so there is no saved state to continue; "
                   f"{flag('resume', True)} starts from the beginning", file=sys.stderr)
-        if self.rank == 0:
+        # A sweep's folder has its own README (probe/api/sweep_saved.py), which says more.
+        if self.rank == 0 and not (self.folder / "README.txt").exists():
             self._write(self.folder / "README.txt", lambda: write_text(
                 self.folder / "README.txt",
                 "This analysis was interrupted before it finished; nothing here is a result.\n"

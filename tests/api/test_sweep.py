@@ -130,6 +130,7 @@ def test_cli_sweep_writes_runs_and_table(short, tmp_path, capsys):
         row = table[(table.length == T) & (table.scope == "pooled") & (table.metric == "f_attn")]
         assert row.value.item() == pytest.approx(summary["f_attn"], rel=1e-12)
         assert row.series.item() == "llama + yarn x4"
+    assert not (tmp_path / "sweep.partial").exists()               # the lengths' staging folder is gone
     # The section itself: tests/reports/test_context.py.
     assert main(["analyze", str(short), "--seq-len", "32,abc", "--out", str(tmp_path / "x")]) == 2
     assert "comma list" in capsys.readouterr().err
@@ -147,3 +148,159 @@ def test_compare_sweeps_each_model_into_one_folder(checkpoint, short, tmp_path):
                  str(_text(tmp_path)), "--seq-len", "32,64", "--out", str(out), "--format", "", "--quiet"]) == 0
     assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["base@32", "base@64", "other@32", "other@64"]
     assert set(pd.read_csv(out / "context_length.csv").series) == {"base", "other"}
+    assert not (tmp_path / "compare.partial").exists()
+
+
+# -- each length saved as it finishes; --resume (probe/api/sweep_cli.py, probe/api/sweep_saved.py) --
+
+def _sweep_args(ckpt, tmp_path, out, *more):
+    return ["analyze", str(ckpt), "--data", str(_text(tmp_path)), "--seq-len", "32,64", "--max-sequences", "2",
+            "--batch-size", "1", "--resamples", "0", "--out", str(out), "--quiet", *more]
+
+
+def _interrupt_at_call(monkeypatch, call: int) -> dict:
+    """analyze raises KeyboardInterrupt (as Ctrl-C would) on its `call`-th call; counts the calls."""
+    import probe.api.analyze as module
+
+    calls = {"n": 0}
+    real = module.analyze
+
+    def analyze(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+    monkeypatch.setattr(module, "analyze", analyze)
+    return calls
+
+
+def _summaries(out):
+    return {p.name: json.loads((p / "summary.json").read_text()) for p in sorted(out.iterdir()) if p.is_dir()}
+
+
+@pytest.fixture(scope="module")
+def whole(checkpoint, tmp_path_factory):
+    """An uninterrupted sweep: what an interrupted and resumed one must equal."""
+    tmp = tmp_path_factory.mktemp("whole")
+    out = tmp / "whole"
+    assert main(_sweep_args(checkpoint("qwen3"), tmp, out)) == 0
+    return out
+
+
+def test_an_interrupted_sweep_keeps_its_finished_length_and_resumes_to_the_same_numbers(
+        checkpoint, whole, tmp_path, monkeypatch, capsys):
+    from probe.api.sweep_saved import FINGERPRINT
+
+    ckpt, out = checkpoint("qwen3"), tmp_path / "ctx"
+    partial = tmp_path / "ctx.partial"
+    with monkeypatch.context() as m:
+        _interrupt_at_call(m, 2)                          # qwen3@32 finishes, qwen3@64 is interrupted
+        assert main(_sweep_args(ckpt, tmp_path, out)) == 130
+    err = capsys.readouterr().err.strip()
+    assert err == (f"probe: interrupted; qwen3@32 is saved in {partial}/; continue with the same command "
+                   "plus --resume")
+    assert not out.exists() and (partial / "README.txt").exists()
+    saved = probe.Analysis.load(partial / "qwen3@32")                 # whole and readable
+    assert saved.summary == _summaries(whole)["qwen3@32"]
+    assert sorted(p.name for p in partial.iterdir()) == ["README.txt", "lock", "qwen3@32"]
+
+    # A plain rerun does not start over what was saved.
+    assert main(_sweep_args(ckpt, tmp_path, out)) == 2
+    assert "pass --resume to continue it" in capsys.readouterr().err
+
+    with monkeypatch.context() as m:
+        calls = _interrupt_at_call(m, 0)
+        assert main(_sweep_args(ckpt, tmp_path, out, "--resume")) == 0
+    assert calls["n"] == 1                                            # only qwen3@64 ran
+    assert not partial.exists()
+    assert _summaries(out) == _summaries(whole)                       # every number, exactly
+    assert (out / "context_length.csv").read_text() == (whole / "context_length.csv").read_text()
+    assert not list(out.glob(f"*/{FINGERPRINT}"))
+
+
+def test_a_resume_with_other_options_or_data_is_refused_in_one_line(checkpoint, tmp_path, monkeypatch, capsys):
+    ckpt, out = checkpoint("qwen3"), tmp_path / "ctx"
+    with monkeypatch.context() as m:
+        _interrupt_at_call(m, 2)
+        assert main(_sweep_args(ckpt, tmp_path, out)) == 130
+    capsys.readouterr()
+    for other, differs in ((["--seed", "1"], "seed differs"),
+                           (["--max-sequences", "1"], "sequences, tokens_sha256, max_sequences differ")):
+        args = _sweep_args(ckpt, tmp_path, out, "--resume")
+        args[args.index("--max-sequences"):args.index("--max-sequences") + 2] = []
+        args += ["--max-sequences", "2"] if other[0] != "--max-sequences" else []
+        assert main(args + other) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("probe: error: ") and "\n" not in err, err
+        assert f"qwen3@32 was made with other options, data or weights than this sweep ({differs})" in err, err
+        assert "--force" in err
+    assert (tmp_path / "ctx.partial" / "qwen3@32" / "summary.json").exists()      # left as it was
+    assert not out.exists()
+
+
+def test_an_interrupted_pass_inside_a_sweep_continues_from_its_saved_batches(
+        checkpoint, whole, tmp_path, monkeypatch, capsys):
+    """Killed inside its longest length, a sweep keeps the shorter lengths and the batches done of
+    the longest (--save-every 0: after every batch); --resume continues that pass."""
+    from probe.capture.hf import Capture
+
+    ckpt, out = checkpoint("qwen3"), tmp_path / "ctx"
+    seen = {"n": 0}
+    real = Capture.batch
+
+    def batch(self, input_ids, *args, **kwargs):
+        if input_ids.shape[1] == 64:
+            seen["n"] += 1
+            if seen["n"] == 2:
+                raise KeyboardInterrupt
+        return real(self, input_ids, *args, **kwargs)
+    with monkeypatch.context() as m:
+        m.setattr(Capture, "batch", batch)
+        assert main(_sweep_args(ckpt, tmp_path, out, "--save-every", "0")) == 130
+    err = capsys.readouterr().err
+    assert "qwen3@32 is saved in" in err and "so are the batches done so far" in err
+    assert main(_sweep_args(ckpt, tmp_path, out, "--save-every", "0", "--resume")) == 0
+    assert "1 of 2 batches were done" in capsys.readouterr().err
+    assert _summaries(out) == _summaries(whole)
+    assert not (tmp_path / "ctx.partial").exists()
+
+
+def test_an_interrupted_compare_sweep_resumes(checkpoint, short, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "cmp"
+    args = ["compare", str(checkpoint("qwen3")), str(short), "--name", "base", "other", "--data", str(_text(tmp_path)),
+            "--seq-len", "32,64", "--max-sequences", "1", "--resamples", "0", "--out", str(out), "--format", "",
+            "--quiet"]
+    with monkeypatch.context() as m:
+        _interrupt_at_call(m, 4)                          # base@32, base@64 and other@32 done
+        assert main(args) == 130
+    assert "base@32, base@64, other@32 are saved in" in capsys.readouterr().err
+    with monkeypatch.context() as m:
+        calls = _interrupt_at_call(m, 0)
+        assert main(args + ["--resume"]) == 0
+    assert calls["n"] == 1
+    assert sorted(_summaries(out)) == ["base@32", "base@64", "other@32", "other@64"]
+    assert not (tmp_path / "cmp.partial").exists()
+    # One length alone has nothing to resume: refused in one line.
+    assert main(args[:args.index("--seq-len")] + ["--seq-len", "32", "--out", str(tmp_path / "one"), "--resume"]) == 2
+    assert "--resume continues a --seq-len sweep" in capsys.readouterr().err
+
+
+def test_a_python_sweep_with_a_partial_folder_resumes_and_removes_it(checkpoint, tmp_path, monkeypatch):
+    path, partial = checkpoint("qwen3"), tmp_path / "ctx.partial"
+    quiet = dict(lengths=(32, 64), max_sequences=2, resamples=0, progress=False, progress_line=lambda line: None)
+    alone = sweep(path, DATA, **quiet)
+    with monkeypatch.context() as m:
+        _interrupt_at_call(m, 2)
+        with pytest.raises(KeyboardInterrupt):
+            sweep(path, DATA, partial=partial, **quiet)
+    assert (partial / "qwen3@32" / "summary.json").exists()
+    with pytest.raises(probe.ProbeError, match="resume=True"):            # not started over unasked
+        sweep(path, DATA, partial=partial, **quiet)
+    resumed = sweep(path, DATA, partial=partial, resume=True, **quiet)
+    assert not partial.exists() and resumed.folders == {}
+    _same(resumed.runs[64], alone.runs[64])                             # analysed after the resume
+    saved = resumed.runs[32]                                            # read back from its run directory
+    assert saved.summary == json.loads(json.dumps(alone.runs[32].summary))
+    for name in TABLES:
+        pd.testing.assert_frame_equal(getattr(saved, name), getattr(alone.runs[32], name), check_dtype=False,
+                                      check_exact=True, obj=name)
