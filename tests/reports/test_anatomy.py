@@ -302,9 +302,7 @@ def test_no_tick_labels_overlap_with_30_layers(tmp_path, anatomy_runs):
     for runs in (anatomy_runs, deep):
         anatomy_ids = {item.id for item in section_of(runs).items if isinstance(item, FigureItem)}
         # At the PDF's sizes, as tests/reports/test_layout.py draws every figure.
-        for figure_item, figure, renderer in figures_as_saved(runs):
-            if figure_item.id not in anatomy_ids:
-                continue
+        for figure_item, figure, renderer in figures_as_saved(runs, only=anatomy_ids):
             for ax in figure.findobj(Axes):
                 for axis in ("x", "y"):
                     boxes = tick_label_boxes(ax, axis, renderer)

@@ -41,19 +41,20 @@ def overlaps(boxes) -> list[tuple[int, int]]:
             if i < j and a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1]
 
 
-def figures_as_saved(runs):
-    """(item, figure) at the PDF's slot size: a column for narrow figures, else their width."""
+def figures_as_saved(runs, only=None):
+    """(item, figure) at the PDF's slot size: a column for narrow figures, else their width;
+    only: the item ids to draw (None: every figure)."""
     for section in shown(build_sections(runs)):
         for item in section.items:
-            if isinstance(item, FigureItem):
+            if isinstance(item, FigureItem) and (only is None or item.id in only):
                 with report_style():
                     figure = item.draw()
-                    sizes = [report_pdf.figure_size(tuple(figure.get_size_inches()))]
+                    natural = tuple(figure.get_size_inches())
+                    sizes = [report_pdf.figure_size(natural)]
                     if sizes[0][0] > report_pdf.COLUMN_WIDTH_IN:  # may also share a row
-                        sizes.append(report_pdf.figure_size(tuple(figure.get_size_inches()),
-                                                            column=False))
-                    for size in sizes:
-                        figure = item.draw()
+                        sizes.append(report_pdf.figure_size(natural, column=False))
+                    for n, size in enumerate(sizes):
+                        figure = figure if n == 0 else item.draw()     # the first drawing serves once
                         figure.set_size_inches(size)
                         freeze_layout(figure)
                         canvas = FigureCanvasAgg(figure)
