@@ -1,7 +1,8 @@
 """Where the three trained demo arms that ship with probe are (examples/checkpoints: none,
 headwise, elementwise), wherever a notebook or script that uses them is opened from.
 
-The arms live in the repository, beside the package: an editable install (`make`, `pip
+The arms live in the repository, beside the package (their weights are put in place by
+examples/checkpoints/weights.py, from a cache or by training them again): an editable install (`make`, `pip
 install -e .`) or a run from the source tree finds them next to the imported `probe`. A copy of
 an example elsewhere therefore still finds them; `PROBE_CHECKPOINTS` points at another copy.
 """
@@ -20,6 +21,11 @@ def _holds_arms(folder: Path) -> bool:
     return all((folder / arm / "config.json").is_file() for arm in ARMS)
 
 
+def _weights_missing(folder: Path) -> bool:
+    # The weights are not in git: examples/checkpoints/weights.py puts them in place.
+    return any(not (folder / arm / "model.safetensors").is_file() for arm in ARMS)
+
+
 def shipped_checkpoints() -> Path:
     """The folder that holds the shipped arms (each a checkpoint directory): $PROBE_CHECKPOINTS,
     else examples/checkpoints of the source tree the imported probe comes from, else
@@ -33,6 +39,9 @@ def shipped_checkpoints() -> Path:
     beside_package = Path(__file__).resolve().parents[2] / "examples" / "checkpoints"
     for folder in (beside_package, Path("examples/checkpoints"), Path("checkpoints")):
         if _holds_arms(folder):
+            if _weights_missing(folder):
+                raise ProbeError(f"the demo arms in {folder} have no weights yet (they are not kept in git); "
+                                 f"run python {folder / 'weights.py'} once (make demo and make test do)")
             return folder
     raise ProbeError("the demo arms (examples/checkpoints) are not next to this probe install: "
                      "they ship in the repository, so install it from a clone (pip install -e .) or "
