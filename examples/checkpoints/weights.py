@@ -3,10 +3,10 @@
 Each arm's weights are named by their SHA-256 in weights.sha256 beside this script. For every
 arm whose model.safetensors is missing (or differs), the file is copied from the cache
 (`$PROBE_ARMS_CACHE`, default ~/.cache/probe-arms, one <sha256>.safetensors per arm); when the
-cache lacks it, the arms are trained again with the recipe that made them (training is
-deterministic on the same CPU and thread count: about 20 minutes on 2 cores, once) and the
-result is cached. Weights that train to other bits (another CPU rounds differently) are used
-with a warning: the demo's numbers in the docs were made with the recorded ones.
+cache lacks it, the arms are trained again with the recipe that made them (about 20 minutes on
+2 cores, once) and the result is cached. Retrained weights need not have the recorded bits (a
+retrain here with torch 2.13.0 did not: README.md): they are used with a warning, since the
+demo's numbers in the docs were made with the recorded ones.
 
     python examples/checkpoints/weights.py          # make demo and make test run it first
 """
@@ -68,8 +68,8 @@ def ensure() -> None:
         trained = out / arm / "model.safetensors"
         got = sha256(trained)
         if got != digest:
-            print(f"weights: warning: {arm} trained to other bits than the recorded ones (another CPU or "
-                  "torch build); the docs' demo numbers were made with the recorded weights", file=sys.stderr)
+            print(f"weights: warning: {arm} trained to other bits than the recorded ones; the docs' demo "
+                  "numbers were made with the recorded weights", file=sys.stderr)
         shutil.copyfile(trained, cache / f"{got}.safetensors")
         _place(trained, HERE / arm / "model.safetensors")
 
