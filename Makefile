@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: setup arms demo test gold bench clean
+.PHONY: setup demo test gold bench clean
 
 # The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 $(PY):
@@ -25,14 +25,10 @@ $(INSTALLED): pyproject.toml | $(PY)
 
 setup: $(INSTALLED)
 
-# The demo arms' weights are not in git: copied from ~/.cache/probe-arms, or trained once.
-arms: setup
-	$(PY) examples/checkpoints/weights.py
-
-demo: arms
+demo: setup
 	$(PY) examples/demo.py
 
-test: arms
+test: setup
 	$(PY) -m pytest -q
 
 # Rewrite the gold files after an intended change of numbers, of a report's text, or a new

@@ -1,9 +1,8 @@
 """Where the three trained demo arms that ship with probe are (examples/checkpoints: none,
 headwise, elementwise), wherever a notebook or script that uses them is opened from.
 
-The arms live in the repository, beside the package (their weights are put in place by
-examples/checkpoints/weights.py, from a cache or by training them again): an editable install (`make`, `pip
-install -e .`) or a run from the source tree finds them next to the imported `probe`. A copy of
+The arms, weights included (4.4 MB each, their SHA-256 in weights.sha256), live in the repository
+beside the package: an editable install (`make`, `pip install -e .`) or a run from the source tree finds them next to the imported `probe`. A copy of
 an example elsewhere therefore still finds them; `PROBE_CHECKPOINTS` points at another copy.
 """
 from __future__ import annotations
@@ -22,7 +21,7 @@ def _holds_arms(folder: Path) -> bool:
 
 
 def _weights_missing(folder: Path) -> bool:
-    # The weights are not in git: examples/checkpoints/weights.py puts them in place.
+    # A clone without its large files (a sparse or filtered checkout) has configs but no weights.
     return any(not (folder / arm / "model.safetensors").is_file() for arm in ARMS)
 
 
@@ -40,8 +39,8 @@ def shipped_checkpoints() -> Path:
     for folder in (beside_package, Path("examples/checkpoints"), Path("checkpoints")):
         if _holds_arms(folder):
             if _weights_missing(folder):
-                raise ProbeError(f"the demo arms in {folder} have no weights yet (they are not kept in git); "
-                                 f"run python {folder / 'weights.py'} once (make demo and make test do)")
+                raise ProbeError(f"the demo arms in {folder} have no model.safetensors; they are tracked in git: "
+                                 f"restore them with git checkout -- {folder}")
             return folder
     raise ProbeError("the demo arms (examples/checkpoints) are not next to this probe install: "
                      "they ship in the repository, so install it from a clone (pip install -e .) or "
