@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: setup demo test gold bench clean
+.PHONY: setup demo test test-kernels gold bench clean
 
 # The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 $(PY):
@@ -30,6 +30,16 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# The numbers that are compared with stored or independent ones (the gold runs, the real-model
+# tier) again on the other ATen CPU kernels: scalar (default), and AVX2 where the CPU has
+# AVX-512 (then AVX-512 is what the suite ran). The tolerances must hold on any CPU.
+KERNEL_TESTS := tests/run/test_pipeline_gold.py tests/reports/test_gold.py tests/test_real_models.py
+test-kernels: setup
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS)
+	@if grep -q avx512f /proc/cpuinfo 2>/dev/null; then \
+	  echo "ATEN_CPU_CAPABILITY=avx2"; \
+	  ATEN_CPU_CAPABILITY=avx2 $(PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS); fi
 
 # Rewrite the gold files after an intended change of numbers, of a report's text, or a new
 # case: the run directories (tests/gold_runs/: only the files beyond the tolerances) and the

@@ -16,6 +16,11 @@ sys.path[1:1] = [str(p) for p in sorted(Path(__file__).parent.iterdir())
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
+import portable_random  # noqa: E402
+
+# The tiny models' weights must have the same bits on every CPU (their fingerprints are gold).
+portable_random.install()
+
 import tiny  # noqa: E402
 
 from samples import BASELINES, GATED, TEXT  # noqa: E402,F401

@@ -169,3 +169,55 @@ def test_the_tool(tmp_path, capsys):
     assert out.startswith("  massive.csv, column value, row 2 (layer 0, site attn_out, metric ") and out.count("\n") == 1
     assert main([str(CASE), str(tmp_path / "nothing")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+WINDOWS = Path(__file__).parent / "gold_runs" / "gemma3_windows"
+
+
+def test_a_histogram_median_may_move_within_a_bin_no_further():
+    """massive.csv median_abs is a quantile of bins 2**-7 wide (relative): a value crossing a
+    bin edge on another CPU moves it within that, and a move beyond one bin is named."""
+    text = (WINDOWS / "massive.csv").read_text()
+    row = row_of(text, metric="median_abs")
+    assert diff_files({"massive.csv": text}, {"massive.csv": edit(text, row, "value", scaled(1 + 2**-8))}) == []
+    found = diff_files({"massive.csv": text}, {"massive.csv": edit(text, row, "value", scaled(1 + 2**-6))})
+    assert [(d.where, d.row) for d in found] == [("value", row)]
+    # max_abs keeps the arithmetic's tolerance
+    row = row_of(text, metric="max_abs")
+    assert diff_files({"massive.csv": text}, {"massive.csv": edit(text, row, "value", scaled(1 + 2**-8))})
+
+
+def _swap_ranks(text: str, first: int) -> str:
+    """The CSV with data rows first and first + 1 exchanged, their `rank` cells kept in place."""
+    lines = text.splitlines(keepends=True)
+    rank = lines[0].split(",").index("rank")
+    a, b = (lines[first].split(","), lines[first + 1].split(","))
+    a[rank], b[rank] = b[rank], a[rank]
+    lines[first], lines[first + 1] = ",".join(b), ",".join(a)
+    return "".join(lines)
+
+
+def test_near_tied_entries_of_a_ranking_may_come_in_either_order():
+    """Ranks 1 and 2 of layer 0 resid_mid hold values one float32 ulp apart (the same window of
+    text at two positions): another CPU's rounding may swap them. Entries that differ by more
+    than FLOAT keep their order."""
+    text = (WINDOWS / "massive_top.csv").read_text()
+    tied = row_of(text, layer="0", site="resid_mid", rank="1")
+    assert diff_files({"massive_top.csv": text}, {"massive_top.csv": _swap_ranks(text, tied)}) == []
+    apart = row_of(text, layer="0", site="resid_mid", rank="2")          # ranks 2 and 3: 2% apart
+    found = diff_files({"massive_top.csv": text}, {"massive_top.csv": _swap_ranks(text, apart)})
+    assert {d.where for d in found} >= {"sequence", "position", "abs_value"}
+
+
+def test_the_last_entry_of_a_ranking_may_be_another_of_the_same_value_no_other():
+    """At the cut a near-tie with an entry the table does not show may let that entry in: the
+    last rank may sit elsewhere if its value agrees within FLOAT; rank 1 may not."""
+    text = (WINDOWS / "massive_top.csv").read_text()
+    last = row_of(text, layer="0", site="resid_mid", rank="3")
+    moved = edit(edit(text, last, "sequence", lambda c: str(int(c) + 5)), last, "position", lambda c: "7")
+    assert diff_files({"massive_top.csv": text}, {"massive_top.csv": moved}) == []
+    further = edit(moved, last, "abs_value", scaled(1.001))
+    assert diff_files({"massive_top.csv": text}, {"massive_top.csv": further})
+    first = row_of(text, layer="0", site="resid_mid", rank="1")
+    assert diff_files({"massive_top.csv": text},
+                      {"massive_top.csv": edit(text, first, "position", lambda c: "7")})

@@ -326,6 +326,7 @@ def _calibration_ids(seed: int) -> torch.Tensor:
 # amplify it until later layers' inputs are nearly identical for all tokens.)
 BIAS_VALUE = 1.0
 HEAD_OFFSET_STD = 1.5
+CALIBRATION_GRID = 64            # calibrated gate weights are multiples of 1/64
 _RESIDUAL_READERS = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "lm_head")
 _RESIDUAL_WRITERS = ("o_proj", "down_proj", "out_proj")
 
@@ -367,9 +368,24 @@ def _gate_bias_weights(normed: torch.Tensor, gate_logits: torch.Tensor, k: int, 
     `shift`, with head means spread by N(0, HEAD_OFFSET_STD²) offsets.
     """
     H = gate_logits.shape[-2]
-    offsets = HEAD_OFFSET_STD * torch.randn(H, generator=generator)
+    offsets = HEAD_OFFSET_STD * torch.randn(H, generator=generator, dtype=torch.float64)
     target = shift + offsets - offsets.mean()  # (H,)
-    return (target - float(gate_logits.mean())) / float(normed[..., k].mean())
+    weights = (target - float(gate_logits.double().mean())) / float(normed[..., k].double().mean())
+    # On the grid of CALIBRATION_GRID: the calibration forward rounds its float32 parts (the
+    # Gated DeltaNet kernel) in the way of the CPU's ATen kernels, a few ulps apart between
+    # CPUs; a coarse grid gives every CPU the same weights (a value lands within 1e-6 of a
+    # grid midpoint once in ~10^4) at the cost of a mean gate logit off by < 0.01.
+    return torch.round(weights * CALIBRATION_GRID) / CALIBRATION_GRID
+
+
+def _portable_decay(model, seed: int) -> None:
+    """Gated DeltaNet's A_log, drawn as transformers does (log of uniform(0.01, 16)) but with a
+    scalar log: the vectorised `log_` rounds a few values an ulp apart between CPU kernels."""
+    g = torch.Generator().manual_seed(60_000 + seed)
+    for module in model.modules():
+        if isinstance(getattr(module, "A_log", None), torch.nn.Parameter):
+            a = torch.empty(module.A_log.shape, dtype=torch.float64).uniform_(0.01, 16, generator=g)
+            module.A_log.copy_(torch.tensor([math.log(x) for x in a.tolist()]).view_as(a))
 
 
 def _sharpen_qk_norm(model, zero_centred: bool, seed: int) -> None:
@@ -431,6 +447,7 @@ def _build_hf(kind, *, seed, overrides, gate_shift=DEFAULT_GATE_SHIFT):
     torch.manual_seed(seed)
     model = getattr(tf, MODEL_CLASS[kind])(config).eval()
     with torch.no_grad():
+        _portable_decay(model, seed)
         if kind in ("qwen3", "qwen3_next", "qwen3_5"):
             _sharpen_qk_norm(model, zero_centred=kind != "qwen3", seed=seed)
         if kind in GATED_KINDS and gate_shift:
@@ -482,13 +499,14 @@ def _shift_native_gates(model, config, shift, seed):
                     "gate", out.view(*out.shape[:-1], H, 2 * D)[..., D:])),  # (B, T, H, D)
         ]
         try:
-            model(ids)
+            model.double()(ids)      # float64 but for the Gated DeltaNet kernel's float32 parts
         finally:
+            model.float()            # exact: every weight was a float32 value
             for h in hooks:
                 h.remove()
         bias_w = _gate_bias_weights(seen["normed"], seen["gate"], k, shift, g)  # (H,)
         w = attn.q_proj.weight.view(H, 2 * D, -1)  # (H, 2D, hidden)
-        w[:, D:, k] = bias_w[:, None]
+        w[:, D:, k] = bias_w[:, None].float()
 
 
 # --------------------------------------------------------------------------------------------
@@ -622,11 +640,11 @@ def _make_official(kind, path, *, seed, overrides, gate_shift=DEFAULT_GATE_SHIFT
             g = torch.Generator().manual_seed(50_000 + seed)
             rows_per_head = len(gate_rows) // H  # gate_rows are head-major
             for i in range(cfg["num_hidden_layers"]):
-                _, internals = _reference(cfg, sd, ids, return_internals=True)
+                _, internals = _reference(cfg, sd, ids, return_internals=True, dtype=torch.float64)
                 bias_w = _gate_bias_weights(internals[i]["attn_in"], internals[i]["gate_logits"],
                                             bias_k, shift, g)  # (H,)
                 w = sd[f"model.layers.{i}.self_attn.q_proj.weight"]
-                w[gate_rows, bias_k] = bias_w.repeat_interleave(rows_per_head)
+                w[gate_rows, bias_k] = bias_w.repeat_interleave(rows_per_head).float()
     save_file({k: v.contiguous() for k, v in sd.items()}, str(path / "model.safetensors"),
               metadata={"format": "pt"})
     (path / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
