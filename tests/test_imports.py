@@ -96,12 +96,12 @@ def test_one_analysis_over_the_sources():
     """One recipe (analyze.py) over the sources (source.py); the hooks of each source (probe/capture/hf.py,
     bridge.py) know neither the recipe nor the other source, and the pass (pipeline.py) no source."""
     everywhere = _graph(top_level=False)
-    assert "probe.capture.source" in _graph(top_level=True)["probe.api.analyze"]
+    assert "probe.run.source" in _graph(top_level=True)["probe.api.analyze"]
     assert not {"probe.capture.bridge", "probe.capture.hf"} & _graph(top_level=True)["probe.api.analyze"]
     for hooks in ("probe.capture.bridge", "probe.capture.hf"):
-        assert not {"probe.api.analyze", "probe.capture.source", "probe.run.pipeline"} & everywhere[hooks], hooks
+        assert not {"probe.api.analyze", "probe.run.source", "probe.run.pipeline"} & everywhere[hooks], hooks
     assert "probe.capture.hf" not in everywhere["probe.capture.bridge"] and "probe.capture.bridge" not in everywhere["probe.capture.hf"]
-    assert not {"probe.api.analyze", "probe.capture.source", "probe.capture.bridge", "probe.capture.hf"} & everywhere["probe.run.pipeline"]
+    assert not {"probe.api.analyze", "probe.run.source", "probe.capture.bridge", "probe.capture.hf"} & everywhere["probe.run.pipeline"]
     # The one batch loop: the pass, the interventions and the exact control, none with its own.
     for loop in ("probe.run.pipeline", "probe.run.interventions", "probe.run.control"):
         assert "probe.run.batches" in everywhere[loop], loop
@@ -117,9 +117,9 @@ def test_no_import_cycle_even_through_imports_inside_functions():
 
 
 def test_the_event_names_import_nothing_of_probe():
-    """probe/capture/events.py names the events; the bus (probe/capture/bus.py) builds the metrics, which import
+    """probe/core/events.py names the events; the bus (probe/capture/bus.py) builds the metrics, which import
     the names: a name module that imported a metric would close the circle again."""
-    assert _graph(top_level=False)["probe.capture.events"] == set()
+    assert _graph(top_level=False)["probe.core.events"] == set()
 
 
 def test_the_attention_kernel_names_no_family():

@@ -24,7 +24,7 @@ pytest.importorskip("gguf")
 
 from probe import Capture  # noqa: E402
 from probe.load import real_models
-from probe.capture.events import ATTENTION  # noqa: E402
+from probe.core.events import ATTENTION  # noqa: E402
 from probe.metrics.anatomy.received import received_attention  # noqa: E402
 from probe.data.corpus import sample_texts  # noqa: E402
 from reference import eager_attentions  # noqa: E402

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import ProbeError
+from ..core.errors import ProbeError
 
 _busy: set[int] = set()                 # id() of the model objects a pass runs on now
 _busy_lock = threading.Lock()

@@ -34,8 +34,8 @@ from pathlib import Path
 import pandas as pd
 
 from . import sweep_saved as saved_runs
-from .errors import ProbeError, flag
-from .options import AnalysisOptions, check_int
+from ..core.errors import ProbeError, flag
+from ..core.options import AnalysisOptions, check_int
 
 
 @dataclass
@@ -91,13 +91,14 @@ def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | N
 
     With `partial` a finished sweep removes the folder again when keep_runs (its runs are in
     the Sweep), and leaves it to the caller otherwise (the CLI writes --out from it first)."""
-    from ..load import memory_checks, rope
+    from ..run import memory_checks
+    from ..load import rope
     from ..data.sequences import read_data
     from ..results.analysis import Analysis
     from ..load.loader import text_config
     from ..run.pipeline import dataset_for
     from ..results.run_names import run_name as named
-    from ..capture.source import as_loaded
+    from ..run.source import as_loaded
 
     lengths = parse_lengths(lengths)
     o = AnalysisOptions.of(options, **overrides).replace(seq_len=max(lengths))

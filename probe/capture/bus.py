@@ -1,5 +1,5 @@
 """The event bus of one pass: `Batch` (where each row of a forward pass comes from) and `Pass`
-(the metrics of the pass and their subscriptions to the events of probe/capture/events.py).
+(the metrics of the pass and their subscriptions to the events of probe/core/events.py).
 
 A source (capture.Capture, bridge.BridgeCapture) is a Pass that also owns the model's hooks:
 it emits the events, the bus hands each to the metrics that subscribed.
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .events import EVENTS, LOGITS
+from ..core.events import EVENTS, LOGITS
 from ..metrics import build_metrics
 from ..metrics.base import Done
-from ..api.options import AnalysisOptions
+from ..core.options import AnalysisOptions
 
 
 @dataclass

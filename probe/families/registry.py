@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..api.errors import ProbeError, flag
+from ..core.errors import ProbeError, flag
 from .gates import GateSpec
 from . import gemma, grafted, official, qwen_next
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ..api.errors import ProbeError, first_line
+from ..core.errors import ProbeError, first_line
 
 
 def config_hash(path: Path) -> str:

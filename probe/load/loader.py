@@ -21,10 +21,10 @@ from ..families.registry import model_class
 from ..families.describe import describe, warn_if_gate_declared_away  # noqa: F401
 from ..families.registry import text_config
 from .checkpoint_files import check_checkpoint_dir, check_loading_info, config_hash, shape_mismatch
-from ..api.errors import ProbeError, first_line, flag
+from ..core.errors import ProbeError, first_line, flag
 from ..families.gates import GateSpec
 from .preflight import check_device
-from ..api.reprs import LoadedModelRepr
+from ..core.reprs import LoadedModelRepr
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -47,7 +47,7 @@ class LoadedModel(LoadedModelRepr):                 # a one-screen repr (reprs.p
     @property
     def name(self) -> str | None:
         """The run's default name: the folder's, or the GGUF file's without its suffix."""
-        from ..results.run_names import checkpoint_name
+        from .names import checkpoint_name
 
         return checkpoint_name(self.path)
 

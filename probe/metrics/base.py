@@ -6,7 +6,7 @@ reports/) and its `Metric` (the reducers fed by events, the tables read from the
                          probe/metrics/<m>/reduce.py
         order            its place in the pass (lower first): the order of the reducers (merged
                          under torchrun, saved by --resume), of its tables, of summarise()
-        events           event (probe/capture/events.py) -> the Metric's method the bus subscribes
+        events           event (probe/core/events.py) -> the Metric's method the bus subscribes
         tables           table -> column -> kind ("str", "int", "float", "bool"): its files of
                          the run directory (docs/run-directory.md); probe.results.schema.TABLES joins them
         summary_keys     the summary.json keys it writes, in file order
@@ -82,7 +82,7 @@ class Metric:
 
     def __init__(self, layout, options, *, vocab_size: int | None = None, sequences: int | None = None,
                  token_groups=None):
-        """options: the AnalysisOptions of the pass (probe/api/options.py); vocab_size: the
+        """options: the AnalysisOptions of the pass (probe/core/options.py); vocab_size: the
         model's vocabulary; sequences: the dataset's row count (the per-sequence state's size);
         token_groups: the data's token groups (probe.data.token_types.TokenGroups), None without a gate."""
         self.layout = layout

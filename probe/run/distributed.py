@@ -25,7 +25,7 @@ import os
 
 import torch
 
-from ..api.errors import ProbeError
+from ..core.errors import ProbeError
 
 _initialized_here = False
 

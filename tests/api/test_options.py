@@ -1,4 +1,4 @@
-"""probe.api.options.AnalysisOptions: every option once, the CLI and probe.analyze built from it."""
+"""probe.core.options.AnalysisOptions: every option once, the CLI and probe.analyze built from it."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,7 +7,7 @@ import pytest
 
 from probe import ProbeError
 from probe.api import cli, errors
-from probe.api.options import DTYPE_NAMES, AnalysisOptions
+from probe.core.options import DTYPE_NAMES, AnalysisOptions
 
 
 def test_every_field_has_a_help_text_and_the_cli_offers_the_command_line_ones():
@@ -127,13 +127,13 @@ def test_no_module_but_options_defaults_an_option():
     found = {}
     for path in sorted((root / "probe").rglob("*.py")):
         module = path.relative_to(root).as_posix()
-        if module == "probe/api/options.py":
+        if module == "probe/core/options.py":
             continue
         for parameter, line in _keyword_defaults(ast.parse(path.read_text(encoding="utf-8"))):
             if parameter in fields:
                 found.setdefault((module, parameter), line)
     new = {f"{m}:{line} {p}=" for (m, p), line in found.items() if (m, p) not in OWN_DEFAULTS}
-    assert not new, f"defaults of analysis options outside probe/api/options.py (take the options whole): {sorted(new)}"
+    assert not new, f"defaults of analysis options outside probe/core/options.py (take the options whole): {sorted(new)}"
     stale = set(OWN_DEFAULTS) - set(found)
     assert not stale, f"OWN_DEFAULTS entries no longer needed (delete them): {sorted(stale)}"
 

@@ -268,7 +268,7 @@ def test_reordered_official_model_says_so_itself(name, family, tmp_path):
     """After reorder_official_q_proj the layout reads the gate per head, from the attention modules
     themselves: the config gains no attributes (a saved copy would carry them), and the gate
     scores and F-Attn are the grouped layout's."""
-    from probe.families.reorder import reorder_official_q_proj
+    from probe.load.reorder import reorder_official_q_proj
 
     case, run = CASES[name], family(name)
     model = build(case)

@@ -1,6 +1,6 @@
 """Long sequences within memory: the logits block by block (probe/capture/logits.py) give the loss of
 the full logits, and a pass that cannot fit is refused before the model loads
-(probe/load/memory.py, probe/load/memory_checks.py)."""
+(probe/load/memory.py, probe/run/memory_checks.py)."""
 from __future__ import annotations
 
 import functools

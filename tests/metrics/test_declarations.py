@@ -7,7 +7,7 @@ import torch
 
 import probe
 from probe import metrics
-from probe.capture.events import EVENTS
+from probe.core.events import EVENTS
 from samples import TEXT
 
 
@@ -57,7 +57,7 @@ def test_every_declared_meta_key_is_written(analysis):
 def test_the_bus_subscribes_what_each_metric_listens_to(loaded):
     """Every declared event, in the metrics' order, unless the metric declines it in this pass:
     the anatomy without its option, the gate metrics of an ungated model."""
-    from probe.capture.events import ATTENTION, GATE
+    from probe.core.events import ATTENTION, GATE
 
     gated = probe.Capture(loaded("official_headwise").model, loaded("official_headwise").layout)
     assert not gated.wants(ATTENTION) and gated.wants(GATE)
@@ -88,7 +88,7 @@ def test_the_schema_is_the_declarations_and_the_others():
     without torch) with those other parts of probe write; optional tables and counts come from
     the declarations too."""
     from probe.results import schema
-    from probe.capture.events import SITES
+    from probe.core.events import SITES
     from probe.data.token_types import BUILTIN
 
     declared = {t: c for d in metrics.DECLARATIONS for t, c in d.tables.items()}

@@ -12,7 +12,7 @@ import torch
 
 import probe
 from probe.data.token_types import TokenGroups
-from probe.capture.events import ATTENTION
+from probe.core.events import ATTENTION
 from samples import TEXT
 
 RTOL = 1e-6

@@ -200,7 +200,7 @@ import probe
 from probe import Capture
 from probe.run import distributed, interventions
 from probe.data.sequences import build_dataset
-from probe.api.errors import ProbeError
+from probe.core.errors import ProbeError
 
 ckpt, data, out = sys.argv[1:]
 rank, world, _ = distributed.setup()

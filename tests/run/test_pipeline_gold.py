@@ -134,7 +134,7 @@ def massive(path: Path) -> Path:
 
 def grafted(path: Path) -> Path:
     """probe graft of a tiny Llama: a headwise gate_proj with a random (sigmoid) initialisation."""
-    from probe.families.graft import graft
+    from probe.train.graft import graft
 
     base = tiny.make_checkpoint("llama", path.with_name(path.name + "-base"), **SMALL)
     return graft(base, gate="headwise", init="random", seed=0, out=path, say=lambda line: None)

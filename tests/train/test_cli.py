@@ -25,7 +25,7 @@ def test_min_lr_ratio_sets_the_schedule_the_grafting_experiment_ran():
 
     import pytest
 
-    from probe.api.errors import ProbeError
+    from probe.core.errors import ProbeError
     from probe.train.cli import add_arguments, config_from_args
     from probe.train.schedule import lr_factor
 

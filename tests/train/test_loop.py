@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from probe.api.cli import main
-from probe.api.errors import ProbeError
+from probe.core.errors import ProbeError
 from probe.train import ARMS, TrainConfig
 from probe.train.log import read_log
 from probe.train.loop import train

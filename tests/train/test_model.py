@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 import probe
-from probe.api.errors import ProbeError
+from probe.core.errors import ProbeError
 from probe.train import ARMS
 from probe.train.model import (Shape, build_model, check_matched, count_parameters,
                                expected_parameters, model_config)

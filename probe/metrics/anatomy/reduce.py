@@ -19,7 +19,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from ...capture.events import GATE
+from ...core.events import GATE
 from . import DECLARATION
 from . import SINK_MIN_QUERIES as DECLARED_SINK_MIN_QUERIES
 from ..base import Metric

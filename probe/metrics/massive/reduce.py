@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from ..bins import abs_row_max
-from ...capture.events import SITES
+from ...core.events import SITES
 from ..reducers import I64, LogHistogram, Reducer
 from . import DECLARATION
 from ..base import Metric, mean

@@ -32,7 +32,7 @@ import math
 import pandas as pd
 import torch
 
-from ...capture.events import GATE, SITES
+from ...core.events import GATE, SITES
 from ..bins import abs_row_max, batch_bins
 from ..reducers import F64, I64, Reducer, cut_bits, grown
 from ..first_token import SINK_EPSILON

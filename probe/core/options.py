@@ -114,7 +114,7 @@ def _gate(name, value, options):
 
 def _interventions(name, value, options):
     if value is not None and value is not False:
-        from ..run.intervention_kinds import parse_kinds
+        from .intervention_kinds import parse_kinds
 
         parse_kinds(value)
 

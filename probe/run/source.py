@@ -28,11 +28,11 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..api.errors import ProbeError, flag
+from ..core.errors import ProbeError, flag
 from ..load.loader import (LoadedModel, check_tokenizer_dir, config_hash, describe, load, load_tokenizer,
                            text_config, warn_if_gate_declared_away)
-from ..api.options import AnalysisOptions
-from ..run.pipeline import check_model_as_is, checkpoint_of, head_averaged_rows
+from ..core.options import AnalysisOptions
+from .pipeline import check_model_as_is, checkpoint_of, head_averaged_rows
 from ..results.run_names import run_name
 
 
@@ -67,7 +67,7 @@ class Source(Protocol):
 def source_for(model, o: AnalysisOptions) -> Source:
     """The source of `model` (a bridge, or anything the Hugging Face path loads), checked against
     the options and named."""
-    from .bridge import is_bridge
+    from ..capture.bridge import is_bridge
 
     source = BridgeSource.of(model, o) if is_bridge(model) else HFSource.of(model, o)
     source.name = run_name(o.name, source.name_from, type(source.loaded.model).__name__)
@@ -113,9 +113,9 @@ class HFSource(_Common):
     def of(cls, model, o: AnalysisOptions) -> "HFSource":
         """Load a checkpoint (or take a model object as it is: a dtype or device asked for must
         be what it holds), join torchrun's process group, check the declared gate."""
-        from ..run import distributed
-        from ..load import memory_checks
-        from .gate_logits import validate_gate
+        from . import distributed
+        from . import memory_checks
+        from ..capture.gate_logits import validate_gate
 
         dtype, device = o.dtype, o.device
         if not isinstance(model, (str, Path)):
@@ -147,7 +147,7 @@ class HFSource(_Common):
         return f"analyse {self.name}"
 
     def capture(self, options, *, token_groups, vocab_size, sequences):
-        from .hf import Capture
+        from ..capture.hf import Capture
 
         return Capture(self.loaded.model, self.layout, options, token_groups=token_groups,
                        vocab_size=vocab_size, sequences=sequences)
@@ -156,8 +156,8 @@ class HFSource(_Common):
     def forwarding(self, cap, dataset, options):
         """forward(ids) -> logits, the full logits or a block at a time (logits.py), once the
         largest batch is known to fit (memory_checks.py)."""
-        from ..load import memory_checks
-        from .logits import forward_for
+        from . import memory_checks
+        from ..capture.logits import forward_for
 
         batch, length = memory_checks.before_pass(self.loaded, dataset, options)
         with forward_for(self.loaded.model, batch=batch, length=length) as forward:
@@ -256,7 +256,7 @@ class BridgeSource(_Common):
 
     @classmethod
     def of(cls, bridge, o: AnalysisOptions) -> "BridgeSource":
-        from .bridge import bridge_layout, check_bridge
+        from ..capture.bridge import bridge_layout, check_bridge
 
         check_bridge(bridge)
         hf = bridge.original_model
@@ -277,7 +277,7 @@ class BridgeSource(_Common):
     @staticmethod
     def refuse(hf, o: AnalysisOptions) -> None:
         """One ProbeError line for an option this path cannot honour, before any work is done."""
-        from ..run import distributed
+        from . import distributed
 
         defaults = AnalysisOptions()
         for option, why in HF_ONLY.items():
@@ -291,7 +291,7 @@ class BridgeSource(_Common):
         check_model_as_is(hf, dtype=o.dtype, device=o.device, device_map=None)
 
     def capture(self, options, *, token_groups, vocab_size, sequences):
-        from .bridge import BridgeCapture
+        from ..capture.bridge import BridgeCapture
 
         return BridgeCapture(self.bridge, self.layout, options, gate_dim=self.gate_dim,
                              token_groups=token_groups, sequences=sequences)
