@@ -16,8 +16,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import probe
-import tiny
-from samples import TEXT
+from tests import tiny
+from tests.samples import TEXT
 from probe.api.cli import main
 from probe.run.interventions import NO_GATE, NOTHING_ZEROED
 

@@ -6,7 +6,8 @@ import dataclasses
 import pytest
 
 from probe import ProbeError
-from probe.api import cli, errors
+from probe.api import cli
+from probe.core import errors
 from probe.core.options import DTYPE_NAMES, AnalysisOptions
 
 

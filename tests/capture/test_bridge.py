@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import probe
-import tiny
-from samples import TEXT
+from tests import tiny
+from tests.samples import TEXT
 from probe import ProbeError
 from probe.capture.bridge import BridgeCapture, build_bridge, is_bridge
 from probe.load.loader import describe

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 import probe
-import tiny
+from tests import tiny
 from probe.families.describe import describe
 from probe.families import official, registry
-from reference import eager_attentions
+from tests.reference import eager_attentions
 
 SIZES = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,

@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file
 
 import probe
-import tiny
+from tests import tiny
 from probe.api.cli import main
 from probe.core.errors import ProbeError
 from probe.train.graft import graft

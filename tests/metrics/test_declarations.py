@@ -8,7 +8,7 @@ import torch
 import probe
 from probe import metrics
 from probe.core.events import EVENTS
-from samples import TEXT
+from tests.samples import TEXT
 
 
 @pytest.fixture(scope="module")

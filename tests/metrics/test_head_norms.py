@@ -13,7 +13,7 @@ import torch
 import probe
 from probe.data.token_types import TokenGroups
 from probe.core.events import ATTENTION
-from samples import TEXT
+from tests.samples import TEXT
 
 RTOL = 1e-6
 

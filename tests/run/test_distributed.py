@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-import tiny
+from tests import tiny
 from probe.api.cli import main
 from probe.data.sequences import build_dataset
 from probe.run.interventions import NOTHING_ZEROED

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import probe
-import tiny
-from samples import TEXT
+from tests import tiny
+from tests.samples import TEXT
 from probe.capture import attention
 from probe.run import interventions
 from probe.data.sequences import build_dataset

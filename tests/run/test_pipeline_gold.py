@@ -35,9 +35,9 @@ from typing import Callable
 import pytest
 import torch
 
-import tiny
-from gold_diff import diff_files, read_folder, summary, write_gold
-from samples import TEXT
+from tests import tiny
+from tests.gold_diff import diff_files, read_folder, summary, write_gold
+from tests.samples import TEXT
 
 GOLD = Path(__file__).parents[1] / "gold_runs"
 REGENERATE = os.environ.get("PROBE_REGENERATE_GOLD") == "1"

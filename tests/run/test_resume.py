@@ -12,23 +12,7 @@ import probe
 from probe import ProbeError
 from probe.capture.hf import Capture
 from probe.api.cli import main
-
-
-def _interrupt_after(monkeypatch, batches: int):
-    """Raise KeyboardInterrupt when the (batches+1)-th forward pass starts, as Ctrl-C would."""
-    calls = {"n": 0}
-    real = Capture.batch
-
-    def batch(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] > batches:
-            raise KeyboardInterrupt
-        return real(self, *args, **kwargs)
-    monkeypatch.setattr(Capture, "batch", batch)
-
-
-def _tables(folder):
-    return {p.name: pd.read_csv(p) for p in sorted(folder.glob("*.csv"))}
+from tests.run.interrupted_runs import _interrupt_after, _tables
 
 
 def test_interrupted_run_resumes_to_identical_tables(checkpoint, text_file, tmp_path, monkeypatch, capsys):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from probe.api.cli import main
-from train.tiny_runs import TINY
+from tests.train.tiny_runs import TINY
 
 
 def test_qk_norm_flag_parses_and_defaults_on():

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import tiny
+from tests import tiny
 from probe.api.cli import main
 from probe.core.errors import ProbeError
 

@@ -22,7 +22,7 @@ from probe.core.errors import ProbeError
 from probe.train import ARMS, TrainConfig
 from probe.train.log import read_log
 from probe.train.loop import train
-from train.tiny_runs import TINY, tiny_config, weights
+from tests.train.tiny_runs import TINY, tiny_config, weights
 
 
 # ------------------------------------------------------------------ what the command writes

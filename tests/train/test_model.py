@@ -18,7 +18,7 @@ from probe.core.errors import ProbeError
 from probe.train import ARMS
 from probe.train.model import (Shape, build_model, check_matched, count_parameters,
                                expected_parameters, model_config)
-from train.tiny_runs import ids, weights
+from tests.train.tiny_runs import ids, weights
 
 
 # ------------------------------------------------------------------ matched parameter budgets
