@@ -33,7 +33,7 @@ EXCEPTIONS = {
     ("probe/core/options.py", "probe.data.token_types"): "--token-groups: the groups file read as the pass reads it",
     ("probe/core/options.py", "probe.families.gates"): "--gate: GateSpec.parse, the family part's spec",
     ("probe/core/options.py", "probe.load.rope"): "--rope-scaling: rope.parse, the spec load applies",
-    ("probe/core/options.py", "probe.load.loader"): "--tokenizer: check_tokenizer_dir, the loader's own check",
+    ("probe/core/options.py", "probe.load.checkpoint_files"): "--tokenizer: check_tokenizer_dir, load's own check",
     # Analysis.plot_* are the report's figures (reports/plots/__init__.py __all__), read inside
     # the function, so that an analysis never loads the report layer.
     ("probe/results/plotting.py", "probe.reports.plots"): "Analysis.plot_* from the figure registry",

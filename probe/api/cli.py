@@ -9,7 +9,7 @@ from pathlib import Path
 from . import console
 from ..core import errors
 from ..core.errors import ProbeError
-from ..core.options import DTYPE_NAMES
+from ..core.options import DEVICE, DTYPE, DTYPE_NAMES
 from ..core.owned import FORCE_HELP
 from .report_args import (GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_claims, print_differences,
                           print_intervals)
@@ -90,8 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("check", help="check that probe reads the gate the model applies (pass/fail table)")
     k.add_argument("checkpoint", help="local Hugging Face checkpoint directory, or a .gguf file")
     k.add_argument("--gate", help="declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none")
-    k.add_argument("--dtype", choices=DTYPE_NAMES, default="float32")
-    k.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    k.add_argument("--dtype", choices=DTYPE_NAMES, default=DTYPE)
+    k.add_argument("--device", default=DEVICE, help="cpu, cuda, cuda:1, ...")
     k.add_argument("--seq-len", type=int, default=16, help="tokens per random test sequence (default 16)")
     k.add_argument("--batch-size", type=int, default=2)
     k.add_argument("--seed", type=int, default=0)

@@ -114,7 +114,6 @@ class HFSource(_Common):
         """Load a checkpoint (or take a model object as it is: a dtype or device asked for must
         be what it holds), join torchrun's process group, check the declared gate."""
         from . import distributed
-        from . import memory_checks
         from ..capture.gate_logits import validate_gate
 
         dtype, device = o.dtype, o.device
@@ -126,18 +125,15 @@ class HFSource(_Common):
             params = next(held.parameters())
             device = device or str(params.device)
             dtype = dtype or str(params.dtype).replace("torch.", "")
-        dtype, device = dtype or "float32", device or "cpu"
+        dtype, device = o.replace(dtype=dtype, device=device).loading()
         rank, world, device = distributed.setup(device)
         if world > 1 and o.device_map:
             raise ProbeError(f"{flag('device_map')} shards one model over this process's GPUs; under "
                              f"torchrun each process holds a whole model: pass {flag('device', 'cuda')} instead")
-        if isinstance(model, (str, Path)):
-            memory_checks.before_loading(model, o, dtype)      # a length that cannot fit: one line, now
-        elif o.rope_scaling is not None and not _scaled_as_asked(model, o.rope_scaling):
+        if not isinstance(model, (str, Path)) and o.rope_scaling is not None and not _scaled_as_asked(model, o.rope_scaling):
             raise ProbeError(f"{flag('rope_scaling')} is applied while loading; pass the checkpoint path, not a "
                              "model object")
-        loaded = as_loaded(model, dtype=dtype, device=device, device_map=o.device_map, gate=o.gate,
-                           tokenizer=o.tokenizer, rope_scaling=o.rope_scaling)
+        loaded = load_model(model, o, dtype=dtype, device=device)
         validate_gate(loaded.layout)               # a declared layout that cannot fit: one line, now
         warn_if_gate_declared_away(loaded.model, loaded.layout, o.gate)
         return cls(loaded, dtype, loaded.path, rank, world)
@@ -194,6 +190,19 @@ def _scaled_as_asked(model, spec) -> bool:
 
     record = getattr(model, "rope_scaling", None)
     return isinstance(model, LoadedModel) and record is not None and record["spec"] == parse(spec)
+
+
+def load_model(model, o: AnalysisOptions, *, dtype: str, device: str) -> LoadedModel:
+    """The one way an analysis and a context sweep (probe/api/sweep.py) get their model: a
+    checkpoint path checked for memory first (a length that cannot fit: one line, before the
+    weights load), then loaded in `dtype` onto `device` through the loader; a model object (or
+    a LoadedModel) taken as it is, with the options' tokenizer."""
+    from . import memory_checks
+
+    if isinstance(model, (str, Path)):
+        memory_checks.before_loading(model, o, dtype)
+    return as_loaded(model, dtype=dtype, device=device, device_map=o.device_map, gate=o.gate,
+                     tokenizer=o.tokenizer, rope_scaling=o.rope_scaling)
 
 
 def as_loaded(model, *, dtype, device, device_map, gate, tokenizer, rope_scaling=None) -> LoadedModel:

@@ -404,6 +404,12 @@ def test_one_analysis_two_sources(checkpoint):
     path = checkpoint("qwen3")
     run = dict(texts=[TEXT[:120]], seq_len=16, max_sequences=2, progress=False, display_len=4)
     assert _functions_called_in(probe.capture.bridge, lambda: probe.analyze(path, **run)) == {"is_bridge"}
+    asked = []
+    real = probe.capture.bridge.is_bridge
+    with pytest.MonkeyPatch.context() as patch:           # one bridge check per analysis (issue 32)
+        patch.setattr(probe.capture.bridge, "is_bridge", lambda model: asked.append(model) or real(model))
+        probe.analyze(path, **run)
+    assert len(asked) == 1
     bridge = build_bridge(path)
     called = _functions_called_in(probe.run.source, lambda: probe.analyze(bridge, **run))
     assert {"source_for", "of", "capture", "forwarding", "display_patterns", "meta"} <= called
