@@ -19,6 +19,8 @@ reports/) and its `Metric` (the reducers fed by events, the tables read from the
         counts           table -> its float columns that hold counts (compared exactly in the gold)
 
     class Metric(layout, options, *, vocab_size=None, sequences=None, token_groups=None):
+        setup()              its reducers, made once the constructor (written once, in the
+                             base class) has set layout, options and context
         listens(event)       whether it subscribes to a declared event in this pass (default yes)
         reducers()           its reducers, in a fixed order (merged under torchrun, saved by --resume)
         frames(done)         {table: DataFrame} once the pass is over
@@ -50,6 +52,15 @@ class Declaration:
     meta_keys: tuple[str, ...] = ()
     option: str | None = None
     counts: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What a metric's pass knows beside the layout and the options (Metric.context)."""
+
+    vocab_size: int | None = None        # the model's vocabulary (sink anatomy needs it)
+    sequences: int | None = None         # the dataset's row count (the per-sequence state's size)
+    token_groups: object = None          # the data's token groups (data.token_types.TokenGroups)
 
 
 @dataclass
@@ -84,9 +95,18 @@ class Metric:
                  token_groups=None):
         """options: the AnalysisOptions of the pass (probe/core/options.py); vocab_size: the
         model's vocabulary; sequences: the dataset's row count (the per-sequence state's size);
-        token_groups: the data's token groups (probe.data.token_types.TokenGroups), None without a gate."""
+        token_groups: the data's token groups (probe.data.token_types.TokenGroups), None without a gate.
+
+        Written once, here, for every metric: a metric makes its reducers in `setup`, reading
+        self.layout, self.options and self.context."""
         self.layout = layout
+        self.options = options
+        self.context = PassContext(vocab_size, sequences, token_groups)
         self.stats: dict = {}
+        self.setup()
+
+    def setup(self) -> None:
+        """Make this pass's reducers (self.stats) from self.layout, self.options, self.context."""
 
     def listens(self, event: str) -> bool:
         """Whether this pass subscribes the declared method of `event` (a metric switched off

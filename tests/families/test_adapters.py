@@ -312,3 +312,16 @@ def test_gpt_oss_outside_the_registry_is_analysed_as_ungated_with_a_note(family)
     assert layout.family == "unregistered" and not layout.gated
     assert "no attention-output gate" in layout.note and run.analysis.meta["layout_note"] == layout.note
     assert layout.attention_layers == [0, 1]
+
+
+def test_a_model_type_registered_twice_is_refused_naming_both():
+    """Two adapters claiming one model type: the second would take the first's place silently
+    (issue 32); the registry refuses it in one line that names both entries."""
+    from probe.core.registry import DuplicateRegistration
+    from probe.families.registry import ADAPTERS, Adapter, by_model_type
+
+    with pytest.raises(DuplicateRegistration) as error:
+        by_model_type((*ADAPTERS, Adapter("my_llama", ("llama",))))
+    message = str(error.value)
+    assert "\n" not in message and "'llama'" in message
+    assert "Adapter 'llama'" in message and "Adapter 'my_llama'" in message
