@@ -16,7 +16,8 @@ tables, summary / layer / meta keys, option, events) and its reducers in reduce.
 
 The run directory's schema (probe/results/schema.py), Analysis and reports' Runs derive from the
 declarations (metrics/base.py says what one holds); the bus (probe/capture/bus.py) subscribes each
-declared event. This list is checked against DECLARATIONS (tests/metrics/test_declarations.py). To add a metric: a package here (declaration + reduce.py; DECLARATIONS finds
+declared event. This list is checked against DECLARATIONS (tests/metrics/test_declarations.py).
+To add a metric: a package here (declaration + reduce.py; DECLARATIONS finds
 it); a report section (reports/sections/<m>.py); a test; docs/run-directory.md.
 """
 from __future__ import annotations

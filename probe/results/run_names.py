@@ -1,9 +1,10 @@
 """The name of a run, distinct names for runs of one checkpoint, and the tidy one-row-per-run
 summary.
 
-A run's name is worked out once, by `run_name` (probe/load/names.py, re-exported here) (probe.analyze through source.source_for, the
-interventions and a context sweep; the command line's run folders through `checkpoint_name`):
-the name given, else the checkpoint's, else the model's class.
+A run's name is worked out once, by `run_name` (probe/load/names.py, re-exported here)
+(probe.analyze through source.source_for, the interventions and a context sweep; the command
+line's run folders through `checkpoint_name`): the name given, else the checkpoint's, else the
+model's class.
 
 A run is named after its checkpoint, so the runs of one model in float32 and bfloat16, on two
 data sets or with and without a BOS all carry the same name. `distinct_names` keeps them apart

@@ -130,7 +130,8 @@ class HFSource(_Common):
         if world > 1 and o.device_map:
             raise ProbeError(f"{flag('device_map')} shards one model over this process's GPUs; under "
                              f"torchrun each process holds a whole model: pass {flag('device', 'cuda')} instead")
-        if not isinstance(model, (str, Path)) and o.rope_scaling is not None and not _scaled_as_asked(model, o.rope_scaling):
+        if (not isinstance(model, (str, Path)) and o.rope_scaling is not None
+                and not _scaled_as_asked(model, o.rope_scaling)):
             raise ProbeError(f"{flag('rope_scaling')} is applied while loading; pass the checkpoint path, not a "
                              "model object")
         loaded = load_model(model, o, dtype=dtype, device=device)

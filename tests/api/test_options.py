@@ -139,7 +139,8 @@ def test_no_module_but_options_defaults_an_option():
             if parameter in fields and parameter not in own:
                 found.setdefault((module, parameter), line)
     new = {f"{m}:{line} {p}=" for (m, p), line in found.items() if (m, p) not in OWN_DEFAULTS}
-    assert not new, f"defaults of analysis options outside probe/core/options.py (take the options whole): {sorted(new)}"
+    assert not new, (f"defaults of analysis options outside probe/core/options.py (take the options whole): "
+                     f"{sorted(new)}")
     stale = set(OWN_DEFAULTS) - set(found)
     assert not stale, f"OWN_DEFAULTS entries no longer needed (delete them): {sorted(stale)}"
 

@@ -1,4 +1,5 @@
-"""Tiny models whose attention takes a family's extra softmax terms: Gemma 2 (soft-capped logits) and gpt-oss (per-head sinks)."""
+"""Tiny models whose attention takes a family's extra softmax terms: Gemma 2 (soft-capped logits)
+and gpt-oss (per-head sinks)."""
 from __future__ import annotations
 
 import torch

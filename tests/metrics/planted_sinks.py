@@ -1,4 +1,6 @@
-"""Planted secondary sinks: random q, k, v with a sink planted at one key, the received-attention kernel run on them, padding masks, and a tiny model with a planted sink token (the fixture planted)."""
+"""Planted secondary sinks: random q, k, v with a sink planted at one key, the received-attention
+kernel run on them, padding masks, and a tiny model with a planted sink token (the fixture
+planted)."""
 from __future__ import annotations
 
 import math

@@ -12,7 +12,9 @@ from probe.capture import attention
 from probe.capture.attention import SlidingWindow
 from probe.metrics.anatomy.received import (ReceivedAttention, key_probability, received_attention, top_keys,
                             value_drains)
-from tests.metrics.planted_sinks import B, D, H, HF_T, HF_WINDOW, HKV, PLANT_TOKEN, SCALE, SINK, T, padding_mask, planted, run_kernel  # noqa: F401  (planted: fixtures)
+# planted: a fixture
+from tests.metrics.planted_sinks import (B, D, H, HF_T, HF_WINDOW, HKV, PLANT_TOKEN, SCALE, SINK, T,  # noqa: F401
+                                         padding_mask, planted, run_kernel)
 
 TOL = dict(atol=1e-5, rtol=0)
 

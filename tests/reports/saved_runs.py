@@ -1,4 +1,5 @@
-"""Saved runs for the report tests: run directories written from a RunSpec (every table, meta.json, summary.json), copies to edit, per-sequence values."""
+"""Saved runs for the report tests: run directories written from a RunSpec (every table,
+meta.json, summary.json), copies to edit, per-sequence values."""
 from __future__ import annotations
 
 import json
