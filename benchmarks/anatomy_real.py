@@ -27,7 +27,7 @@ def run(name: str, T: int) -> None:
     import probe
     from probe.load import real_models
     from probe.data.corpus import sample_texts
-    from probe.capture.events import ATTENTION
+    from probe.core.events import ATTENTION
     from probe.metrics.anatomy.reduce import MIN_QUERIES
     from probe.metrics.anatomy.received import received_attention, top_keys
 

@@ -51,7 +51,7 @@ def main(argv=None) -> int:
 
     folder = args.grafted
     if folder is None:
-        from probe.families.graft import graft
+        from probe.train.graft import graft
         from probe.load.real_models import fetch
 
         folder = Path(tempfile.mkdtemp(prefix="graft-bench-")) / "smollm2-headwise"

@@ -83,7 +83,7 @@ def main() -> int:
     from probe.load import memory, real_models
     from peers import token_ids_for
 
-    from probe.load.memory_checks import read_config
+    from probe.run.memory_checks import read_config
 
     path = real_models.fetch("smollm2")
     config = read_config(path)                   # the GGUF file's metadata, no weights

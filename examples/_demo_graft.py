@@ -20,7 +20,7 @@ def run(out: Path, report, base_gguf: Path) -> int:
     """Graft, analyse both models into out/runs/, write out/report.html; `report` is the CLI."""
     import probe
     from probe.data.corpus import sample_texts
-    from probe.families.graft import graft
+    from probe.train.graft import graft
 
     print(f"\n[demo] part 3: SmolLM2 with grafted, trained headwise gates ({GATES.name}) against the base")
     grafted = graft(base_gguf, gate="headwise", init="identity", gate_weights=GATES, out=out / "grafted",

@@ -46,7 +46,7 @@ except probe.ProbeError as err:
 
 # %% [markdown]
 # `probe.capture.bridge.build_bridge(checkpoint)` reorders the rows per head first
-# (`probe.families.reorder.reorder_official_q_proj`; the model's logits do not change) and then builds the
+# (`probe.load.reorder.reorder_official_q_proj`; the model's logits do not change) and then builds the
 # bridge.
 
 # %%

@@ -17,7 +17,7 @@ import types
 
 __version__ = "0.1.0"
 
-from .api.errors import ProbeError  # noqa: E402  (no dependencies)
+from .core.errors import ProbeError  # noqa: E402  (no dependencies)
 from .families.autoregister import install as _install_model_types  # noqa: E402  (no dependencies)
 
 # transformers reads probe's own model types (probe graft's grafted_llama) once it is imported.
@@ -47,7 +47,7 @@ if (not os.path.isdir(os.path.join(os.path.dirname(__file__), "reports"))
     sys.meta_path.insert(0, _CheckoutReports)
 
 _LAZY = {"GateSpec": "families.gates", "load": "load.loader", "Analysis": "results.analysis", "Capture": "capture.hf",
-         "analyze": "api.analyze", "AnalysisOptions": "api.options", "summary_frame": "results.run_names",
+         "analyze": "api.analyze", "AnalysisOptions": "core.options", "summary_frame": "results.run_names",
          "shipped_checkpoints": "api.shipped"}
 
 __all__ = ["Analysis", "AnalysisOptions", "Capture", "GateSpec", "ProbeError", "analyze", "load",

@@ -25,7 +25,8 @@ from probe.reports.runs import Runs, load_runs
 
 COLUMNS = ("series", "run", "length", "scope", "layer", "bucket_lo", "bucket_hi", "metric", "value", "where")
 POOLED = ("f_attn", "f_attn_uniform", "sink_rate", "m_act", "loss")
-DEFAULT_SINK_EPSILON = 0.3
+# The sink threshold for runs whose summary.json does not say: the one the metric declares.
+from probe.results.schema import SINK_EPSILON as DEFAULT_SINK_EPSILON  # noqa: E402
 
 
 def series_label(sweep: dict) -> str:

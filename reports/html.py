@@ -182,7 +182,7 @@ def _prefix_ids(svg: str, prefix: str) -> str:
 
 
 def _text(value: object) -> str:
-    """Escaped for HTML, with control and bidi characters shown as escapes (probe.api.errors.printable)."""
-    from probe.api.errors import printable
+    """Escaped for HTML, with control and bidi characters shown as escapes (probe.core.errors.printable)."""
+    from probe.core.errors import printable
 
     return html.escape(printable(value), quote=True)

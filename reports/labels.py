@@ -13,7 +13,7 @@ from __future__ import annotations
 # meta.json and summary.json, and meta.json's list of the tables written (MANIFEST_KEY).
 from probe.results.schema import (HEADLINE_THRESHOLDS, MANIFEST_KEY, META_FILE, OPTIONAL_TABLES, SINK_EPSILON,
                                   SINK_MIN_QUERIES, SITES, SUMMARY_FILE, TABLES, TOKEN_TYPES, VARIANTS)
-from probe.run.intervention_kinds import ALL_LAYERS, INTERVENTIONS  # noqa: E402,F401
+from probe.core.intervention_kinds import ALL_LAYERS, INTERVENTIONS  # noqa: E402,F401
 
 ATTENTION = "attention"
 LINEAR_ATTENTION = "linear_attention"

@@ -17,8 +17,8 @@ _TO_PATH = TextToPath()
 @lru_cache(maxsize=65536)
 def text_width(text: str, size: float, bold: bool = False) -> float:
     """Width of one line of `text` in points at `size` points, as drawn: control characters
-    are measured as the escapes the report shows (probe.api.errors.printable)."""
-    from probe.api.errors import printable
+    are measured as the escapes the report shows (probe.core.errors.printable)."""
+    from probe.core.errors import printable
 
     text = printable(text)
     if not text:
@@ -31,7 +31,7 @@ def text_width(text: str, size: float, bold: bool = False) -> float:
 def wrap(text: str, width_pt: float, size: float, bold: bool = False) -> list[str]:
     """`text` broken into lines no wider than `width_pt`: at spaces where it can, inside a word
     (a path, a hash) where a word alone is too wide. Existing newlines are kept."""
-    from probe.api.errors import printable
+    from probe.core.errors import printable
 
     lines: list[str] = []
     for paragraph in printable(text).split("\n"):       # drawn as measured: ESC as \x1b

@@ -1,29 +1,27 @@
-"""Shared fixtures: tiny checkpoints built from configs and saved to disk, once per session."""
+"""Shared fixtures: tiny checkpoints built from configs and saved to disk, once per session.
+
+tests/ is a package (the repository root is pytest's rootdir, so `tests` imports as any
+package): shared helpers sit in modules named for what they build (tests/tiny.py: tiny
+checkpoints; tests/reports/saved_runs.py: saved run directories; tests/test_real_models.py's
+real models come from probe.load.real_models) and are imported by name, `from tests import tiny`."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
-# Tests of one part import helpers from another part's tests (test_resume's interrupt, test_cli's
-# error reader): every part's folder is importable, so a file runs alone as in the whole suite.
-sys.path[1:1] = [str(p) for p in sorted(Path(__file__).parent.iterdir())
-                 if p.is_dir() and not (p / "__init__.py").exists() and any(p.glob("test_*.py"))]
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
-import portable_random  # noqa: E402
+from tests import portable_random
 
 # The tiny models' weights must have the same bits on every CPU (their fingerprints are gold).
 portable_random.install()
 
-import tiny  # noqa: E402
-
-from samples import BASELINES, GATED, TEXT  # noqa: E402,F401
+from tests import tiny
+from tests.samples import BASELINES, GATED, TEXT  # noqa: F401
 
 
 @pytest.fixture(scope="session")

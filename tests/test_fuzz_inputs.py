@@ -23,7 +23,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import tiny
+from tests import tiny
 from probe.api.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

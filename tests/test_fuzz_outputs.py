@@ -234,7 +234,7 @@ def saved_run(checkpoint, text_file, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    from samples import TEXT
+    from tests.samples import TEXT
 
     path = tmp_path_factory.mktemp("fuzz-corpus") / "docs.txt"
     path.write_text((TEXT + "\n\n") * 4)

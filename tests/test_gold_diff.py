@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gold_diff import (COUNT_COLUMNS, EXACT, FLOAT, Tolerance, diff_files, main, read_folder,
+from tests.gold_diff import (COUNT_COLUMNS, EXACT, FLOAT, Tolerance, diff_files, main, read_folder,
                        write_gold)
 from probe.results.schema import TABLES
 

@@ -8,78 +8,7 @@ package over LINES lines.
 """
 from __future__ import annotations
 
-import ast
-import functools
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _modules() -> dict[str, Path]:
-    found = {}
-    for package in ("probe", "reports"):
-        for path in (ROOT / package).rglob("*.py"):
-            parts = list(path.relative_to(ROOT).with_suffix("").parts)
-            parts = ["probe", *parts] if package == "reports" else parts      # reports/ is probe.reports
-            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return found
-
-
-def _imports(name: str, path: Path, modules, *, top_level: bool) -> set[str]:
-    """The modules of `modules` that `name` imports (only at module level when top_level), with
-    the packages they sit in (Python runs a package's __init__ before its module); a package
-    `name` itself sits in is left out (Python imports it first whatever the module does)."""
-    tree = ast.parse(path.read_text())
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out = set()
-    for node in tree.body if top_level else ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
-            target = ".".join(base + ([node.module] if node.module else []))
-            inner = {f"{target}.{a.name}" for a in node.names} & modules.keys()
-            candidates = inner or {target}
-        elif isinstance(node, ast.Import):
-            candidates = {a.name for a in node.names}
-        else:
-            continue
-        for c in candidates:
-            out |= {p for p in _packages_of(c) if p in modules and p != name and not name.startswith(p + ".")}
-    return out
-
-
-def _packages_of(module: str) -> list[str]:
-    """`module` and every package above it: a.b.c -> [a, a.b, a.b.c]."""
-    parts = module.split(".")
-    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
-
-
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}
-    path: list[str] = []
-
-    def visit(v):
-        state[v] = 1
-        path.append(v)
-        for w in sorted(graph[v]):
-            if state.get(w) == 1:
-                return path[path.index(w):] + [w]
-            if w not in state and (found := visit(w)):
-                return found
-        state[v] = 2
-        path.pop()
-        return None
-
-    for v in sorted(graph):
-        if v not in state and (found := visit(v)):
-            return found
-    return None
-
-
-@functools.cache
-def _graph(*, top_level: bool) -> dict[str, frozenset[str]]:
-    """module -> what it imports (parsed once per session: every test here reads the same tree)."""
-    modules = _modules()
-    return {m: frozenset(_imports(m, p, modules, top_level=top_level)) for m, p in modules.items()}
+from tests.import_graph import ROOT, _cycle, _graph, _modules  # noqa: F401  (the walk, shared with test_layers.py)
 
 
 def test_no_import_cycle_at_import_time():
@@ -96,12 +25,12 @@ def test_one_analysis_over_the_sources():
     """One recipe (analyze.py) over the sources (source.py); the hooks of each source (probe/capture/hf.py,
     bridge.py) know neither the recipe nor the other source, and the pass (pipeline.py) no source."""
     everywhere = _graph(top_level=False)
-    assert "probe.capture.source" in _graph(top_level=True)["probe.api.analyze"]
+    assert "probe.run.source" in _graph(top_level=True)["probe.api.analyze"]
     assert not {"probe.capture.bridge", "probe.capture.hf"} & _graph(top_level=True)["probe.api.analyze"]
     for hooks in ("probe.capture.bridge", "probe.capture.hf"):
-        assert not {"probe.api.analyze", "probe.capture.source", "probe.run.pipeline"} & everywhere[hooks], hooks
+        assert not {"probe.api.analyze", "probe.run.source", "probe.run.pipeline"} & everywhere[hooks], hooks
     assert "probe.capture.hf" not in everywhere["probe.capture.bridge"] and "probe.capture.bridge" not in everywhere["probe.capture.hf"]
-    assert not {"probe.api.analyze", "probe.capture.source", "probe.capture.bridge", "probe.capture.hf"} & everywhere["probe.run.pipeline"]
+    assert not {"probe.api.analyze", "probe.run.source", "probe.capture.bridge", "probe.capture.hf"} & everywhere["probe.run.pipeline"]
     # The one batch loop: the pass, the interventions and the exact control, none with its own.
     for loop in ("probe.run.pipeline", "probe.run.interventions", "probe.run.control"):
         assert "probe.run.batches" in everywhere[loop], loop
@@ -117,9 +46,9 @@ def test_no_import_cycle_even_through_imports_inside_functions():
 
 
 def test_the_event_names_import_nothing_of_probe():
-    """probe/capture/events.py names the events; the bus (probe/capture/bus.py) builds the metrics, which import
+    """probe/core/events.py names the events; the bus (probe/capture/bus.py) builds the metrics, which import
     the names: a name module that imported a metric would close the circle again."""
-    assert _graph(top_level=False)["probe.capture.events"] == set()
+    assert _graph(top_level=False)["probe.core.events"] == set()
 
 
 def test_the_attention_kernel_names_no_family():

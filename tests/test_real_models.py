@@ -25,10 +25,10 @@ pytest.importorskip("gguf")
 
 from probe import Capture  # noqa: E402
 from probe.load import real_models
-from probe.capture.events import ATTENTION  # noqa: E402
+from probe.core.events import ATTENTION  # noqa: E402
 from probe.metrics.anatomy.received import received_attention  # noqa: E402
 from probe.data.corpus import sample_texts  # noqa: E402
-from reference import eager_attentions  # noqa: E402
+from tests.reference import eager_attentions  # noqa: E402
 
 F_ATTN_TOL = 1e-5        # per layer and head, against eager softmax
 LENGTHS = {"smollm2": 1024, "gemma3": 1024}      # Gemma 3: above its 512-token window

@@ -16,8 +16,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import probe
-import tiny
-from samples import TEXT
+from tests import tiny
+from tests.samples import TEXT
 from probe.api.cli import main
 from probe.run.interventions import NO_GATE, NOTHING_ZEROED
 
@@ -241,7 +241,7 @@ def test_disk_full_mid_write_leaves_no_partial_run(existing, checkpoint, text_fi
     if existing:
         out.mkdir()
         (out / "summary.json").write_text("{}\n")
-    import probe.run.atomic
+    import probe.core.atomic
 
     calls = {"n": 0}
     real_fsync = os.fsync
@@ -252,7 +252,7 @@ def test_disk_full_mid_write_leaves_no_partial_run(existing, checkpoint, text_fi
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_fsync(fd)
 
-    monkeypatch.setattr(probe.run.atomic.os, "fsync", full_disk)
+    monkeypatch.setattr(probe.core.atomic.os, "fsync", full_disk)
     args = analyze_args(checkpoint("qwen3"), out, "--data", str(text_file)) + (["--force"] if existing else [])
     line = one_error_line(capsys, args)
     assert "No space left on device" in line and "disk" in line

@@ -12,9 +12,9 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 import probe
-import tiny
+from tests import tiny
 from probe.capture import attention
-from samples import TEXT
+from tests.samples import TEXT
 from probe.metrics.first_token.reduce import FirstTokenStats
 from probe.metrics.gates.reduce import GateStats
 from probe.metrics.loss.reduce import LossStats

@@ -6,7 +6,6 @@ import json
 import math
 import os
 import shutil
-import sys
 import types
 from pathlib import Path
 
@@ -14,8 +13,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import tiny  # noqa: E402
+from tests import tiny
 
 transformers = pytest.importorskip("transformers")
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer  # noqa: E402

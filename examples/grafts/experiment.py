@@ -69,7 +69,7 @@ def say(line: str) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    from probe.run.atomic import write_text
+    from probe.core.atomic import write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text(path, json.dumps(obj, indent=1, default=float) + "\n")
@@ -112,7 +112,7 @@ def measure(model, rows, sink_layers: list[int] | None, *, name: str = "m", save
 # ----------------------------------------------------------------------------- setting up
 
 def grafted(root: Path, init: str) -> Path:
-    from probe.families.graft import graft
+    from probe.train.graft import graft
     from probe.load.real_models import fetch
 
     out = root / "grafts" / f"headwise-{init}"
@@ -137,7 +137,7 @@ def prepared_data(root: Path, base_gguf: Path):
         return Prepared(tok, torch.load(cache, weights_only=False))      # written by this script
     say("tokenising the built-in text with SmolLM2's tokenizer ...")
     prepared = prepare_data(TrainConfig(seq_len=SEQ_LEN, bos="none"), tok)
-    from probe.run.atomic import write_torch
+    from probe.core.atomic import write_torch
 
     write_torch(cache, prepared.corpus)
     return prepared
@@ -232,7 +232,7 @@ def trajectory_rows(root: Path) -> list[dict]:
 def write_table(root: Path) -> None:
     import pandas as pd
 
-    from probe.run.atomic import write_text
+    from probe.core.atomic import write_text
 
     rows = trajectory_rows(root)
     if rows:
@@ -247,7 +247,7 @@ def write_report(root: Path, base_gguf: Path, rows, base_point: dict) -> int:
     directories, each with its trajectory.csv and training.csv), claims table included."""
     import pandas as pd
 
-    from probe.run.atomic import write_text
+    from probe.core.atomic import write_text
     from probe.api.cli import main as probe_cli
     from probe.load.loader import load
     from probe.train.loop import find_checkpoint

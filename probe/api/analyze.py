@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 
 from ..data.sequences import Dataset, read_data
-from .options import AnalysisOptions
+from ..core.options import AnalysisOptions
 from ..run.pipeline import assemble, dataset_for, run_pass, token_group_table
 from ..results.analysis import Analysis
-from ..capture.source import source_for
+from ..run.source import source_for
 
 
 def analyze(model, data=None, *, texts: list[str] | None = None, options: AnalysisOptions | None = None,
@@ -26,7 +26,7 @@ def analyze(model, data=None, *, texts: list[str] | None = None, options: Analys
     data:  a path (text, folder, JSONL, .npy/.pt token ids); token ids in memory (a torch tensor
            or numpy array: 1-D a stream cut into seq_len, 2-D (N, T) N sequences as given; a
            list of lists of ints: one sequence each); a list of strings; or pass `texts=[...]`.
-    options: an `AnalysisOptions` (probe/api/options.py: every option, its default and its meaning);
+    options: an `AnalysisOptions` (probe/core/options.py: every option, its default and its meaning);
            keyword arguments (seq_len=..., batch_size=..., ...) override its fields, checked.
     A model object (HF model, LoadedModel, bridge) is measured as it is: a dtype or device given
     for it must match it (check_model_as_is). Under torchrun the batches are shared out over the

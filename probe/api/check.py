@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from .errors import ProbeError
+from ..core.errors import ProbeError
 from ..families.gates import ACTIVATIONS, GateSpec
 from ..run.interventions import (first_output, gate_channels, gate_logit, installed, using_probe_attention,
                                  set_gate_logits)

@@ -6,10 +6,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import console, errors
-from .errors import ProbeError
-from .options import DTYPE_NAMES
-from ..run.owned import FORCE_HELP
+from . import console
+from ..core import errors
+from ..core.errors import ProbeError
+from ..core.options import DEVICE, DTYPE, DTYPE_NAMES
+from ..core.owned import FORCE_HELP
 from .report_args import (GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_claims, print_differences,
                           print_intervals)
 from .cli_names import _run_name, compare_names, print_summary, unique_names, warn_repeated  # noqa: F401
@@ -18,8 +19,8 @@ EXIT_USAGE = 2
 
 
 def _analysis_options(p: argparse.ArgumentParser, *, leave_out=()) -> None:
-    """--data, then one option per command-line field of probe.api.options.AnalysisOptions."""
-    from .options import add_cli_arguments
+    """--data, then one option per command-line field of probe.core.options.AnalysisOptions."""
+    from ..core.options import add_cli_arguments
 
     p.add_argument("--data", help="text file, folder of text files, JSONL (text or input_ids), "
                                   ".npy/.pt token ids; default: a built-in sample of Python docs")
@@ -82,15 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_train_arguments(t)
 
     g = sub.add_parser("graft", help="add an attention-output gate to an ungated Llama (e.g. SmolLM2)")
-    from ..families.graft import add_arguments as add_graft_arguments
+    from ..train.graft import add_arguments as add_graft_arguments
 
     add_graft_arguments(g)
 
     k = sub.add_parser("check", help="check that probe reads the gate the model applies (pass/fail table)")
     k.add_argument("checkpoint", help="local Hugging Face checkpoint directory, or a .gguf file")
     k.add_argument("--gate", help="declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none")
-    k.add_argument("--dtype", choices=DTYPE_NAMES, default="float32")
-    k.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    k.add_argument("--dtype", choices=DTYPE_NAMES, default=DTYPE)
+    k.add_argument("--device", default=DEVICE, help="cpu, cuda, cuda:1, ...")
     k.add_argument("--seq-len", type=int, default=16, help="tokens per random test sequence (default 16)")
     k.add_argument("--batch-size", type=int, default=2)
     k.add_argument("--seed", type=int, default=0)
@@ -152,7 +153,7 @@ def _checked_options(args):
     mistake is reported before any output directory or partial state is touched. A --seq-len
     list (a context sweep) is kept in args.lengths; the options carry its longest length."""
     from ..data.sequences import read_data
-    from .options import AnalysisOptions
+    from ..core.options import AnalysisOptions
 
     args.lengths = None
     if isinstance(args.seq_len, tuple):
@@ -178,10 +179,10 @@ def _run_analysis(checkpoint, options, data, name, command_line, partial=None):
 
 
 def cmd_analyze(args, command_line) -> int:
-    from ..run.atomic import check_output_dir, check_writable
+    from ..core.atomic import check_output_dir, check_writable
     from ..run.distributed import is_main
     from .outputs import write_runs
-    from ..run.owned import inputs_of
+    from ..core.owned import inputs_of
     from ..run.resume import claim, holds_state, partial_dir, refuse_waiting_run, release
 
     formats = _formats(args.report)
@@ -264,10 +265,10 @@ def _check_figures_dir(figures: str | None, force: bool) -> None:
 
 
 def cmd_compare(args, command_line) -> int:
-    from ..run.atomic import check_output_dir, check_writable
+    from ..core.atomic import check_output_dir, check_writable
     from ..run.distributed import is_main
     from .outputs import write_runs
-    from ..run.owned import inputs_of
+    from ..core.owned import inputs_of
 
     formats = _formats(args.format)
     options, data = _checked_options(args)
@@ -324,7 +325,7 @@ def cmd_check(args, command_line) -> int:
 
     from .check import COLUMNS, CheckReport, run_checks, summary_line
     from ..load.loader import layout_without_weights, load, warn_if_gate_declared_away
-    from .options import check_int
+    from ..core.options import check_int
     from ..load.preflight import check_device
 
     check_int("seq_len", args.seq_len, 2)
@@ -351,7 +352,7 @@ def cmd_check(args, command_line) -> int:
 
 
 def cmd_graft(args, command_line) -> int:
-    from ..families.graft import run
+    from ..train.graft import run
 
     return run(args, command_line)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from . import errors
-from .errors import ProbeError
+from ..core import errors
+from ..core.errors import ProbeError
 
 
 def _run_name(checkpoint: str) -> str:

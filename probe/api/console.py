@@ -7,7 +7,7 @@ import os
 import sys
 import warnings
 
-from .errors import printable
+from ..core.errors import printable
 
 
 def watch_interrupts() -> "InterruptWatch":

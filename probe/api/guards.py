@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import ProbeError
+from ..core.errors import ProbeError
 
 _busy: set[int] = set()                 # id() of the model objects a pass runs on now
 _busy_lock = threading.Lock()
@@ -28,10 +28,11 @@ _busy_lock = threading.Lock()
 def check_model_argument(model) -> None:
     from torch import nn
 
-    from ..capture.bridge import is_bridge
     from ..load.loader import LoadedModel
 
-    if isinstance(model, (str, Path, LoadedModel, nn.Module)) or is_bridge(model):
+    # A TransformerLens bridge is an nn.Module: whether the model is one is asked once per
+    # analysis, where the source is chosen (probe/run/source.py source_for), not here.
+    if isinstance(model, (str, Path, LoadedModel, nn.Module)):
         return
     raise ProbeError(f"model={_short(model)} is a {type(model).__name__}; pass a checkpoint directory (a path), "
                      "a Hugging Face causal LM, a probe.load(...) result or a TransformerLens bridge")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..run.atomic import atomic_directory, describe_os_error, os_error_in, write_text
-from .errors import ProbeError, first_line
-from ..run.owned import mark
+from ..core.atomic import atomic_directory, describe_os_error, os_error_in, write_text
+from ..core.errors import ProbeError, first_line
+from ..core.owned import mark
 
 
 def write_runs(analyses: dict[str, object] | object, out: Path, *, force: bool, formats=(),
@@ -118,7 +118,7 @@ def write_report(runs, out: Path, *, formats, title: str | None, force: bool,
     them) into the folder `out`."""
     from probe.reports import build_report
 
-    from ..run.atomic import check_writable
+    from ..core.atomic import check_writable
     from ..results.run_files import RunDirectoryError
 
     if not formats:

@@ -3,7 +3,7 @@
 reports/ does the work."""
 from __future__ import annotations
 
-from .errors import ProbeError, printable
+from ..core.errors import ProbeError, printable
 
 PAIR_HELP = ("a gated model and its own baseline, by their names, for the claims' verdicts (arms of one "
              "probe train run and a graft with its base pair themselves; other pairs are not comparable)")

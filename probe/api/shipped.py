@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import ProbeError
+from ..core.errors import ProbeError
 
 ARMS = ("none", "headwise", "elementwise")
 ENV = "PROBE_CHECKPOINTS"

@@ -34,8 +34,8 @@ from pathlib import Path
 import pandas as pd
 
 from . import sweep_saved as saved_runs
-from .errors import ProbeError, flag
-from .options import AnalysisOptions, check_int
+from ..core.errors import ProbeError, flag
+from ..core.options import AnalysisOptions, check_int
 
 
 @dataclass
@@ -91,13 +91,13 @@ def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | N
 
     With `partial` a finished sweep removes the folder again when keep_runs (its runs are in
     the Sweep), and leaves it to the caller otherwise (the CLI writes --out from it first)."""
-    from ..load import memory_checks, rope
+    from ..load import rope
     from ..data.sequences import read_data
     from ..results.analysis import Analysis
     from ..load.loader import text_config
     from ..run.pipeline import dataset_for
     from ..results.run_names import run_name as named
-    from ..capture.source import as_loaded
+    from ..run.source import load_model
 
     lengths = parse_lengths(lengths)
     o = AnalysisOptions.of(options, **overrides).replace(seq_len=max(lengths))
@@ -107,13 +107,10 @@ def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | N
         raise ProbeError(f"{flag('max_length')} / {flag('stride')} cut sliding windows; a sweep cuts "
                          f"the text at each {flag('seq_len')} itself: leave them out")
     docs = read_data(data, texts=texts, text_field=o.text_field)
-    dtype = o.dtype or "float32"
-    if isinstance(model, (str, Path)):
-        memory_checks.before_loading(model, o.replace(past_positions=True), dtype)
-    loaded = as_loaded(model, dtype=dtype, device=o.device or "cpu", device_map=o.device_map, gate=o.gate,
-                       tokenizer=o.tokenizer, rope_scaling=o.rope_scaling) \
-        if isinstance(model, (str, Path)) else as_loaded(model, dtype=None, device=None, device_map=None,
-                                                          gate=o.gate, tokenizer=o.tokenizer)
+    # Loaded once for every length, the way an analysis loads it (run/source.py load_model); the
+    # memory check allows positions past the model's, which the longest length may need.
+    dtype, device = o.loading()
+    loaded = load_model(model, o.replace(past_positions=True), dtype=dtype, device=device)
     config = text_config(loaded.model.config)
     positions = getattr(config, "max_position_embeddings", None)
     past = bool(positions and max(lengths) > positions)

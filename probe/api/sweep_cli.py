@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 from . import console
-from .errors import ProbeError, printable
+from ..core.errors import ProbeError, printable
 
 
 def run_sweeps(checkpoints, names, options, data, args, out: Path, formats, command_line) -> int:
-    from ..run.atomic import check_output_dir, check_writable
+    from ..core.atomic import check_output_dir, check_writable
     from ..run.distributed import world
     from ..run.resume import claim, holds_state, partial_dir, refuse_waiting_run, release
     from .outputs import write_runs

@@ -21,7 +21,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from .errors import ProbeError, flag
+from ..core.errors import ProbeError, flag
 
 FINGERPRINT = "sweep-fingerprint.json"
 # Options that do not change what a run measures: how it is shown, where its state goes.
@@ -78,7 +78,7 @@ def check(path: Path, expected: dict) -> None:
 
 def save(folder: Path, analysis, fingerprint: dict) -> Path:
     """The run directory of one finished length, with its fingerprint, into `folder`, whole."""
-    from ..run.atomic import atomic_directory, write_text
+    from ..core.atomic import atomic_directory, write_text
 
     path = Path(folder) / analysis.meta["name"]
     # force: a run directory left without a fingerprint, or one --resume checked and found
@@ -92,7 +92,7 @@ def save(folder: Path, analysis, fingerprint: dict) -> Path:
 def write_readme(folder: Path, command: str | None) -> None:
     """What the folder is and how to continue, for whoever finds it: written when the sweep
     starts and after each length (a pass's own README, resume.py, is not written over it)."""
-    from ..run.atomic import write_text
+    from ..core.atomic import write_text
 
     done = saved_runs(folder)           # every model's (probe compare's share the folder)
     command = command or "probe analyze ... --seq-len ..."

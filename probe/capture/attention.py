@@ -20,13 +20,15 @@ import contextvars
 import numbers
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
-from ..families.attention_terms import softmax_terms
+# The window, its band mask and the soft-cap are terms a family hands the kernel: defined with
+# them (families/attention_terms.py), so that the sink-anatomy metric recomputes the same logits
+# without reaching up into capture/.
+from ..families.attention_terms import SlidingWindow, band_mask, cap_logits, softmax_terms  # noqa: F401
 from .masks import probe_mask
 
 NAME = "probe"
@@ -61,14 +63,6 @@ def observing(model, observer=None):
 def observed(model) -> bool:
     """Whether `model` runs inside an `observing` block now."""
     return any(id(m) in _OBSERVERS.get() for m in model.modules())
-
-
-@dataclass(frozen=True)
-class SlidingWindow:
-    """Stands in for a causal sliding-window mask without materialising it: key j is visible
-    from query i iff 0 <= i - j < size, as transformers' `sliding_window_causal_mask_function`
-    (`kv_idx > q_idx - sliding_window` and `kv_idx <= q_idx`). Only for a full prefill (T == S)."""
-    size: int
 
 
 def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -114,11 +108,6 @@ def attention_with_lse(query, key, value, mask, scale, softcap: float | None = N
             _warn_fallback(error)
     return chunked_attention_with_lse(query, key, value, additive_mask(mask, query.dtype), scale,
                                       softcap=softcap)
-
-
-def cap_logits(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
-    """Gemma 2's attention-logit soft-capping; identity without a cap."""
-    return scores if softcap is None else torch.tanh(scores / softcap) * softcap
 
 
 def add_sink(out, lse, sinks):
@@ -209,14 +198,6 @@ def band_block(window: int) -> int:
     ~window (little wasted work) and at least 64 (few kernel calls for tiny windows); 512 caps
     the per-block bias (512 x 4607 floats = 9 MB at window 4096)."""
     return min(512, max(64, window))
-
-
-def band_mask(q_start: int, q_end: int, k_start: int, window: int, device) -> torch.Tensor:
-    """(1, 1, q_end - q_start, q_end - k_start) bool, True = attend, for queries [q_start, q_end)
-    and keys [k_start, q_end): key j visible from query i iff 0 <= i - j < window."""
-    i = torch.arange(q_start, q_end, device=device)[:, None]              # (c, 1)
-    j = torch.arange(k_start, q_end, device=device)[None, :]              # (1, n)
-    return ((j <= i) & (j > i - window))[None, None]
 
 
 def banded_attention_with_lse(query, key, value, window: int, scale, block: int | None = None,

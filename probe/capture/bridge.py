@@ -5,7 +5,7 @@
 
 TransformerLens recomputes every softmax-attention layer as an explicit T x T pattern, so here
 F-Attn is read straight from `hook_pattern[..., 0]`. The hooks (`run_with_hooks`) emit the same
-events as the Hugging Face source (probe/capture/events.py) and the same metrics fold them into their
+events as the Hugging Face source (probe/core/events.py) and the same metrics fold them into their
 reducers; no activation cache is kept. Hook points used, per layer L, and the events they give:
 
     blocks.L.attn.hook_q_gate      gate logits (B, T, H*D)        -> attn.hook_gate (sigmoid scores)
@@ -41,13 +41,13 @@ import torch
 
 from .attention import expand_kv
 from .bus import Pass
-from .events import FIRST_KEY, GATE, SDPA, SITE_EVENTS, Z
-from ..api.errors import ProbeError, flag
+from ..core.events import FIRST_KEY, GATE, SDPA, SITE_EVENTS, Z
+from ..core.errors import ProbeError, flag
 from ..families.gates import ACTIVATIONS
 from ..load.loader import LoadedModel, describe, load, text_config
 from ..families.official import checkpoint_gate, granularity, is_official, is_reordered
-from ..families.reorder import reorder_official_q_proj
-from ..api.options import AnalysisOptions
+from ..load.reorder import reorder_official_q_proj
+from ..core.options import AnalysisOptions
 
 __all__ = ["BridgeCapture", "build_bridge", "check_bridge", "hook_names", "is_bridge", "reorder_official_q_proj"]
 

@@ -1,5 +1,5 @@
 """The event bus of one pass: `Batch` (where each row of a forward pass comes from) and `Pass`
-(the metrics of the pass and their subscriptions to the events of probe/capture/events.py).
+(the metrics of the pass and their subscriptions to the events of probe/core/events.py).
 
 A source (capture.Capture, bridge.BridgeCapture) is a Pass that also owns the model's hooks:
 it emits the events, the bus hands each to the metrics that subscribed.
@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .events import EVENTS, LOGITS
+from ..core.events import EVENTS, LOGITS
 from ..metrics import build_metrics
 from ..metrics.base import Done
-from ..api.options import AnalysisOptions
+from ..core.options import AnalysisOptions
 
 
 @dataclass
@@ -65,8 +65,8 @@ class Pass:
     """The metrics of one analysis pass and the events that feed them (no model hooks here:
     a source, capture.Capture or bridge.BridgeCapture, emits the events).
 
-    The reducers stay reachable as before: `gates[L]`, `first_token[L]`, `sparsity[L]`,
-    `massive[(L, site)]`, `gates_by_token[L]`, `loss`.
+    The reducers are reachable by metric name, for every declared metric: `gates[L]`,
+    `first_token[L]`, `sparsity[L]`, `massive[(L, site)]`, `token_types[L]`, `loss`.
     """
 
     def __init__(self, layout, options=None, *, vocab_size: int | None = None, sequences: int | None = None,
@@ -110,29 +110,14 @@ class Pass:
             b._derived.clear()
 
     # -- the reducers, by metric -----------------------------------------------------------------
-    @property
-    def first_token(self):
-        return self.metrics["first_token"].stats
-
-    @property
-    def sparsity(self):
-        return self.metrics["sparsity"].stats
-
-    @property
-    def gates(self):
-        return self.metrics["gates"].stats
-
-    @property
-    def gates_by_token(self):
-        return self.metrics["token_types"].stats
-
-    @property
-    def massive(self):
-        return self.metrics["massive"].stats
-
-    @property
-    def loss(self):
-        return self.metrics["loss"].stats
+    def __getattr__(self, name: str):
+        """`cap.gates[L]`, `cap.first_token[L]`, `cap.massive[(L, site)]`, `cap.loss`, ...: each
+        metric's reducers by the metric's name, for every declaration (probe/metrics/<m>/), none
+        named here."""
+        metrics = self.__dict__.get("metrics")
+        if metrics is not None and name in metrics:
+            return metrics[name].stats
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @contextmanager
     def batch(self, input_ids: torch.Tensor, valid: torch.Tensor | None = None,

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from ..api.errors import ProbeError
+from ..core.errors import ProbeError
 from ..families.gates import GateSpec
 from .hooks import first_output, replace_first
 

@@ -1,5 +1,5 @@
 """The Hugging Face source: forward hooks and the `probe` attention back-end emit the pass's
-events (probe/capture/events.py), and every hook is removed on exit.
+events (probe/core/events.py), and every hook is removed on exit.
 
     with Capture(model, layout) as cap:
         with cap.batch(input_ids, valid, seq_index):
@@ -27,8 +27,8 @@ from torch import nn
 from . import attention
 from ..families.layout import ModelLayout
 from .bus import Pass
-from .events import ATTENTION, FIRST_KEY, GATE, SDPA, SITE_EVENTS, SITES, Z  # noqa: F401  (SITES: re-exported)
-from ..api.options import AnalysisOptions
+from ..core.events import ATTENTION, FIRST_KEY, GATE, SDPA, SITE_EVENTS, SITES, Z  # noqa: F401  (SITES: re-exported)
+from ..core.options import AnalysisOptions
 
 
 def _first(output):

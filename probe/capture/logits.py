@@ -19,7 +19,7 @@ import inspect
 
 import torch
 
-from ..api.errors import ProbeError
+from ..core.errors import ProbeError
 
 LAZY_BYTES = 1 << 30          # full logits above this: computed block by block
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..api.errors import ProbeError, flag, on_command_line
+from ..core.errors import ProbeError, flag, on_command_line
 
 TEXT_SUFFIXES = {".txt", ".md", ".rst", ".text", ""}
 ID_SUFFIXES = {".npy", ".pt"}

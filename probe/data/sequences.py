@@ -29,8 +29,8 @@ import torch
 
 # Documents, read_data and read_documents are imported from here by analyze, cli and train.
 from .documents import Documents, read_data, read_documents  # noqa: F401
-from ..api.errors import ProbeError, flag, rust_panic_as_error
-from ..api.options import AnalysisOptions
+from ..core.errors import ProbeError, flag, rust_panic_as_error
+from ..core.options import AnalysisOptions
 
 
 @dataclass

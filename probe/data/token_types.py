@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from ..api.errors import ProbeError, flag
-from ..results.schema import TOKEN_TYPES as BUILTIN  # the token_type values of gates_by_token_type.csv
+from ..core.errors import ProbeError, flag
+from ..core.token_type_names import TOKEN_TYPES as BUILTIN  # the token_type values of gates_by_token_type.csv
 SPACE_MARKERS = ("Ġ", "▁", "Ċ", "ĉ")      # byte-level BPE and sentencepiece word-boundary markers
 
 

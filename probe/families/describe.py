@@ -5,7 +5,7 @@ import warnings
 
 from torch import nn
 
-from ..api.errors import flag
+from ..core.errors import flag
 from .gates import GateSpec
 from .layout import ModelLayout, discover_layout
 from .registry import registered, text_config

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..api.errors import ProbeError
+from ..core.errors import ProbeError
 
 LAYOUTS = ("interleaved", "grouped", "plain")
 GRANULARITIES = ("elementwise", "headwise")

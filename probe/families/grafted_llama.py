@@ -1,6 +1,6 @@
 """A Llama-family decoder with an attention-output gate grafted on (`model_type` grafted_llama).
 
-`probe graft` (probe/families/graft.py) turns an ungated pretrained Llama (SmolLM2, ...) into this: every
+`probe graft` (probe/train/graft.py) turns an ungated pretrained Llama (SmolLM2, ...) into this: every
 attention layer gets `gate_proj: Linear(hidden, H * Dg)` on the layer's attention input (the
 input-layernorm output, what q/k/v read), and the SDPA output of each head is multiplied by
 `scale * sigmoid(gate_proj(x))` before o_proj, as the paper's G1 gate (Dg = 1 headwise, D

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import torch.nn as nn
 
-from ..api.errors import ProbeError
-from ..api.reprs import LayerPartsRepr, ModelLayoutRepr
+from ..core.errors import ProbeError
+from ..core.reprs import LayerPartsRepr, ModelLayoutRepr
 from .gates import GateSpec
 
 

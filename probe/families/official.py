@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..api.errors import ProbeError
+from ..core.errors import ProbeError
 from .gates import GateSpec
 from .official_flags import MODEL_TYPE, granularity
 

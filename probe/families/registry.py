@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..api.errors import ProbeError, flag
+from ..core.errors import ProbeError, flag
+from ..core.registry import unique
 from .gates import GateSpec
 from . import gemma, grafted, official, qwen_next
 
@@ -56,7 +57,15 @@ ADAPTERS = (
     Adapter("phi3", ("phi3",), note="Phi-3: q, k and v from one fused qkv_proj"),
     Adapter("gpt2", ("gpt2",)),
 )
-BY_MODEL_TYPE = {t: a for a in ADAPTERS for t in a.model_types}
+
+
+def by_model_type(adapters) -> dict[str, Adapter]:
+    """model_type -> its adapter; a model type two adapters claim is refused, naming both."""
+    return unique(((t, a, f"ADAPTERS[{i}] (Adapter {a.name!r}, probe/families/registry.py)")
+                   for i, a in enumerate(adapters) for t in a.model_types), "model_type")
+
+
+BY_MODEL_TYPE = by_model_type(ADAPTERS)
 
 
 def supported_model_types() -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..api.errors import ProbeError, flag
+from ..core.errors import ProbeError, flag
 
 Q_NAMES = ("q_proj", "query", "wq", "to_q")
 FUSED_QKV_NAMES = ("qkv_proj", "c_attn", "query_key_value", "Wqkv", "qkv")

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import torch
 
-from ..api.errors import ProbeError, first_line
+from ..core.errors import ProbeError, first_line, flag
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
 
 def config_hash(path: Path) -> str:
@@ -184,3 +186,22 @@ def shape_mismatch(path: Path, config, cls=None) -> str | None:
                         f"{list(want)}: config.json does not describe these weights; fix its sizes "
                         "(hidden, heads, head_dim, vocab, gate flags) or re-download the checkpoint")
     return None
+
+
+def has_tokenizer_files(path: Path) -> bool:
+    return any((path / name).exists() for name in TOKENIZER_FILES)
+
+
+def check_tokenizer_dir(tokenizer) -> Path | None:
+    """A tokenizer folder the user named must hold a tokenizer: never fall back silently."""
+    if tokenizer is None:
+        return None
+    folder = Path(tokenizer)
+    if not folder.is_dir():
+        state = "is a file" if folder.exists() else "does not exist"
+        raise ProbeError(f"{flag('tokenizer', str(folder))} {state}; pass the folder that holds the tokenizer "
+                         f"files ({', '.join(TOKENIZER_FILES)})")
+    if not has_tokenizer_files(folder):
+        raise ProbeError(f"{flag('tokenizer', str(folder))} holds no tokenizer files (one of "
+                         f"{', '.join(TOKENIZER_FILES)}); pass the folder that holds them")
+    return folder

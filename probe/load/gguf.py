@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..api.errors import ProbeError, first_line
+from ..core.errors import ProbeError, first_line
 
 SUFFIX = ".gguf"
 BLOCK_NAME = re.compile(r"(?:^|\.)blk\.(\d+)\.")        # llama.cpp's name of layer N's tensors

@@ -21,12 +21,15 @@ from ..families.registry import model_class
 from ..families.describe import describe, warn_if_gate_declared_away  # noqa: F401
 from ..families.registry import text_config
 from .checkpoint_files import check_checkpoint_dir, check_loading_info, config_hash, shape_mismatch
-from ..api.errors import ProbeError, first_line, flag
+# What a tokenizer folder must hold, checked before transformers reads it (the options check
+# --tokenizer with it, so it sits where the checkpoint folder's own checks are).
+from .checkpoint_files import TOKENIZER_FILES, check_tokenizer_dir, has_tokenizer_files  # noqa: F401
+from ..core.errors import ProbeError, first_line, flag
 from ..families.gates import GateSpec
 from .preflight import check_device
-from ..api.reprs import LoadedModelRepr
+from ..core.reprs import LoadedModelRepr
+from ..core.options import DEVICE, DTYPE
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -47,28 +50,9 @@ class LoadedModel(LoadedModelRepr):                 # a one-screen repr (reprs.p
     @property
     def name(self) -> str | None:
         """The run's default name: the folder's, or the GGUF file's without its suffix."""
-        from ..results.run_names import checkpoint_name
+        from .names import checkpoint_name
 
         return checkpoint_name(self.path)
-
-
-def has_tokenizer_files(path: Path) -> bool:
-    return any((path / name).exists() for name in TOKENIZER_FILES)
-
-
-def check_tokenizer_dir(tokenizer) -> Path | None:
-    """A tokenizer folder the user named must hold a tokenizer: never fall back silently."""
-    if tokenizer is None:
-        return None
-    folder = Path(tokenizer)
-    if not folder.is_dir():
-        state = "is a file" if folder.exists() else "does not exist"
-        raise ProbeError(f"{flag('tokenizer', str(folder))} {state}; pass the folder that holds the tokenizer "
-                         f"files ({', '.join(TOKENIZER_FILES)})")
-    if not has_tokenizer_files(folder):
-        raise ProbeError(f"{flag('tokenizer', str(folder))} holds no tokenizer files (one of "
-                         f"{', '.join(TOKENIZER_FILES)}); pass the folder that holds them")
-    return folder
 
 
 def load_tokenizer(path: Path):
@@ -112,14 +96,16 @@ def quiet_transformers():
 
 
 @quiet_transformers()
-def load(path: str | Path, *, dtype: str = "float32", device: str = "cpu",
+def load(path: str | Path, *, dtype: str | None = None, device: str | None = None,
          device_map: str | None = None, gate: GateSpec | str | None = None,
          tokenizer: str | Path | None = None, rope_scaling=None) -> LoadedModel:
     """Load a checkpoint directory or a GGUF file for analysis (eval mode, no gradients needed).
-    rope_scaling: a position scaling written into the config before the weights load (rope.py)."""
+    rope_scaling: a position scaling written into the config before the weights load (rope.py).
+    dtype, device: None is the options' default (probe/core/options.py DTYPE, DEVICE)."""
     from transformers import AutoConfig
 
     path = Path(path)
+    dtype, device = dtype or DTYPE, device or DEVICE
     if dtype not in DTYPES:
         raise ProbeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     if not device_map:

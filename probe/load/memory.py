@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..api.errors import ProbeError, flag
+from ..core.errors import ProbeError, flag
 
 GiB = 1 << 30
 ENV = "PROBE_MEMORY_GB"

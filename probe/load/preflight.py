@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..api.errors import ProbeError, first_line, flag
+from ..core.errors import ProbeError, first_line, flag
 
 
 def check_device(device: str | None) -> None:

@@ -21,7 +21,7 @@ import json
 import math
 import numbers
 
-from ..api.errors import ProbeError, flag
+from ..core.errors import ProbeError, flag
 
 # rope types whose parameters carry the original (pretraining) length.
 WITH_ORIGINAL = ("yarn", "longrope", "llama3")

@@ -12,10 +12,12 @@ tables, summary / layer / meta keys, option, events) and its reducers in reduce.
                    value_drains.csv, gate_sink.csv; anatomy (only with the anatomy option)
                                                                     <- attn.hook_attention, attn.hook_gate
     per_sequence/  per_sequence.csv; the *_lo / *_hi bootstrap intervals  <- the events above
+    head_norms/    head_norms.csv; head_norm_ratio                  <- attn.hook_sdpa, attn.hook_z
 
 The run directory's schema (probe/results/schema.py), Analysis and reports' Runs derive from the
 declarations (metrics/base.py says what one holds); the bus (probe/capture/bus.py) subscribes each
-declared event. To add a metric: a package here (declaration + reduce.py; DECLARATIONS finds
+declared event. This list is checked against DECLARATIONS (tests/metrics/test_declarations.py).
+To add a metric: a package here (declaration + reduce.py; DECLARATIONS finds
 it); a report section (reports/sections/<m>.py); a test; docs/run-directory.md.
 """
 from __future__ import annotations
@@ -23,13 +25,23 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from ..core.registry import unique
+
 
 def _declarations() -> tuple:
     """The DECLARATION of every package here, in their `order`: a new metric is a new package,
     listed nowhere else."""
-    found = [importlib.import_module(f"{__name__}.{m.name}").DECLARATION
-             for m in pkgutil.iter_modules(__path__) if m.ispkg]
-    return tuple(sorted(found, key=lambda d: d.order))
+    return registered([(importlib.import_module(f"{__name__}.{m.name}").DECLARATION,
+                        f"probe/metrics/{m.name}/__init__.py") for m in pkgutil.iter_modules(__path__) if m.ispkg])
+
+
+def registered(declarations) -> tuple:
+    """(declaration, place) pairs in their `order`; a metric name or an order declared twice is
+    refused, naming both places (two metrics of one name would share its tables and keys; two of
+    one order would have no fixed reducer order under torchrun and --resume)."""
+    unique(((d.name, d, place) for d, place in declarations), "metric")
+    unique(((d.order, d, f"{place} ({d.name})") for d, place in declarations), "metric order")
+    return tuple(sorted((d for d, _ in declarations), key=lambda d: d.order))
 
 
 # The order of the reducers (merged under torchrun, saved by --resume), of the tables and of each

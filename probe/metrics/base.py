@@ -6,7 +6,7 @@ reports/) and its `Metric` (the reducers fed by events, the tables read from the
                          probe/metrics/<m>/reduce.py
         order            its place in the pass (lower first): the order of the reducers (merged
                          under torchrun, saved by --resume), of its tables, of summarise()
-        events           event (probe/capture/events.py) -> the Metric's method the bus subscribes
+        events           event (probe/core/events.py) -> the Metric's method the bus subscribes
         tables           table -> column -> kind ("str", "int", "float", "bool"): its files of
                          the run directory (docs/run-directory.md); probe.results.schema.TABLES joins them
         summary_keys     the summary.json keys it writes, in file order
@@ -19,6 +19,8 @@ reports/) and its `Metric` (the reducers fed by events, the tables read from the
         counts           table -> its float columns that hold counts (compared exactly in the gold)
 
     class Metric(layout, options, *, vocab_size=None, sequences=None, token_groups=None):
+        setup()              its reducers, made once the constructor (written once, in the
+                             base class) has set layout, options and context
         listens(event)       whether it subscribes to a declared event in this pass (default yes)
         reducers()           its reducers, in a fixed order (merged under torchrun, saved by --resume)
         frames(done)         {table: DataFrame} once the pass is over
@@ -52,6 +54,15 @@ class Declaration:
     counts: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PassContext:
+    """What a metric's pass knows beside the layout and the options (Metric.context)."""
+
+    vocab_size: int | None = None        # the model's vocabulary (sink anatomy needs it)
+    sequences: int | None = None         # the dataset's row count (the per-sequence state's size)
+    token_groups: object = None          # the data's token groups (data.token_types.TokenGroups)
+
+
 @dataclass
 class Done:
     """What a finished pass knows beside its reducers."""
@@ -82,11 +93,20 @@ class Metric:
 
     def __init__(self, layout, options, *, vocab_size: int | None = None, sequences: int | None = None,
                  token_groups=None):
-        """options: the AnalysisOptions of the pass (probe/api/options.py); vocab_size: the
+        """options: the AnalysisOptions of the pass (probe/core/options.py); vocab_size: the
         model's vocabulary; sequences: the dataset's row count (the per-sequence state's size);
-        token_groups: the data's token groups (probe.data.token_types.TokenGroups), None without a gate."""
+        token_groups: the data's token groups (probe.data.token_types.TokenGroups), None without a gate.
+
+        Written once, here, for every metric: a metric makes its reducers in `setup`, reading
+        self.layout, self.options and self.context."""
         self.layout = layout
+        self.options = options
+        self.context = PassContext(vocab_size, sequences, token_groups)
         self.stats: dict = {}
+        self.setup()
+
+    def setup(self) -> None:
+        """Make this pass's reducers (self.stats) from self.layout, self.options, self.context."""
 
     def listens(self, event: str) -> bool:
         """Whether this pass subscribes the declared method of `event` (a metric switched off

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..run.atomic import atomic_directory, write_text
+from ..core.atomic import atomic_directory, write_text
 from .csv_cells import csv_text
-from ..api.errors import ProbeError
+from ..core.errors import ProbeError
 from .plotting import PlotMethods
 from .run_files import RunDirectoryError, read_run_dir
 from .schema import MANIFEST_KEY, META_FILE, SUMMARY_FILE

@@ -1,9 +1,10 @@
 """The name of a run, distinct names for runs of one checkpoint, and the tidy one-row-per-run
 summary.
 
-A run's name is worked out once, by `run_name` (probe.analyze through source.source_for, the
-interventions and a context sweep; the command line's run folders through `checkpoint_name`):
-the name given, else the checkpoint's, else the model's class.
+A run's name is worked out once, by `run_name` (probe/load/names.py, re-exported here)
+(probe.analyze through source.source_for, the interventions and a context sweep; the command
+line's run folders through `checkpoint_name`): the name given, else the checkpoint's, else the
+model's class.
 
 A run is named after its checkpoint, so the runs of one model in float32 and bfloat16, on two
 data sets or with and without a BOS all carry the same name. `distinct_names` keeps them apart
@@ -20,19 +21,9 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-
-def checkpoint_name(path) -> str | None:
-    """A checkpoint's name: its folder's, or a GGUF file's without the suffix (None: no path)."""
-    if not path:
-        return None
-    path = Path(str(path))
-    return (path.stem if path.suffix.lower() == ".gguf" else path.name) or None
-
-
-def run_name(given: str | None, path, fallback: str) -> str:
-    """The name of a run: `given` (the name option), else the checkpoint's (checkpoint_name of
-    `path`: a folder, a GGUF file, a hub id), else `fallback` (the model's class name)."""
-    return given or checkpoint_name(path) or fallback
+# Worked out where the checkpoint is loaded (LoadedModel.name), below the run directory; named
+# here too, where the rest of a run's naming is.
+from ..load.names import checkpoint_name, run_name  # noqa: F401
 
 
 def _weights(value: Any) -> str:
@@ -84,7 +75,7 @@ def distinct_names(names: list[str], metas: list[Mapping[str, Any]]) -> list[str
 def _read(run: Any) -> tuple[dict, dict, str]:
     """(meta, summary, source) of a run directory or an in-memory Analysis."""
     if isinstance(run, (str, os.PathLike)):
-        from ..api.errors import ProbeError
+        from ..core.errors import ProbeError
 
         path = Path(run)
         if not (path / "summary.json").is_file():

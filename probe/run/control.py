@@ -17,7 +17,7 @@ import torch
 from . import distributed
 from .batches import for_each_batch
 from ..metrics.reducers import I64, LogHistogram, Reducer, cut_bits
-from ..api.options import AnalysisOptions
+from ..core.options import AnalysisOptions
 
 FINITE_BITS = 0x7F800000        # float32 bit patterns from here on are inf and NaN
 

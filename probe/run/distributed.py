@@ -25,7 +25,7 @@ import os
 
 import torch
 
-from ..api.errors import ProbeError
+from ..core.errors import ProbeError
 
 _initialized_here = False
 
@@ -60,9 +60,13 @@ def group() -> tuple[int, int]:
     return 0, 1
 
 
-def setup(device: str = "cpu") -> tuple[int, int, str]:
+def setup(device: str | None = None) -> tuple[int, int, str]:
     """Join the process group that torchrun describes (once). Returns (rank, world, device):
-    under several processes a bare "cuda" becomes this rank's GPU, cuda:LOCAL_RANK."""
+    under several processes a bare "cuda" becomes this rank's GPU, cuda:LOCAL_RANK. device None:
+    the options' default (probe/core/options.py DEVICE)."""
+    from ..core.options import DEVICE
+
+    device = device or DEVICE
     global _initialized_here
     dist = _dist()
     size = int(os.environ.get("WORLD_SIZE", "1"))

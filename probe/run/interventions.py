@@ -37,17 +37,17 @@ import torch
 from torch import nn
 
 from . import distributed
-from ..api.errors import ProbeError, flag
+from ..core.errors import ProbeError, flag
 # The hook plumbing and the gate logits live in hooks.py and gate_logits.py; check.py, control.py
 # and analyze.py import these names from here.
 from ..capture.gate_logits import gate_channels, gate_logit, set_gate_logits, validate_gate  # noqa: F401
 from ..capture.hooks import first_output, installed, replace_first, using_probe_attention  # noqa: F401
 # The names and their parsing (intervention_kinds.py, which options.py reads without torch).
-from .intervention_kinds import ALL_LAYERS, GATE_INTERVENTIONS, INTERVENTIONS, parse_kinds  # noqa: F401
+from ..core.intervention_kinds import ALL_LAYERS, GATE_INTERVENTIONS, INTERVENTIONS, parse_kinds  # noqa: F401
 from .batches import for_each_batch
 from ..metrics.loss.reduce import LossStats
 from ..metrics.reducers import I64, Reducer
-from ..api.options import AnalysisOptions
+from ..core.options import AnalysisOptions
 from ..results.schema import OTHER_TABLES
 
 COLUMNS = list(OTHER_TABLES["interventions"])     # interventions.csv, declared in probe/results/schema.py

@@ -15,8 +15,8 @@ import os
 import shutil
 from pathlib import Path
 
-from .atomic import describe_os_error, shared_mode
-from ..api.errors import ProbeError, flag, on_command_line
+from ..core.atomic import describe_os_error, shared_mode
+from ..core.errors import ProbeError, flag, on_command_line
 
 LOCK = "lock"
 PROGRESS = "progress.json"
@@ -91,7 +91,7 @@ def _ours(entry: Path) -> bool:
 
 def _saved_run(entry: Path) -> bool:
     """A run directory a sweep saved here: a folder, not a link, holding probe's marker."""
-    from .owned import marked
+    from ..core.owned import marked
 
     return not entry.name.startswith(".") and entry.is_dir() and not entry.is_symlink() and marked(entry)
 

@@ -5,7 +5,7 @@ meta.json and summary.json.
                                                     >  pipeline.run_pass -> pipeline.assemble -> Analysis
     source.BridgeSource (TransformerLens bridge)   /
 
-A source provides the events (probe/capture/events.py) through a `Pass` (capture.Capture,
+A source provides the events (probe/core/events.py) through a `Pass` (capture.Capture,
 bridge.BridgeCapture) and a `forward(ids) -> logits`; the metrics (probe/metrics/) do the rest.
 The batches come from batches.for_each_batch, the loop the interventions and the exact control
 share.
@@ -25,13 +25,13 @@ import torch
 
 from .batches import for_each_batch
 from ..data.sequences import Dataset, build_dataset
-from ..api.errors import ProbeError, flag
+from ..core.errors import ProbeError, flag
 from ..load.fingerprint import embedding_fingerprint
 from ..load.loader import DTYPES, LoadedModel
 from ..metrics import DECLARATIONS, summary_order
 from ..metrics.base import Done
 from ..metrics.massive.reduce import token_text
-from ..api.options import AnalysisOptions
+from ..core.options import AnalysisOptions
 from ..results.analysis import Analysis
 
 MEASURED_AS_IS = "a model object is measured as it is: convert or move it yourself, or pass its checkpoint path"

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch
 
-from .atomic import describe_os_error, write_text, write_torch
-from ..api.errors import ProbeError, flag, on_command_line
+from ..core.atomic import describe_os_error, write_text, write_torch
+from ..core.errors import ProbeError, flag, on_command_line
 from .partial_lock import (LOCK, PROGRESS, another_folder, claim, holds_pass_state, holds_state,  # noqa: F401  (the CLI's)
                            refuse_waiting_run, release)
 from ..metrics.reducers import flatten
@@ -35,7 +35,7 @@ def start_again() -> str:
 
 
 def partial_dir(out: Path) -> Path:
-    from .owned import check_out_name
+    from ..core.owned import check_out_name
 
     check_out_name(out)             # `--out .` has no name to put .partial after
     return Path(out).with_name(Path(out).name + ".partial")

@@ -6,8 +6,8 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from ..api.errors import ProbeError
-from ..run.owned import FORCE_HELP
+from ..core.errors import ProbeError
+from ..core.owned import FORCE_HELP
 from .config import (ARMS, BPE_VOCAB, DEFAULT_COPY_LEN, DEFAULT_NOISE_FRAC, SYNTHETIC_VOCAB,
                      TrainConfig)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from ..api.errors import ProbeError
+from ..core.errors import ProbeError
 
 ARMS = ("none", "headwise", "elementwise")
 DEFAULT_HELDOUT_PERMILLE = 50

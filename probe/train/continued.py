@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..api.errors import ProbeError
+from ..core.errors import ProbeError
 
 TRAINABLE = ("gates", "all")
 GATE_PARAMETER = ".self_attn.gate_proj."

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ..api.errors import ProbeError
+from ..core.errors import ProbeError
 from .config import DEFAULT_HELDOUT_PERMILLE
 
 BOS, EOS, PAD = "<|bos|>", "<|eos|>", "<|pad|>"
@@ -173,7 +173,7 @@ class Corpus:
     def write_heldout(self, out: Path) -> None:
         """OUT/heldout.txt: the held-out documents, for `probe analyze --data` (the synthetic
         route writes token-id files instead; see synthetic.py)."""
-        from ..run.atomic import write_text
+        from ..core.atomic import write_text
 
         write_text(Path(out) / "heldout.txt", "\n\n".join(d.text for d in self.heldout_docs))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..run.atomic import write_text
+from ..core.atomic import write_text
 from .config import SPIKE_K, SPIKE_MIN_HISTORY, SPIKE_WINDOW
 
 LOG_COLUMNS = ("model", "step", "tokens", "lr", "train_loss", "eval_loss", "grad_norm", "spike")

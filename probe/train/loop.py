@@ -24,10 +24,10 @@ from pathlib import Path
 
 import torch
 
-from ..run.atomic import check_writable, describe_os_error, shared_mode, write_text, write_torch
-from ..api.errors import ProbeError
+from ..core.atomic import check_writable, describe_os_error, shared_mode, write_text, write_torch
+from ..core.errors import ProbeError
 from ..load.loader import quiet_transformers
-from ..run.owned import check_out_name, check_replaceable, mark
+from ..core.owned import check_out_name, check_replaceable, mark
 from .config import TrainConfig
 from . import continued
 from .log import heldout_loss, is_spike, read_log, write_log

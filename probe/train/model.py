@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from ..api.errors import ProbeError
+from ..core.errors import ProbeError
 from ..families import official
 from .config import ARMS, Shape
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from ..api.errors import ProbeError
+from ..core.errors import ProbeError
 from .config import SPIKE_K, SPIKE_MIN_HISTORY, SPIKE_WINDOW, TrainConfig
 from .model import ARMS, Shape
 from .prepare import python_version

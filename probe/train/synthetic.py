@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 
-from ..api.errors import ProbeError
+from ..core.errors import ProbeError
 from .config import SYNTHETIC_PREFIX, TrainConfig
 from .corpus import BOS, EOS, PAD, Corpus
 

@@ -13,7 +13,7 @@ from probe.intervals import SequenceValues, intervals_of, paired
 from probe.reports.claims.numbers import fmt
 from probe.reports.runs import Runs
 
-DEFAULT_RESAMPLES = 1000         # probe.api.options resamples' default, for runs that do not record it
+DEFAULT_RESAMPLES = 1000         # probe.core.options resamples' default, for runs that do not record it
 _CACHE: dict[tuple[int, str], SequenceValues | None] = {}
 
 

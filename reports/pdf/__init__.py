@@ -19,7 +19,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 from pypdf import PdfReader, PdfWriter, Transformation
 
-from probe.api.errors import printable
+from probe.core.errors import printable
 from probe.reports.sections.items import FigureItem, Section, left_out_line, printable_texts, shown
 from probe.reports.measure import wrap
 # The page, figures and tables live in this package's page.py, figures.py and tables.py;

@@ -33,10 +33,10 @@ class FigureItem:
 
 def printable_texts(figure: Figure) -> Figure:
     """Every text of `figure` shown printable: a model name's ESC or bidi override is drawn as
-    an escape (probe.api.errors.printable), never as the raw character."""
+    an escape (probe.core.errors.printable), never as the raw character."""
     from matplotlib.text import Text
 
-    from probe.api.errors import printable
+    from probe.core.errors import printable
 
     for text in figure.findobj(Text):
         value = text.get_text()
@@ -64,7 +64,7 @@ class TableItem:
     number: int = 0
 
     def __post_init__(self) -> None:
-        from probe.api.errors import printable
+        from probe.core.errors import printable
 
         shown = self.frame.map(lambda v: printable(v) if isinstance(v, str) else v)
         if not isinstance(self.frame.index, pd.MultiIndex):

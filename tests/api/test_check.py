@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from samples import GATED
+from tests.samples import GATED
 from probe.capture import attention
 from probe.api.check import run_checks
 from probe.api.cli import main

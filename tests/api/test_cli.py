@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from probe.api.cli import main
+from tests.api.cli_errors import _error
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,14 +35,6 @@ def test_analyze_without_data_uses_the_builtin_corpus(checkpoint, tmp_path):
     assert main(["analyze", str(checkpoint("qwen3")), "--out", str(out), "--seq-len", "64",
                  "--max-sequences", "2", "--quiet"]) == 0
     assert json.loads((out / "summary.json").read_text())["tokens"] == 128
-
-
-def _error(capsys, argv) -> str:
-    code = main(argv)
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert err.startswith("probe: error: ") and "\n" not in err and "Traceback" not in err
-    return err
 
 
 def test_bad_inputs_get_one_clear_line(checkpoint, text_file, tmp_path, capsys):

@@ -10,10 +10,10 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import probe
-import tiny
+from tests import tiny
 from probe.api.cli import main
 from probe.api.sweep import counts, parse_lengths, sweep
-from samples import TEXT
+from tests.samples import TEXT
 
 LENGTHS = (32, 64, 128)
 DATA = [TEXT * 2]

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from probe.capture import attention
+from tests.capture.softmax_term_models import CAP, _gemma2
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 
@@ -163,7 +164,7 @@ def test_float64_uses_the_exact_blockwise_path():
 
 def test_analysis_through_the_cuda_branch_equals_the_cpu_path(loaded, emulated_cuda, monkeypatch):
     """A whole capture on a gated GQA model: the CUDA branch's glue gives the CPU numbers."""
-    from test_capture import ids_for, run_capture
+    from tests.capture.captures import ids_for, run_capture
 
     lm = loaded("official_elementwise")
     ids = ids_for(lm.model, T=45)
@@ -274,7 +275,7 @@ def _hf_windowed(kind):
     qwen2 (layers 2-3 windowed), qwen2_moe (window only as a module attribute), gemma3
     (sliding / full layers, query_pre_attn_scalar scaling)."""
     import transformers as tf
-    import tiny
+    from tests import tiny
 
     base = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                 num_key_value_heads=2, head_dim=16, initializer_range=0.2)
@@ -368,7 +369,7 @@ def test_sliding_window_models_equal_eager(kind, windowed):
 def test_sliding_window_capture_equals_eager(tmp_path):
     """The whole Capture on a saved windowed checkpoint: F-Attn per head against eager."""
     import probe
-    import tiny
+    from tests import tiny
     from probe import Capture
 
     lm = probe.load(tiny.make_checkpoint("mistral", tmp_path / "ckpt", tokenizer=False, sliding_window=WINDOW))
@@ -463,21 +464,6 @@ def test_sliding_window_path_forms_no_t_by_s_tensor(windowed):
 
 
 # -- logit soft-capping (Gemma 2) and attention sinks (gpt-oss) ---------------------------------
-
-CAP = 0.5  # small enough that capping changes random-init scores visibly
-
-
-def _gemma2():
-    from transformers import Gemma2Config, Gemma2ForCausalLM
-
-    model = Gemma2ForCausalLM(Gemma2Config(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, sliding_window=16, attn_logit_softcapping=CAP)).eval()
-    with torch.no_grad():                   # random-init scores are ~0.01: make them reach the cap
-        for layer in model.model.layers:
-            layer.self_attn.q_proj.weight.mul_(8.0)
-            layer.self_attn.k_proj.weight.mul_(8.0)
-    return model
 
 
 def _gpt_oss():
@@ -575,7 +561,7 @@ def test_uniform_reference_counts_only_visible_keys():
 def test_windowed_capture_reports_the_windowed_uniform_reference(tmp_path):
     """Capture's uniform reference on a windowed Mistral: the mean over t >= 1 of 1/(t+1) for
     t < W and 0 after, not the causal mean (which would understate a windowed baseline's sink)."""
-    from test_capture import run_capture
+    from tests.capture.captures import run_capture
     from types import SimpleNamespace
 
     from probe.load.loader import describe

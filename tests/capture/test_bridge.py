@@ -14,12 +14,12 @@ import pytest
 import torch
 
 import probe
-import tiny
-from samples import TEXT
+from tests import tiny
+from tests.samples import TEXT
 from probe import ProbeError
 from probe.capture.bridge import BridgeCapture, build_bridge, is_bridge
 from probe.load.loader import describe
-from probe.families.reorder import reorder_official_q_proj
+from probe.load.reorder import reorder_official_q_proj
 
 F_ATTN_TOL = 1e-5
 GATE_TOL = 1e-5
@@ -210,7 +210,7 @@ def test_every_analyze_option_is_honoured_or_refused(checkpoint, tmp_path, monke
     """Introspects AnalysisOptions: an option added there and forgotten here fails this test."""
     import dataclasses
 
-    from probe.api.options import AnalysisOptions
+    from probe.core.options import AnalysisOptions
 
     options = ["data", "texts"] + [f.name for f in dataclasses.fields(AnalysisOptions)]
     bridge = build_bridge(checkpoint("official_headwise"))       # gated, and quicker than a hybrid
@@ -220,7 +220,7 @@ def test_every_analyze_option_is_honoured_or_refused(checkpoint, tmp_path, monke
     # probe.analyze takes the options whole (and data, texts): none is declared twice; the bridge
     # refuses exactly the options of HF_ONLY.
     assert list(inspect.signature(probe.analyze).parameters)[1:4] == ["data", "texts", "options"]
-    from probe.capture.source import HF_ONLY
+    from probe.run.source import HF_ONLY
 
     assert set(HF_ONLY) == set(REFUSED) - {"dtype", "device"}
 
@@ -399,12 +399,18 @@ def test_one_analysis_two_sources(checkpoint):
     """probe.analyze of a Hugging Face checkpoint asks bridge.py only whether the model is a
     bridge; of a bridge, it runs the same recipe (source.py) with the bridge's hooks."""
     import probe.capture.bridge
-    import probe.capture.source
+    import probe.run.source
 
     path = checkpoint("qwen3")
     run = dict(texts=[TEXT[:120]], seq_len=16, max_sequences=2, progress=False, display_len=4)
     assert _functions_called_in(probe.capture.bridge, lambda: probe.analyze(path, **run)) == {"is_bridge"}
+    asked = []
+    real = probe.capture.bridge.is_bridge
+    with pytest.MonkeyPatch.context() as patch:           # one bridge check per analysis (issue 32)
+        patch.setattr(probe.capture.bridge, "is_bridge", lambda model: asked.append(model) or real(model))
+        probe.analyze(path, **run)
+    assert len(asked) == 1
     bridge = build_bridge(path)
-    called = _functions_called_in(probe.capture.source, lambda: probe.analyze(bridge, **run))
+    called = _functions_called_in(probe.run.source, lambda: probe.analyze(bridge, **run))
     assert {"source_for", "of", "capture", "forwarding", "display_patterns", "meta"} <= called
     assert "as_loaded" not in called                       # nothing of the Hugging Face source's

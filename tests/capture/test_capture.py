@@ -6,26 +6,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from samples import BASELINES, GATED
+from tests.samples import BASELINES, GATED
 from probe import Capture
 from probe.capture import attention
-from reference import eager_attentions, recorded
+from tests.reference import eager_attentions, recorded
+from tests.capture.captures import ids_for, run_capture
 
 F_ATTN_TOL = 1e-5
 ALL = GATED + BASELINES
-
-
-def ids_for(model, B=2, T=40, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(3, model.config.get_text_config().vocab_size, (B, T), generator=g)
-
-
-def run_capture(lm, ids, valid=None):
-    with torch.no_grad(), Capture(lm.model, lm.layout) as cap:
-        with cap.batch(ids, valid):
-            logits = lm.model(input_ids=ids, use_cache=False).logits
-            cap.observe_logits(logits)
-    return cap, logits
 
 
 @pytest.mark.parametrize("kind", ALL)
@@ -245,7 +233,7 @@ def test_residual_after_attention_with_sandwich_norms():
     """Gemma 2 normalises the attention output before adding it (post_attention_layernorm is
     not its pre-MLP norm): resid_mid must be input + norm(attention output), computed here
     from the layer's input and the attention module's output."""
-    from test_attention import _gemma2
+    from tests.capture.softmax_term_models import _gemma2
 
     from probe.load.loader import describe
 
@@ -327,8 +315,8 @@ NORMED_ATTENTION_BRANCH = {"gemma2": True, "gemma3": True, "olmo2": True,
 
 
 def _site_model(kind):
-    import tiny
-    from test_attention import _gemma2
+    from tests import tiny
+    from tests.capture.softmax_term_models import _gemma2
 
     return _gemma2() if kind == "gemma2" else tiny._build_hf(kind, seed=0, overrides={})
 

@@ -9,6 +9,7 @@ import torch
 
 from probe import ProbeError
 from probe.data.sequences import build_dataset, tokenizer_adds_bos
+from tests.data.token_rows import _rows
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +93,6 @@ def test_too_long_sequences_truncate_or_refuse(tokenizers, text_file):
 
 
 # ------------------------------------------------ token ids as given, data in memory, messages
-
-def _rows(n=3, t=10, seed=0):
-    return np.random.default_rng(seed).integers(3, 200, size=(n, t))
 
 
 def test_token_id_rows_are_the_sequences_as_given(tokenizers, tmp_path):

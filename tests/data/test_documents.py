@@ -7,7 +7,7 @@ import torch
 
 from probe import ProbeError
 from probe.data.sequences import build_dataset
-from test_data import _rows
+from tests.data.token_rows import _rows
 
 
 def test_data_in_memory_equals_the_same_data_in_a_file(loaded, tmp_path):

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import probe
-from samples import TEXT
+from tests.samples import TEXT
 from probe.metrics.token_types.reduce import TokenGroupGateStats
 from probe.data.token_types import BUILTIN, TokenGroups, classify
-from reference import recorded
+from tests.reference import recorded
 
 
 @pytest.mark.parametrize("raw,text,special,kind", [

@@ -18,10 +18,10 @@ import pytest
 import torch
 
 import probe
-import tiny
+from tests import tiny
 from probe.families.describe import describe
 from probe.families import official, registry
-from reference import eager_attentions
+from tests.reference import eager_attentions
 
 SIZES = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
@@ -268,7 +268,7 @@ def test_reordered_official_model_says_so_itself(name, family, tmp_path):
     """After reorder_official_q_proj the layout reads the gate per head, from the attention modules
     themselves: the config gains no attributes (a saved copy would carry them), and the gate
     scores and F-Attn are the grouped layout's."""
-    from probe.families.reorder import reorder_official_q_proj
+    from probe.load.reorder import reorder_official_q_proj
 
     case, run = CASES[name], family(name)
     model = build(case)
@@ -312,3 +312,16 @@ def test_gpt_oss_outside_the_registry_is_analysed_as_ungated_with_a_note(family)
     assert layout.family == "unregistered" and not layout.gated
     assert "no attention-output gate" in layout.note and run.analysis.meta["layout_note"] == layout.note
     assert layout.attention_layers == [0, 1]
+
+
+def test_a_model_type_registered_twice_is_refused_naming_both():
+    """Two adapters claiming one model type: the second would take the first's place silently
+    (issue 32); the registry refuses it in one line that names both entries."""
+    from probe.core.registry import DuplicateRegistration
+    from probe.families.registry import ADAPTERS, Adapter, by_model_type
+
+    with pytest.raises(DuplicateRegistration) as error:
+        by_model_type((*ADAPTERS, Adapter("my_llama", ("llama",))))
+    message = str(error.value)
+    assert "\n" not in message and "'llama'" in message
+    assert "Adapter 'llama'" in message and "Adapter 'my_llama'" in message

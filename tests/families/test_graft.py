@@ -1,4 +1,4 @@
-"""`probe graft` (probe/families/graft.py, probe/families/grafted_llama.py, probe/families/grafted.py) on a tiny
+"""`probe graft` (probe/train/graft.py, probe/families/grafted_llama.py, probe/families/grafted.py) on a tiny
 Llama saved to disk: the identity graft computes the base's logits exactly with every gate at 1,
 the base's weights are copied untouched, `probe check` passes, the random graft's gate scores are
 sigmoid of the gate projection computed here, and transformers reads the folder after `import probe`.
@@ -15,10 +15,10 @@ import torch
 from safetensors.torch import load_file
 
 import probe
-import tiny
+from tests import tiny
 from probe.api.cli import main
-from probe.api.errors import ProbeError
-from probe.families.graft import graft
+from probe.core.errors import ProbeError
+from probe.train.graft import graft
 
 IDS = torch.randint(3, 250, (2, 20), generator=torch.Generator().manual_seed(1))
 
@@ -138,7 +138,7 @@ def test_graft_refuses_gated_or_other_models_in_one_line(grafts, tmp_path):
 def test_trained_gate_weights_rebuild_the_trained_model_from_the_base(grafts, tmp_path):
     """save_gate_weights writes the gates alone; probe graft --gate-weights puts them back onto the
     base, and the rebuilt model's logits are the trained model's; a file for another base is refused."""
-    from probe.families.graft import save_gate_weights
+    from probe.train.graft import save_gate_weights
 
     trained = probe.load(grafts["hw-rand"]).model                    # stands for a trained graft
     with torch.no_grad():

@@ -11,9 +11,9 @@ import torch
 pytest.importorskip("gguf")
 
 import probe  # noqa: E402
-import tiny  # noqa: E402
+from tests import tiny  # noqa: E402
 from probe.api.cli import main  # noqa: E402
-from test_cli import _error  # noqa: E402
+from tests.api.cli_errors import _error  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import probe
-import tiny
+from tests import tiny
 from probe import ProbeError
 from probe.load.loader import describe
 
@@ -151,7 +151,7 @@ def test_official_1b_layout_at_real_scale(flag, layout_name, gate_dim):
 
 def test_family_without_sdpa_loads_with_eager(tmp_path):
     """Gemma 2 has no SDPA path in transformers (logit soft-capping); probe.load used to fail on it."""
-    from test_attention import _gemma2
+    from tests.capture.softmax_term_models import _gemma2
 
     _gemma2().save_pretrained(tmp_path)
     lm = probe.load(tmp_path)
@@ -164,9 +164,9 @@ def test_unregistered_ungated_decoder_is_analysed_as_ungated_with_a_note(tmp_pat
     """Granite is not in the registry; q_proj has H*D rows and its attention holds no gate
     module, so it is measured as a baseline, the output and meta.json saying why; its F-Attn
     is probe's (not empty) and equals eager attention."""
-    import tiny
+    from tests import tiny
     from probe.api.cli import main
-    from reference import eager_attentions
+    from tests.reference import eager_attentions
 
     path = tiny.make_checkpoint("granite", tmp_path / "granite")
     out = tmp_path / "run"
@@ -192,7 +192,7 @@ def test_unregistered_ungated_decoder_is_analysed_as_ungated_with_a_note(tmp_pat
 
 def _unregistered(change):
     """A tiny Granite model with `change(attention module, config)` applied to every layer."""
-    import tiny
+    from tests import tiny
 
     model = tiny._build_hf("granite", seed=0, overrides={})
     for layer in model.model.layers:

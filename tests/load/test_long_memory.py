@@ -1,6 +1,6 @@
 """Long sequences within memory: the logits block by block (probe/capture/logits.py) give the loss of
 the full logits, and a pass that cannot fit is refused before the model loads
-(probe/load/memory.py, probe/load/memory_checks.py)."""
+(probe/load/memory.py, probe/run/memory_checks.py)."""
 from __future__ import annotations
 
 import functools
@@ -13,14 +13,14 @@ import torch
 import probe
 import probe.capture.logits
 from probe.load import memory
-from samples import TEXT
+from tests.samples import TEXT
 
 OPTIONS = dict(seq_len=96, batch_size=2, progress=False, display_len=0)
 
 
 @pytest.mark.parametrize("kind", ["qwen3", "gemma3"])
 def test_block_by_block_logits_give_the_full_logits_loss(kind, checkpoint, monkeypatch, tmp_path):
-    import tiny
+    from tests import tiny
 
     path = checkpoint(kind) if kind == "qwen3" else tiny.make_checkpoint(
         kind, tmp_path / kind, final_logit_softcapping=5.0)        # soft-capping applies too

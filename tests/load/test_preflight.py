@@ -12,7 +12,7 @@ from probe.load.loader import layout_without_weights
 from probe.load.preflight import check_device
 
 pytest.importorskip("gguf")
-import tiny  # noqa: E402
+from tests import tiny  # noqa: E402
 
 
 @pytest.fixture(scope="module")

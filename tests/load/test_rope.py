@@ -8,7 +8,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import probe
-import tiny
+from tests import tiny
 from probe.load import rope
 from probe.api.cli import main
 

@@ -14,7 +14,7 @@ from probe.results import schema
 from probe.metrics.anatomy.stats import EDGES, EPSILON, GATE_BINS
 from probe.metrics.anatomy import reduce as anatomy_metric
 from probe.metrics.anatomy.reduce import Anatomy, MIN_QUERIES
-from test_received import HF_T, HF_WINDOW, PLANT_TOKEN, planted  # noqa: F401 (planted: a fixture)
+from tests.metrics.planted_sinks import HF_T, HF_WINDOW, PLANT_TOKEN, planted  # noqa: F401 (planted: a fixture)
 
 TOL = 1e-5
 PLANT_AT = 9
@@ -298,7 +298,7 @@ def test_an_interrupted_anatomy_run_resumes_to_identical_tables(checkpoint, text
     """The anatomy reducers are saved in OUT.partial/ and continued (the same tables as a whole
     run, secondary-sink list included); resuming without --anatomy is refused (the fingerprint)."""
     from probe.api.cli import main
-    from test_resume import _interrupt_after, _tables
+    from tests.run.interrupted_runs import _interrupt_after, _tables
 
     ckpt = str(checkpoint("official_headwise"))
     common = ["--data", str(text_file), "--seq-len", "32", "--batch-size", "2", "--quiet", "--anatomy"]

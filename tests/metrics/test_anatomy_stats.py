@@ -9,7 +9,8 @@ import torch
 from probe.metrics.anatomy.stats import EDGES, GATE_BINS, AnatomyStats, position_bucket
 from probe.metrics.anatomy.received import ReceivedAttention, ValueDrains, received_attention
 
-from test_received import SCALE, SINK, padding_mask, planted, run_kernel  # noqa: F401 (planted: a fixture)
+from tests.metrics.planted_sinks import (SCALE, SINK, padding_mask, planted,  # noqa: F401 (planted: a fixture)
+                                         run_kernel)
 
 B, H, HKV, T, D, V = 4, 4, 2, 70, 16, 50     # T = 70 reaches the buckets [16, 32), [32, 64), [64, 128)
 
@@ -241,7 +242,7 @@ def test_planted_model_end_to_end(planted):
     from probe.capture import attention
     from probe.metrics.anatomy.received import key_probability, top_keys, value_drains
 
-    from test_received import PLANT_TOKEN
+    from tests.metrics.planted_sinks import PLANT_TOKEN
 
     stats = {}
 

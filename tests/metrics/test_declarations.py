@@ -7,8 +7,8 @@ import torch
 
 import probe
 from probe import metrics
-from probe.capture.events import EVENTS
-from samples import TEXT
+from probe.core.events import EVENTS
+from tests.samples import TEXT
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_every_declared_meta_key_is_written(analysis):
 def test_the_bus_subscribes_what_each_metric_listens_to(loaded):
     """Every declared event, in the metrics' order, unless the metric declines it in this pass:
     the anatomy without its option, the gate metrics of an ungated model."""
-    from probe.capture.events import ATTENTION, GATE
+    from probe.core.events import ATTENTION, GATE
 
     gated = probe.Capture(loaded("official_headwise").model, loaded("official_headwise").layout)
     assert not gated.wants(ATTENTION) and gated.wants(GATE)
@@ -88,7 +88,7 @@ def test_the_schema_is_the_declarations_and_the_others():
     without torch) with those other parts of probe write; optional tables and counts come from
     the declarations too."""
     from probe.results import schema
-    from probe.capture.events import SITES
+    from probe.core.events import SITES
     from probe.data.token_types import BUILTIN
 
     declared = {t: c for d in metrics.DECLARATIONS for t, c in d.tables.items()}
@@ -118,3 +118,39 @@ def test_metrics_subscribe_to_known_events_only(loaded):
         lm.model(input_ids=ids, use_cache=False)
     assert [layer for layer, _ in seen] == [p.index for p in lm.layout.layers]
     assert all(shape[:2] == (1, 8) for _, shape in seen)
+
+
+def test_the_metric_lists_name_every_declared_metric():
+    """probe/metrics/__init__.py's docstring and docs/layout.md list the metrics by hand: each list
+    names every declaration, in the declarations' order, and nothing else (issue 32)."""
+    import re
+    from pathlib import Path
+
+    import probe.metrics
+
+    names = [d.name for d in probe.metrics.DECLARATIONS]
+    assert re.findall(r"^    (\w+)/ ", probe.metrics.__doc__, re.M) == names
+    layout = (Path(__file__).resolve().parents[2] / "docs" / "layout.md").read_text(encoding="utf-8")
+    listed = re.search(r"metrics/\s+one package per metric \(([^)]*)\)", layout).group(1)
+    assert [n.strip() for n in listed.split(",")] == names
+
+
+def test_a_metric_declared_twice_is_refused_naming_both():
+    """A metric package copied under another folder (same name, or the same order) is refused in
+    one line naming both packages (issue 32), never a silent second registration."""
+    import dataclasses
+
+    import pytest
+
+    from probe.core.registry import DuplicateRegistration
+    from probe.metrics import DECLARATIONS, registered
+
+    gates = next(d for d in DECLARATIONS if d.name == "gates")
+    places = [(d, f"probe/metrics/{d.name}/__init__.py") for d in DECLARATIONS]
+    with pytest.raises(DuplicateRegistration, match=r"^metric 'gates' is registered twice: in probe/metrics/gates/"
+                                                    r"__init__.py and in probe/metrics/gates_copy/__init__.py$"):
+        registered([*places, (gates, "probe/metrics/gates_copy/__init__.py")])
+    other = dataclasses.replace(gates, name="gates_v2")
+    with pytest.raises(DuplicateRegistration, match="metric order"):
+        registered([*places, (other, "probe/metrics/gates_v2/__init__.py")])
+    assert registered(places) == DECLARATIONS

@@ -12,8 +12,8 @@ import torch
 
 import probe
 from probe.data.token_types import TokenGroups
-from probe.capture.events import ATTENTION
-from samples import TEXT
+from probe.core.events import ATTENTION
+from tests.samples import TEXT
 
 RTOL = 1e-6
 

@@ -14,7 +14,7 @@ import torch
 import probe
 from probe.intervals import SequenceValues, intervals_of
 from probe.results.analysis import Analysis
-from samples import TEXT
+from tests.samples import TEXT
 
 TEXTS = [TEXT[:60], TEXT[400:520], TEXT[900:950], TEXT[1200:1330]]      # unequal: padded batches
 

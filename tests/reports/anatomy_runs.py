@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from conftest import RunSpec, write_run
+from tests.reports.saved_runs import RunSpec, write_run
 
 # The contract's tables and columns, in order (docs/run-directory.md).
 ANATOMY_COLUMNS = {

@@ -15,7 +15,7 @@ from matplotlib.colors import LogNorm
 from probe import reports
 from probe.reports.sections import FigureItem, build_sections, shown
 
-from anatomy_runs import (ANATOMY_COLUMNS, ANATOMY_SPECS, BOS, DEEP_ANATOMY_SPECS, EPSILON,
+from tests.reports.anatomy_runs import (ANATOMY_COLUMNS, ANATOMY_SPECS, BOS, DEEP_ANATOMY_SPECS, EPSILON,
                           MIN_QUERIES, NEWLINE_ID, buckets, write_anatomy_run)
 
 SECTION = "sink-anatomy"
@@ -294,7 +294,7 @@ def test_html_and_pdf_carry_the_anatomy_figures(anatomy_dirs, anatomy_report):
 def test_no_tick_labels_overlap_with_30_layers(tmp_path, anatomy_runs):
     from matplotlib.axes import Axes
 
-    from test_layout import figures_as_saved, overlaps, tick_label_boxes
+    from tests.reports.figure_boxes import figures_as_saved, overlaps, tick_label_boxes
 
     deep = reports.load_runs([write_anatomy_run(tmp_path, spec, seed)
                               for seed, spec in enumerate(DEEP_ANATOMY_SPECS)])
@@ -409,7 +409,7 @@ def test_the_key0_table_shows_the_summarys_numbers_with_their_intervals(checkpoi
     key0_sink_rate and secondary_sinks with their brackets; synthetic runs without those numbers
     (written before them) get no such table."""
     import probe
-    from samples import TEXT
+    from tests.samples import TEXT
 
     a = probe.analyze(checkpoint("official_baseline"), texts=[TEXT[:2500]], seq_len=32, max_sequences=8,
                       anatomy=True, display_len=0, progress=False)

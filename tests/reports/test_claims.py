@@ -23,6 +23,7 @@ from probe import reports
 from probe.reports import claims
 from probe.reports.claims import BELOW_THRESHOLD, CONSISTENT, NOT_CONSISTENT, NOT_TESTABLE
 from probe.reports.claims.console import PAIRING_RULE, claims_text
+from tests.reports.saved_runs import copy_runs  # noqa: F401  (copy_runs: fixtures)
 
 # --- The numbers, independently of reports ------------------------------------------------
 
@@ -91,14 +92,6 @@ def kind(text: str) -> str:
 
 
 # --- Editing the CSV numbers across a rule ------------------------------------------------
-
-
-@pytest.fixture
-def copy_runs(run_dirs, tmp_path):
-    """copy_runs(*names) -> {name: path} of fresh copies to edit."""
-    def make(*names: str) -> dict[str, Path]:
-        return {name: Path(shutil.copytree(run_dirs[name], tmp_path / name)) for name in names}
-    return make
 
 
 def edit(run: Path, table: str, change) -> None:
@@ -466,7 +459,6 @@ def test_table_is_in_the_pdf(built_report):
         assert needle in text, needle
     assert "lies on the paper's side of zero" in " ".join(" ".join(pages).split())   # the rules
     assert "direction consistent" in text
-
 
 
 def test_summary_numbers_stand_in_for_a_missing_table(run_dirs):

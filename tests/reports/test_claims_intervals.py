@@ -15,32 +15,8 @@ from probe import reports
 from probe.reports import claims
 from probe.reports.claims.console import claims_text
 from probe.reports.claims.pairs import NOT_COMPARABLE
-from test_claims import copy_runs  # noqa: F401  (the fixture)
-
-S = 24
-
-
-def write_per_sequence(run: Path, *, m_act: np.ndarray, f_attn: float, layers=range(4), heads=4, gated=False,
-                       seed=0) -> None:
-    """per_sequence.csv with per-sequence M-Act (S,) at the layer output of every layer and
-    F-Attn sums of 100 queries per sequence around `f_attn`."""
-    rng = np.random.default_rng(seed)
-    model = json.loads((run / "summary.json").read_text())["model"]
-    rows = []
-    for s in range(S):
-        for layer in layers:
-            for h in range(heads):
-                rows.append((s, layer, h, "f_attn_sum", "", np.nan, 100 * (f_attn + rng.normal(0, 0.01))))
-                if gated:
-                    rows += [(s, layer, h, "gate_sum", "", np.nan, 100 * 0.2), (s, layer, h, "gate_n", "", np.nan, 100),
-                             (s, layer, h, "gate_low", "", 0.1, 40)]
-            rows += [(s, layer, -1, "f_attn_n", "", np.nan, 100), (s, layer, -1, "f_attn_uniform", "", np.nan, 5.0)]
-            for site in ("attn_out", "resid_mid", "mlp_out", "resid_post"):
-                rows.append((s, layer, -1, "m_act", site, np.nan, m_act[s]))
-        rows += [(s, -1, -1, "nll", "", np.nan, 300.0), (s, -1, -1, "nll_n", "", np.nan, 100)]
-    frame = pd.DataFrame(rows, columns=["sequence", "layer", "head", "quantity", "key", "threshold", "value"])
-    frame.insert(0, "model", model)
-    frame.to_csv(run / "per_sequence.csv", index=False)
+from tests.reports.saved_runs import copy_runs  # noqa: F401  (the fixture)
+from tests.reports.saved_runs import S, write_per_sequence
 
 
 def arms_of_one_training(runs: dict[str, Path]) -> dict[str, Path]:

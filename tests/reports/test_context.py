@@ -10,7 +10,7 @@ from probe.api.sweep import sweep
 from probe.reports.context import context_table, series_label
 from probe.reports.runs import load_runs
 from probe.reports.sections import build_sections
-from samples import TEXT
+from tests.samples import TEXT
 
 
 @pytest.fixture(scope="module")

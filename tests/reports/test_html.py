@@ -244,7 +244,7 @@ def test_unknown_format_is_refused(run_dirs, tmp_path):
 
 def test_opens_in_headless_chromium(built_report, tmp_path):
     pytest.importorskip("websocket", reason="websocket-client is not installed")
-    from headless_chromium import HeadlessChromium, find_chromium
+    from tests.reports.headless_chromium import HeadlessChromium, find_chromium
 
     binary = find_chromium()
     if binary is None:
@@ -268,7 +268,7 @@ def test_opens_in_headless_chromium(built_report, tmp_path):
 def test_browser_harness_sees_console_errors(tmp_path):
     """The check above could not fail if the harness missed errors: prove it does not."""
     pytest.importorskip("websocket", reason="websocket-client is not installed")
-    from headless_chromium import HeadlessChromium, find_chromium
+    from tests.reports.headless_chromium import HeadlessChromium, find_chromium
 
     binary = find_chromium()
     if binary is None:

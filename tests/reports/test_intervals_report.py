@@ -17,7 +17,7 @@ from probe.reports.differences import differences_table  # noqa: E402
 from probe.reports.runs import load_runs  # noqa: E402
 from probe.reports.sections import build_sections  # noqa: E402
 from probe.reports.tables import summary_display  # noqa: E402
-from samples import TEXT  # noqa: E402
+from tests.samples import TEXT  # noqa: E402
 
 OLD_RUN = Path(__file__).parents[1] / "gold_runs" / "qwen3"        # made old by _as_before_intervals
 

@@ -13,7 +13,7 @@ import pytest
 from probe.intervals.bootstrap import t_quantile
 from probe.reports.seeds import parse_groups, seed_groups, seed_table
 from probe.reports.runs import load_runs
-from test_claims_intervals import S, write_per_sequence
+from tests.reports.saved_runs import S, write_per_sequence
 
 
 @pytest.fixture

@@ -240,7 +240,7 @@ def test_exact_control_keeps_per_sequence_counts_for_its_interval(checkpoint, mo
 
     from probe.intervals import SequenceValues
     from probe.run.control import ControlCounter
-    from samples import TEXT
+    from tests.samples import TEXT
 
     rows = {}
     observe = ControlCounter.on_attention

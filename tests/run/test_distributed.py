@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-import tiny
+from tests import tiny
 from probe.api.cli import main
 from probe.data.sequences import build_dataset
 from probe.run.interventions import NOTHING_ZEROED
@@ -200,7 +200,7 @@ import probe
 from probe import Capture
 from probe.run import distributed, interventions
 from probe.data.sequences import build_dataset
-from probe.api.errors import ProbeError
+from probe.core.errors import ProbeError
 
 ckpt, data, out = sys.argv[1:]
 rank, world, _ = distributed.setup()

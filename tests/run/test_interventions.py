@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import probe
-import tiny
-from samples import TEXT
+from tests import tiny
+from tests.samples import TEXT
 from probe.capture import attention
 from probe.run import interventions
 from probe.data.sequences import build_dataset
@@ -262,7 +262,7 @@ def test_hooks_are_removed_when_an_intervention_pass_fails(official, dataset, mo
 def test_the_options_whole_give_the_same_table(frame, official, dataset):
     """run(loaded, dataset, options): batch_size, progress, name and the kinds from the
     AnalysisOptions, the same table as their overrides."""
-    from probe.api.options import AnalysisOptions
+    from probe.core.options import AnalysisOptions
 
     with pytest.warns(UserWarning, match="massive_zero'?: no activation reached the threshold"):
         again = interventions.run(official, dataset, AnalysisOptions(batch_size=2, progress=False))

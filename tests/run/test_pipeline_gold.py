@@ -35,9 +35,9 @@ from typing import Callable
 import pytest
 import torch
 
-import tiny
-from gold_diff import diff_files, read_folder, summary, write_gold
-from samples import TEXT
+from tests import tiny
+from tests.gold_diff import diff_files, read_folder, summary, write_gold
+from tests.samples import TEXT
 
 GOLD = Path(__file__).parents[1] / "gold_runs"
 REGENERATE = os.environ.get("PROBE_REGENERATE_GOLD") == "1"
@@ -134,7 +134,7 @@ def massive(path: Path) -> Path:
 
 def grafted(path: Path) -> Path:
     """probe graft of a tiny Llama: a headwise gate_proj with a random (sigmoid) initialisation."""
-    from probe.families.graft import graft
+    from probe.train.graft import graft
 
     base = tiny.make_checkpoint("llama", path.with_name(path.name + "-base"), **SMALL)
     return graft(base, gate="headwise", init="random", seed=0, out=path, say=lambda line: None)

@@ -12,23 +12,7 @@ import probe
 from probe import ProbeError
 from probe.capture.hf import Capture
 from probe.api.cli import main
-
-
-def _interrupt_after(monkeypatch, batches: int):
-    """Raise KeyboardInterrupt when the (batches+1)-th forward pass starts, as Ctrl-C would."""
-    calls = {"n": 0}
-    real = Capture.batch
-
-    def batch(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] > batches:
-            raise KeyboardInterrupt
-        return real(self, *args, **kwargs)
-    monkeypatch.setattr(Capture, "batch", batch)
-
-
-def _tables(folder):
-    return {p.name: pd.read_csv(p) for p in sorted(folder.glob("*.csv"))}
+from tests.run.interrupted_runs import _interrupt_after, _tables
 
 
 def test_interrupted_run_resumes_to_identical_tables(checkpoint, text_file, tmp_path, monkeypatch, capsys):
@@ -228,14 +212,14 @@ def test_an_interruption_while_saving_the_state_resumes_to_identical_tables(at, 
                                                                              tmp_path, monkeypatch):
     """Ctrl-C in the middle of writing state-rank0.pt (half its bytes out), or after it but before
     progress.json: the state on disk stays whole, and --resume equals an uninterrupted run."""
-    import probe.run.atomic
+    import probe.core.atomic
     import probe.run.resume
 
     ckpt = str(checkpoint("official_headwise"))
     args = ["--data", str(text_file), *COMMON]
     out = tmp_path / "run"
     calls = {"n": 0}
-    real_write_with, real_write_text = probe.run.atomic.write_with, probe.run.resume.write_text
+    real_write_with, real_write_text = probe.core.atomic.write_with, probe.run.resume.write_text
 
     def write_with(path, write):
         if path.name == "state-rank0.pt":
@@ -252,7 +236,7 @@ def test_an_interruption_while_saving_the_state_resumes_to_identical_tables(at, 
         return real_write_text(path, text)
 
     with monkeypatch.context() as m:
-        m.setattr(probe.run.atomic, "write_with", write_with)
+        m.setattr(probe.core.atomic, "write_with", write_with)
         m.setattr(probe.run.resume, "write_text", write_text)
         assert main(["analyze", ckpt, "--out", str(out), *args, "--save-every", "0"]) == 130
     partial = tmp_path / "run.partial"
@@ -280,7 +264,7 @@ def test_a_full_disk_while_saving_the_state_leaves_no_temporary(checkpoint, text
     import errno
     import os
 
-    import probe.run.atomic
+    import probe.core.atomic
 
     ckpt = checkpoint("qwen3")
     out = tmp_path / "run"
@@ -294,7 +278,7 @@ def test_a_full_disk_while_saving_the_state_leaves_no_temporary(checkpoint, text
         return real_fsync(fd)
 
     with monkeypatch.context() as m:
-        m.setattr(probe.run.atomic.os, "fsync", fsync)
+        m.setattr(probe.core.atomic.os, "fsync", fsync)
         line = _one_line(capsys, ["analyze", str(ckpt), "--data", str(text_file), "--out", str(out), *COMMON,
                                   "--save-every", "0"])
     assert "could not save the analysis state" in line and "No space left on device" in line

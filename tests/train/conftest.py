@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from probe.api.cli import main
-from train.tiny_runs import TINY
+from tests.train.tiny_runs import TINY
 
 
 @pytest.fixture(scope="session")

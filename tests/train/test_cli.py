@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from probe.api.cli import main
-from train.tiny_runs import TINY
+from tests.train.tiny_runs import TINY
 
 
 def test_qk_norm_flag_parses_and_defaults_on():
@@ -25,7 +25,7 @@ def test_min_lr_ratio_sets_the_schedule_the_grafting_experiment_ran():
 
     import pytest
 
-    from probe.api.errors import ProbeError
+    from probe.core.errors import ProbeError
     from probe.train.cli import add_arguments, config_from_args
     from probe.train.schedule import lr_factor
 

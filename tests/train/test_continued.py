@@ -11,9 +11,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import tiny
+from tests import tiny
 from probe.api.cli import main
-from probe.api.errors import ProbeError
+from probe.core.errors import ProbeError
 
 STEPS = ("--steps", "4", "--seq-len", "32", "--batch-size", "2", "--save-every", "2", "--eval-every", "2",
          "--eval-rows", "2", "--bos", "none", "--threads", "1", "--quiet")

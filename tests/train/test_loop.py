@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from probe.api.cli import main
-from probe.api.errors import ProbeError
+from probe.core.errors import ProbeError
 from probe.train import ARMS, TrainConfig
 from probe.train.log import read_log
 from probe.train.loop import train
-from train.tiny_runs import TINY, tiny_config, weights
+from tests.train.tiny_runs import TINY, tiny_config, weights
 
 
 # ------------------------------------------------------------------ what the command writes

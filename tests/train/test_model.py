@@ -14,11 +14,11 @@ import torch
 from safetensors.torch import load_file
 
 import probe
-from probe.api.errors import ProbeError
+from probe.core.errors import ProbeError
 from probe.train import ARMS
 from probe.train.model import (Shape, build_model, check_matched, count_parameters,
                                expected_parameters, model_config)
-from train.tiny_runs import ids, weights
+from tests.train.tiny_runs import ids, weights
 
 
 # ------------------------------------------------------------------ matched parameter budgets

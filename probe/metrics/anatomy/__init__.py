@@ -3,7 +3,7 @@ value drains and the gate against sink attention, written only with the `anatomy
 kernel: received.py; the reducer: stats.py; the metric: reduce.py."""
 from __future__ import annotations
 
-from ...capture.events import ATTENTION, GATE
+from ...core.events import ATTENTION, GATE
 from ..base import Declaration
 
 # Queries a key needs before its received-attention score can name a secondary sink (fewer read

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...capture.attention import SlidingWindow, band_mask, cap_logits
+from ...families.attention_terms import SlidingWindow, band_mask, cap_logits
 
 F64, I64 = torch.float64, torch.int64
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from ...capture.events import GATE
+from ...core.events import GATE
 from . import DECLARATION
 from . import SINK_MIN_QUERIES as DECLARED_SINK_MIN_QUERIES
 from ..base import Metric
@@ -42,9 +42,9 @@ ALL_LAYERS = -1         # received_by_token rows pooled over every attention lay
 class Anatomy(Metric):
     declaration = DECLARATION     # its tables are written only when its option is on
 
-    def __init__(self, layout, options, *, vocab_size: int | None = None,
-                 sequences: int | None = None, token_groups=None):
-        super().__init__(layout, options)
+    def setup(self) -> None:
+        layout, options = self.layout, self.options
+        vocab_size, sequences = self.context.vocab_size, self.context.sequences
         self.enabled = bool(getattr(options, self.OPTION))
         self._gates: dict[int, torch.Tensor] = {}     # layer -> (B, T, H) gate mean, until its attention
         if self.enabled:

@@ -3,7 +3,7 @@ probability on key 0 (first_token.csv), by query position (first_token_buckets.c
 F-Attn, its uniform reference and the sink rate. The reducers: reduce.py."""
 from __future__ import annotations
 
-from ...capture.events import FIRST_KEY
+from ...core.events import FIRST_KEY
 from ..base import Declaration
 
 SINK_EPSILON = 0.3      # F-Attn above which a head counts as a sink (summary.json sink_rate)

@@ -157,9 +157,8 @@ def _rows(finite: torch.Tensor) -> torch.Tensor:
 class FirstToken(Metric):
     declaration = DECLARATION
 
-    def __init__(self, layout, options, *, vocab_size: int | None = None,
-                 sequences: int | None = None, token_groups=None):
-        super().__init__(layout, options)
+    def setup(self) -> None:
+        layout = self.layout
         self.stats = {i: FirstTokenStats(layout.num_heads) for i in layout.attention_layers}
 
     def update(self, layer, p0, b, uniform=None, finite=None) -> None:              # (B, H, T)

@@ -2,7 +2,7 @@
 histogram (gate_hist.csv) and summary.json's mean gate. The reducers: reduce.py."""
 from __future__ import annotations
 
-from ...capture.events import GATE
+from ...core.events import GATE
 from ..base import Declaration
 
 DECLARATION = Declaration(

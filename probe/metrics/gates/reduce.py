@@ -139,9 +139,8 @@ class GateStats(GroupedGateStats):
 class Gates(Metric):
     declaration = DECLARATION
 
-    def __init__(self, layout, options, *, vocab_size: int | None = None,
-                 sequences: int | None = None, token_groups=None):
-        super().__init__(layout, options)
+    def setup(self) -> None:
+        layout = self.layout
         if layout.gated:
             self.stats = {i: GateStats(layout.num_heads) for i in layout.attention_layers}
 

@@ -8,7 +8,7 @@ the two are the same vector: the ratio is 1 exactly.
 """
 from __future__ import annotations
 
-from ...capture.events import SDPA, Z
+from ...core.events import SDPA, Z
 from ..base import Declaration
 
 ALL = "all"             # head_norms.csv token_type of the rows over every token

@@ -60,9 +60,9 @@ class HeadNormStats(Reducer):
 class HeadNorms(Metric):
     declaration = DECLARATION
 
-    def __init__(self, layout, options, *, vocab_size: int | None = None,
-                 sequences: int | None = None, token_groups=None):
-        super().__init__(layout, options)
+    def setup(self) -> None:
+        layout = self.layout
+        token_groups = self.context.token_groups
         self.groups = token_groups
         self.names = [ALL, *(token_groups.names if token_groups is not None else ())]
         self.stats = {i: HeadNormStats(len(self.names), layout.num_heads) for i in layout.attention_layers}

@@ -2,7 +2,7 @@
 The reducers: reduce.py."""
 from __future__ import annotations
 
-from ...capture.events import LOGITS
+from ...core.events import LOGITS
 from ..base import Declaration
 
 DECLARATION = Declaration(

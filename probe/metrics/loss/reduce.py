@@ -92,9 +92,9 @@ class LossStats(Reducer):
 class Loss(Metric):
     declaration = DECLARATION
 
-    def __init__(self, layout, options, *, vocab_size: int | None = None,
-                 sequences: int | None = None, token_groups=None):
-        super().__init__(layout, options)
+    def setup(self) -> None:
+        options = self.options
+        sequences = self.context.sequences
         self.stats = LossStats(sequences=sequences)
         # summary.json loss_by_position, only when asked
         self.by_position = options.loss_by_position

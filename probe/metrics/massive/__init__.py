@@ -3,7 +3,7 @@
 reducers: reduce.py."""
 from __future__ import annotations
 
-from ...capture.events import SITE_EVENTS, SITES  # noqa: F401  (SITES: massive.csv `site`, paper Figure 6)
+from ...core.events import SITE_EVENTS, SITES  # noqa: F401  (SITES: massive.csv `site`, paper Figure 6)
 from ..base import Declaration
 
 DECLARATION = Declaration(

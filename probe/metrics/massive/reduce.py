@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from ..bins import abs_row_max
-from ...capture.events import SITES
+from ...core.events import SITES
 from ..reducers import I64, LogHistogram, Reducer
 from . import DECLARATION
 from ..base import Metric, mean
@@ -111,9 +111,8 @@ class Massive(Metric):
     declaration = DECLARATION
     TOP_K = 3                   # massive_top.csv rows per (layer, site)
 
-    def __init__(self, layout, options, *, vocab_size: int | None = None,
-                 sequences: int | None = None, token_groups=None):
-        super().__init__(layout, options)
+    def setup(self) -> None:
+        layout = self.layout
         self.stats = {(p.index, s): MaxAbsStats(self.TOP_K) for p in layout.layers for s in SITES}
         for site in SITES:                                          # update_attn_out, ... (declared events)
             setattr(self, f"update_{site}", self._updater(site))

@@ -3,7 +3,7 @@ what the bootstrap intervals of probe/intervals/ resample, and summary.json's *_
 reducers: reduce.py."""
 from __future__ import annotations
 
-from ...capture.events import FIRST_KEY, GATE, SDPA, SITE_EVENTS, Z
+from ...core.events import FIRST_KEY, GATE, SDPA, SITE_EVENTS, Z
 from ..base import Declaration
 
 # `layer` -1 and `head` -1: not per layer / head; `key`: the M-Act site or the sparsity variant;

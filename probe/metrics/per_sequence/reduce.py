@@ -32,7 +32,7 @@ import math
 import pandas as pd
 import torch
 
-from ...capture.events import GATE, SITES
+from ...core.events import GATE, SITES
 from ..bins import abs_row_max, batch_bins
 from ..reducers import F64, I64, Reducer, cut_bits, grown
 from ..first_token import SINK_EPSILON
@@ -85,9 +85,9 @@ class SequenceStats(Reducer):
 class PerSequence(Metric):
     declaration = DECLARATION
 
-    def __init__(self, layout, options, *, vocab_size: int | None = None,
-                 sequences: int | None = None, token_groups=None):
-        super().__init__(layout, options)
+    def setup(self) -> None:
+        layout = self.layout
+        sequences = self.context.sequences
         self.column = {layer: i for i, layer in enumerate(layout.attention_layers)}
         # |x| is below a threshold when its bits are below the threshold's cut (LogHistogram's cuts).
         self.cuts = [cut_bits(t) for t in HEADLINE_THRESHOLDS]

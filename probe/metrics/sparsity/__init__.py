@@ -3,7 +3,7 @@ under the mean-gate control and gated (sparsity.csv; per layer in summary.json a
 1e-3). The reducers: reduce.py."""
 from __future__ import annotations
 
-from ...capture.events import SDPA, Z
+from ...core.events import SDPA, Z
 from ..base import Declaration
 
 HEADLINE_THRESHOLDS = (1e-2, 1e-3)      # repeated in summary.json

@@ -64,9 +64,8 @@ class SparsityStats(Reducer):
 class Sparsity(Metric):
     declaration = DECLARATION
 
-    def __init__(self, layout, options, *, vocab_size: int | None = None,
-                 sequences: int | None = None, token_groups=None):
-        super().__init__(layout, options)
+    def setup(self) -> None:
+        layout, options = self.layout, self.options
         thresholds = options.thresholds
         self.stats = {i: SparsityStats(thresholds=thresholds) for i in layout.attention_layers}
         self.update_ungated = self._updater("ungated")          # attn.hook_sdpa

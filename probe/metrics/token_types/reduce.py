@@ -88,9 +88,9 @@ class TokenTypes(Metric):
     declaration = DECLARATION
     COLUMNS = list(DECLARATION.tables["gates_by_token_type"])
 
-    def __init__(self, layout, options, *, vocab_size: int | None = None,
-                 sequences: int | None = None, token_groups=None):
-        super().__init__(layout, options)
+    def setup(self) -> None:
+        layout = self.layout
+        token_groups = self.context.token_groups
         self.groups = token_groups
         if layout.gated and token_groups is not None:
             self.stats = {i: TokenGroupGateStats(layout.num_heads, token_groups.names)

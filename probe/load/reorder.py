@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from .describe import describe
-from .official import grouped_to_interleaved, is_official, is_reordered, reorder_q_proj
-from ..load.loader import LoadedModel
+from ..families.describe import describe
+from ..families.official import grouped_to_interleaved, is_official, is_reordered, reorder_q_proj
+from .loader import LoadedModel
 
 __all__ = ["grouped_to_interleaved", "is_official", "is_reordered", "reorder_official_q_proj"]
 

@@ -13,7 +13,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..api.errors import ProbeError, flag, on_command_line
+from .errors import ProbeError, flag, on_command_line
 
 
 def umask() -> int:

@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from ..api.errors import ProbeError, flag, on_command_line
+from .errors import ProbeError, flag, on_command_line
 
 MARKER = ".probe-output"
 FORCE_HELP = ("replace an existing --out that probe wrote: replaces a probe output folder, nothing else "

@@ -24,6 +24,10 @@ from .errors import CLI_NAMES, ProbeError, flag
 BOS_POLICIES = ("auto", "prepend", "none")
 ON_LONG = ("truncate", "slide", "error")
 DTYPE_NAMES = ("float32", "bfloat16", "float16")     # probe.load.loader.DTYPES, without importing torch
+# What a checkpoint path is loaded in and onto when dtype / device are not given. The options
+# themselves stay None then: a model object keeps what it holds (AnalysisOptions.loading).
+DTYPE = "float32"
+DEVICE = "cpu"
 # The sparsity sweep: 13 thresholds 10^(k/2), 1e-6 .. 1, each counted exactly (LogHistogram cuts).
 THRESHOLDS = tuple(float(f"{10 ** (k / 2):.6g}") for k in range(-12, 1))
 DISPLAY_LEN = 24
@@ -114,7 +118,7 @@ def _gate(name, value, options):
 
 def _interventions(name, value, options):
     if value is not None and value is not False:
-        from ..run.intervention_kinds import parse_kinds
+        from .intervention_kinds import parse_kinds
 
         parse_kinds(value)
 
@@ -130,7 +134,7 @@ def _token_groups(name, value, options):
 
 def _tokenizer(name, value, options):
     if isinstance(value, (str, Path)):
-        from ..load.loader import check_tokenizer_dir
+        from ..load.checkpoint_files import check_tokenizer_dir
 
         check_tokenizer_dir(value)
 
@@ -205,9 +209,10 @@ class AnalysisOptions:
     # -- the model (probe/load/loader.py) --
     tokenizer: object = option(None, "directory with tokenizer files, if the checkpoint has none",
                                check=_tokenizer, cli={})
-    dtype: str | None = option(None, "the model's dtype (default float32; a model object: what it holds)",
+    dtype: str | None = option(None, f"the model's dtype (default {DTYPE}; a model object: what it holds)",
                                check=_choice(DTYPE_NAMES, optional=True), cli={"choices": DTYPE_NAMES})
-    device: str | None = option(None, "cpu, cuda, cuda:1, ... (default cpu; a model object: where it is)", cli={})
+    device: str | None = option(None, f"cpu, cuda, cuda:1, ... (default {DEVICE}; a model object: where it is)",
+                                cli={})
     device_map: str | None = option(None, "e.g. auto: shard a large model over GPUs with accelerate (one "
                                           "process; under torchrun use --device cuda)", cli={})
     gate: object = option(None, "declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none",
@@ -272,6 +277,10 @@ class AnalysisOptions:
             raise TypeError(f"unknown analysis option {unknown[0]}= (AnalysisOptions has "
                             f"{', '.join(sorted(NAMES))})")
         return dataclasses.replace(self, **changes) if changes else self
+
+    def loading(self) -> tuple[str, str]:
+        """(dtype, device) a checkpoint path is loaded in: the options', else DTYPE and DEVICE."""
+        return self.dtype or DTYPE, self.device or DEVICE
 
     def meta_fields(self) -> dict:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.metadata["meta"]}

@@ -29,7 +29,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..api.errors import ProbeError
+from ..core.errors import ProbeError
 
 INITS = ("identity", "random")
 SCALE = {"identity": 2.0, "random": 1.0}
@@ -62,7 +62,7 @@ def base_fingerprint(model) -> str:
 
 def grafted_config(base_config, *, gate: str, init: str, base: str, digest: str | None, seed: int,
                    fingerprint: str | None = None):
-    from .grafted_llama import GraftedLlamaConfig
+    from ..families.grafted_llama import GraftedLlamaConfig
 
     fields = {k: v for k, v in base_config.to_dict().items() if k not in DROPPED_CONFIG_KEYS}
     graft = {"base": base, "base_digest": digest, "base_fingerprint": fingerprint, "gate": gate, "init": init,
@@ -74,7 +74,7 @@ def graft_model(base_model, config, *, init: str, seed: int):
     """The grafted model: `base_model`'s weights copied in, gate_proj initialised by `init`."""
     import torch
 
-    from .grafted_llama import GraftedLlamaForCausalLM
+    from ..families.grafted_llama import GraftedLlamaForCausalLM
 
     model = GraftedLlamaForCausalLM(config).to(torch.float32)
     missing, unexpected = model.load_state_dict(base_model.state_dict(), strict=False)
@@ -100,7 +100,7 @@ def graft(checkpoint, *, gate: str, init: str, out, seed: int = 0, force: bool =
     gate_weights: a file of trained gate weights (save_gate_weights) loaded over the init."""
     import torch
 
-    from ..run.atomic import atomic_directory, check_output_dir, check_writable
+    from ..core.atomic import atomic_directory, check_output_dir, check_writable
     from ..load.loader import load, quiet_transformers
 
     if init not in INITS:
@@ -154,7 +154,7 @@ def save_gate_weights(model, file, **record) -> Path:
     (.safetensors, float32), with the graft and `record` (how they were trained) as metadata."""
     from safetensors.torch import save_file
 
-    from ..run.atomic import write_with
+    from ..core.atomic import write_with
 
     tensors = {k: v.detach().float().contiguous() for k, v in model.state_dict().items() if GATE_KEY in k}
     if not tensors:
@@ -183,7 +183,7 @@ def read_gate_weights(file, loaded) -> tuple[dict, dict]:
         raise ProbeError(f"cannot read --gate-weights {file} ({str(err).splitlines()[0][:120]})") from None
     if not record or "gate" not in record:
         raise ProbeError(f"--gate-weights {file} has no graft record; write it with "
-                         "probe.families.graft.save_gate_weights")
+                         "probe.train.graft.save_gate_weights")
     if record.get("base_fingerprint") not in (None, base_fingerprint(loaded.model)):
         raise ProbeError(f"--gate-weights {file} were trained on {record.get('base')} (embedding fingerprint "
                          f"{record.get('base_fingerprint')}), not on this base ({base_fingerprint(loaded.model)})")

@@ -7,7 +7,7 @@ capture -> options would be an import cycle, if only at call time).
 """
 from __future__ import annotations
 
-from ..api.errors import ProbeError
+from .errors import ProbeError
 
 INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero", "massive_zero")
 GATE_INTERVENTIONS = ("mean_gate", "gate_one", "gate_zero")

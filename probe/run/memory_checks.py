@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import memory
-from .gguf import gguf_file
-from ..api.errors import ProbeError
+from ..load import memory
+from ..load.gguf import gguf_file
+from ..core.errors import ProbeError
 from ..capture.logits import LAZY_BYTES
-from ..api.options import DTYPE_NAMES
+from ..core.options import DTYPE_NAMES
 
 
 def _bytes(dtype: str) -> int:
@@ -30,8 +30,8 @@ def read_config(path: Path):
     (load then says what is wrong, in its own words)."""
     from transformers import AutoConfig
 
-    from . import gguf
-    from .loader import quiet_transformers
+    from ..load import gguf
+    from ..load.loader import quiet_transformers
 
     try:
         with quiet_transformers():
@@ -49,8 +49,8 @@ def check_structure(path: Path) -> None:
     the model the config describes on the meta device: a config or GGUF block_count claiming
     100,000 layers beside the weights of 4 is refused in its own words, at once, not after
     100,000 layers were built to count parameters."""
-    from . import gguf
-    from .checkpoint_files import check_checkpoint_dir
+    from ..load import gguf
+    from ..load.checkpoint_files import check_checkpoint_dir
 
     file = gguf.gguf_file(path)
     if file is not None:
@@ -61,7 +61,7 @@ def check_structure(path: Path) -> None:
 
 def before_loading(path, o, dtype: str) -> None:
     """Refuse a length that one sequence cannot fit, before the weights are read."""
-    from . import rope
+    from ..load import rope
     from ..families.registry import model_class, text_config
 
     if dtype not in DTYPE_NAMES:

@@ -28,11 +28,11 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..api.errors import ProbeError, flag
+from ..core.errors import ProbeError, flag
 from ..load.loader import (LoadedModel, check_tokenizer_dir, config_hash, describe, load, load_tokenizer,
                            text_config, warn_if_gate_declared_away)
-from ..api.options import AnalysisOptions
-from ..run.pipeline import check_model_as_is, checkpoint_of, head_averaged_rows
+from ..core.options import AnalysisOptions
+from .pipeline import check_model_as_is, checkpoint_of, head_averaged_rows
 from ..results.run_names import run_name
 
 
@@ -67,7 +67,7 @@ class Source(Protocol):
 def source_for(model, o: AnalysisOptions) -> Source:
     """The source of `model` (a bridge, or anything the Hugging Face path loads), checked against
     the options and named."""
-    from .bridge import is_bridge
+    from ..capture.bridge import is_bridge
 
     source = BridgeSource.of(model, o) if is_bridge(model) else HFSource.of(model, o)
     source.name = run_name(o.name, source.name_from, type(source.loaded.model).__name__)
@@ -113,9 +113,8 @@ class HFSource(_Common):
     def of(cls, model, o: AnalysisOptions) -> "HFSource":
         """Load a checkpoint (or take a model object as it is: a dtype or device asked for must
         be what it holds), join torchrun's process group, check the declared gate."""
-        from ..run import distributed
-        from ..load import memory_checks
-        from .gate_logits import validate_gate
+        from . import distributed
+        from ..capture.gate_logits import validate_gate
 
         dtype, device = o.dtype, o.device
         if not isinstance(model, (str, Path)):
@@ -126,18 +125,16 @@ class HFSource(_Common):
             params = next(held.parameters())
             device = device or str(params.device)
             dtype = dtype or str(params.dtype).replace("torch.", "")
-        dtype, device = dtype or "float32", device or "cpu"
+        dtype, device = o.replace(dtype=dtype, device=device).loading()
         rank, world, device = distributed.setup(device)
         if world > 1 and o.device_map:
             raise ProbeError(f"{flag('device_map')} shards one model over this process's GPUs; under "
                              f"torchrun each process holds a whole model: pass {flag('device', 'cuda')} instead")
-        if isinstance(model, (str, Path)):
-            memory_checks.before_loading(model, o, dtype)      # a length that cannot fit: one line, now
-        elif o.rope_scaling is not None and not _scaled_as_asked(model, o.rope_scaling):
+        if (not isinstance(model, (str, Path)) and o.rope_scaling is not None
+                and not _scaled_as_asked(model, o.rope_scaling)):
             raise ProbeError(f"{flag('rope_scaling')} is applied while loading; pass the checkpoint path, not a "
                              "model object")
-        loaded = as_loaded(model, dtype=dtype, device=device, device_map=o.device_map, gate=o.gate,
-                           tokenizer=o.tokenizer, rope_scaling=o.rope_scaling)
+        loaded = load_model(model, o, dtype=dtype, device=device)
         validate_gate(loaded.layout)               # a declared layout that cannot fit: one line, now
         warn_if_gate_declared_away(loaded.model, loaded.layout, o.gate)
         return cls(loaded, dtype, loaded.path, rank, world)
@@ -147,7 +144,7 @@ class HFSource(_Common):
         return f"analyse {self.name}"
 
     def capture(self, options, *, token_groups, vocab_size, sequences):
-        from .hf import Capture
+        from ..capture.hf import Capture
 
         return Capture(self.loaded.model, self.layout, options, token_groups=token_groups,
                        vocab_size=vocab_size, sequences=sequences)
@@ -156,8 +153,8 @@ class HFSource(_Common):
     def forwarding(self, cap, dataset, options):
         """forward(ids) -> logits, the full logits or a block at a time (logits.py), once the
         largest batch is known to fit (memory_checks.py)."""
-        from ..load import memory_checks
-        from .logits import forward_for
+        from . import memory_checks
+        from ..capture.logits import forward_for
 
         batch, length = memory_checks.before_pass(self.loaded, dataset, options)
         with forward_for(self.loaded.model, batch=batch, length=length) as forward:
@@ -194,6 +191,19 @@ def _scaled_as_asked(model, spec) -> bool:
 
     record = getattr(model, "rope_scaling", None)
     return isinstance(model, LoadedModel) and record is not None and record["spec"] == parse(spec)
+
+
+def load_model(model, o: AnalysisOptions, *, dtype: str, device: str) -> LoadedModel:
+    """The one way an analysis and a context sweep (probe/api/sweep.py) get their model: a
+    checkpoint path checked for memory first (a length that cannot fit: one line, before the
+    weights load), then loaded in `dtype` onto `device` through the loader; a model object (or
+    a LoadedModel) taken as it is, with the options' tokenizer."""
+    from . import memory_checks
+
+    if isinstance(model, (str, Path)):
+        memory_checks.before_loading(model, o, dtype)
+    return as_loaded(model, dtype=dtype, device=device, device_map=o.device_map, gate=o.gate,
+                     tokenizer=o.tokenizer, rope_scaling=o.rope_scaling)
 
 
 def as_loaded(model, *, dtype, device, device_map, gate, tokenizer, rope_scaling=None) -> LoadedModel:
@@ -256,7 +266,7 @@ class BridgeSource(_Common):
 
     @classmethod
     def of(cls, bridge, o: AnalysisOptions) -> "BridgeSource":
-        from .bridge import bridge_layout, check_bridge
+        from ..capture.bridge import bridge_layout, check_bridge
 
         check_bridge(bridge)
         hf = bridge.original_model
@@ -277,7 +287,7 @@ class BridgeSource(_Common):
     @staticmethod
     def refuse(hf, o: AnalysisOptions) -> None:
         """One ProbeError line for an option this path cannot honour, before any work is done."""
-        from ..run import distributed
+        from . import distributed
 
         defaults = AnalysisOptions()
         for option, why in HF_ONLY.items():
@@ -291,7 +301,7 @@ class BridgeSource(_Common):
         check_model_as_is(hf, dtype=o.dtype, device=o.device, device_map=None)
 
     def capture(self, options, *, token_groups, vocab_size, sequences):
-        from .bridge import BridgeCapture
+        from ..capture.bridge import BridgeCapture
 
         return BridgeCapture(self.bridge, self.layout, options, gate_dim=self.gate_dim,
                              token_groups=token_groups, sequences=sequences)
