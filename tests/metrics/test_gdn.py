@@ -205,3 +205,24 @@ def test_off_by_default_and_unknown_layouts_refused_in_one_line(loaded):
     line = describe_refused({0: "why", 1: "why", 2: "other"})
     assert line == "linear-attention layers not measured (layers 0, 1: why; layer 2: other)"
     assert "\n" not in line
+
+
+def test_a_layer_probe_cannot_read_is_named_and_the_rest_measured(checkpoint, monkeypatch):
+    """Layer 1 made unreadable (as an unknown layout would be): one warning line names it and
+    why, meta.json says the same, and layers 0 and 2 are measured and checked as before."""
+    import probe.capture.gdn as capture_gdn
+    import probe.metrics.gdn.reduce as reduce_gdn
+
+    def parts(mixer):
+        return "KimiDeltaAttention: a channel-wise decay" if mixer.layer_idx == 1 else gdn_parts(mixer)
+    monkeypatch.setattr(capture_gdn, "gdn_parts", parts)
+    monkeypatch.setattr(reduce_gdn, "gdn_parts", parts)
+    with pytest.warns(UserWarning, match=r"^linear-attention layers not measured \(layer 1: KimiDeltaAttention"):
+        a = probe.analyze(checkpoint("qwen3_5"), texts=[TEXT[:300]], seq_len=32, batch_size=2, max_sequences=2,
+                          progress=False, gdn=True, resamples=0)
+    assert a.meta["gdn"] == [0, 2]
+    assert a.meta["gdn_refused"] == "linear-attention layers not measured (layer 1: KimiDeltaAttention: a channel-wise decay)"
+    assert a.summary["gdn"]["refused"] == a.meta["gdn_refused"]
+    check = a.tables["gdn_check"]
+    assert sorted(set(check.layer)) == [0, 2] and bool(check.passed.all())
+    assert 1 in set(a.tables["massive"].layer)
