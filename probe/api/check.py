@@ -277,6 +277,10 @@ def run_checks(loaded, *, seq_len: int = 16, batch_size: int = 2, seed: int = 0,
         _row(rows, "gate = 0: layer output == residual + MLP path", i, off["layer_out"][i], expected, tol,
              detail=f"|layer output| max {float(off['layer_out'][i].abs().max()):.3g}")
 
+    # 6. Hybrids: the Gated DeltaNet layers' per-key terms add up to their output (check_gdn.py).
+    from .check_gdn import gdn_rows
+    rows += gdn_rows(loaded, ids)
+
     frame = pd.DataFrame(rows, columns=COLUMNS)
     suggestions = [] if bool(frame.passed.all()) else fitting_specs(layout, plain, tol)
     return CheckReport(frame, True, suggestions)

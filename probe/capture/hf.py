@@ -15,6 +15,8 @@ kept. Where each event comes from:
 - attn.hook_attention:  the same back-end's call (query, key, value, out, lse, mask, ...), only
                         when a metric listens (--anatomy)
 - attn.hook_z:          input of o_proj
+- linear_attn.hook_gdn: Gated DeltaNet layers' projections, output norm and out_proj (gdn.py),
+                        only when a metric listens (--gdn)
 - hook_attn_out ...:    attention branch output, the residual stream after attention (the
                         input of the norm before the MLP, or of the MLP in post-norm layers,
                         adapters.layout.residual_after_attention), MLP output, decoder layer output
@@ -24,10 +26,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import attention
+from . import attention, gdn
 from ..families.layout import ModelLayout
 from .bus import Pass
-from ..core.events import ATTENTION, FIRST_KEY, GATE, SDPA, SITE_EVENTS, SITES, Z  # noqa: F401  (SITES: re-exported)
+from ..core.events import ATTENTION, FIRST_KEY, GATE, GDN, SDPA, SITE_EVENTS, SITES, Z  # noqa: F401  (SITES: re-exported)
 from ..core.options import AnalysisOptions
 
 
@@ -85,6 +87,8 @@ class Capture(Pass):
                 hook(p.o_proj.register_forward_pre_hook(reading(self._gated_output_hook(i))))
             if p.gate_module is not None:
                 hook(p.gate_module.register_forward_hook(reading(self._gate_hook(i))))
+        if self.wants(GDN):                   # Gated DeltaNet layers (--gdn): capture/gdn.py
+            gdn.install(self, hook, reading)
 
     def _uninstall(self) -> None:
         for handle in self._handles:

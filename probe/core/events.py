@@ -19,6 +19,9 @@ TransformerLens style; `blocks.L.` is implied by the layer argument):
     hook_attn_out, hook_resid_mid, hook_mlp_out, hook_resid_post
                           the four M-Act sites                       (B, T, C)
     hook_logits           the model's logits (layer None)            (B, T, V)
+    linear_attn.hook_gdn  a Gated DeltaNet layer's kernel output o     (B, T, Hv, Dv)
+                          extra: call, its kernel inputs and outputs (capture/gdn.py GDNCall);
+                          emitted only when a metric listens (--gdn)
 
 Sources: capture.Capture (Hugging Face forward hooks, and the `probe` attention back-end,
 which gives P[t, 0] from the kernel's log-sum-exp: no T x T matrix) and bridge.BridgeCapture
@@ -39,4 +42,5 @@ Z = "attn.hook_z"
 SITES = ("attn_out", "resid_mid", "mlp_out", "resid_post")      # M-Act sites, paper Figure 6
 SITE_EVENTS = {site: f"hook_{site}" for site in SITES}
 LOGITS = "hook_logits"
-EVENTS = (GATE, FIRST_KEY, SDPA, ATTENTION, Z, *SITE_EVENTS.values(), LOGITS)
+GDN = "linear_attn.hook_gdn"
+EVENTS = (GATE, FIRST_KEY, SDPA, ATTENTION, Z, *SITE_EVENTS.values(), LOGITS, GDN)

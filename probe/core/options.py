@@ -237,6 +237,11 @@ class AnalysisOptions:
                "and, for gated models, the gate against sink attention (an extra Q.K^T pass per "
                "attention layer): received_by_position.csv, received_by_token.csv, secondary_sinks.csv, "
                "value_drains.csv, gate_sink.csv", cli=FLAG, resume=True)
+    gdn: bool = option(
+        False, "Gated DeltaNet layers (hybrids: Qwen3-Next, Qwen3.5): their SiLU output gate, write strength beta, "
+               "decay and half-life, and the exact split of each output into per-key terms (key-0 share, "
+               "state share; a Q.K^T pass per layer): gdn_gates.csv, gdn_top_beta.csv, gdn_sparsity.csv, "
+               "gdn_head_norms.csv, gdn_keys.csv, gdn_state_share.csv, gdn_check.csv", cli=FLAG, resume=True)
     resamples: int = option(
         1000, "bootstrap resamples of the 95 percent intervals (*_lo / *_hi: sequences resampled, fixed seed); "
               "0: no intervals", check=_int(0), cli=INT, meta=True)

@@ -244,6 +244,7 @@ HF_ONLY = {
     "interventions": "interventions need the Hugging Face path",
     "exact_control": "the exact mean-gate control (a second pass) needs the Hugging Face path",
     "anatomy": "sink anatomy reads the attention kernel's log-sum-exp, which only the Hugging Face path runs",
+    "gdn": "Gated DeltaNet layers are read through Hugging Face module hooks",
     "device_map": "probe does not shard a bridge (place the bridge's model yourself before building it)",
     "partial": "saving and resuming an interrupted pass needs the Hugging Face path",
     "resume": "saving and resuming an interrupted pass needs the Hugging Face path",

@@ -25,6 +25,7 @@ def test_checks_pass_on_every_gated_layout(kind, loaded):
     frame = report.frame
     assert report.passed, frame[~frame.passed].to_string()
     layers = lm.layout.attention_layers
+    frame = frame[~frame.check.str.startswith("GDN ")]       # hybrids' linear layers: test_check_gdn.py
     checks = set(frame.check)
     assert len(checks) == 7
     for check in checks - {c for c in checks if c.startswith("zero logit gives")}:

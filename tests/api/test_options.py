@@ -71,7 +71,7 @@ def test_meta_and_fingerprint_fields_come_from_the_options():
     o = AnalysisOptions(seq_len=64, thresholds=[0.5], seed=3, command="probe analyze x")
     assert o.meta_fields() == {"seq_len": 64, "thresholds": [0.5], "seed": 3, "resamples": 1000,
                                "command": "probe analyze x"}
-    assert o.resume_fields() == {"seq_len": 64, "batch_size": 4, "anatomy": False, "thresholds": [0.5],
+    assert o.resume_fields() == {"seq_len": 64, "batch_size": 4, "anatomy": False, "gdn": False, "thresholds": [0.5],
                                  "past_positions": False, "rope_scaling": None}
 
 

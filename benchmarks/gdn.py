@@ -1,0 +1,80 @@
+"""What measuring Gated DeltaNet layers (--gdn) costs, and that its memory grows linearly in T.
+
+A tiny Qwen3.5 hybrid (tests/tiny.py's `qwen3_5` kind: hidden 64, layers 0-2 Gated DeltaNet with
+4 value heads over 2 key heads of 16 dims, layer 3 gated softmax), one sequence of T random
+tokens, float32, one thread, each measurement in its own niced process (common.run_child):
+
+  plain     the model's forward, no hooks
+  probe     probe's default pass (Capture: gates, F-Attn, M-Act, sparsity, ...)
+  gdn       the same pass with --gdn: per-token statistics and the per-key terms of every GDN layer
+
+CPU seconds (best of --repeat) and the peak RSS added, beside a T x T float32 matrix's size.
+
+    python benchmarks/gdn.py [--lengths 2048 16384] [--repeat 1] [--memory-gb 8]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import child_args, clocks, run_child  # noqa: E402
+
+METHODS = ("plain", "probe", "gdn")
+
+
+def measure(method: str, T: int, repeat: int) -> dict:
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+    import tiny
+
+    import probe
+
+    torch.set_num_threads(1)
+    path = tiny.make_checkpoint("qwen3_5", Path(tempfile.mkdtemp()) / "m", tokenizer=False,
+                                max_position_embeddings=max(2048, T))
+    lm = probe.load(path)
+    ids = torch.randint(3, 200, (1, T), generator=torch.Generator().manual_seed(0))
+
+    def run():
+        with torch.inference_mode():
+            if method == "plain":
+                lm.model(input_ids=ids, use_cache=False)
+                return
+            cap = probe.Capture(lm.model, lm.layout, gdn=method == "gdn")
+            with cap, cap.batch(ids):
+                lm.model(input_ids=ids, use_cache=False)
+    run()                                                          # warm-up (the kernel's one warning)
+    c = clocks(run, repeat)
+    return {"method": method, "T": T, **c, "tt_float32_mb": T * T * 4 / 2 ** 20}
+
+
+def main() -> None:
+    args = child_args()
+    if args is not None:
+        print(json.dumps(measure(**args)))
+        return
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lengths", type=int, nargs="+", default=[2048, 16384])
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--memory-gb", type=float, default=8)
+    ap.add_argument("--timeout", type=float, default=1800)
+    o = ap.parse_args()
+    print(f"{'T':>6} {'method':>6} {'cpu s':>8} {'wall s':>8} {'peak MB':>8} {'T x T f32 MB':>12}")
+    for T in o.lengths:
+        for method in METHODS:
+            r = run_child(__file__, dict(method=method, T=T, repeat=o.repeat), o.timeout, o.memory_gb,
+                          steady_heap=True)
+            if "error" in r:
+                print(f"{T:>6} {method:>6} {r['error']}")
+                continue
+            print(f"{T:>6} {method:>6} {r['seconds']:>8.2f} {r['wall_seconds']:>8.2f} {r['peak_mb']:>8.1f} "
+                  f"{r['tt_float32_mb']:>12.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

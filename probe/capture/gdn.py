@@ -1,0 +1,139 @@
+"""The Hugging Face hooks of Gated DeltaNet layers: one `linear_attn.hook_gdn` event per layer
+and forward pass, carrying what the layer's kernel was given and what it returned.
+
+Per GDN layer (probe/families/gdn.py finds the parts), forward hooks keep the projections'
+outputs (in_proj_qkvz + in_proj_ba on Qwen3-Next, in_proj_qkv + in_proj_b + in_proj_a on
+Qwen3.5), the output norm's call (its inputs: the kernel output o and the gate logits z; its
+output y) and out_proj's output. When out_proj has run, the layer's kernel inputs are formed
+from them as the module forms them (transformers' Qwen3NextGatedDeltaNet.forward): the causal
+depthwise conv1d + activation over [q | k | v], beta = sigmoid(b), g = -exp(A_log) *
+softplus(a + dt_bias), q and k L2-normalised in float32 (eps 1e-6) and q scaled by 1/sqrt(d_k),
+q and k repeated to the value heads. The event carries them; nothing is kept after it.
+
+q, k and v are re-formed here rather than read inside the kernel, because the kernel is a free
+function the module calls (and may be flash-linear-attention's): the metric checks every pass
+that its per-key terms add up to the kernel's own output o, which these hooks read from the
+model (metrics/gdn/).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..families.gdn import FUSED, GDNParts, gdn_parts
+from .events import GDN
+
+
+@dataclass
+class GDNCall:
+    """One GDN layer's kernel inputs and outputs on one forward pass (value heads Hv)."""
+
+    q: torch.Tensor          # (B, T, Hv, dk) float32, L2-normalised and scaled by 1/sqrt(dk)
+    k: torch.Tensor          # (B, T, Hv, dk) float32, L2-normalised
+    v: torch.Tensor          # (B, T, Hv, dv) float32
+    beta: torch.Tensor       # (B, T, Hv) float32: sigmoid(b)
+    g: torch.Tensor          # (B, T, Hv) float32: the log decay
+    z: torch.Tensor          # (B, T, Hv, dv) the output-gate logits, the model's dtype
+    o: torch.Tensor          # (B, T, Hv, dv) the kernel's output (the norm's input)
+    y: torch.Tensor          # (B, T, Hv, dv) the norm's output (out_proj's input)
+    out: torch.Tensor        # (B, T, C) out_proj's output (the layer's attention branch)
+    norm_weight: torch.Tensor  # (dv,)
+    eps: float
+    out_weight: torch.Tensor   # (C, Hv * dv)
+    out_bias: torch.Tensor | None
+
+
+def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """transformers' l2norm (the kernel's, in float32): x * rsqrt(sum(x^2) + eps)."""
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def causal_conv(mixed: torch.Tensor, conv: torch.nn.Conv1d, activation: str) -> torch.Tensor:
+    """(B, T, C) -> (B, T, C): the depthwise causal conv1d and its activation, as transformers'
+    torch `causal_conv1d_fn`."""
+    from transformers.activations import ACT2FN
+
+    T = mixed.shape[1]
+    w = conv.weight
+    x = F.conv1d(mixed.transpose(1, 2).to(w.dtype), w, conv.bias, padding=w.shape[-1] - 1,
+                 groups=w.shape[0])[:, :, :T]
+    return ACT2FN[activation](x).to(mixed.dtype).transpose(1, 2)
+
+
+def kernel_inputs(parts: GDNParts, kept: dict) -> tuple:
+    """(q, k, v, beta, g) as the kernel receives them, from the projections' outputs."""
+    m = parts.mixer
+    nk, nv, dk, dv = parts.num_k_heads, parts.num_v_heads, parts.head_k_dim, parts.head_v_dim
+    if parts.projection == FUSED:
+        q, k, v, _, b, a = m.fix_query_key_value_ordering(kept["in_proj_qkvz"], kept["in_proj_ba"])
+        mixed = torch.cat([x.reshape(*x.shape[:2], -1) for x in (q, k, v)], -1)
+    else:
+        mixed, b, a = kept["in_proj_qkv"], kept["in_proj_b"], kept["in_proj_a"]
+    B, T = mixed.shape[:2]
+    mixed = causal_conv(mixed, m.conv1d, parts.activation)
+    q, k, v = torch.split(mixed, [nk * dk, nk * dk, nv * dv], dim=-1)
+    q, k = (x.reshape(B, T, nk, dk).float() for x in (q, k))
+    v = v.reshape(B, T, nv, dv).float()
+    beta = b.reshape(B, T, nv).sigmoid().float()
+    g = -m.A_log.float().exp() * F.softplus(a.reshape(B, T, nv).float() + m.dt_bias)
+    q, k = l2norm(q), l2norm(k)
+    q = q * dk ** -0.5
+    if parts.group > 1:
+        q, k = (x.repeat_interleave(parts.group, dim=2) for x in (q, k))
+    return q, k, v, beta, g
+
+
+def install(cap, add, reading) -> dict[int, str]:
+    """Hooks on every GDN layer of cap.layout that probe can read, each handle passed to `add`;
+    `reading` wraps each hook (no_grad). Returns layer -> why, for the layers it cannot read."""
+    refused = {}
+    for p in cap.layout.layers:
+        if p.layer_type != "linear_attention":
+            continue
+        parts = gdn_parts(p.mixer)
+        if isinstance(parts, str):
+            refused[p.index] = parts
+            continue
+        kept: dict = {}
+        for name in parts.projections:
+            add(getattr(p.mixer, name).register_forward_hook(reading(_keep(kept, name))))
+        add(p.mixer.norm.register_forward_hook(reading(_keep_norm(kept))))
+        add(p.mixer.out_proj.register_forward_hook(reading(_emit(cap, p.index, parts, kept))))
+    return refused
+
+
+def _keep(kept: dict, name: str):
+    def hook(module, args, output):
+        kept[name] = output
+    return hook
+
+
+def _keep_norm(kept: dict):
+    def hook(module, args, output):
+        kept["o"], kept["z"], kept["y"] = args[0], args[1], output
+    return hook
+
+
+def _emit(cap, layer: int, parts: GDNParts, kept: dict):
+    def hook(module, args, output):
+        try:
+            if cap._batch is None or "o" not in kept:
+                return
+            out = output[0] if isinstance(output, (tuple, list)) else output
+            B, T = out.shape[:2]
+            if any(kept[n].shape[:2] != (B, T) for n in parts.projections):
+                return                                    # a cached decode step: not a pass of probe's
+            q, k, v, beta, g = kernel_inputs(parts, kept)
+            Hv, dv = parts.num_v_heads, parts.head_v_dim
+            norm = parts.mixer.norm
+            call = GDNCall(q=q, k=k, v=v, beta=beta, g=g, z=kept["z"].reshape(B, T, Hv, dv),
+                           o=kept["o"].reshape(B, T, Hv, dv), y=kept["y"].reshape(B, T, Hv, dv), out=out,
+                           norm_weight=norm.weight,
+                           eps=float(getattr(norm, "variance_epsilon", getattr(norm, "eps", 1e-6))),
+                           out_weight=module.weight, out_bias=module.bias)
+            cap.emit(GDN, layer, call.o, call=call)
+        finally:
+            kept.clear()
+    return hook
