@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ..families.gdn import FUSED, GDNParts, gdn_parts
-from .events import GDN
+from ..core.events import GDN
 
 
 @dataclass

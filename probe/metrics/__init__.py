@@ -13,6 +13,8 @@ tables, summary / layer / meta keys, option, events) and its reducers in reduce.
                                                                     <- attn.hook_attention, attn.hook_gate
     per_sequence/  per_sequence.csv; the *_lo / *_hi bootstrap intervals  <- the events above
     head_norms/    head_norms.csv; head_norm_ratio                  <- attn.hook_sdpa, attn.hook_z
+    gdn/           gdn_*.csv; gdn (only with the gdn option): Gated DeltaNet layers' SiLU gate,
+                   beta, decay, per-key terms and their check    <- linear_attn.hook_gdn
 
 The run directory's schema (probe/results/schema.py), Analysis and reports' Runs derive from the
 declarations (metrics/base.py says what one holds); the bus (probe/capture/bus.py) subscribes each

@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 
 import probe
-from probe.capture.events import GDN
+from probe.core.events import GDN
 from probe.families.gdn import describe_refused, gdn_parts
 from probe.metrics.gdn.decompose import KeyTerms, state_share, written_values
-from samples import TEXT
+from tests.samples import TEXT
 
 KINDS = ("qwen3_next", "qwen3_5")
 RTOL = 1e-5

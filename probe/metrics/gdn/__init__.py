@@ -23,7 +23,7 @@ docs/gdn.md says what each number is.
 """
 from __future__ import annotations
 
-from ...capture.events import GDN
+from ...core.events import GDN
 from ..base import Declaration
 
 QUANTITIES = ("gate_silu", "beta", "decay")

@@ -30,9 +30,8 @@ BASE_GROUPS = ("all", "first", "rest")
 class GatedDeltaNet(Metric):
     declaration = DECLARATION
 
-    def __init__(self, layout, options, *, vocab_size: int | None = None,
-                 sequences: int | None = None, token_groups=None):
-        super().__init__(layout, options)
+    def setup(self) -> None:
+        layout, options, token_groups = self.layout, self.options, self.context.token_groups
         self.enabled = bool(getattr(options, "gdn", False))
         self.groups = token_groups
         extra = [n for n in (token_groups.names if token_groups is not None else ()) if n != "first"]
