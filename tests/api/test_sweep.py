@@ -238,6 +238,36 @@ def test_a_resume_with_other_options_or_data_is_refused_in_one_line(checkpoint, 
     assert not out.exists()
 
 
+@pytest.mark.parametrize("edit", ["summary", "table", "extra file", "removed file"])
+def test_an_edited_saved_length_is_refused_in_one_line(checkpoint, tmp_path, monkeypatch, capsys, edit):
+    """Issue 37 #2: a saved length whose files were edited after it was saved (summary.json's
+    f_attn set to 0.999, a table changed, a file added or removed) is refused by --resume, left
+    as it was, and reaches neither --out nor context_length.csv."""
+    ckpt, out = checkpoint("qwen3"), tmp_path / "ctx"
+    with monkeypatch.context() as m:
+        _interrupt_at_call(m, 2)
+        assert main(_sweep_args(ckpt, tmp_path, out)) == 130
+    capsys.readouterr()
+    run = tmp_path / "ctx.partial" / "qwen3@32"
+    if edit == "summary":
+        summary = json.loads((run / "summary.json").read_text())
+        summary["f_attn"] = 0.999
+        (run / "summary.json").write_text(json.dumps(summary, indent=2))
+    elif edit == "table":
+        (run / "first_token.csv").write_text((run / "first_token.csv").read_text().replace("0.", "0.9", 1))
+    elif edit == "extra file":
+        (run / "notes.txt").write_text("mine\n")
+    else:
+        (run / "first_token.csv").unlink()
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    assert main(_sweep_args(ckpt, tmp_path, out, "--resume")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("probe: error: ") and "\n" not in err, err
+    assert "qwen3@32" in err and "changed since it was saved" in err and "--force" in err, err
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+    assert not out.exists()
+
+
 def test_an_interrupted_pass_inside_a_sweep_continues_from_its_saved_batches(
         checkpoint, whole, tmp_path, monkeypatch, capsys):
     """Killed inside its longest length, a sweep keeps the shorter lengths and the batches done of
