@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..api.errors import ProbeError
+from ..api.options import seed_argument
 from ..run.owned import FORCE_HELP
 from .config import (ARMS, BPE_VOCAB, DEFAULT_COPY_LEN, DEFAULT_NOISE_FRAC, SYNTHETIC_VOCAB,
                      TrainConfig)
@@ -39,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "token says which); default: this Python's standard library sources")
     p.add_argument("--tokens", type=token_count, default=d.tokens,
                    help=f"training tokens, e.g. 2M (default {d.tokens:,}); steps = tokens / (batch * seq-len)")
-    p.add_argument("--seed", type=int, default=d.seed,
+    p.add_argument("--seed", type=seed_argument, default=d.seed,
                    help="initialisation and data order (synthetic data: the rows too)")
     p.add_argument("--lr", type=float, default=d.lr, help=f"peak learning rate (default {d.lr:g})")
     p.add_argument("--warmup", type=float, default=d.warmup,
