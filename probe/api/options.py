@@ -87,6 +87,19 @@ def _seed(name, value, options):
                          f"torch takes (got {value})")
 
 
+def _resamples(name, value, options):
+    """0 (no intervals), or enough resamples for a 95% percentile interval and few enough to
+    hold (probe/intervals/bootstrap.py); the sequences' share of the memory is checked once the
+    data are read (probe.analyze)."""
+    from ..intervals.bootstrap import MAX_RESAMPLES, MIN_RESAMPLES
+
+    check_int(name, value, 0)
+    if value and not MIN_RESAMPLES <= value <= MAX_RESAMPLES:
+        raise ProbeError(f"{flag(name)} must be 0 (no intervals) or from {MIN_RESAMPLES} to {MAX_RESAMPLES:,} "
+                         f"(got {value:,}): fewer leave no resample beyond the 95% interval's tails, more "
+                         "do not fit in memory")
+
+
 def _choice(choices, *, optional: bool = False):
     def check(name, value, options):
         if not (optional and value is None):
@@ -259,7 +272,7 @@ class AnalysisOptions:
                "value_drains.csv, gate_sink.csv", cli=FLAG, resume=True)
     resamples: int = option(
         1000, "bootstrap resamples of the 95 percent intervals (*_lo / *_hi: sequences resampled, fixed seed); "
-              "0: no intervals", check=_int(0), cli=INT, meta=True)
+              "0: no intervals", check=_resamples, cli=INT, meta=True)
     loss_by_position: bool = option(
         False, "also the loss by target position in powers of two, summary.json loss_by_position (a "
                "--seq-len sweep turns this on)", cli=FLAG)
