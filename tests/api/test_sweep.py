@@ -334,3 +334,21 @@ def test_a_python_sweep_with_a_partial_folder_resumes_and_removes_it(checkpoint,
     for name in TABLES:
         pd.testing.assert_frame_equal(getattr(saved, name), getattr(alone.runs[32], name), check_dtype=False,
                                       check_exact=True, obj=name)
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", ".", "..", "x" * 300, ""])
+def test_a_sweep_name_that_is_no_folder_name_is_refused_in_one_line(checkpoint, tmp_path, capsys, name):
+    """Issue 37 #10: --name ../escape wrote escape@32/ and escape@64/ beside --out (then said
+    "nothing was written"); a/b, ., a 300-character name and a formula name gave tracebacks.
+    Each is refused in one line before anything runs, and nothing is written anywhere."""
+    ckpt = checkpoint("qwen3")
+    capsys.readouterr()
+    work = tmp_path / "work"
+    work.mkdir()
+    text = _text(work)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    code = main(["analyze", str(ckpt), "--data", str(text), "--seq-len", "32,64", "--max-sequences", "1",
+                 "--resamples", "0", "--out", str(work / "out"), "--name", name, "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("probe: error: ") and "--name" in err[0], err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
