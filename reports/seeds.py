@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from probe.intervals import seed_interval
+from probe.intervals.bootstrap import MIN_RESAMPLES
 from probe.reports.claims.intervals import resamples_of, values_of
 from probe.reports.claims.numbers import fmt as _f
 from probe.reports.runs import Runs, load_runs
@@ -82,9 +83,10 @@ def _point(v, statistic) -> float:
 
 def _sequence_sd(runs: Runs, model: str, statistic) -> float:
     v = values_of(runs, model)
-    if v is None or v.units < 2:
+    resamples = resamples_of(runs, model)
+    if v is None or v.units < 2 or resamples < MIN_RESAMPLES:
         return math.nan
-    samples = statistic(v, v.weights(resamples_of(runs, model)))
+    samples = statistic(v, v.weights(resamples))
     return math.nan if samples is None else float(np.nanstd(samples, ddof=1))
 
 

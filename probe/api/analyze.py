@@ -57,6 +57,10 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
     source = source_for(model, o)
     loaded, layout, name = source.loaded, source.layout, source.name
     dataset = dataset_for(data, None, source.tokenizer, source.config, o)
+    if o.resamples:             # the intervals' resampling weights must fit, known before the pass
+        from ..intervals.bootstrap import check_size
+
+        check_size(len(dataset.sequences), o.resamples)
     groups = token_group_table(layout, source.tokenizer, source.config, dataset, o.token_groups)
     cap = source.capture(o, token_groups=groups, sequences=len(dataset.sequences),
                          vocab_size=vocab_size(source.config, dataset) if o.anatomy else None)

@@ -9,7 +9,7 @@ from pathlib import Path
 from . import console
 from ..core import errors
 from ..core.errors import ProbeError
-from ..core.options import DEVICE, DTYPE, DTYPE_NAMES
+from ..core.options import DEVICE, DTYPE, DTYPE_NAMES, seed_argument
 from ..core.owned import FORCE_HELP
 from .report_args import (GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_claims, print_differences,
                           print_intervals)
@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--device", default=DEVICE, help="cpu, cuda, cuda:1, ...")
     k.add_argument("--seq-len", type=int, default=16, help="tokens per random test sequence (default 16)")
     k.add_argument("--batch-size", type=int, default=2)
-    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--seed", type=seed_argument, default=0)
     return parser
 
 

@@ -18,6 +18,26 @@ from . import console
 from ..core.errors import ProbeError, printable
 
 
+def check_sweep_name(name, longest: int) -> None:
+    """A sweep's --name names folders (NAME@LENGTH in OUT.partial/ and in --out): refused, in one
+    line before anything runs, unless it is one folder name that leaves room for probe's working
+    names beside it (probe/run/owned.py check_out_name; `..` would write beside --out)."""
+    import os
+
+    from ..run.owned import NAME_ROOM
+
+    if name is None:
+        return
+    shown = printable(name if len(name) <= 40 else name[:40] + "...")
+    if not name.strip() or name in (".", "..") or any(c in name for c in "/\\\0"):
+        raise ProbeError(f"--name {shown!r} is not a folder name (a sweep writes NAME@LENGTH folders): give a "
+                         "name without '/', '\\', and other than '.' or '..'")
+    size = len(os.fsencode(f"{name}@{longest}"))
+    if size + NAME_ROOM > 255:
+        raise ProbeError(f"--name {shown} is too long: {name}@{longest} takes {size} bytes, and a folder name "
+                         f"holds at most {255 - NAME_ROOM} here; choose a shorter name")
+
+
 def run_sweeps(checkpoints, names, options, data, args, out: Path, formats, command_line) -> int:
     from ..core.atomic import check_output_dir, check_writable
     from ..run.distributed import world
@@ -26,6 +46,8 @@ def run_sweeps(checkpoints, names, options, data, args, out: Path, formats, comm
     from .sweep import check_uniform, describe, sweep
     from .sweep_saved import FINGERPRINT
 
+    for name in names:
+        check_sweep_name(name, max(args.lengths))
     if world()[1] > 1:
         # Its lengths are saved, locked and written by one process; torchrun would race on them.
         raise ProbeError("a --seq-len sweep runs in one process; run it without torchrun")

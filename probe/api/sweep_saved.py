@@ -8,6 +8,10 @@ analysing it again, but only when its fingerprint equals the one this sweep woul
 final --out gets each saved run directory's files (probe/api/outputs.py `write_runs`) and the
 partial folder goes.
 
+FINGERPRINT also holds the SHA-256 of every file of the saved run directory (`files`): a saved
+length whose files were edited, added or removed since is refused, in one line, like one made
+with other options (docs/usage.md: an edited `OUT.partial/` is refused).
+
 The fingerprint is the pass's own (probe/run/resume.py `fingerprint`: checkpoint, config hash,
 the weights' identity, dtype, gate layout) with every option that changes a number of the run
 (the whole AnalysisOptions but how it is shown and saved), the sweep's lengths, and the
@@ -24,6 +28,7 @@ from pathlib import Path
 from ..core.errors import ProbeError, flag
 
 FINGERPRINT = "sweep-fingerprint.json"
+FILES = "files"           # FINGERPRINT's key of the run directory's file digests
 # Options that do not change what a run measures: how it is shown, where its state goes.
 NOT_COMPARED = ("progress", "command", "partial", "resume", "checkpoint_seconds")
 
@@ -64,6 +69,8 @@ def check(path: Path, expected: dict) -> None:
         found = None
     if not isinstance(found, dict):
         raise ProbeError(f"{path / FINGERPRINT} is damaged; {start_again()}")
+    found = dict(found)
+    files = found.pop(FILES, None)
     differ = sorted(k for k in expected.keys() | found.keys() if expected.get(k) != found.get(k))
     if "length" in differ:
         differ.remove("length")
@@ -74,6 +81,9 @@ def check(path: Path, expected: dict) -> None:
         raise ProbeError(f"{path} was made with other options, data or weights than this sweep ({what} "
                          f"{'differs' if len(differ) == 1 else 'differ'}); rerun the same command with "
                          f"{flag('resume', True)}, or {start_again()}")
+    if not isinstance(files, dict) or files != digests(path):
+        raise ProbeError(f"{path} has changed since it was saved (a file of it was edited, added or removed); "
+                         f"it cannot be trusted: {start_again()}")
 
 
 def save(folder: Path, analysis, fingerprint: dict) -> Path:
@@ -85,8 +95,29 @@ def save(folder: Path, analysis, fingerprint: dict) -> Path:
     # wanting, never reaches here with one; what is replaced is a temporary or a stale copy.
     with atomic_directory(path, force=True) as tmp:
         analysis.write_into(tmp)
-        write_text(tmp / FINGERPRINT, json.dumps(fingerprint, indent=2, sort_keys=True) + "\n")
+        recorded = {**fingerprint, FILES: digests(tmp)}
+        write_text(tmp / FINGERPRINT, json.dumps(recorded, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def digests(path: Path) -> dict[str, str] | None:
+    """{relative file name: SHA-256} of every file of a saved run directory but its fingerprint;
+    None when it holds something that is not a plain file (a link, a socket): never trusted."""
+    import hashlib
+
+    found = {}
+    for item in sorted(Path(path).rglob("*")):
+        name = item.relative_to(path).as_posix()
+        if name == FINGERPRINT or (item.is_dir() and not item.is_symlink()):
+            continue
+        if item.is_symlink() or not item.is_file():
+            return None
+        digest = hashlib.sha256()
+        with open(item, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        found[name] = digest.hexdigest()
+    return found
 
 
 def write_readme(folder: Path, command: str | None) -> None:

@@ -41,6 +41,24 @@ def check_int(name: str, value, minimum: int, *, optional: bool = False, why: st
         raise ProbeError(f"{flag(name)} must be an integer of at least {minimum}{why} (got {value!r})")
 
 
+# The seeds torch takes (torch.manual_seed, torch.Generator.manual_seed): beyond them it raises.
+SEED_RANGE = (-2 ** 63, 2 ** 64 - 1)
+
+
+def seed_argument(text: str) -> int:
+    """argparse type of a --seed: an integer torch can take, else argparse's one-line error."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not SEED_RANGE[0] <= value <= SEED_RANGE[1]:
+        raise argparse.ArgumentTypeError(f"{text} is out of range; a seed is an integer from "
+                                         f"{SEED_RANGE[0]} to {SEED_RANGE[1]}")
+    return value
+
+
 def check_choice(name: str, value, choices) -> None:
     if value not in choices:
         raise ProbeError(f"unknown {flag(name, value)}; use {', '.join(choices)}")
@@ -64,6 +82,26 @@ def check_thresholds(thresholds) -> tuple[float, ...]:
 
 def _int(minimum: int, *, optional: bool = False, why: str = ""):
     return lambda name, value, options: check_int(name, value, minimum, optional=optional, why=why)
+
+
+def _seed(name, value, options):
+    check_int(name, value, SEED_RANGE[0])
+    if value > SEED_RANGE[1]:
+        raise ProbeError(f"{flag(name)} must be an integer from {SEED_RANGE[0]} to {SEED_RANGE[1]}, the seeds "
+                         f"torch takes (got {value})")
+
+
+def _resamples(name, value, options):
+    """0 (no intervals), or enough resamples for a 95% percentile interval and few enough to
+    hold (probe/intervals/bootstrap.py); the sequences' share of the memory is checked once the
+    data are read (probe.analyze)."""
+    from ..intervals.bootstrap import MAX_RESAMPLES, MIN_RESAMPLES
+
+    check_int(name, value, 0)
+    if value and not MIN_RESAMPLES <= value <= MAX_RESAMPLES:
+        raise ProbeError(f"{flag(name)} must be 0 (no intervals) or from {MIN_RESAMPLES} to {MAX_RESAMPLES:,} "
+                         f"(got {value:,}): fewer leave no resample beyond the 95% interval's tails, more "
+                         "do not fit in memory")
 
 
 def _choice(choices, *, optional: bool = False):
@@ -197,7 +235,7 @@ class AnalysisOptions:
     batch_size: int = option(4, "sequences per forward pass", check=_int(1), cli=INT, resume=True)
     display_len: int = option(DISPLAY_LEN, "tokens of the display prompt of attention_patterns.csv",
                               check=_display_len)
-    seed: int = option(0, "torch's seed before the pass", check=_int(-2 ** 63), cli=INT, meta=True)
+    seed: int = option(0, "torch's seed before the pass", check=_seed, cli=INT, meta=True)
     text_field: str = option("text", "JSONL field that holds the text", check=_text_field, cli={})
     # -- saving and resuming an interrupted pass (resume.py) --
     partial: str | Path | None = option(None, "folder for the pass's saved state (the CLI: OUT.partial/)")
@@ -244,7 +282,7 @@ class AnalysisOptions:
                "gdn_head_norms.csv, gdn_keys.csv, gdn_state_share.csv, gdn_check.csv", cli=FLAG, resume=True)
     resamples: int = option(
         1000, "bootstrap resamples of the 95 percent intervals (*_lo / *_hi: sequences resampled, fixed seed); "
-              "0: no intervals", check=_int(0), cli=INT, meta=True)
+              "0: no intervals", check=_resamples, cli=INT, meta=True)
     loss_by_position: bool = option(
         False, "also the loss by target position in powers of two, summary.json loss_by_position (a "
                "--seq-len sweep turns this on)", cli=FLAG)

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .bootstrap import LEVEL, MIN_SEQUENCES, SEED, percentile_interval, resample_weights, seed_interval  # noqa: F401
+from .bootstrap import LEVEL, MIN_RESAMPLES, MIN_SEQUENCES, SEED, percentile_interval, resample_weights, seed_interval  # noqa: F401
 from .stats import SITES, SequenceValues, intervals_of  # noqa: F401
 
 METHOD = "percentile bootstrap over sequences"
@@ -29,6 +29,8 @@ def describe(values: SequenceValues | None, resamples: int) -> dict:
         out["documents"] = values.units
     if resamples < 1:
         out["why_none"] = "resamples is 0"
+    elif resamples < MIN_RESAMPLES:
+        out["why_none"] = f"fewer than {MIN_RESAMPLES} resamples"
     elif values.units < MIN_SEQUENCES:
         out["why_none"] = f"fewer than {MIN_SEQUENCES} {'sequences' if values.documents is None else 'documents'}"
     return out
@@ -119,7 +121,7 @@ def paired(a: SequenceValues, b: SequenceValues, statistic, resamples: int, seed
     if pa is None or pb is None:
         return None
     out = {}
-    W = a.weights(resamples, seed) if resamples >= 1 and a.units >= MIN_SEQUENCES else None
+    W = a.weights(resamples, seed) if resamples >= MIN_RESAMPLES and a.units >= MIN_SEQUENCES else None
     ra, rb = (statistic(a, W), statistic(b, W)) if W is not None else (None, None)
     with np.errstate(invalid="ignore", divide="ignore"):
         for name, combine in (("difference", np.subtract), ("ratio", np.divide)):

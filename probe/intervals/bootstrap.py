@@ -17,6 +17,25 @@ import numpy as np
 SEED = 0                # the fixed seed of every resampling: the same runs give the same intervals
 LEVEL = 0.95
 MIN_SEQUENCES = 2       # fewer: no interval (one sequence resampled is always itself)
+# Fewer resamples give no interval: a percentile interval at 95% needs resamples beyond each 2.5%
+# tail (with 1 it is the one resample, of width 0, which may exclude the estimate).
+MIN_RESAMPLES = 100
+MAX_RESAMPLES = 100_000
+# The resampling weights W are (resamples, sequences) float64: at most this many bytes.
+MAX_WEIGHT_BYTES = 2 << 30
+
+
+def check_size(sequences: int, resamples: int) -> None:
+    """Refuse, in one line, resampling weights that would not fit in MAX_WEIGHT_BYTES (before
+    any are drawn; probe.analyze asks before its pass)."""
+    from ..api.errors import ProbeError, flag
+
+    need = 8 * int(sequences) * int(resamples)
+    if resamples > MAX_RESAMPLES or need > MAX_WEIGHT_BYTES:
+        fits = max(0, min(MAX_RESAMPLES, MAX_WEIGHT_BYTES // (8 * max(1, int(sequences)))))
+        raise ProbeError(f"{resamples:,} bootstrap resamples of {sequences:,} sequences would need "
+                         f"{need / 2 ** 30:,.1f} GiB for the resampling weights; lower {flag('resamples')} to "
+                         f"{fits} or fewer (0: no intervals)")
 
 
 def resample_weights(sequences: int, resamples: int, seed: int = SEED, clusters=None) -> np.ndarray:
@@ -26,6 +45,7 @@ def resample_weights(sequences: int, resamples: int, seed: int = SEED, clusters=
     resample draws as many clusters as there are, with replacement, and each sequence counts as
     often as its cluster is drawn (a cluster bootstrap: windows of one document are not
     independent draws, and resampling them apart makes intervals too narrow)."""
+    check_size(sequences, resamples)
     rng = np.random.default_rng(seed)
     if clusters is None:
         return rng.multinomial(sequences, np.full(sequences, 1.0 / sequences), size=resamples).astype(np.float64)

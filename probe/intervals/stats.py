@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .bootstrap import MIN_SEQUENCES, SEED, percentile_interval, resample_weights
+from .bootstrap import MIN_RESAMPLES, MIN_SEQUENCES, SEED, percentile_interval, resample_weights
 
 SITES = ("attn_out", "resid_mid", "mlp_out", "resid_post")     # probe/results/schema.py SITES
 RESIDUAL = "resid_post"
@@ -224,7 +224,7 @@ def intervals_of(values: SequenceValues, statistic, resamples: int, seed: int = 
     if point is None:
         return None
     point = point[0]
-    if resamples < 1 or values.units < MIN_SEQUENCES:
+    if resamples < MIN_RESAMPLES or values.units < MIN_SEQUENCES:
         nan = np.full(np.shape(point), np.nan)
         return point, nan, nan
     lo, hi = percentile_interval(statistic(values.weights(resamples, seed)))

@@ -28,6 +28,7 @@ WITH_ORIGINAL = ("yarn", "longrope", "llama3")
 # rope types that stretch the usable length by `factor` (dynamic NTK rescales as it runs and
 # reads max_position_embeddings as the original length, so it is left as it is).
 STRETCHES = ("linear", "yarn", "longrope", "llama3")
+MAX_POSITIONS = 2 ** 31 - 1          # a position index beyond this fits no int32 (the scaled length's bound)
 FULL = "full_attention"
 
 
@@ -66,6 +67,11 @@ def parse(spec) -> dict:
         raise ProbeError(f"{flag('rope_scaling')}: the factor must be a number of at least 1 (got {factor!r})")
     if "factor" in params:
         params["factor"] = float(factor)
+    original = params.get("original_max_position_embeddings")
+    if "original_max_position_embeddings" in params and (
+            isinstance(original, bool) or not isinstance(original, numbers.Integral) or original < 1):
+        raise ProbeError(f"{flag('rope_scaling')}: original_max_position_embeddings must be a whole number of "
+                         f"positions of at least 1, the length the model was trained at (got {original!r})")
     known = _rope_types()
     if known is not None and kind not in known:
         raise ProbeError(f"unknown rope type {kind!r} in {flag('rope_scaling')}; transformers knows "
@@ -128,6 +134,14 @@ def apply(config, spec, *, where: str = "the model") -> dict:
     if params["rope_type"] in WITH_ORIGINAL and not original:
         raise ProbeError(f"{flag('rope_scaling')}: {where}'s config gives no max_position_embeddings, so the "
                          "original length is unknown; pass it in the JSON as original_max_position_embeddings")
+    given = params.get("original_max_position_embeddings")
+    if given and isinstance(positions, int) and given > positions:
+        raise ProbeError(f"{flag('rope_scaling')}: original_max_position_embeddings {given:,} is more than the "
+                         f"{positions:,} positions of {where}'s config; give the length it was trained at")
+    factor = params.get("factor")
+    if params["rope_type"] in STRETCHES and factor and original and original * factor > MAX_POSITIONS:
+        raise ProbeError(f"{flag('rope_scaling')}: a factor of {factor:g} stretches {int(original):,} positions "
+                         f"past {MAX_POSITIONS:,}, more than any sequence can have; give a smaller factor")
     updated = copy.deepcopy(current)
     for target in targets:
         old = updated[target] if target else updated

@@ -36,7 +36,64 @@ def read_run_dir(path: str | os.PathLike) -> tuple[dict, dict, dict[str, pd.Data
     tables = {name: _read_table(path / f"{name}.csv", name) if (path / f"{name}.csv").is_file() else None
               for name in TABLES}
     _check_manifest(path, meta, tables)
+    _check_resamples(path / META_FILE, meta)
+    if tables.get("per_sequence") is not None:
+        _check_per_sequence(path / "per_sequence.csv", tables["per_sequence"])
     return meta, summary, tables
+
+
+def _check_resamples(path: Path, meta: dict[str, Any]) -> None:
+    """meta.json's resamples, which reports draw intervals with: 0, or what probe analyze allows."""
+    from ..intervals.bootstrap import MAX_RESAMPLES, MIN_RESAMPLES
+
+    if "resamples" not in meta:
+        return
+    value = meta["resamples"]
+    if isinstance(value, bool) or not isinstance(value, int) or not (
+            value == 0 or MIN_RESAMPLES <= value <= MAX_RESAMPLES):
+        raise RunDirectoryError(f"{path}: resamples is {str(value)[:40]!s}, not 0 or an integer from "
+                                f"{MIN_RESAMPLES} to {MAX_RESAMPLES:,}; the run directory is damaged: write it "
+                                "again with probe analyze")
+
+
+# per_sequence.csv's quantities that count things (non-negative integers); m_act alone may be NaN
+# (a sequence with no finite activation at a site). Every value is the sum of at most 2**32
+# numbers a float32, bfloat16 or float16 model produced, each below float32's largest, and an
+# activation's maximum (m_act) is one of them.
+_COUNTS = ("f_attn_n", "gate_n", "gate_low", "sparsity_below", "sparsity_n", "nll_n", "key0_n",
+           "secondary_sinks", "document")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _check_per_sequence(path: Path, frame: pd.DataFrame) -> None:
+    """Every cell of per_sequence.csv is one probe can have written: finite (m_act may be NaN), not
+    negative, within what its model can produce, counts whole, and sequence / head indices no
+    larger than the table (the intervals allocate an array of that size)."""
+    if frame.empty:
+        return
+    value = frame["value"].to_numpy(float)
+    quantity = frame["quantity"].to_numpy(str)
+    m_act = quantity == "m_act"
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(value) & ~(np.isnan(value) & m_act)
+        bad |= value < 0
+        bad |= value > _FLOAT32_MAX * np.where(m_act, 1.0, 2.0 ** 32)
+        bad |= np.isin(quantity, _COUNTS) & (np.floor(value) != value)
+    where = "value"
+    if not bad.any():
+        for column in ("sequence", "head"):
+            index = frame[column].to_numpy(np.int64)
+            bad = (index < (0 if column == "sequence" else -1)) | (index >= len(frame))
+            if bad.any():
+                where = column
+                break
+    if bad.any():
+        row = int(np.argmax(bad))
+        cell = frame[where].iloc[row]
+        raise RunDirectoryError(f"{path}: row {row + 1} ({frame['quantity'].iloc[row]}) has {where} {cell!r}, which "
+                                "probe cannot have written (not finite, negative, beyond what a model produces, "
+                                "or a count that is not whole); the intervals would be wrong: write the run "
+                                "again with probe analyze")
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -74,16 +74,22 @@ def distinct_names(names: list[str], metas: list[Mapping[str, Any]]) -> list[str
 
 def _read(run: Any) -> tuple[dict, dict, str]:
     """(meta, summary, source) of a run directory or an in-memory Analysis."""
+    from ..api.errors import ProbeError
+
     if isinstance(run, (str, os.PathLike)):
-        from ..core.errors import ProbeError
+        from .run_files import RunDirectoryError, _read_json
 
         path = Path(run)
         if not (path / "summary.json").is_file():
             raise ProbeError(f"{path} is not a run directory (no summary.json); pass the folders "
                              "probe analyze wrote")
-        meta_file = path / "meta.json"
-        meta = json.loads(meta_file.read_text(encoding="utf-8")) if meta_file.is_file() else {}
-        return meta, json.loads((path / "summary.json").read_text(encoding="utf-8")), str(path)
+        try:        # each checked as the run reader checks it: a JSON object with the documented types
+            return _read_json(path / "meta.json"), _read_json(path / "summary.json"), str(path)
+        except RunDirectoryError as err:
+            raise ProbeError(str(err)) from None
+    if not isinstance(getattr(run, "meta", None), dict) or not isinstance(getattr(run, "summary", None), dict):
+        raise ProbeError(f"summary_frame takes run directories or probe.Analysis objects, not "
+                         f"{type(run).__name__}")
     return dict(run.meta), dict(run.summary), f"in-memory {type(run).__name__}"
 
 
@@ -94,7 +100,15 @@ def summary_frame(runs: Any) -> "pandas.DataFrame":  # noqa: F821
     Plain columns, so `frame.to_csv()` and `pd.read_csv()` round-trip it."""
     import pandas as pd
 
-    items = [runs] if isinstance(runs, (str, os.PathLike)) or hasattr(runs, "summary") else list(runs)
+    from ..api.errors import ProbeError
+
+    if isinstance(runs, (str, os.PathLike)) or hasattr(runs, "summary"):
+        items = [runs]
+    elif runs is not None and hasattr(runs, "__iter__"):
+        items = list(runs)
+    else:
+        raise ProbeError(f"summary_frame takes a run directory, a probe.Analysis, or a list of them, not "
+                         f"{type(runs).__name__}")
     read = [_read(run) for run in items]
     names = distinct_names([str(s.get("model") or m.get("name") or Path(src).name) for m, s, src in read],
                            [m for m, _, _ in read])

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..core.errors import ProbeError
+from ..core.options import seed_argument
 from ..core.owned import FORCE_HELP
 from .config import (ARMS, BPE_VOCAB, DEFAULT_COPY_LEN, DEFAULT_NOISE_FRAC, SYNTHETIC_VOCAB,
                      TrainConfig)
@@ -39,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "token says which); default: this Python's standard library sources")
     p.add_argument("--tokens", type=token_count, default=d.tokens,
                    help=f"training tokens, e.g. 2M (default {d.tokens:,}); steps = tokens / (batch * seq-len)")
-    p.add_argument("--seed", type=int, default=d.seed,
+    p.add_argument("--seed", type=seed_argument, default=d.seed,
                    help="initialisation and data order (synthetic data: the rows too)")
     p.add_argument("--lr", type=float, default=d.lr, help=f"peak learning rate (default {d.lr:g})")
     p.add_argument("--warmup", type=float, default=d.warmup,
@@ -49,17 +50,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"step (default {d.min_lr_ratio:g}); 1: constant after warmup")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
     p.add_argument("--grad-clip", type=float, default=d.grad_clip, help="clip the gradient norm (default 1)")
-    p.add_argument("--layers", type=int, default=d.layers)
-    p.add_argument("--width", type=int, default=d.width, help="hidden size (default 128)")
+    # The shape of a new --arm model: None when not given, so that --from (which trains a
+    # model as it is) can refuse them instead of ignoring them (config_from_args).
+    p.add_argument("--layers", type=int, help=f"decoder layers (default {d.layers})")
+    p.add_argument("--width", type=int, help=f"hidden size (default {d.width})")
     p.add_argument("--heads", type=int, help="query heads (default width/32)")
     p.add_argument("--kv-heads", type=int, help="key/value heads (default heads/2)")
-    p.add_argument("--mlp-ratio", type=float, default=d.mlp_ratio,
+    p.add_argument("--mlp-ratio", type=float,
                    help="baseline MLP width / hidden size (default 4); gated arms pay their gate from it")
     p.add_argument("--seq-len", type=int, default=d.seq_len, help="tokens per training row, BOS included")
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--bos", choices=("prepend", "none"), default=d.bos,
                    help="prepend: every row starts with the BOS token (default); none: rows start mid-text")
-    p.add_argument("--qk-norm", action=argparse.BooleanOptionalAction, default=d.qk_norm,
+    p.add_argument("--qk-norm", action=argparse.BooleanOptionalAction,
                    help="RMSNorm on each head's query and key before RoPE, as in Qwen3 (default on); "
                         "--no-qk-norm leaves the attention logits unbounded, in every arm")
     p.add_argument("--vocab-size", type=int,
@@ -94,15 +97,27 @@ def config_from_args(args) -> TrainConfig:
     if not 0 <= args.min_lr_ratio <= 1:
         raise ProbeError(f"--min-lr-ratio must be between 0 and 1 (got {args.min_lr_ratio:g}): the share of "
                          "--lr left at the end of the decay, 1 for a constant rate")
+    shaping = {"--layers": args.layers, "--width": args.width, "--heads": args.heads, "--kv-heads": args.kv_heads,
+               "--mlp-ratio": args.mlp_ratio, "--qk-norm / --no-qk-norm": args.qk_norm}
+    synthetic = any(str(d).startswith("synthetic:") for d in args.data or ())
+    if not synthetic:       # synthetic data: --vocab-size is its content tokens, checked against DIR's tokenizer
+        shaping["--vocab-size"] = args.vocab_size
+    given = [name for name, value in shaping.items() if value is not None]
+    if args.from_dir and given:
+        raise ProbeError(f"{', '.join(given)} {'shapes' if len(given) == 1 else 'shape'} a new --arm model; --from "
+                         f"trains {args.from_dir} as it is (its own layers, width and vocabulary): leave "
+                         f"{'it' if len(given) == 1 else 'them'} out")
+    d = TrainConfig()
     tokens = args.steps * args.batch_size * args.seq_len if args.steps else args.tokens
     return TrainConfig(
         arm=args.arm if args.arm not in (None, "all") else "none", out=args.out,
         from_dir=args.from_dir, train_params=args.train_params,
         data=tuple(args.data or ()), tokens=tokens, seed=args.seed, lr=args.lr,
         min_lr_ratio=args.min_lr_ratio, warmup=args.warmup, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
-        layers=args.layers, width=args.width, heads=args.heads, kv_heads=args.kv_heads,
-        mlp_ratio=args.mlp_ratio, seq_len=args.seq_len, batch_size=args.batch_size, bos=args.bos,
-        qk_norm=args.qk_norm,
+        layers=d.layers if args.layers is None else args.layers, width=d.width if args.width is None else args.width,
+        heads=args.heads, kv_heads=args.kv_heads,
+        mlp_ratio=d.mlp_ratio if args.mlp_ratio is None else args.mlp_ratio, seq_len=args.seq_len,
+        batch_size=args.batch_size, bos=args.bos, qk_norm=d.qk_norm if args.qk_norm is None else args.qk_norm,
         vocab_size=args.vocab_size, copy_len=args.copy_len, noise_frac=args.noise_frac,
         eval_every=args.eval_every, eval_rows=args.eval_rows,
         save_every=args.save_every, threads=args.threads, name=args.name, resume=args.resume,
@@ -129,7 +144,13 @@ def run(args, command_line: str | None = None) -> int:
     results = []
     for cfg in configs:
         if cfg.resume and _state(Path(cfg.out)) == "empty":
-            cfg = replace(cfg, resume=False)      # --arm all interrupted before this arm began
+            # --arm all interrupted before this arm began, or a run stopped before its first
+            # checkpoint: nothing was trained yet, so it starts from step 0, replacing what that
+            # run wrote as --force would (only a folder probe train wrote, holding no input).
+            began = Path(cfg.out).is_dir() and any(Path(cfg.out).iterdir())
+            if began:
+                print(f"probe train: {cfg.out} was stopped before its first checkpoint; starting it from step 0")
+            cfg = replace(cfg, resume=False, force=cfg.force or began)
         if not cfg.resume and prepared is None and not cfg.from_dir:   # --from: the model's tokenizer
             # --arm all: one tokenizer and one packed corpus for every arm (same data, same order);
             # an arm that starts after an interruption reuses the tokenizer its siblings saved.

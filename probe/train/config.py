@@ -145,6 +145,11 @@ class TrainConfig:
                 raise ProbeError(f"--{name.replace('_', '-')} must be positive")
         if self.seq_len < 4:
             raise ProbeError("--seq-len must be at least 4")
+        # The row order's generator is seeded with seed * 1_000_003 + epoch (schedule.py), which
+        # torch takes only within 64 bits: keep the product there, with room for the epochs.
+        limit = 2 ** 63 // 1_000_003 - 1_000_000
+        if not -limit <= self.seed <= limit:
+            raise ProbeError(f"--seed must be between {-limit} and {limit} for probe train (got {self.seed})")
         if not 0 < self.lr < math.inf:
             raise ProbeError(f"--lr must be a finite number above 0 (got {self.lr:g})")
         if not 0 < self.grad_clip <= math.inf:

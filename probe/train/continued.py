@@ -45,6 +45,41 @@ def load_source(cfg):
     return model, loaded.tokenizer
 
 
+def check_positions(model, seq_len: int, from_dir) -> None:
+    """A training row longer than the model's positions would train positions it never had."""
+    from ..families.registry import text_config
+
+    config = text_config(model.config)
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if isinstance(positions, int) and 0 < positions < seq_len:
+        raise ProbeError(f"--seq-len {seq_len} is longer than the {positions} positions of --from {from_dir}; "
+                         f"train with --seq-len {positions} or less")
+
+
+@torch.no_grad()
+def weights_digest(model) -> str:
+    """SHA-256 of every parameter's name and bytes, in name order: the weights a --from run
+    starts from, recorded in its checkpoint and compared on --resume (check_same_source)."""
+    h = hashlib.sha256()
+    for name, p in sorted(model.named_parameters(), key=lambda item: item[0]):
+        h.update(name.encode())
+        h.update(p.detach().contiguous().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def check_same_source(saved, now: str, from_dir) -> None:
+    """--resume of a --from run continues only from the weights it started from: a checkpoint
+    whose record differs (DIR's weights changed) or holds none is refused in one line."""
+    if saved == now:
+        return
+    if not isinstance(saved, str):
+        raise ProbeError(f"the checkpoint does not record which weights of --from {from_dir} it started from "
+                         "(written by an older probe); start again with --force")
+    raise ProbeError(f"the weights of --from {from_dir} changed since this run started from them; resuming "
+                     "would train one model on two bases: put the original weights back, or start again "
+                     "with --force")
+
+
 def trainable_copy(model):
     """A GGUF-loaded model cannot be saved (transformers refuses 'quantized with gguf' models):
     rebuild it from its config without quantization_config and copy the dequantised weights."""

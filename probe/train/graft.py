@@ -29,7 +29,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..core.errors import ProbeError
+from ..core.errors import ProbeError, printable
 
 INITS = ("identity", "random")
 SCALE = {"identity": 2.0, "random": 1.0}
@@ -46,7 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init", choices=INITS, default="identity",
                    help="identity: every gate exactly 1 (2 * sigmoid of zero); random: sigmoid of a "
                         "random projection, as a gate trained from scratch starts (default identity)")
-    p.add_argument("--seed", type=int, default=0, help="the random initialisation's seed")
+    from ..api.options import seed_argument
+
+    p.add_argument("--seed", type=seed_argument, default=0, help="the random initialisation's seed")
     p.add_argument("--gate-weights", metavar="FILE",
                    help="trained gate weights (.safetensors from save_gate_weights) instead of --init")
     p.add_argument("--out", required=True, help="the grafted checkpoint folder to write")
@@ -106,7 +108,9 @@ def graft(checkpoint, *, gate: str, init: str, out, seed: int = 0, force: bool =
     if init not in INITS:
         raise ProbeError(f"unknown --init {init!r}; use one of {', '.join(INITS)}")
     out = Path(out)
-    check_output_dir(out, force)                  # before the minute a GGUF base takes to load
+    # Never an --out that holds (and --force would delete) what the graft reads.
+    inputs = {"checkpoint": checkpoint, "gate weights": gate_weights}
+    check_output_dir(out, force, inputs)          # before the minute a GGUF base takes to load
     check_writable(out)
     say(f"loading {checkpoint} ...")
     loaded = load(checkpoint, dtype="float32")
@@ -129,8 +133,14 @@ def graft(checkpoint, *, gate: str, init: str, out, seed: int = 0, force: bool =
     if trained is not None:
         config.graft["gate_weights"] = record
         load_gates(model, trained[0], gate_weights)
-    with atomic_directory(out, force=force) as tmp, quiet_transformers(), torch.no_grad():
-        model.save_pretrained(str(tmp), safe_serialization=True)
+    from safetensors import SafetensorError
+
+    with atomic_directory(out, force=force, inputs=inputs) as tmp, quiet_transformers(), torch.no_grad():
+        try:
+            model.save_pretrained(str(tmp), safe_serialization=True)
+        except SafetensorError as err:            # a full disk, from safetensors' writer: not an OSError
+            reason = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+            raise ProbeError(f"could not write {out} ({reason}); nothing was written") from None
         loaded.tokenizer.save_pretrained(str(tmp))
     gates = sum(p.numel() for n, p in model.named_parameters() if ".self_attn.gate_proj." in n)
     say(f"grafted a {gate} gate ({init}, scale {SCALE[init]:g} * sigmoid) onto {base}: "
@@ -181,13 +191,37 @@ def read_gate_weights(file, loaded) -> tuple[dict, dict]:
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as err:                                      # not a safetensors file
         raise ProbeError(f"cannot read --gate-weights {file} ({str(err).splitlines()[0][:120]})") from None
-    if not record or "gate" not in record:
-        raise ProbeError(f"--gate-weights {file} has no graft record; write it with "
-                         "probe.train.graft.save_gate_weights")
-    if record.get("base_fingerprint") not in (None, base_fingerprint(loaded.model)):
-        raise ProbeError(f"--gate-weights {file} were trained on {record.get('base')} (embedding fingerprint "
-                         f"{record.get('base_fingerprint')}), not on this base ({base_fingerprint(loaded.model)})")
+    check_gate_record(file, record)
+    if record["base_fingerprint"] != base_fingerprint(loaded.model):
+        raise ProbeError(f"--gate-weights {file} were trained on {printable(str(record.get('base')))} (embedding "
+                         f"fingerprint {record['base_fingerprint']}), not on this base "
+                         f"({base_fingerprint(loaded.model)})")
+    bad = sorted(k for k, v in tensors.items() if not v.is_floating_point() or not bool(v.isfinite().all()))
+    if bad:
+        raise ProbeError(f"--gate-weights {file}: {printable(bad[0])} holds values that are not finite (NaN or "
+                         f"inf){f' (and {len(bad) - 1} more tensors)' if len(bad) > 1 else ''}; the graft would "
+                         "output NaN: use a file of finite trained gates")
     return tensors, record
+
+
+def check_gate_record(file, record) -> None:
+    """The graft record of a gate-weights file, as save_gate_weights writes it: an object with a
+    known gate and init and the base's embedding fingerprint (without it, any base would pass)."""
+    from .grafted_llama import GATES
+
+    again = "write the file again with probe.families.graft.save_gate_weights"
+    if not record:
+        raise ProbeError(f"--gate-weights {file} has no graft record; {again}")
+    if not isinstance(record, dict):
+        raise ProbeError(f"--gate-weights {file}: its graft record is a JSON {type(record).__name__}, not an "
+                         f"object; {again}")
+    for key, allowed in (("gate", GATES), ("init", INITS)):
+        if record.get(key) not in allowed:
+            raise ProbeError(f"--gate-weights {file}: its graft record's {key} is "
+                             f"{printable(repr(record.get(key)))[:60]}, not one of {', '.join(allowed)}; {again}")
+    if not isinstance(record.get("base_fingerprint"), str) or not record["base_fingerprint"]:
+        raise ProbeError(f"--gate-weights {file}: its graft record has no base_fingerprint, so the base the "
+                         f"gates were trained on cannot be checked; {again}")
 
 
 def load_gates(model, tensors: dict, file) -> None:

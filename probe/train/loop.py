@@ -66,7 +66,7 @@ def _fix_architectures(folder: Path) -> None:
 
 
 def save_checkpoint(out: Path, model, tokenizer, opt, sched, step: int, rows, cfg: TrainConfig,
-                    sessions: list[dict] = ()) -> None:
+                    sessions: list[dict] = (), from_digest: str | None = None) -> None:
     """Write out/checkpoint/ as one unit: a temporary folder, then renames."""
     tmp, final, old = out / f".{CHECKPOINT}.tmp", out / CHECKPOINT, out / f".{CHECKPOINT}.old"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -74,7 +74,9 @@ def save_checkpoint(out: Path, model, tokenizer, opt, sched, step: int, rows, cf
     save_model(model, tokenizer, tmp)
     write_torch(tmp / STATE_FILE, {"step": step, "recipe": cfg.recipe(), "optimizer": opt.state_dict(),
                                    "scheduler": sched.state_dict(), "torch_rng": torch.get_rng_state(),
-                                   "sessions": list(sessions)})
+                                   "sessions": list(sessions),
+                                   # --from: the SHA-256 of the weights it started from (continued.py)
+                                   **({"from_digest": from_digest} if from_digest else {})})
     write_log(rows, tmp / "training.csv")
     if final.exists():
         shutil.rmtree(old, ignore_errors=True)
@@ -114,12 +116,24 @@ def _writing():
         raise _WriteFailed(err) from None
 
 
-def prepare_out(cfg: TrainConfig) -> Path:
+def check_out(cfg: TrainConfig) -> Path:
+    """The checks on --out that write nothing: a folder of its own, writable, and apart from the
+    --from checkpoint whichever flag is given (training writes its model into --out: it would
+    replace, or with --force delete, the weights it trains from)."""
+    from ..run.owned import check_inputs_apart
+
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise ProbeError(f"--out {out} is a file")
     check_out_name(out)
+    if cfg.from_dir:
+        check_inputs_apart(out, {"checkpoint": cfg.from_dir})
     check_writable(out)
+    return out
+
+
+def prepare_out(cfg: TrainConfig) -> Path:
+    out = check_out(cfg)
     if cfg.resume:
         return out
     if out.exists() and any(out.iterdir()):
@@ -163,6 +177,14 @@ def train(cfg: TrainConfig, prepared: Prepared | None = None, command: str | Non
 
 def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None, on_checkpoint=None) -> TrainResult:
     cfg.check()
+    check_out(cfg)
+    source_model, from_digest = None, None
+    if cfg.from_dir:
+        # Loaded and checked before --out is touched: a refused --from leaves nothing behind.
+        torch.manual_seed(cfg.seed)
+        source_model = continued.load_source(cfg)
+        continued.check_positions(source_model[0], cfg.seq_len, cfg.from_dir)
+        from_digest = continued.weights_digest(source_model[0])
     with _writing():
         out = prepare_out(cfg)
     if cfg.threads:
@@ -180,14 +202,15 @@ def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None, on_
     if ckpt is not None:
         state = load_state(ckpt / STATE_FILE)
         _check_same_recipe(state["recipe"], cfg.recipe())
+        if cfg.from_dir:
+            continued.check_same_source(state.get("from_digest"), from_digest, cfg.from_dir)
         from transformers import AutoTokenizer
 
         if prepared is None:                # a caller that resumes several times passes its data
             prepared = prepare_data(cfg, AutoTokenizer.from_pretrained(str(ckpt)))
     source = None
     if cfg.from_dir:
-        torch.manual_seed(cfg.seed)
-        model, source_tokenizer = continued.load_source(cfg)
+        model, source_tokenizer = source_model
         if prepared is None:
             prepared = prepare_data(cfg, source_tokenizer)
     elif prepared is None:
@@ -293,7 +316,8 @@ def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None, on_
             # The last step of a stopped session is saved once, after the loop.
             if done % cfg.save_interval == 0 and done < stop:
                 with _writing():
-                    save_checkpoint(out, model, tokenizer, opt, sched, done, rows, cfg, session(done))
+                    save_checkpoint(out, model, tokenizer, opt, sched, done, rows, cfg, session(done),
+                                    from_digest)
                 checkpoint_done(done)
     finally:
         bar.close()
@@ -304,7 +328,7 @@ def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None, on_
 
     if stop < total:
         with _writing():
-            save_checkpoint(out, model, tokenizer, opt, sched, stop, rows, cfg, session(stop))
+            save_checkpoint(out, model, tokenizer, opt, sched, stop, rows, cfg, session(stop), from_digest)
             write_log(rows, out / "training.csv")
         checkpoint_done(stop)
         return TrainResult(out, stop, False, _last_eval(rows), n_params, seconds, rows, per_step)

@@ -254,3 +254,13 @@ def test_compare_says_when_one_checkpoint_is_given_twice(checkpoint, text_file, 
                  "--format", "", "--quiet"]) == 0
     err = capsys.readouterr().err
     assert f"probe: warning: {path} is given 2 times; each is analysed on the same data" in err
+
+
+def test_a_seed_torch_cannot_take_is_one_line(checkpoint, text_file, tmp_path, capsys):
+    """Issue 37: --seed 2**70 on analyze and check is refused in one line, before any work."""
+    ckpt = str(checkpoint("qwen3"))
+    capsys.readouterr()
+    for args in (["analyze", ckpt, "--data", str(text_file), "--out", str(tmp_path / "o"), "--quiet"],
+                 ["check", ckpt]):
+        assert "--seed" in _error(capsys, args + ["--seed", str(2 ** 70)])
+    assert not (tmp_path / "o").exists()

@@ -45,6 +45,9 @@ def test_dtype_names_are_the_loaders():
     ("checkpoint_seconds", -1.0, "checkpoint_seconds=", "--save-every"),
     ("bos", "first", "bos='first'", "--bos first"),
     ("thresholds", (0.1, -1), "thresholds=", None),
+    ("resamples", 1, "resamples=", "--resamples"),               # issue 37 #5: a 0-wide "interval"
+    ("resamples", 10 ** 9, "resamples=", "--resamples"),         # issue 37 #11: 29.8 GiB after the pass
+    ("seed", 2 ** 70, "seed=", "--seed"),                       # issue 37: torch cannot take it
 ])
 def test_a_bad_option_names_the_python_argument_or_the_flag(field, value, python, command_line):
     with pytest.raises(ProbeError, match=python.replace("(", r"\(")):

@@ -238,6 +238,36 @@ def test_a_resume_with_other_options_or_data_is_refused_in_one_line(checkpoint, 
     assert not out.exists()
 
 
+@pytest.mark.parametrize("edit", ["summary", "table", "extra file", "removed file"])
+def test_an_edited_saved_length_is_refused_in_one_line(checkpoint, tmp_path, monkeypatch, capsys, edit):
+    """Issue 37 #2: a saved length whose files were edited after it was saved (summary.json's
+    f_attn set to 0.999, a table changed, a file added or removed) is refused by --resume, left
+    as it was, and reaches neither --out nor context_length.csv."""
+    ckpt, out = checkpoint("qwen3"), tmp_path / "ctx"
+    with monkeypatch.context() as m:
+        _interrupt_at_call(m, 2)
+        assert main(_sweep_args(ckpt, tmp_path, out)) == 130
+    capsys.readouterr()
+    run = tmp_path / "ctx.partial" / "qwen3@32"
+    if edit == "summary":
+        summary = json.loads((run / "summary.json").read_text())
+        summary["f_attn"] = 0.999
+        (run / "summary.json").write_text(json.dumps(summary, indent=2))
+    elif edit == "table":
+        (run / "first_token.csv").write_text((run / "first_token.csv").read_text().replace("0.", "0.9", 1))
+    elif edit == "extra file":
+        (run / "notes.txt").write_text("mine\n")
+    else:
+        (run / "first_token.csv").unlink()
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    assert main(_sweep_args(ckpt, tmp_path, out, "--resume")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("probe: error: ") and "\n" not in err, err
+    assert "qwen3@32" in err and "changed since it was saved" in err and "--force" in err, err
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+    assert not out.exists()
+
+
 def test_an_interrupted_pass_inside_a_sweep_continues_from_its_saved_batches(
         checkpoint, whole, tmp_path, monkeypatch, capsys):
     """Killed inside its longest length, a sweep keeps the shorter lengths and the batches done of
@@ -304,3 +334,21 @@ def test_a_python_sweep_with_a_partial_folder_resumes_and_removes_it(checkpoint,
     for name in TABLES:
         pd.testing.assert_frame_equal(getattr(saved, name), getattr(alone.runs[32], name), check_dtype=False,
                                       check_exact=True, obj=name)
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", ".", "..", "x" * 300, ""])
+def test_a_sweep_name_that_is_no_folder_name_is_refused_in_one_line(checkpoint, tmp_path, capsys, name):
+    """Issue 37 #10: --name ../escape wrote escape@32/ and escape@64/ beside --out (then said
+    "nothing was written"); a/b, ., a 300-character name and a formula name gave tracebacks.
+    Each is refused in one line before anything runs, and nothing is written anywhere."""
+    ckpt = checkpoint("qwen3")
+    capsys.readouterr()
+    work = tmp_path / "work"
+    work.mkdir()
+    text = _text(work)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    code = main(["analyze", str(ckpt), "--data", str(text), "--seq-len", "32,64", "--max-sequences", "1",
+                 "--resamples", "0", "--out", str(work / "out"), "--name", name, "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("probe: error: ") and "--name" in err[0], err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

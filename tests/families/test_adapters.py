@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 
+import pandas as pd
 import pytest
 import torch
 
@@ -325,3 +326,30 @@ def test_a_model_type_registered_twice_is_refused_naming_both():
     message = str(error.value)
     assert "\n" not in message and "'llama'" in message
     assert "Adapter 'llama'" in message and "Adapter 'my_llama'" in message
+
+
+ANATOMY_IDS = torch.randint(3, 120, (5, 32), generator=torch.Generator().manual_seed(4))
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c.gated])
+def test_gate_sink_pairs_each_batchs_gate_with_its_own_attention(name, family):
+    """Issue 37 #1: sink anatomy pairs a layer's attention with the gate of the same forward
+    pass, whichever event fires first (grafted_llama's gate_proj runs after SDPA, the others'
+    gate rows in q_proj before it): 5 sequences at batch sizes 1, 2, 3 (a short last batch) and
+    5 (a single batch) give the same tables, gate_sink included and not empty."""
+    run = family(name)
+    tables = {}
+    for batch_size in (1, 2, 3, 5):
+        with tiny.single_thread():
+            a = probe.analyze(run.loaded, ANATOMY_IDS, seq_len=32, max_sequences=5, anatomy=True,
+                              batch_size=batch_size, progress=False, display_len=0, resamples=0)
+        tables[batch_size] = a
+    first = tables[1].gate_sink
+    assert not first.empty and first.queries.sum() > 0
+    for batch_size in (2, 3, 5):
+        other = tables[batch_size]
+        for table in ("gate_sink", "received_by_position", "value_drains"):
+            want, got = getattr(tables[1], table), getattr(other, table)
+            assert list(got.columns) == list(want.columns) and len(got) == len(want), (table, batch_size)
+            pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True),
+                                          check_exact=False, rtol=0, atol=1e-12)

@@ -184,3 +184,104 @@ def test_a_graft_analysed_in_memory_pairs_with_its_base_and_with_no_other(grafts
     runs = load_runs([tmp_path / "base", tmp_path / "graft", tmp_path / "other"])
     assert claims_pairs.pairing(runs, "base", "graft") is None
     assert claims_pairs.pairing(runs, "other", "graft") is not None
+
+
+def _rewrite(file, out, *, record=..., change=None):
+    """A copy of a gate-weights file with its graft record replaced (record) or its tensors
+    changed (change(tensors))."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(file), "pt") as f:
+        meta = dict(f.metadata())
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    if record is not ...:
+        meta["graft"] = json.dumps(record)
+    if change is not None:
+        change(tensors)
+    save_file(tensors, str(out), metadata=meta)
+    return out
+
+
+def _files(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def gate_file(grafts, tmp_path):
+    from probe.families.graft import save_gate_weights
+
+    return save_gate_weights(probe.load(grafts["hw-rand"]).model, tmp_path / "gates.safetensors", steps=0)
+
+
+def test_gate_weights_that_cannot_be_trusted_are_refused_in_one_line(grafts, gate_file, tmp_path, capsys):
+    """Issue 37 #4 and its tracebacks: a record without base_fingerprint (another base's file
+    would pass), NaN or inf gate weights, a record with no init, an unknown init, or one that is a
+    list, a string or a number: each refused in one line, nothing written."""
+    from safetensors import safe_open
+
+    with safe_open(str(gate_file), "pt") as f:
+        record = json.loads(f.metadata()["graft"])
+
+    def nan(t):
+        t["model.layers.0.self_attn.gate_proj.weight"][0, 0] = float("nan")
+
+    def inf(t):
+        t["model.layers.1.self_attn.gate_proj.bias"][0] = float("inf")
+    cases = {
+        "no fingerprint": (dict(record={k: v for k, v in record.items() if k != "base_fingerprint"}), "base_fingerprint"),
+        "nan weight": (dict(change=nan), "not finite"),
+        "inf bias": (dict(change=inf), "not finite"),
+        "no init": (dict(record={k: v for k, v in record.items() if k != "init"}), "init"),
+        "unknown init": (dict(record={**record, "init": "zeros"}), "init"),
+        "a list": (dict(record=["gate", "headwise"]), "not an object"),
+        "a string": (dict(record="headwise"), "not an object"),
+        "a number": (dict(record=3), "not an object"),
+        "unknown gate": (dict(record={**record, "gate": "sideways"}), "gate"),
+    }
+    for name, (how, message) in cases.items():
+        bad = _rewrite(gate_file, tmp_path / f"{name}.safetensors", **how)
+        out = tmp_path / f"out-{name}"
+        code = main(["graft", str(grafts["base"]), "--gate", "headwise", "--gate-weights", str(bad), "--out", str(out)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and err[0].startswith("probe: error: ") and message in err[0], (name, err)
+        assert not out.exists(), name
+
+
+def test_graft_never_deletes_its_own_gate_weights(grafts, tmp_path, capsys):
+    """Issue 37 #9: --gate-weights OUT/gates.safetensors --out OUT --force deleted its own input:
+    refused, every file of OUT byte for byte."""
+    from probe.families.graft import save_gate_weights
+
+    out = tmp_path / "out"
+    assert main(["graft", str(grafts["base"]), "--gate", "headwise", "--init", "random", "--out", str(out)]) == 0
+    save_gate_weights(probe.load(out).model, out / "gates.safetensors", steps=0)
+    before = _files(out)
+    capsys.readouterr()
+    code = main(["graft", str(grafts["base"]), "--gate", "headwise", "--gate-weights", str(out / "gates.safetensors"),
+                 "--out", str(out), "--force"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "gate weights" in err[0], err
+    assert _files(out) == before
+
+
+def test_graft_seed_out_of_range_and_a_full_disk_are_one_line(grafts, tmp_path, monkeypatch, capsys):
+    """Issue 37: --seed 2**70 and a disk that fills up while the graft is saved (safetensors
+    raises its own error, not an OSError) end in one line, with nothing left behind."""
+    from safetensors import SafetensorError
+
+    out = tmp_path / "g"
+    code = main(["graft", str(grafts["base"]), "--gate", "headwise", "--init", "random", "--seed", str(2 ** 70),
+                 "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--seed" in err[0], err
+
+    import transformers.modeling_utils as mu
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    monkeypatch.setattr(mu, "safe_save_file", full)
+    code = main(["graft", str(grafts["base"]), "--gate", "headwise", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "No space left on device" in err[0], err
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == []

@@ -130,3 +130,29 @@ def test_document_weights_repeat_each_drawn_document_over_its_sequences():
     one = values([1.0, 2.0], [10.0, 10.0])
     one.documents = np.array([0, 0])                            # one document: nothing to resample
     assert math.isnan(intervals_of(one, one.f_attn, 100)[1])
+
+
+def test_fewer_resamples_than_the_interval_needs_give_no_interval():
+    """Issue 37 #5: --resamples 1 gave a "95% interval" of width 0 that excluded the estimate;
+    below MIN_RESAMPLES there is no interval, and summary.json says why."""
+    from probe.intervals import describe
+    from probe.intervals.bootstrap import MIN_RESAMPLES
+
+    v = values([1.0, 5.0, 2.0, 8.0], [10.0, 10.0, 10.0, 10.0])
+    for resamples in (1, 2, MIN_RESAMPLES - 1):
+        point, lo, hi = intervals_of(v, v.f_attn, resamples)
+        assert point == pytest.approx(0.4) and math.isnan(lo) and math.isnan(hi), resamples
+        assert "resamples" in describe(v, resamples)["why_none"]
+    point, lo, hi = intervals_of(v, v.f_attn, MIN_RESAMPLES)
+    assert lo <= point <= hi and lo < hi
+
+
+def test_resamples_that_would_not_fit_in_memory_are_refused_before_drawing():
+    """Issue 37 #11: the resampling weights are (resamples, sequences) float64; a size beyond the
+    bound is refused in one line instead of asking for tens of GiB."""
+    from probe import ProbeError
+
+    with pytest.raises(ProbeError, match="resamples"):
+        resample_weights(4, 1_000_000_000)
+    with pytest.raises(ProbeError, match="resamples"):
+        resample_weights(10_000_000, 1000)

@@ -82,3 +82,23 @@ def test_meta_records_what_was_applied(checkpoint):
     assert a.meta["rope_scaling"]["rope_parameters"]["original_max_position_embeddings"] == 2048
     plain = probe.analyze(checkpoint("qwen3"), texts=["the gate " * 40], seq_len=64, progress=False, display_len=0)
     assert "rope_scaling" not in plain.meta and "past_positions" not in plain.meta
+
+
+@pytest.mark.parametrize("spec", [
+    '{"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": true}',     # recorded 4 positions
+    '{"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 1e9}',      # 4,000,000,000
+    '{"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 1000000000}',
+    '{"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": "2048"}',
+    '{"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": -5}',
+    '{"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 0}',
+    "yarn:1e308",
+])
+def test_a_rope_scaling_probe_cannot_trust_is_refused_in_one_line(spec):
+    """Issue 37 #6 and its tracebacks: original_max_position_embeddings must be a whole number of
+    positions no larger than the config's own (the training length), and the scaled length must
+    be one a model can have; each is one ProbeError naming the option, the config left as it was."""
+    config = AutoConfig.for_model("llama", **{**tiny.TINY, "max_position_embeddings": 2048})
+    before = config.to_dict()
+    with pytest.raises(probe.ProbeError, match="rope_scaling"):
+        rope.apply(config, spec)
+    assert config.to_dict() == before

@@ -173,3 +173,37 @@ def test_sparsity_bars_carry_the_summarys_per_layer_intervals(pair):
         np.testing.assert_allclose([seg[0][1], seg[1][1]], [lo, hi], rtol=1e-9)
     caption = next(i for i in section(build_sections(runs), "sparsity").items if i.id == "sparsity-by-layer").caption
     assert "Whiskers: 95% bootstrap intervals" in caption
+
+
+@pytest.mark.parametrize("edit", ["nan", "inf", "1e308", "-1", "resamples 1000000000", "resamples 1",
+                                  "sequence 1e9"])
+def test_a_run_whose_intervals_cannot_be_trusted_is_refused_by_report(tmp_path, capsys, edit):
+    """Issue 37 #5 and #11: probe report built intervals and claims from a per_sequence.csv with
+    NaN, inf or 1e308 cells (a paired difference of 1e308 printed), and drew a meta.json's
+    resamples of 1e9 (29.8 GiB): each is refused in one line naming the file, nothing written."""
+    import json
+    import shutil
+
+    run = shutil.copytree(OLD_RUN, tmp_path / "qwen3")
+    table = run / "per_sequence.csv"
+    if edit.startswith("resamples"):
+        meta = json.loads((run / "meta.json").read_text())
+        meta["resamples"] = int(edit.split()[1])
+        (run / "meta.json").write_text(json.dumps(meta))
+        where = "meta.json"
+    elif edit.startswith("sequence"):
+        lines = table.read_text().splitlines()
+        lines[1] = lines[1].replace("tiny,0,", "tiny,1000000000,", 1)
+        table.write_text("\n".join(lines) + "\n")
+        where = "per_sequence.csv"
+    else:
+        lines = table.read_text().splitlines()
+        row = next(i for i, line in enumerate(lines) if ",nll," in line)
+        lines[row] = lines[row].rsplit(",", 1)[0] + "," + edit
+        table.write_text("\n".join(lines) + "\n")
+        where = "per_sequence.csv"
+    out = tmp_path / "report"
+    code = main(["report", str(run), "--out", str(out), "--format", "html"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("probe: error: ") and where in err[0], err
+    assert not out.exists()

@@ -63,3 +63,18 @@ def test_distinct_names_number_runs_alike_in_every_setting():
 def test_summary_frame_refuses_what_is_not_a_run(tmp_path):
     with pytest.raises(probe.ProbeError, match="not a run directory"):
         probe.summary_frame(tmp_path)
+
+
+def test_summary_frame_refuses_what_is_no_run_in_one_line(three_runs, tmp_path):
+    """Issue 37: summary_frame on a summary.json that is [] (or a meta.json that is a string),
+    or called on None or a number, raised a traceback; now one ProbeError each."""
+    import shutil
+
+    for file, text in (("summary.json", "[]"), ("meta.json", '"x"'), ("summary.json", "{")):
+        run = shutil.copytree(three_runs[0], tmp_path / f"{file}-{len(text)}")
+        (run / file).write_text(text)
+        with pytest.raises(probe.ProbeError, match=file):
+            probe.summary_frame([run])
+    for bad in (None, 3, [None]):
+        with pytest.raises(probe.ProbeError, match="summary_frame takes"):
+            probe.summary_frame(bad)

@@ -44,3 +44,15 @@ def test_cli_reports_errors_in_one_line(tmp_path, corpus_file, capsys):
     assert main(["train", "--arm", "headwise", "--data", str(tmp_path / "missing.txt"),
                  "--out", str(tmp_path / "x"), *TINY]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_seed_out_of_range_is_one_line(tmp_path, capsys):
+    """Issue 37: --seed 2**70 (or one whose row-order seed overflows 64 bits) is refused in one line."""
+    from probe.api.cli import main
+
+    for seed in (2 ** 70, 2 ** 62):
+        code = main(["train", "--arm", "none", "--seed", str(seed), "--steps", "1", "--out", str(tmp_path / "x"),
+                     "--quiet"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and "--seed" in err[0], err
+        assert not (tmp_path / "x").exists()

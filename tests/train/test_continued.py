@@ -109,3 +109,96 @@ def test_misuses_are_refused_in_one_line(grafted, corpus_file, capsys):
         from probe.train.continued import freeze
 
         freeze(torch.nn.Linear(2, 2), "gates")
+
+
+def _files(folder):
+    """Every file under folder, as bytes: what a refused command must leave byte for byte."""
+    from pathlib import Path
+
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+def _one_line_error(capsys, code, message):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("probe: error: ") and message in err[0], err
+
+
+def test_resume_after_the_from_weights_changed_is_refused(grafted, corpus_file, tmp_path, capsys):
+    """Issue 37 #3: a --from checkpoint whose weights changed (same path) between an interrupted
+    run and its --resume would train one model on two bases: refused in one line, nothing changed."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    source, out = tmp_path / "g", tmp_path / "out"
+    shutil.copytree(grafted / "g", source)
+    args = ["train", "--from", str(source), "--data", str(corpus_file), *STEPS, "--out", str(out), "--train", "all"]
+    assert main(args + ["--stop-after", "2"]) == 0
+    capsys.readouterr()
+    tensors = weights(source)
+    tensors["model.layers.0.mlp.up_proj.weight"] = tensors["model.layers.0.mlp.up_proj.weight"] * 1.5
+    save_file(tensors, str(source / "model.safetensors"), metadata={"format": "pt"})
+    before = _files(out)
+    _one_line_error(capsys, main(args + ["--resume"]), "weights of --from")
+    assert _files(out) == before
+
+
+def test_train_from_its_own_output_is_refused_and_deletes_nothing(grafted, corpus_file, tmp_path, capsys):
+    """Issue 37 #8: --out DIR --force with --from DIR (or --out inside DIR) would empty the
+    checkpoint it trains from: refused before anything is touched, every file byte for byte."""
+    import shutil
+
+    source = tmp_path / "g"
+    shutil.copytree(grafted / "g", source)
+    (source / ".probe-output").write_text('{"written_by": "probe", "kind": "train"}\n')   # as a train folder has
+    before = _files(source)
+    for out, extra in ((source, ["--force"]), (source, ["--resume"]), (source / "inner", ["--force"])):
+        code = main(["train", "--from", str(source), "--data", str(corpus_file), *STEPS, "--out", str(out), *extra])
+        _one_line_error(capsys, code, str(source))
+        assert _files(source) == before, extra
+
+
+def test_a_refused_train_from_leaves_no_output_folder(grafted, corpus_file, tmp_path, capsys):
+    """Issue 37: a --from run refused after its checks (no gates to train, a sequence longer than
+    the model's positions) leaves neither --out nor its .probe-output marker behind."""
+    short = tiny.make_checkpoint("llama", tmp_path / "short", num_hidden_layers=1, max_position_embeddings=64)
+    capsys.readouterr()
+    for source, extra, message in ((grafted / "base", ["--train", "gates"], "has none"),
+                                   (short, ["--train", "all", "--seq-len", "128"], "64 positions")):
+        out = tmp_path / "refused"
+        args = ["train", "--from", str(source), "--data", str(corpus_file), "--steps", "2", "--batch-size", "2",
+                "--quiet", "--out", str(out), *extra]
+        _one_line_error(capsys, main(args), message)
+        assert not out.exists(), extra
+
+
+def test_shape_options_with_from_are_refused(grafted, corpus_file, tmp_path, capsys):
+    """Issue 37 #7: --layers, --width, --vocab-size (and the other options that shape a new --arm
+    model) would be ignored with --from: refused in one line instead."""
+    for extra in (["--layers", "3"], ["--width", "256"], ["--vocab-size", "512"], ["--heads", "2"],
+                  ["--kv-heads", "1"], ["--mlp-ratio", "2"], ["--no-qk-norm"]):
+        out = tmp_path / "refused"
+        code = main(["train", "--from", str(grafted / "g"), "--data", str(corpus_file), *STEPS, "--out", str(out),
+                     *extra])
+        _one_line_error(capsys, code, extra[0])
+        assert not out.exists()
+
+
+def test_a_from_run_killed_before_its_first_checkpoint_resumes(runs, corpus_file, tmp_path, monkeypatch, capsys):
+    """Issue 37: killed before its first checkpoint, a --from run's --resume starts it from step 0
+    (instead of answering "pass --resume") and ends where a straight run does."""
+    import probe.train.loop as loop
+
+    out = tmp_path / "killed"
+    args = ["train", "--from", str(runs / "g"), "--data", str(corpus_file), *STEPS, "--out", str(out),
+            "--train", "gates"]
+    with monkeypatch.context() as m:
+        def killed(*a, **k):
+            raise KeyboardInterrupt
+        m.setattr(loop, "save_checkpoint", killed)
+        assert main(args) == 130
+    assert out.is_dir() and not (out / "checkpoint").exists()
+    capsys.readouterr()
+    assert main(args + ["--resume"]) == 0
+    a, b = weights(runs / "gates"), weights(out)
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -5,8 +5,10 @@ top sink key and, for gated models, the gate against the attention a query puts 
 
 Reads attn.hook_attention (the `probe` back-end's call: query, key, value, out, lse, mask, scale,
 softcap), which the Hugging Face source emits only when this metric listens, and attn.hook_gate:
-the gate fires before attention in a layer (q_proj), so the layer's gate mean per query and head
-is kept until that layer's attention event pairs it with the sink attention, then dropped.
+a layer's gate mean per query and head is paired with the sink attention of the same layer in the
+same forward pass (the same `Batch`), whichever of the two events fires first (the gate rows of
+q_proj fire before attention, a grafted gate_proj after it: issue 37); the first one is kept until
+its partner arrives, then dropped.
 Received attention comes from the kernel's log-sum-exp in blocks of queries (received.py here),
 never a T x S matrix; stats.py reduces it over the data.
 
@@ -46,7 +48,9 @@ class Anatomy(Metric):
         layout, options = self.layout, self.options
         vocab_size, sequences = self.context.vocab_size, self.context.sequences
         self.enabled = bool(getattr(options, self.OPTION))
-        self._gates: dict[int, torch.Tensor] = {}     # layer -> (B, T, H) gate mean, until its attention
+        # layer -> (batch, "gate" | "attention", value): the event of a layer that fired first in a
+        # forward pass, until the other one of the same batch pairs with it (keep_gate / update).
+        self._waiting: dict[int, tuple] = {}
         if self.enabled:
             # Imported here: probe.metrics.anatomy.received needs the attention back-end (transformers), and
             # reports/ reads this module's TABLES without loading a model library.
@@ -68,14 +72,24 @@ class Anatomy(Metric):
 
     def keep_gate(self, layer, g, b) -> None:                                   # (B, T, H, Dg)
         if layer in self.stats:
-            self._gates[layer] = g.float().mean(-1)                               # (B, T, H)
+            self._pair(layer, b, "gate", g.float().mean(-1).transpose(1, 2))          # (B, H, T)
+
+    def _pair(self, layer, b, kind: str, value) -> None:
+        """Pair a layer's gate (B, H, T) with its sink attention ((B, H, T), valid) of the same
+        batch, in whichever order the two events come; a value whose partner is from another
+        batch (or never comes) is replaced, never paired across batches."""
+        waiting = self._waiting.pop(layer, None)
+        if waiting is None or waiting[0] is not b or waiting[1] == kind:
+            self._waiting[layer] = (b, kind, value)
+            return
+        gate, (attention, valid) = (value, waiting[2]) if kind == "gate" else (waiting[2], value)
+        self.stats[layer].update_gate(attention, gate.to(attention.device), valid)
 
     def update(self, layer, query, b, *, key, value, out, lse, mask, scale, softcap=None) -> None:
         """query (B, H, T, D), key / value (B, KV, S, D), out (B, H, T, D), lse (B, H, T)."""
         from .received import key_probability, received_attention, top_keys, value_drains
 
         stats = self.stats.get(layer)
-        gate = self._gates.pop(layer, None)
         if stats is None:
             return
         stats = stats.follow(query.device)
@@ -87,8 +101,8 @@ class Anatomy(Metric):
         p = key_probability(query, key, lse, keys, mask, scale, softcap=softcap)  # (B, H, T, 1)
         if value is not None:
             stats.update_drains(value_drains(value, out, p, keys, valid=valid), valid)
-        if gate is not None:
-            stats.update_gate(p.sum(-1), gate.transpose(1, 2), valid)             # (B, H, T) each
+        if self.layout.gated:
+            self._pair(layer, b, "attention", (p.sum(-1), valid))                  # (B, H, T)
 
     def reducers(self) -> list:
         return [*super().reducers(), self.sequences] if self.enabled else []
