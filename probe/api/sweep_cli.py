@@ -21,10 +21,10 @@ from ..core.errors import ProbeError, printable
 def check_sweep_name(name, longest: int) -> None:
     """A sweep's --name names folders (NAME@LENGTH in OUT.partial/ and in --out): refused, in one
     line before anything runs, unless it is one folder name that leaves room for probe's working
-    names beside it (probe/run/owned.py check_out_name; `..` would write beside --out)."""
+    names beside it (probe/core/owned.py check_out_name; `..` would write beside --out)."""
     import os
 
-    from ..run.owned import NAME_ROOM
+    from ..core.owned import NAME_ROOM
 
     if name is None:
         return

@@ -28,7 +28,7 @@ MAX_WEIGHT_BYTES = 2 << 30
 def check_size(sequences: int, resamples: int) -> None:
     """Refuse, in one line, resampling weights that would not fit in MAX_WEIGHT_BYTES (before
     any are drawn; probe.analyze asks before its pass)."""
-    from ..api.errors import ProbeError, flag
+    from ..core.errors import ProbeError, flag
 
     need = 8 * int(sequences) * int(resamples)
     if resamples > MAX_RESAMPLES or need > MAX_WEIGHT_BYTES:

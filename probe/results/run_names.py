@@ -74,7 +74,7 @@ def distinct_names(names: list[str], metas: list[Mapping[str, Any]]) -> list[str
 
 def _read(run: Any) -> tuple[dict, dict, str]:
     """(meta, summary, source) of a run directory or an in-memory Analysis."""
-    from ..api.errors import ProbeError
+    from ..core.errors import ProbeError
 
     if isinstance(run, (str, os.PathLike)):
         from .run_files import RunDirectoryError, _read_json
@@ -100,7 +100,7 @@ def summary_frame(runs: Any) -> "pandas.DataFrame":  # noqa: F821
     Plain columns, so `frame.to_csv()` and `pd.read_csv()` round-trip it."""
     import pandas as pd
 
-    from ..api.errors import ProbeError
+    from ..core.errors import ProbeError
 
     if isinstance(runs, (str, os.PathLike)) or hasattr(runs, "summary"):
         items = [runs]

@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init", choices=INITS, default="identity",
                    help="identity: every gate exactly 1 (2 * sigmoid of zero); random: sigmoid of a "
                         "random projection, as a gate trained from scratch starts (default identity)")
-    from ..api.options import seed_argument
+    from ..core.options import seed_argument
 
     p.add_argument("--seed", type=seed_argument, default=0, help="the random initialisation's seed")
     p.add_argument("--gate-weights", metavar="FILE",
@@ -209,7 +209,7 @@ def check_gate_record(file, record) -> None:
     known gate and init and the base's embedding fingerprint (without it, any base would pass)."""
     from .grafted_llama import GATES
 
-    again = "write the file again with probe.families.graft.save_gate_weights"
+    again = "write the file again with probe.train.graft.save_gate_weights"
     if not record:
         raise ProbeError(f"--gate-weights {file} has no graft record; {again}")
     if not isinstance(record, dict):

@@ -120,7 +120,7 @@ def check_out(cfg: TrainConfig) -> Path:
     """The checks on --out that write nothing: a folder of its own, writable, and apart from the
     --from checkpoint whichever flag is given (training writes its model into --out: it would
     replace, or with --force delete, the weights it trains from)."""
-    from ..run.owned import check_inputs_apart
+    from ..core.owned import check_inputs_apart
 
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():

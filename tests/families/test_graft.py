@@ -209,7 +209,7 @@ def _files(folder):
 
 @pytest.fixture
 def gate_file(grafts, tmp_path):
-    from probe.families.graft import save_gate_weights
+    from probe.train.graft import save_gate_weights
 
     return save_gate_weights(probe.load(grafts["hw-rand"]).model, tmp_path / "gates.safetensors", steps=0)
 
@@ -251,7 +251,7 @@ def test_gate_weights_that_cannot_be_trusted_are_refused_in_one_line(grafts, gat
 def test_graft_never_deletes_its_own_gate_weights(grafts, tmp_path, capsys):
     """Issue 37 #9: --gate-weights OUT/gates.safetensors --out OUT --force deleted its own input:
     refused, every file of OUT byte for byte."""
-    from probe.families.graft import save_gate_weights
+    from probe.train.graft import save_gate_weights
 
     out = tmp_path / "out"
     assert main(["graft", str(grafts["base"]), "--gate", "headwise", "--init", "random", "--out", str(out)]) == 0
