@@ -91,12 +91,17 @@ def _seed(name, value, options):
                          f"torch takes (got {value})")
 
 
+# Fewer resamples give no interval: a percentile interval at 95% needs resamples beyond each 2.5%
+# tail (with 1 it is the one resample, of width 0, which may exclude the estimate). More would
+# not fit: the resampling weights are (resamples, sequences) float64 (probe/intervals/bootstrap.py).
+MIN_RESAMPLES = 100
+MAX_RESAMPLES = 100_000
+
+
 def _resamples(name, value, options):
     """0 (no intervals), or enough resamples for a 95% percentile interval and few enough to
     hold (probe/intervals/bootstrap.py); the sequences' share of the memory is checked once the
     data are read (probe.analyze)."""
-    from ..intervals.bootstrap import MAX_RESAMPLES, MIN_RESAMPLES
-
     check_int(name, value, 0)
     if value and not MIN_RESAMPLES <= value <= MAX_RESAMPLES:
         raise ProbeError(f"{flag(name)} must be 0 (no intervals) or from {MIN_RESAMPLES} to {MAX_RESAMPLES:,} "

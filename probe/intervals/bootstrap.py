@@ -17,10 +17,8 @@ import numpy as np
 SEED = 0                # the fixed seed of every resampling: the same runs give the same intervals
 LEVEL = 0.95
 MIN_SEQUENCES = 2       # fewer: no interval (one sequence resampled is always itself)
-# Fewer resamples give no interval: a percentile interval at 95% needs resamples beyond each 2.5%
-# tail (with 1 it is the one resample, of width 0, which may exclude the estimate).
-MIN_RESAMPLES = 100
-MAX_RESAMPLES = 100_000
+# The --resamples bounds (why: probe/core/options.py, where the option checks them).
+from ..core.options import MAX_RESAMPLES, MIN_RESAMPLES  # noqa: E402,F401
 # The resampling weights W are (resamples, sequences) float64: at most this many bytes.
 MAX_WEIGHT_BYTES = 2 << 30
 
