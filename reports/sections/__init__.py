@@ -149,7 +149,7 @@ def _provenance(runs: Runs) -> Section:
         "provenance-table", "Provenance", tables.provenance_table(runs),
         "From each run's meta.json: the checkpoint and data analysed, token counts, what sits "
         "at position 0 (BOS policy), thresholds, package versions and the command line.",
-        index_label="field", free_text=True)
+        index_label="field", free_text=True, merge_equal=True)
     attention = {model: len(runs.layers_of_type(model, ATTENTION)) for model in runs.models}
     return Section(
         id=PROVENANCE, title="Provenance",
