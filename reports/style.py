@@ -12,7 +12,7 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from probe.reports.ticks import declutter_ticks
+from probe.reports.ticks import _renderer, declutter_ticks
 
 # A seaborn "whitegrid"/"paper" look, with DejaVu Sans (shipped with matplotlib) named
 # explicitly so the same glyphs are drawn on every machine, and the keys that would otherwise
@@ -87,6 +87,8 @@ def freeze_layout(figure: Figure, decimals: int = 6) -> Figure:
     if engine is None:
         return figure
     engine.execute(figure)
+    if _wrap_long_y_labels(figure):
+        engine.execute(figure)
     declutter_ticks(figure)  # at the size the figure is saved at, on the real text extents
     for ax in figure.findobj(Axes):
         x0, y0, width, height = ax.get_position().bounds
@@ -94,3 +96,23 @@ def freeze_layout(figure: Figure, decimals: int = 6) -> Figure:
         ax.set_position(rounded, which="both")
     figure.set_layout_engine("none")
     return figure
+
+
+def _wrap_long_y_labels(figure: Figure) -> bool:
+    """Break a y-axis label that is longer than its axes is tall onto two lines, at the space
+    nearest its middle: a figure drawn shorter to fill a page (reports/pdf/figures.py) would
+    otherwise cut it off at the top and bottom. Return whether any label changed."""
+    renderer = _renderer(figure)
+    changed = False
+    for ax in figure.findobj(Axes):
+        label = ax.yaxis.label
+        text = label.get_text()
+        if not label.get_visible() or " " not in text or "\n" in text:
+            continue
+        if label.get_window_extent(renderer).height <= ax.get_window_extent(renderer).height:
+            continue
+        middle = len(text) / 2
+        cut = min((i for i, c in enumerate(text) if c == " "), key=lambda i: abs(i - middle))
+        label.set_text(text[:cut] + "\n" + text[cut + 1:])
+        changed = True
+    return changed

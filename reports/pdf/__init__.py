@@ -6,7 +6,10 @@ their own size, its tick labels thinned on the real extents) and stamped onto th
 vector PDF, the same file `--figures` writes; titles, captions and tables are drawn on the
 page by matplotlib with text measured in the report's font, so a line is known to fit its
 cell or column. Sections follow one another on a page when there is room, which keeps a
-report of two to four models to about fifteen pages.
+report of two to four models to about fifteen pages: narrow items (a figure, a table that fits a
+column) go two to a row, a long narrow table with no partner is set in two columns, and the
+figures of a page are drawn shorter (within figures.MIN_SHRINK) where that lets the next row
+join them rather than start a page a third full.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from probe.reports.pdf.page import (CELL_PAD_PT, COLUMN_GAP_IN, COLUMN_WIDTH_IN,
                                     HEADING_SIZE, MARGIN_IN, NARROW_IN, PAGE_SIZE, ROW_GAP_IN, TABLE_SIZE,
                                     TEXT_SIZE, TEXT_WIDTH_IN, WIDOW_ROWS, Page, Row, Stamp, line_in,
                                     page_text)
-from probe.reports.pdf.tables import column_widths, table_rows  # noqa: F401
+from probe.reports.pdf.tables import (column_widths, natural_width, split_table_rows,  # noqa: F401
+                                      table_block, table_rows)
 from probe.reports.style import report_style
 
 
@@ -56,34 +60,91 @@ def _heading_row(section: Section) -> Row:
 
 
 def _section_rows(section: Section) -> list[Row]:
+    """The heading, then the items: one wide figure or table to a row; narrow ones (a figure of
+    at most NARROW_IN, a table that fits a column whole) two to a row, side by side."""
     rows = [_heading_row(section)]
-    pending: list[tuple[FigureItem, tuple[float, float]]] = []
+    run: list[tuple] = []     # consecutive narrow items: (item, natural size, column block)
 
     def flush() -> None:
-        while pending:
-            pair = pending[:2] if len(pending) >= 2 else pending[:1]
-            del pending[:len(pair)]
-            rows.append(figure_row(pair, section))
+        for group in _pairs([block for _, _, block in run]):
+            items = [run[i] for i in group]
+            if all(isinstance(item, FigureItem) for item, _, _ in items):
+                rows.append(figure_row([(item, natural) for item, natural, _ in items], section))
+            elif len(items) == 1:       # a narrow table alone: in two columns where it is long
+                rows.extend(split_table_rows(items[0][0], section, _COLUMN_LEFTS, COLUMN_WIDTH_IN, beside_row)
+                            or table_rows(items[0][0], section))
+            else:
+                rows.append(beside_row([_block(item, natural, section, left) for (item, natural, _), left
+                                        in zip(items, _COLUMN_LEFTS)]))
+        run.clear()
 
     for item in section.items:
+        natural = natural_size(item) if isinstance(item, FigureItem) else None
+        block = _block(item, natural, section, MARGIN_IN)
+        if block is not None:
+            run.append((item, natural, block))
+            continue
+        flush()
         if isinstance(item, FigureItem):
-            natural = natural_size(item)
-            if natural[0] <= NARROW_IN:
-                pending.append((item, natural))
-                continue
-            flush()
             rows.append(figure_row([(item, natural)], section))
         else:
-            flush()
             rows.extend(table_rows(item, section))
     flush()
     return rows
+
+
+_COLUMN_LEFTS = (MARGIN_IN, MARGIN_IN + COLUMN_WIDTH_IN + COLUMN_GAP_IN)
+
+
+def _block(item, natural, section: Section, left: float) -> Row | None:
+    """The item drawn in a column starting at `left`, or None where it is too wide or tall for one."""
+    if isinstance(item, FigureItem):
+        return figure_row([(item, natural)], section, column_left=left) if natural[0] <= NARROW_IN else None
+    if not len(item.frame) or natural_width(item) > COLUMN_WIDTH_IN:
+        return None
+    block = table_block(item, section, left, COLUMN_WIDTH_IN)
+    return block if block.height <= _MAX_BLOCK_IN else None
+
+
+def _pairs(blocks: list[Row]) -> list[tuple[int, ...]]:
+    """Consecutive blocks grouped in ones and twos, in order, so that the pairs save the most
+    height: a pair saves its shorter block's height (two short tables, not a short table and a
+    long one that could go beside another long one)."""
+    best: list[tuple[float, list[tuple[int, ...]]]] = [(0.0, [])]
+    for i in range(len(blocks)):
+        alone = (best[i][0], best[i][1] + [(i,)])
+        if i >= 1:
+            paired = (best[i - 1][0] + min(blocks[i - 1].height, blocks[i].height),
+                      best[i - 1][1] + [(i - 1, i)])
+            alone = max(alone, paired, key=lambda option: option[0])
+        best.append(alone)
+    return best[-1][1]
+
+
+def beside_row(parts: list[Row]) -> Row:
+    """Column blocks side by side, tops aligned: a figure beside a table, or two tables. A figure
+    among them can be drawn shorter down to the height of the tallest table."""
+    height = max(part.height for part in parts)
+    least = max(part.min_height if part.shrink else part.height for part in parts)
+
+    def draw(page: Figure, top: float) -> list[Stamp]:
+        return [stamp for part in parts for stamp in part.draw(page, top)]
+
+    def shrink(available: float) -> Row:
+        return beside_row([part.shrink(max(available, least)) if part.shrink and part.height > available
+                           else part for part in parts])
+
+    can_shrink = any(part.shrink for part in parts) and least < height
+    return Row(height, draw, parts[0].section, shrink=shrink if can_shrink else None,
+               min_height=least if can_shrink else 0.0)
 
 
 # --- Pages ------------------------------------------------------------------------------
 
 _CONTINUED_IN = line_in(HEADING_SIZE) + 0.12
 _BODY_BOTTOM_IN = PAGE_SIZE[1] - MARGIN_IN
+# A narrow table goes beside another item only where it fits a page under the continued-title.
+_MAX_BLOCK_IN = PAGE_SIZE[1] - 2 * MARGIN_IN - _CONTINUED_IN - 0.1
 
 
 def _cover_rows(sections: Sequence[Section], title: str, subtitle: str,
@@ -193,6 +254,12 @@ def _paginate(rows: list[Row], first_title: str) -> list[Page]:
             row.table is not last_table)
         header_in = row.header.height if needs_header else 0.0
         room = _BODY_BOTTOM_IN - y - header_in - extra
+        need = row.min_height if row.shrink is not None else row.height
+        if (need > room and pages and pages[-1].rows
+                and (row.table is None or (row.table is not last_table and id(row.table) not in breaking))):
+            # The figures above drawn shorter, where that makes room for this row (and its chain).
+            freed = _shrink_page(pages[-1], need - room + _SLACK_IN)
+            y, room = y - freed, room + freed
         whole = row
         if row.height > room and row.shrink is not None and row.min_height <= room:
             row = row.shrink(room)
@@ -214,6 +281,30 @@ def _paginate(rows: list[Row], first_title: str) -> list[Page]:
         if not (row.table is not None and next_row is not None and next_row.table is row.table):
             y += ROW_GAP_IN
     return pages
+
+
+_SLACK_IN = 0.01     # freed beyond the exact need, so that rounding cannot undo the fit
+
+
+def _shrink_page(page: Page, deficit: float) -> float:
+    """Draw the page's shrinkable figure rows shorter (the last first, none below its least
+    height) to free `deficit` inches for the row that comes next; the rows below move up. Return
+    the height freed: `deficit`, or 0 where the figures cannot give that much (nothing changes)."""
+    slack = [(index, row.height - row.min_height) for index, (row, _) in enumerate(page.rows)
+             if row.shrink is not None and not row.heading]
+    if sum(give for _, give in slack) < deficit:
+        return 0.0
+    freed = 0.0
+    for index, give in reversed(slack):
+        if freed >= deficit:
+            break
+        row, top = page.rows[index]
+        shorter = row.shrink(row.height - min(give, deficit - freed))
+        moved = row.height - shorter.height
+        page.rows[index] = (shorter, top)
+        page.rows[index + 1:] = [(later, later_top - moved) for later, later_top in page.rows[index + 1:]]
+        freed += moved
+    return freed
 
 
 def write_pdf(sections: Sequence[Section], path: Path, *, title: str, subtitle: str,

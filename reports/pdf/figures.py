@@ -60,30 +60,39 @@ def render_formats(item: FigureItem, size: tuple[float, float] | None = None,
 
 # A figure drawn shorter than its own aspect, to fill a page, keeps at least this share of
 # its height: wide figures (one row of panels) can give more than tall, stacked ones, whose
-# panels and labels would run into each other.
+# panels and labels would run into each other. A figure taller than WIDE_MAX_IN as drawn is
+# stacked panels whatever its aspect (three models' sparsity bars, two panels to a row).
 MIN_SHRINK = {"wide": 0.6, "tall": 0.85}
 WIDE_ASPECT = 1.5
+WIDE_MAX_IN = 4.0
+# Nor is any figure drawn shorter than this: an axes label needs the height (style.py wraps
+# one that is longer than its axes onto two lines).
+MIN_FIGURE_IN = 2.2
 
 
-def _min_shrink(naturals: Sequence[tuple[float, float]]) -> float:
-    wide = all(width / height >= WIDE_ASPECT for width, height in naturals)
-    return MIN_SHRINK["wide" if wide else "tall"]
+def _min_shrink(naturals: Sequence[tuple[float, float]], drawn: float) -> float:
+    wide = drawn <= WIDE_MAX_IN and all(width / height >= WIDE_ASPECT for width, height in naturals)
+    return max(MIN_SHRINK["wide" if wide else "tall"], min(1.0, MIN_FIGURE_IN / drawn))
 
 
 def figure_row(items: list[tuple[FigureItem, tuple[float, float]]], section: Section,
-                scale: float = 1.0) -> Row:
+                scale: float = 1.0, column_left: float | None = None) -> Row:
     """One figure (centred) or two narrow ones side by side, each with its caption below;
-    `scale` < 1 draws the figures that much shorter (the same width)."""
+    `scale` < 1 draws the figures that much shorter (the same width). `column_left`: one
+    narrow figure in the column that starts there (beside a table, pdf.beside_row)."""
     slots = []
+    in_columns = len(items) > 1 or column_left is not None
     for item, natural in items:
-        width, tall = figure_size(natural, column=len(items) > 1 or None)
+        width, tall = figure_size(natural, column=in_columns or None)
         size = (width, tall * scale)
-        caption_width = size[0] if len(items) > 1 else max(size[0], COLUMN_WIDTH_IN)
+        caption_width = size[0] if in_columns else max(size[0], COLUMN_WIDTH_IN)
         slots.append((item, size, caption_lines(item.label, item.caption, caption_width),
                       caption_width))
     height = max(size[1] + 0.1 + line_in(CAPTION_SIZE) * len(lines)
                  for _, size, lines, _ in slots)
-    if len(slots) == 1:
+    if column_left is not None:
+        lefts = [column_left]
+    elif len(slots) == 1:
         lefts = [MARGIN_IN + (TEXT_WIDTH_IN - max(slots[0][1][0], slots[0][3])) / 2]
     else:
         lefts = [MARGIN_IN, MARGIN_IN + COLUMN_WIDTH_IN + COLUMN_GAP_IN]
@@ -98,11 +107,12 @@ def figure_row(items: list[tuple[FigureItem, tuple[float, float]]], section: Sec
         return stamps
 
     plots = max(size[1] for _, size, _, _ in slots)
-    least = _min_shrink([natural for _, natural in items])
+    least = (_min_shrink([natural for _, natural in items], plots / scale)
+             if all(item.shrinkable for item, _ in items) else 1.0)
 
     def shrink(available: float) -> Row:
         factor = max(least, min(1.0, 1 - (height - available) / plots))
-        return figure_row(items, section, scale * factor)
+        return figure_row(items, section, scale * factor, column_left)
 
-    return Row(height, draw, section, shrink=shrink if scale == 1.0 else None,
+    return Row(height, draw, section, shrink=shrink if scale == 1.0 and least < 1.0 else None,
                 min_height=height - plots * (1 - least))

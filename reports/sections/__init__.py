@@ -14,8 +14,8 @@ from pathlib import Path
 from probe.reports import claims, tables
 from probe.reports.sections import notes
 # The building blocks live in items.py; html.py, reports/pdf/__init__.py, build.py and the tests import them here.
-from probe.reports.sections.items import (PROVENANCE, FigureItem, Section, TableItem, left_out_line, numbered,
-                                          shown)
+from probe.reports.sections.items import (PROVENANCE, FigureItem, Section, TableItem, left_out,
+                                          left_out_line, numbered, shown)
 from probe.reports.differences import differences_display, differences_notes
 from probe.reports.claims.reference import table4_caption
 from probe.reports.seeds import seed_display
@@ -75,9 +75,8 @@ def _with_metric_sections(runs: Runs, sections: list[Section]) -> list[Section]:
 
 def _claims(runs: Runs, pairs=None) -> Section:
     # First, so a reader sees the verdicts before the figures; the rules in a table of their own.
-    if not runs.gated_models:
-        return Section(id="claims", title="Claims of the paper",
-                       intro=claims.NO_GATED[0].upper() + claims.NO_GATED[1:] + ".", items=[])
+    if not runs.gated_models:       # one line among the sections left out, not a page of its own
+        return left_out("claims", "Claims of the paper", claims.NO_GATED)
     return Section(
         id="claims", title="Claims of the paper",
         intro=("Does each headline claim of the paper hold in these runs, in the direction the "
@@ -150,7 +149,7 @@ def _provenance(runs: Runs) -> Section:
         "provenance-table", "Provenance", tables.provenance_table(runs),
         "From each run's meta.json: the checkpoint and data analysed, token counts, what sits "
         "at position 0 (BOS policy), thresholds, package versions and the command line.",
-        index_label="field", free_text=True)
+        index_label="field", free_text=True, merge_equal=True)
     attention = {model: len(runs.layers_of_type(model, ATTENTION)) for model in runs.models}
     return Section(
         id=PROVENANCE, title="Provenance",

@@ -113,7 +113,7 @@ def attention_patterns(runs: Runs) -> Section:
                                                    for text, models in prompts.items())
     figure = FigureItem("display-prompt-patterns", "Attention patterns of the display prompt",
                         partial(plots.plot_attention_patterns, runs),
-                        caption)
+                        caption, shrinkable=False)
     return Section(
         id="attention-patterns", title="Attention patterns",
         intro="What the heads attend to on one short prompt, one panel per model side by side.",

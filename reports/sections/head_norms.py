@@ -2,7 +2,10 @@
 attention-output norms before and after the gate (head_norms.csv, probe/metrics/head_norms/).
 
 Found by reports.sections (SECTION, AFTER): one figure, the layer x head heatmap of post / pre
-per model, and one table, the ratio by token type.
+per gated model, and one table, the ratio by token type. A model without a gate has post / pre = 1
+by construction (nothing between the head's output and o_proj), so its panel and rows would be a
+page of 1s: it is named in a note instead, and a report of ungated models leaves the section out
+with one line, as the gate-score section does.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import pandas as pd
 from matplotlib.figure import Figure, SubFigure
 
 from probe.reports.tables.frames import layer_head_matrix
-from probe.reports.sections.items import FigureItem, Section, TableItem, needing
+from probe.reports.sections.items import FigureItem, Section, TableItem, left_out, needing
 from probe.reports.plots._layout import figure_or_new, model_heatmaps
 from probe.reports.runs import Runs, load_runs
 from probe.reports.style import styled
@@ -26,8 +29,16 @@ ALL = "all"              # the rows over every token (probe.metrics.head_norms.A
 
 
 def _models(runs: Runs) -> list[str]:
+    """The gated models with head_norms.csv, or, where none has a gate, every model with it."""
     found = set(runs.head_norms["model"])
-    return [model for model in runs.models if model in found]
+    models = [model for model in runs.models if model in found]
+    return [model for model in models if runs.is_gated(model)] or models
+
+
+def _ungated(runs: Runs) -> list[str]:
+    """The models with head_norms.csv but no gate: post / pre is 1 for every head and token."""
+    found = set(runs.head_norms["model"])
+    return [model for model in runs.ungated_models if model in found]
 
 
 def ratio_matrix(runs: Runs, model: str) -> np.ndarray:
@@ -55,7 +66,7 @@ def plot_head_norm_ratio(runs: Any, *, fig: Figure | SubFigure | None = None,
 def by_token_type(runs: Runs) -> pd.DataFrame:
     """Per model and token type, over every attention layer and head: the mean norms before and
     after the gate (token-weighted), their ratio, and the mean of the per-token ratio."""
-    rows = runs.head_norms.copy()
+    rows = runs.head_norms[runs.head_norms["model"].isin(_models(runs))].copy()
     rows["pre_sum"], rows["post_sum"] = rows["pre"] * rows["tokens"], rows["post"] * rows["tokens"]
     rows["ratio_sum"] = rows["mean_ratio"] * rows["tokens"]
     out = []
@@ -72,6 +83,14 @@ def by_token_type(runs: Runs) -> pd.DataFrame:
 
 @needing("head_norms", id="head-norms", title="Head output size before and after the gate")
 def head_norms(runs: Runs) -> Section:
+    if not runs.gated_models:
+        return left_out("head-norms", "Head output size before and after the gate",
+                        "no model in this report has an output gate: every head's output reaches "
+                        "o_proj unchanged, post / pre = 1")
+    if not any(runs.is_gated(model) for model in _models(runs)):
+        return left_out("head-norms", "Head output size before and after the gate",
+                        "no gated run has head_norms.csv: the runs were written before probe "
+                        "measured it; analyse them again")
     models = _models(runs)
     return Section(
         id="head-norms", title="Head output size before and after the gate",
@@ -84,7 +103,7 @@ def head_norms(runs: Runs) -> Section:
                        partial(plot_head_norm_ratio, runs),
                        "Per layer (rows) and head (columns): the mean over every analysed token of "
                        "the head's output norm after the gate, over the mean before it "
-                       "(head_norms.csv ratio_of_means, token type all); one panel per model ("
+                       "(head_norms.csv ratio_of_means, token type all); one panel per gated model ("
                        + ", ".join(plain(m) for m in models) + "). Hatched rows: linear-attention "
                        "layers, which have no softmax head output."),
             TableItem("head-norms-by-token-type", "Head output norms by token type", by_token_type(runs),
@@ -93,6 +112,8 @@ def head_norms(runs: Runs) -> Section:
                       "of the per-token ratio post / pre (tokens whose head output is zero left out). "
                       "Tokens: positions of that type (a position may have several types)."),
         ],
+        notes=[f"{plain(model)} has no output gate: its post / pre is 1 for every head and token "
+               "type, so it has no panel or rows here." for model in _ungated(runs)],
     )
 
 

@@ -21,6 +21,9 @@ class FigureItem:
     draw: Draw
     caption: str
     number: int = 0  # set by build_sections: "Figure 3" in HTML, PDF and --figures alike
+    # False: the PDF never draws it shorter than its own aspect to fill a page (a row per token
+    # would lose every other token label to the tick thinning).
+    shrinkable: bool = True
 
     def __post_init__(self) -> None:
         if not getattr(self.draw, "printable", False):
@@ -62,6 +65,9 @@ class TableItem:
     index_label: str = "model"
     free_text: bool = False  # long strings (paths, command lines) rather than numbers
     number: int = 0
+    # In the PDF, a row whose cells are all equal is drawn as one cell across the columns (the
+    # provenance's fields that every run shares: written once, not once per run).
+    merge_equal: bool = False
 
     def __post_init__(self) -> None:
         from probe.core.errors import printable

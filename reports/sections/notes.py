@@ -10,8 +10,21 @@ from probe.reports.text import join_layers
 
 
 def no_gate_notes(runs: Runs) -> list[str]:
-    return [f"{model} has no attention-output gate: gate scores and the mean-gate control do "
-            "not apply to it." for model in runs.ungated_models]
+    """One sentence for all the ungated models (a line each made a report of ungated models
+    open with a paragraph of the same words)."""
+    ungated = runs.ungated_models
+    if not ungated:
+        return []
+    if len(ungated) == 1:
+        return [f"{ungated[0]} has no attention-output gate: gate scores and the mean-gate control do "
+                "not apply to it."]
+    return [f"{_names(ungated)} have no attention-output gate: gate scores and the mean-gate control "
+            "do not apply to them."]
+
+
+def _names(models: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return models[0] if len(models) == 1 else ", ".join(models[:-1]) + " and " + models[-1]
 
 
 def linear_layer_notes(runs: Runs, metric: str) -> list[str]:
@@ -72,8 +85,10 @@ def training_notes(runs: Runs) -> list[str]:
 
 
 def sparsity_notes(runs: Runs) -> list[str]:
-    notes = [f"{model} has no gate: its attention output is shown once (ungated equals gated) "
-             "and the mean-gate control does not apply." for model in runs.ungated_models]
+    ungated = runs.ungated_models
+    notes = ([f"{_names(ungated)} {'has' if len(ungated) == 1 else 'have'} no gate: "
+              f"{'its' if len(ungated) == 1 else 'their'} attention output is shown once (ungated "
+              "equals gated) and the mean-gate control does not apply."] if ungated else [])
     analysed = set(runs.sparsity["model"])
     notes += [f"{model} has no sparsity table (sparsity.csv)." for model in runs.models
               if model not in analysed]
