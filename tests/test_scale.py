@@ -28,7 +28,11 @@ F_ATTN_TOL = 1e-5
 # model's own eager-attention F-Attn 5.8e-3; mean gate 1.8e-3; M-Act 4.4%; median 1.7%;
 # sparsity 6.7e-3; loss 0.27%). They come from the model computing in bfloat16, not from the
 # statistics, which accumulate in float64 / int64 either way (see the reducer tests).
-BF16_TOL = {"f_attn": 1e-2, "mean_gate": 5e-3, "m_act_rel": 1e-1, "median_rel": 5e-2,
+# F-Attn from the arithmetic: a probability moves by at most Δs/4 when its logit moves by Δs,
+# and a bfloat16 logit of magnitude up to ~10 (the tiny models' sharpened heads) rounds by
+# 2**-8 * 10 ≈ 0.04, its inputs too: ~1e-2 per rounded logit, 2e-2 for two (the model's own
+# drift reached 1.02e-2 on qwen3_5 with the CPU-independent tiny weights).
+BF16_TOL = {"f_attn": 2e-2, "mean_gate": 5e-3, "m_act_rel": 1e-1, "median_rel": 5e-2,
             "sparsity": 2e-2, "loss_rel": 1e-2}
 
 _kept: dict = {}

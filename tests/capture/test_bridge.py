@@ -6,6 +6,8 @@ definitions on the same tokens.
 """
 from __future__ import annotations
 
+import math
+
 import inspect
 import json
 import warnings
@@ -23,6 +25,8 @@ from probe.load.reorder import reorder_official_q_proj
 
 F_ATTN_TOL = 1e-5
 GATE_TOL = 1e-5
+# One gate score of the two paths: float32 logits of O(1) reduced in other orders, a few ulps.
+SCORE_ROUNDING = 1e-6
 M_ACT_REL = 1e-4
 LOGITS_TOL = 1e-5
 OFFICIAL = ("official_headwise", "official_elementwise")
@@ -82,7 +86,12 @@ def assert_same_numbers(hf, tl, *, gated: bool) -> None:
         assert (g[counts].value_hf == g[counts].value_tl).all()          # headwise: one score per head
         assert (g[~counts].value_hf - g[~counts].value_tl).abs().max() <= GATE_TOL
         h = joined(hf.gate_hist, tl.gate_hist, ["layer", "head", "bin_lo"])
-        assert (h.count_hf - h.count_tl).abs().sum() <= 2                 # a score on a bin edge may move
+        # A score within its rounding (SCORE_ROUNDING) of a bin edge may land on either side:
+        # of N scores in bins of width w, about N * 2 * SCORE_ROUNDING / w do; each move
+        # changes two bins' counts by one.
+        width = float((h.bin_hi_hf - h.bin_lo).min())
+        moves = math.ceil(h.count_hf.sum() * 2 * SCORE_ROUNDING / width)
+        assert (h.count_hf - h.count_tl).abs().sum() <= 2 * max(moves, 1)
         assert tl.summary["mean_gate"] == pytest.approx(hf.summary["mean_gate"], abs=GATE_TOL)
         assert_same_token_types(hf, tl)
 

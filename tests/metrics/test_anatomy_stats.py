@@ -99,7 +99,11 @@ def test_positions_tokens_and_sink_rates_equal_direct_counts():
         assert row["cells"] == tok_cells[t]
         assert row["score"] == pytest.approx(float(tok_score[t]) / (H * float(tok_cells[t])), abs=1e-12)
         assert row["sink_share"] == pytest.approx(float(tok_sinks[t]) / (H * float(tok_cells[t])), abs=1e-12)
-    assert stats.token_rows(k=1)[0]["token"] == 3                  # the token at the planted sink
+    # The top token is the direct loop's best: position 0 is a sink too, and token 3 also sits
+    # at random positions, so which token wins depends on the draw (the planted position's
+    # sink rate is asserted above).
+    direct = max((t for t in range(V) if tok_cells[t]), key=lambda t: float(tok_score[t]) / float(tok_cells[t]))
+    assert stats.token_rows(k=1)[0]["token"] == direct
 
 
 @pytest.mark.parametrize("top", [5, 1000])
