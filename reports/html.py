@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import pandas as pd
 from matplotlib.figure import Figure, SubFigure
 
+from probe.core.errors import printable
 from probe.reports import claims
 from probe.reports.sections import PROVENANCE, FigureItem, Section, TableItem, left_out_line, shown
 from probe.reports.style import freeze_layout, report_style
@@ -147,6 +148,10 @@ def figure_svg(figure: Figure | SubFigure, prefix: str) -> str:
     svg = buffer.getvalue()
     svg = svg[svg.index("<svg"):]
     svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.DOTALL)
+    # Matplotlib writes each text's string into a comment beside its glyph paths: a token's
+    # NUL, ESC or bidi character would reach the page raw (the drawn glyphs are paths, so the
+    # comments carry nothing a reader sees), and any such character left is shown as an escape.
+    svg = printable(re.sub(r"<!--.*?-->\s*", "", svg, flags=re.DOTALL))
     # Namespace declarations are URLs that the HTML parser does not need for inline SVG.
     svg = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", svg)
     return _prefix_ids(svg, prefix)

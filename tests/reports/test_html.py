@@ -179,6 +179,20 @@ def test_data_text_is_escaped(html_text):
     assert "<b>" not in html_text
 
 
+@pytest.mark.filterwarnings("ignore:Glyph .* missing from font")    # the raw labels draw as boxes
+def test_control_and_bidi_characters_of_tick_labels_never_reach_the_svg():
+    """Token strings become tick labels, which matplotlib writes into the SVG as comments: NUL,
+    ESC and a right-to-left override must not reach report.html raw (issue 37)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.bar(["a\x1b[31mred", "b\u202eevil", "c\x00nul"], [1, 2, 3])
+    svg = figure_svg(fig, "t")
+    plt.close(fig)
+    assert not any(ch in svg for ch in ("\x1b", "\u202e", "\x00")), "a raw control character in the svg"
+    assert "<!--" not in svg and svg.startswith("<svg")
+
+
 def test_output_is_deterministic_apart_from_the_timestamp(run_dirs, built_report, tmp_path):
     later = datetime(2027, 1, 1, tzinfo=timezone.utc)
     again = reports.build_report(list(run_dirs.values()), tmp_path, formats="html",
