@@ -89,6 +89,9 @@ COUNT_METRICS = ("count", "n_queries", "nonfinite", "tokens")
 # meta.json keys that differ between two runs of the same analysis: when, with which versions,
 # from which command line, and the hash of config.json (which records the transformers version).
 VARYING_META = ("timestamp", "versions", "command", "config_hash")
+# The same within a record: a graft's base_digest hashes the base's config.json, which records
+# the transformers version that saved it.
+VARYING_META_NESTED = (("graft", "base_digest"),)
 ROOT = "ROOT"       # the temporary folder of the checkpoints and runs, as the gold files write it
 SHOWN = 10          # differences listed in a failure message; the tool lists them all
 
@@ -303,6 +306,9 @@ def read_folder(folder: Path, root: Path | None = None) -> dict[str, str]:
             data = json.loads(path.read_text(encoding="utf-8"))
             if path.name == "meta.json":
                 data = {key: value for key, value in data.items() if key not in VARYING_META}
+                for outer, inner in VARYING_META_NESTED:
+                    if isinstance(data.get(outer), dict):
+                        data[outer] = {k: v for k, v in data[outer].items() if k != inner}
             text = json.dumps(data, indent=2, sort_keys=True) + "\n"
             files[path.name] = text.replace(str(root), ROOT) if root is not None else text
         else:

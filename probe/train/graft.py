@@ -207,7 +207,7 @@ def read_gate_weights(file, loaded) -> tuple[dict, dict]:
 def check_gate_record(file, record) -> None:
     """The graft record of a gate-weights file, as save_gate_weights writes it: an object with a
     known gate and init and the base's embedding fingerprint (without it, any base would pass)."""
-    from .grafted_llama import GATES
+    from ..families.grafted_llama import GATES
 
     again = "write the file again with probe.train.graft.save_gate_weights"
     if not record:
