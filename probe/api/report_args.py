@@ -78,6 +78,9 @@ def print_intervals(analyses) -> None:
         parts += [f"{label} [{fmt(an[key + '_lo'])}, {fmt(an[key + '_hi'])}]"
                   for key, label in (("key0_score", "key-0 score"), ("secondary_sinks", "secondary sinks"))
                   if an.get(key + "_lo") is not None and an.get(key + "_hi") is not None]
+        gdn = s.get("gdn") or {}
+        if gdn.get("key0_share_lo") is not None and gdn.get("key0_share_hi") is not None:
+            parts.append(f"GDN key-0 share [{fmt(gdn['key0_share_lo'])}, {fmt(gdn['key0_share_hi'])}]")
         if parts:
             print(f"{printable(s.get('model'))}: 95% intervals over {how.get('sequences')} sequences "
                   f"({how.get('resamples')} bootstrap resamples): " + ", ".join(parts))

@@ -18,6 +18,7 @@ from probe.reports.sections.items import (PROVENANCE, FigureItem, Section, Table
                                           left_out_line, numbered, shown)
 from probe.reports.differences import differences_display, differences_notes
 from probe.reports.claims.reference import table4_caption
+from probe.reports.claims.scope import linear_attention_scope
 from probe.reports.seeds import seed_display
 from probe.reports.tables.intervals import interval_caption, interval_notes
 from probe.reports.runs import Runs
@@ -56,7 +57,9 @@ def build_sections(runs: Runs, pairs=None, groups=None) -> list[Section]:
 def metric_sections() -> list:
     """The sections of the modules of reports/sections/ that declare one: `SECTION` (a builder,
     runs -> Section, usually items.needing its tables) and `AFTER` (the id of the section it
-    follows). A new metric's section is its module alone, listed nowhere else."""
+    follows). A new metric's section is its module alone, listed nowhere else. A builder returns
+    None where its section is not about these models at all (GDN layers in a report without a
+    hybrid), so that the contents do not list it among the sections left out."""
     found = []
     for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
         loaded = importlib.import_module(f"{__name__}.{module.name}")
@@ -67,9 +70,12 @@ def metric_sections() -> list:
 
 def _with_metric_sections(runs: Runs, sections: list[Section]) -> list[Section]:
     for module in metric_sections():
+        section = module.SECTION(runs)
+        if section is None:             # not about these models at all (no line among those left out)
+            continue
         ids = [section.id for section in sections]
         at = ids.index(module.AFTER) + 1 if module.AFTER in ids else len(sections) - 1
-        sections.insert(at, module.SECTION(runs))
+        sections.insert(at, section)
     return sections
 
 
@@ -85,6 +91,7 @@ def _claims(runs: Runs, pairs=None) -> Section:
                "the paper's values, only to move the same way."),
         items=[TableItem("claims-table", "Claims of the paper", claims.claims_display(runs, pairs),
                          claims.claims_caption(runs), index_label="claim")],
+        notes=linear_attention_scope(runs),
     )
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -226,3 +228,29 @@ def test_a_layer_probe_cannot_read_is_named_and_the_rest_measured(checkpoint, mo
     check = a.tables["gdn_check"]
     assert sorted(set(check.layer)) == [0, 2] and bool(check.passed.all())
     assert 1 in set(a.tables["massive"].layer)
+
+
+def test_key0_share_interval_resamples_each_sequences_own_shares(checkpoint):
+    """summary.json gdn.key0_share_lo / _hi: the percentile bootstrap over sequences of the
+    headline key-0 share, from each sequence's own shares. Independently: each sequence analysed
+    alone gives its per-head key-0 shares and query counts (gdn_keys.csv); the resamples are
+    recomputed from those with the same weights, here."""
+    from probe.intervals.bootstrap import percentile_interval, resample_weights
+
+    ids = torch.randint(3, 200, (4, 40), generator=torch.Generator().manual_seed(5))
+    path = checkpoint("qwen3_5")
+    opts = dict(seq_len=40, bos="none", batch_size=2, progress=False, gdn=True)
+    whole = probe.analyze(path, ids, resamples=300, **opts)
+    alone = [probe.analyze(path, ids[i:i + 1], resamples=0, **opts).tables["gdn_keys"] for i in range(4)]
+    layers = sorted(set(alone[0].layer))
+    share = np.stack([[k[(k.layer == l) & (k.metric == "key0_share")].sort_values("head").value.to_numpy()
+                       for l in layers] for k in alone])                                  # (S, layers, H)
+    n = np.stack([[k[(k.layer == l) & (k.metric == "n_queries")].sort_values("head").value.to_numpy()
+                   for l in layers] for k in alone])
+    W = resample_weights(4, 300)                                                           # (R, S)
+    per_cell = np.einsum("rs,slh->rlh", W, share * n) / np.einsum("rs,slh->rlh", W, n)    # (R, layers, H)
+    lo, hi = percentile_interval(per_cell.mean(2).mean(1))
+    s = whole.summary["gdn"]
+    assert s["key0_share"] == pytest.approx(float(((share * n).sum(0) / n.sum(0)).mean()), rel=1e-9)
+    assert (s["key0_share_lo"], s["key0_share_hi"]) == pytest.approx((float(lo), float(hi)), rel=1e-9)
+    assert s["key0_share_lo"] < s["key0_share"] < s["key0_share_hi"]

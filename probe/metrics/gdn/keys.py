@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ..reducers import F64, I64, Reducer
+from ..reducers import F64, I64, Reducer, grown
 from . import CHECK_SITES
 from .decompose import KeyTerms, gated, state_share, written_values
 
@@ -20,11 +20,17 @@ class KeyStats(Reducer):
     """Sums per value head (float64) and counts (int64); the check's maxima per site."""
 
     summed = ("share_rest", "share_all", "proj_rest", "n_rest", "n_all", "bucket_sum", "bucket_n",
-              "phi_first", "phi_max_rest", "phi_recent", "sequences", "nonfinite")
+              "phi_first", "phi_max_rest", "phi_recent", "sequences", "nonfinite", "seq_share", "seq_n")
     maximum = ("error",)
 
-    def __init__(self, heads: int, device="cpu"):
+    def __init__(self, heads: int, sequences: int | None = None, device="cpu"):
+        """sequences: the dataset's row count when known (a fixed shape, as torchrun and --resume
+        need); otherwise the per-sequence sums grow with the largest sequence index seen."""
         z = dict(device=device)
+        # Per sequence (dataset row) and value head, the key-0 shares of the queries t >= 1 and
+        # their count: what the bootstrap resamples for the key-0 share's interval.
+        self.seq_share = torch.zeros(sequences or 0, heads, dtype=F64, **z)     # (S, H)
+        self.seq_n = torch.zeros(sequences or 0, heads, dtype=I64, **z)         # (S, H)
         self.share_rest, self.share_all, self.proj_rest = (torch.zeros(heads, dtype=F64, **z) for _ in range(3))
         self.n_rest, self.n_all = (torch.zeros(heads, dtype=I64, **z) for _ in range(2))
         self.bucket_sum = torch.zeros(heads, BUCKETS, dtype=F64, **z)
@@ -34,9 +40,10 @@ class KeyStats(Reducer):
         self.nonfinite = torch.zeros((), dtype=I64, **z)
         self.error = torch.zeros(len(CHECK_SITES), dtype=F64, **z)
 
-    def update(self, call, row: int, valid: torch.Tensor) -> None:
+    def update(self, call, row: int, valid: torch.Tensor, sequence: int = 0) -> None:
         """One sequence (batch row) of a GDN layer's call (capture/gdn.py GDNCall); valid (T,)
-        bool: the queries that count. The recurrence runs over positions up to the last valid one."""
+        bool: the queries that count; sequence: the row's index in the dataset. The recurrence
+        runs over positions up to the last valid one."""
         idx = valid.nonzero()
         if not len(idx):
             return
@@ -69,7 +76,7 @@ class KeyStats(Reducer):
             r2 = (recon * recon).sum(-1)
             proj = P[..., 0] * (recon @ u[:, 0, :, None])[..., 0] / r2.where(r2 > 0, 1.0)
             counted = valid[t0:t1].to(P.device)[None, :] & (total > 0)          # (H, Bq)
-            self._add_queries(torch.arange(t0, t1, device=P.device), share, proj, counted)
+            self._add_queries(torch.arange(t0, t1, device=P.device), share, proj, counted, sequence)
             ref_o = o[:, t0:t1]
             y_rec = gated(recon, ref_o, z[:, t0:t1], call.norm_weight, call.eps)   # (H, Bq, dv)
             ref_y = call.y[row, t0:t1].transpose(0, 1).to(F64)
@@ -85,14 +92,19 @@ class KeyStats(Reducer):
         rel[2, 1:] = 0.0                                                       # out_proj: one value
         self.error[:3] = torch.maximum(self.error[:3], rel.amax(1).to(self.error.device))
 
-    def _add_queries(self, pos, share, proj, counted) -> None:
+    def _add_queries(self, pos, share, proj, counted, sequence: int) -> None:
         w = counted.to(F64)
         rest = w * (pos[None, :] >= 1)
         self.share_all += (share * w).sum(1)
         self.n_all += counted.sum(1)
-        self.share_rest += (share * rest).sum(1)
+        share_rest, n_rest = (share * rest).sum(1), rest.sum(1).round().to(I64)        # (H,)
+        self.share_rest += share_rest
         self.proj_rest += (proj * rest).sum(1)
-        self.n_rest += rest.sum(1).round().to(I64)
+        self.n_rest += n_rest
+        if sequence >= self.seq_share.shape[0]:
+            self.seq_share, self.seq_n = grown(self.seq_share, sequence + 1, 0), grown(self.seq_n, sequence + 1, 0)
+        self.seq_share[sequence] += share_rest.to(self.seq_share.device)
+        self.seq_n[sequence] += n_rest.to(self.seq_n.device)
         bucket = torch.log2(pos.clamp_min(1).double()).floor().long().clamp(max=BUCKETS - 1)   # (Bq,)
         onehot = torch.nn.functional.one_hot(bucket, BUCKETS).to(F64)                        # (Bq, NB)
         self.bucket_sum += (share * rest) @ onehot

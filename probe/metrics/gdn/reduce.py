@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import warnings
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -52,7 +53,7 @@ class GatedDeltaNet(Metric):
             H = self.heads[p.index] = parts.num_v_heads
             self.tokens[p.index] = TokenStats(len(self.names), H)
             self.outputs[p.index] = OutputStats(len(self.names), H, options.thresholds)
-            self.keys[p.index] = KeyStats(H)
+            self.keys[p.index] = KeyStats(H, self.context.sequences)
         if self.refused:
             warnings.warn(describe_refused(self.refused))
 
@@ -84,8 +85,8 @@ class GatedDeltaNet(Metric):
         self.outputs[layer].follow(dev).update(bins, norms, member)
         keys = self.keys[layer].follow(dev)
         valid = b.valid.to(dev)
-        for row in range(o.shape[0]):
-            keys.update(call, row, valid[row])
+        for row, sequence in enumerate(b.seq_index.tolist()):
+            keys.update(call, row, valid[row], int(sequence))
 
     # -- what a finished pass writes ------------------------------------------------------------
     def mean_gate(self, layer: int) -> float:
@@ -169,9 +170,11 @@ class GatedDeltaNet(Metric):
                 "half_life": _nanmean(decay["half_life"][0]),
                 "key0_share": _nanmean(key0), "max_rel_error": float(ks.error[:3].max()),
                 "passed": None if rows is None else bool(rows.passed.all())})
+        lo, hi = self.key0_interval(done.resamples, done.documents)
         return {"gdn": {
             "layers": per_layer,
             "key0_share": mean([e["key0_share"] for e in per_layer]),
+            "key0_share_lo": lo, "key0_share_hi": hi,
             "sink_rate": (sum(v > SINK_EPSILON for v in cells) / len(cells)) if cells else None,
             "sink_epsilon": SINK_EPSILON,
             "mean_beta": mean([e["mean_beta"] for e in per_layer]),
@@ -179,6 +182,36 @@ class GatedDeltaNet(Metric):
             "max_rel_error": max((e["max_rel_error"] for e in per_layer), default=None),
             "failed_layers": [e["layer"] for e in per_layer if e["passed"] is False],
             "refused": describe_refused(self.refused) if self.refused else None}}
+
+    def key0_interval(self, resamples: int, documents=None) -> tuple[float | None, float | None]:
+        """The 95% interval of the headline key-0 share (the mean over GDN layers of the head mean
+        of each head's key-0 share) over sequences: each resample's shares are ratios of the
+        per-sequence sums (KeyStats.seq_share / seq_n), so one matrix product per layer gives them
+        all. Resampled as the softmax numbers are (by documents where sliding windows group
+        sequences: probe/intervals/), so that the two sets of intervals are comparable."""
+        from ...intervals.bootstrap import MIN_SEQUENCES, MIN_RESAMPLES, percentile_interval, resample_weights
+
+        layers = [layer for layer in sorted(self.keys) if int(self.keys[layer].sequences)]
+        if not layers or resamples < MIN_RESAMPLES:
+            return None, None
+        S = max(int(self.keys[layer].seq_n.shape[0]) for layer in layers)
+        # Per sequence its document: only where one holds several (sliding windows), as
+        # per_sequence.csv writes it.
+        if documents is not None and (len(documents) != S or len(set(documents)) == S):
+            documents = None
+        units = S if documents is None else len(set(documents.tolist()))
+        if units < MIN_SEQUENCES:
+            return None, None
+        W = resample_weights(S, resamples, clusters=documents)                          # (R, S)
+        shares = []
+        for layer in layers:
+            ks = self.keys[layer]
+            share = grown_rows(ks.seq_share, S).numpy()                                  # (S, H)
+            n = grown_rows(ks.seq_n, S).double().numpy()
+            with np.errstate(invalid="ignore", divide="ignore"):
+                shares.append(np.nanmean((W @ share) / (W @ n), axis=1))                  # (R,)
+        lo, hi = percentile_interval(np.nanmean(np.stack(shares), axis=0))
+        return _num(lo), _num(hi)
 
     def meta(self, done) -> dict:
         if not self.enabled:
@@ -192,6 +225,17 @@ class GatedDeltaNet(Metric):
             if n:
                 out[f"{layer}:gdn"] = n
         return out
+
+
+def grown_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
+    """x (S', H) on the CPU with `rows` rows (zeros past S': sequences this layer never saw)."""
+    x = x.to("cpu")
+    return torch.cat([x, x.new_zeros(rows - x.shape[0], *x.shape[1:])]) if x.shape[0] < rows else x
+
+
+def _num(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
 
 
 def _normed(o: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -1,0 +1,129 @@
+"""Gated DeltaNet (linear-attention) layers of hybrid models (gdn_*.csv, probe/metrics/gdn/,
+docs/gdn.md): where a hybrid keeps its sink, and the GDN gates per layer and value head."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure, SubFigure
+
+from probe.reports.plots._layout import (axes_or_new, figure_or_new, layer_head_heatmap, legend_beside,
+                                         not_applicable, panel_title, set_layer_ticks, shared_norm)
+from probe.reports.runs import Runs, load_runs
+from probe.reports.style import REFERENCE_COLOR, model_colors, styled
+from probe.reports.tables.frames import first_token_by_layer
+from probe.reports.text import plain
+
+# A share of 0 has no place on a log axis: such points are drawn at this floor (the caption says so).
+FLOOR = 1e-6
+
+# The per-head quantities of the layer x value-head maps: (table, quantity or metric, label).
+HEAD_MAPS = (
+    ("gdn_gates", "gate_silu", "mean SiLU(z), output gate"),
+    ("gdn_gates", "beta", "mean β, write strength"),
+    ("gdn_gates", "half_life", "decay half-life (tokens)"),
+    ("gdn_keys", "key0_share", "key-0 share"),
+)
+
+
+def gdn_models(runs: Runs) -> list[str]:
+    """The models whose runs measured GDN layers (gdn_keys.csv has rows for them)."""
+    found = set(runs.gdn_keys["model"]) | set(runs.gdn_gates["model"])
+    return [model for model in runs.models if model in found]
+
+
+def key0_by_layer(runs: Runs, model: str) -> pd.DataFrame:
+    """Per GDN layer the head-mean key-0 share (queries t >= 1): columns layer, value."""
+    rows = runs.rows("gdn_keys", model)
+    rows = rows[rows["metric"] == "key0_share"]
+    return rows.groupby("layer", as_index=False)["value"].mean().sort_values("layer")
+
+
+def head_matrix(runs: Runs, model: str, table: str, quantity: str) -> tuple[list[int], np.ndarray]:
+    """(GDN layers, (layers, value heads) matrix) of one per-head quantity over every token:
+    the mean of SiLU(z) or beta, the decay's half-life, or a gdn_keys metric."""
+    rows = runs.rows(table, model)
+    if table == "gdn_gates":
+        metric = "half_life" if quantity == "half_life" else "mean"
+        quantity = "decay" if quantity == "half_life" else quantity
+        rows = rows[(rows["quantity"] == quantity) & (rows["group"] == "all") & (rows["metric"] == metric)]
+    else:
+        rows = rows[rows["metric"] == quantity]
+    layers = sorted(int(layer) for layer in rows["layer"].unique())
+    heads = int(rows["head"].max()) + 1 if len(rows) else 0
+    matrix = np.full((len(layers), heads), np.nan)
+    index = {layer: i for i, layer in enumerate(layers)}
+    for layer, head, value in zip(rows["layer"], rows["head"], rows["value"]):
+        matrix[index[int(layer)], int(head)] = value
+    return layers, matrix
+
+
+@styled
+def plot_sink_by_layer(runs: Any, *, ax: Axes | None = None) -> Figure | SubFigure:
+    """On one layer axis: the softmax layers' head-mean F-Attn (filled circles) and the GDN
+    layers' head-mean key-0 share (open squares), one colour per model, log scale. A hybrid's
+    sink shows as a point far above the dashed uniform reference mean_t 1/(t+1)."""
+    runs = load_runs(runs)
+    ax = axes_or_new(ax, 6.4, 3.6)
+    models = gdn_models(runs)
+    if not models:
+        return not_applicable(ax, "No run measured Gated DeltaNet layers (analyse with --gdn).")
+    colors = model_colors(runs.models)
+    f_attn = first_token_by_layer(runs, "f_attn")
+    all_layers: set[int] = set()
+    for model in models:
+        all_layers.update(runs.layers(model))
+        softmax = f_attn[f_attn["model"] == model]
+        gdn = key0_by_layer(runs, model)
+        # Markers only for each layer type and a thin line through every layer in order, so the
+        # reader follows one model across the interleaved layer types.
+        both = pd.concat([softmax[["layer", "value"]], gdn]).sort_values("layer")
+        ax.plot(both["layer"], np.maximum(both["value"], FLOOR), color=colors[model], linewidth=0.8,
+                alpha=0.6)
+        ax.plot(softmax["layer"], np.maximum(softmax["value"], FLOOR), linestyle="none", marker="o",
+                color=colors[model], label=plain(model))
+        ax.plot(gdn["layer"], np.maximum(gdn["value"], FLOOR), linestyle="none", marker="s",
+                markerfacecolor="white", color=colors[model])
+    uniform = [runs.summary[m].get("f_attn_uniform") for m in models]
+    uniform = [float(u) for u in uniform if u is not None and np.isfinite(u)]
+    if uniform:
+        ax.axhline(float(np.mean(uniform)), linestyle="--", linewidth=1.0, color=REFERENCE_COLOR,
+                   label="uniform 1/(t+1)")
+    ax.set_yscale("log")
+    ax.set_ylabel("share of the output from key 0")
+    set_layer_ticks(ax, sorted(all_layers), max_ticks=24)
+    ax.plot([], [], linestyle="none", marker="o", color="#555555", label="softmax: F-Attn")
+    ax.plot([], [], linestyle="none", marker="s", markerfacecolor="white", color="#555555",
+            label="GDN: key-0 share")
+    legend_beside(ax)
+    return ax
+
+
+@styled
+def plot_gdn_heads(runs: Any, *, fig: Figure | SubFigure | None = None,
+                   cmap: str = "viridis") -> Figure | SubFigure:
+    """GDN layer x value-head maps, one row per model: mean SiLU(z), mean beta, the decay's
+    half-life and the key-0 share. Each column has one colour scale shared by its models."""
+    runs = load_runs(runs)
+    models = gdn_models(runs)
+    fig = figure_or_new(fig, 2.0 + 2.3 * len(HEAD_MAPS), 0.6 + 2.4 * max(len(models), 1))
+    if not models:
+        return not_applicable(fig.add_subplot(), "No run measured Gated DeltaNet layers (--gdn).")
+    axes = fig.subplots(len(models), len(HEAD_MAPS), squeeze=False)
+    for column, (table, quantity, label) in enumerate(HEAD_MAPS):
+        found = [head_matrix(runs, model, table, quantity) for model in models]
+        norm = shared_norm([matrix for _, matrix in found])
+        for row, (model, (layers, matrix)) in enumerate(zip(models, found)):
+            ax = axes[row, column]
+            image = layer_head_heatmap(ax, matrix, norm=norm, cmap=cmap)
+            set_layer_ticks(ax, layers, axis="y", positions=range(len(layers)), label="GDN layer")
+            ax.set_xlabel("value head")
+            panel_title(ax, label, panels=len(HEAD_MAPS), after=plain(model) if len(models) > 1 else None)
+        fig.colorbar(image, ax=list(axes[:, column]), shrink=0.9)
+    return fig
+
+
+__all__ = ["plot_sink_by_layer", "plot_gdn_heads"]
