@@ -6,9 +6,12 @@ tokens, float32, one thread, each measurement in its own niced process (common.r
 
   plain     the model's forward, no hooks
   probe     probe's default pass (Capture: gates, F-Attn, M-Act, sparsity, ...)
-  gdn       the same pass with --gdn: per-token statistics and the per-key terms of every GDN layer
+  gdn       the same pass with --gdn: the GDN layers' per-token statistics (SiLU(z), beta, decay,
+            sparsity, head norms)
+  gdn_keys  --gdn --anatomy: also the per-key terms of every GDN layer (and the softmax anatomy)
 
-CPU seconds (best of --repeat) and the peak RSS added, beside a T x T float32 matrix's size.
+CPU seconds (best of --repeat), the ratio to `plain`, and the peak RSS added, beside a T x T
+float32 matrix's size.
 
     python benchmarks/gdn.py [--lengths 2048 16384] [--repeat 1] [--memory-gb 8]
 """
@@ -23,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import child_args, clocks, run_child  # noqa: E402
 
-METHODS = ("plain", "probe", "gdn")
+METHODS = ("plain", "probe", "gdn", "gdn_keys")
 
 
 def measure(method: str, T: int, repeat: int) -> dict:
@@ -45,7 +48,8 @@ def measure(method: str, T: int, repeat: int) -> dict:
             if method == "plain":
                 lm.model(input_ids=ids, use_cache=False)
                 return
-            cap = probe.Capture(lm.model, lm.layout, gdn=method == "gdn")
+            cap = probe.Capture(lm.model, lm.layout, gdn=method.startswith("gdn"), anatomy=method == "gdn_keys",
+                                vocab_size=lm.model.config.vocab_size)
             with cap, cap.batch(ids):
                 lm.model(input_ids=ids, use_cache=False)
     run()                                                          # warm-up (the kernel's one warning)
@@ -64,15 +68,18 @@ def main() -> None:
     ap.add_argument("--memory-gb", type=float, default=8)
     ap.add_argument("--timeout", type=float, default=1800)
     o = ap.parse_args()
-    print(f"{'T':>6} {'method':>6} {'cpu s':>8} {'wall s':>8} {'peak MB':>8} {'T x T f32 MB':>12}")
+    print(f"{'T':>6} {'method':>8} {'cpu s':>8} {'x plain':>8} {'wall s':>8} {'peak MB':>8} {'T x T f32 MB':>12}")
     for T in o.lengths:
+        plain = None
         for method in METHODS:
             r = run_child(__file__, dict(method=method, T=T, repeat=o.repeat), o.timeout, o.memory_gb,
                           steady_heap=True)
             if "error" in r:
-                print(f"{T:>6} {method:>6} {r['error']}")
+                print(f"{T:>6} {method:>8} {r['error']}")
                 continue
-            print(f"{T:>6} {method:>6} {r['seconds']:>8.2f} {r['wall_seconds']:>8.2f} {r['peak_mb']:>8.1f} "
+            plain = r["seconds"] if method == "plain" else plain
+            ratio = f"{r['seconds'] / plain:>8.2f}" if plain else f"{'':>8}"
+            print(f"{T:>6} {method:>8} {r['seconds']:>8.2f} {ratio} {r['wall_seconds']:>8.2f} {r['peak_mb']:>8.1f} "
                   f"{r['tt_float32_mb']:>12.0f}", flush=True)
 
 

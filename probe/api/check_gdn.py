@@ -31,7 +31,8 @@ def gdn_rows(loaded, ids: torch.Tensor) -> list[dict]:
                              tolerance=math.nan, passed=True, detail=why))
     from ..metrics.gdn.keys import tolerance
 
-    cap = Capture(loaded.model, layout, gdn=True)
+    # The per-key terms come with anatomy (as in probe analyze --gdn --anatomy).
+    cap = Capture(loaded.model, layout, gdn=True, anatomy=True, vocab_size=loaded.model.config.vocab_size)
     metric = cap.metrics["gdn"]
     if not metric.keys:
         return rows

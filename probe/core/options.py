@@ -282,9 +282,10 @@ class AnalysisOptions:
                "value_drains.csv, gate_sink.csv", cli=FLAG, resume=True)
     gdn: bool = option(
         False, "Gated DeltaNet layers (hybrids: Qwen3-Next, Qwen3.5): their SiLU output gate, write strength beta, "
-               "decay and half-life, and the exact split of each output into per-key terms (key-0 share, "
-               "state share; a Q.K^T pass per layer): gdn_gates.csv, gdn_top_beta.csv, gdn_sparsity.csv, "
-               "gdn_head_norms.csv, gdn_keys.csv, gdn_state_share.csv, gdn_check.csv", cli=FLAG, resume=True)
+               "decay and half-life, sparsity and head output size: gdn_gates.csv, gdn_gate_hist.csv, "
+               "gdn_top_beta.csv, gdn_sparsity.csv, gdn_head_norms.csv; with --anatomy also the exact split "
+               "of each output into per-key terms (key-0 share, state share, their check; a Q.K^T pass "
+               "per layer): gdn_keys.csv, gdn_key0_buckets.csv, gdn_check.csv", cli=FLAG, resume=True)
     resamples: int = option(
         1000, "bootstrap resamples of the 95 percent intervals (*_lo / *_hi: sequences resampled, fixed seed); "
               "0: no intervals", check=_resamples, cli=INT, meta=True)

@@ -29,8 +29,12 @@ HEAD_MAPS = (
 )
 
 
+NO_KEYS = ("No run has the GDN layers' per-key terms (gdn_keys.csv): analyse with --gdn --anatomy "
+           "for the key-0 share.")
+
+
 def gdn_models(runs: Runs) -> list[str]:
-    """The models whose runs measured GDN layers (gdn_keys.csv has rows for them)."""
+    """The models whose runs measured GDN layers (gdn_gates.csv or gdn_keys.csv has their rows)."""
     found = set(runs.gdn_keys["model"]) | set(runs.gdn_gates["model"])
     return [model for model in runs.models if model in found]
 
@@ -40,6 +44,16 @@ def key0_by_layer(runs: Runs, model: str) -> pd.DataFrame:
     rows = runs.rows("gdn_keys", model)
     rows = rows[rows["metric"] == "key0_share"]
     return rows.groupby("layer", as_index=False)["value"].mean().sort_values("layer")
+
+
+def has_keys(runs: Runs) -> bool:
+    """Whether any run has the per-key terms (--gdn with --anatomy)."""
+    return bool(len(runs.gdn_keys))
+
+
+def head_maps(runs: Runs) -> tuple:
+    """The columns of plot_gdn_heads: the key-0 share's only where a run has the per-key terms."""
+    return HEAD_MAPS if has_keys(runs) else HEAD_MAPS[:-1]
 
 
 def head_matrix(runs: Runs, model: str, table: str, quantity: str) -> tuple[list[int], np.ndarray]:
@@ -71,6 +85,8 @@ def plot_sink_by_layer(runs: Any, *, ax: Axes | None = None) -> Figure | SubFigu
     models = gdn_models(runs)
     if not models:
         return not_applicable(ax, "No run measured Gated DeltaNet layers (analyse with --gdn).")
+    if not has_keys(runs):
+        return not_applicable(ax, NO_KEYS)
     colors = model_colors(runs.models)
     f_attn = first_token_by_layer(runs, "f_attn")
     all_layers: set[int] = set()
@@ -109,11 +125,12 @@ def plot_gdn_heads(runs: Any, *, fig: Figure | SubFigure | None = None,
     half-life and the key-0 share. Each column has one colour scale shared by its models."""
     runs = load_runs(runs)
     models = gdn_models(runs)
-    fig = figure_or_new(fig, 2.0 + 2.3 * len(HEAD_MAPS), 0.6 + 2.4 * max(len(models), 1))
+    maps = head_maps(runs)
+    fig = figure_or_new(fig, 2.0 + 2.3 * len(maps), 0.6 + 2.4 * max(len(models), 1))
     if not models:
         return not_applicable(fig.add_subplot(), "No run measured Gated DeltaNet layers (--gdn).")
-    axes = fig.subplots(len(models), len(HEAD_MAPS), squeeze=False)
-    for column, (table, quantity, label) in enumerate(HEAD_MAPS):
+    axes = fig.subplots(len(models), len(maps), squeeze=False)
+    for column, (table, quantity, label) in enumerate(maps):
         found = [head_matrix(runs, model, table, quantity) for model in models]
         norm = shared_norm([matrix for _, matrix in found])
         for row, (model, (layers, matrix)) in enumerate(zip(models, found)):
@@ -121,7 +138,7 @@ def plot_gdn_heads(runs: Any, *, fig: Figure | SubFigure | None = None,
             image = layer_head_heatmap(ax, matrix, norm=norm, cmap=cmap)
             set_layer_ticks(ax, layers, axis="y", positions=range(len(layers)), label="GDN layer")
             ax.set_xlabel("value head")
-            panel_title(ax, label, panels=len(HEAD_MAPS), after=plain(model) if len(models) > 1 else None)
+            panel_title(ax, label, panels=len(maps), after=plain(model) if len(models) > 1 else None)
         fig.colorbar(image, ax=list(axes[:, column]), shrink=0.9)
     return fig
 

@@ -13,7 +13,8 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from probe.reports.plots.linear_attention import FLOOR, gdn_models, plot_gdn_heads, plot_sink_by_layer
+from probe.reports.plots.linear_attention import (FLOOR, NO_KEYS, gdn_models, has_keys, plot_gdn_heads,
+                                                  plot_sink_by_layer)
 from probe.reports.labels import LINEAR_ATTENTION
 from probe.reports.runs import Runs
 from probe.reports.sections.items import FigureItem, Section, TableItem, axes_level, needing
@@ -44,33 +45,37 @@ def per_layer(runs: Runs) -> pd.DataFrame:
                         "SiLU(z)": f"{_mean(g, 'gate_silu'):.3f}", "β": f"{_mean(g, 'beta'):.3f}",
                         "exp(g)": f"{_mean(g, 'decay'):.3f}",
                         "half-life": f"{_mean(g, 'decay', 'half_life'):.3g}",
-                        "key-0 share": f"{key['key0_share']:.3g}", "φ key 0": f"{key['phi_first']:.3g}",
+                        "key-0 share": _fmt(key["key0_share"], ".3g"), "φ key 0": _fmt(key["phi_first"], ".3g"),
                         "check": (f"{c['max_rel_error'].max():.1e}" + ("" if c["passed"].all() else " FAIL"))
                         if len(c) else "–"})
     return pd.DataFrame(out).set_index("model") if out else pd.DataFrame()
 
 
 def _headline(runs: Runs) -> list[str]:
-    """One line per model: the pooled GDN numbers of summary.json, with the softmax F-Attn."""
+    """One sentence per model: the pooled GDN numbers of summary.json, beside the softmax F-Attn."""
     lines = []
     for model in gdn_models(runs):
         gdn = runs.summary[model].get("gdn") or {}
         if not gdn:
             continue
-        f_attn = runs.summary[model].get("f_attn")
-        lo, hi = gdn.get("key0_share_lo"), gdn.get("key0_share_hi")
-        interval = f" (95% interval [{lo:.3g}, {hi:.3g}])" if lo is not None and hi is not None else ""
-        lines.append(
-            f"{plain(model)}: key-0 share {gdn.get('key0_share', float('nan')):.3g}{interval} over its GDN layers "
-            f"(GDN sink rate {gdn.get('sink_rate', float('nan')):.3g} at ε = {gdn.get('sink_epsilon')}), "
-            f"against F-Attn {f_attn:.3g} over its softmax layers; mean SiLU(z) "
-            f"{gdn.get('mean_gate_silu', float('nan')):.3f}, mean β {gdn.get('mean_beta', float('nan')):.3f}; "
-            f"largest reconstruction error {gdn.get('max_rel_error', float('nan')):.1e}"
-            + ("" if not gdn.get("failed_layers") else
-               f", layers past the tolerance: {', '.join(map(str, gdn['failed_layers']))}") + "."
-            if f_attn is not None and np.isfinite(f_attn) else
-            f"{plain(model)}: key-0 share {gdn.get('key0_share', float('nan')):.3g}{interval} over its GDN layers.")
+        parts = [f"mean SiLU(z) {_fmt(gdn.get('mean_gate_silu'), '.3f')}", f"mean β {_fmt(gdn.get('mean_beta'), '.3f')}"]
+        if gdn.get("key0_share") is not None:
+            lo, hi = gdn.get("key0_share_lo"), gdn.get("key0_share_hi")
+            interval = f" (95% interval [{lo:.3g}, {hi:.3g}])" if lo is not None and hi is not None else ""
+            f_attn = runs.summary[model].get("f_attn")
+            parts.insert(0, f"key-0 share {gdn['key0_share']:.3g}{interval} over its GDN layers (GDN sink rate "
+                            f"{_fmt(gdn.get('sink_rate'), '.3g')} at ε = {gdn.get('sink_epsilon')})"
+                            + (f", against F-Attn {f_attn:.3g} over its softmax layers"
+                               if f_attn is not None and np.isfinite(f_attn) else ""))
+            parts.append(f"largest reconstruction error {_fmt(gdn.get('max_rel_error'), '.1e')}"
+                         + (f", layers past the tolerance: {', '.join(map(str, gdn['failed_layers']))}"
+                            if gdn.get("failed_layers") else ""))
+        lines.append(f"{plain(model)}: " + "; ".join(parts) + ".")
     return lines
+
+
+def _fmt(value, spec: str) -> str:
+    return "n/a" if value is None or not np.isfinite(value) else format(value, spec)
 
 
 def linear_attention(runs: Runs) -> Section | None:
@@ -81,9 +86,18 @@ def linear_attention(runs: Runs) -> Section | None:
     return _measured(runs)
 
 
-@needing("gdn_keys", "gdn_gates", id=ID, title=TITLE)
+@needing("gdn_gates", id=ID, title=TITLE)
 def _measured(runs: Runs) -> Section:
-    models = gdn_models(runs)
+    models, keys = gdn_models(runs), has_keys(runs)
+    sink = FigureItem("gdn-sink-by-layer", "Where a hybrid keeps its sink",
+                      axes_level(partial(plot_sink_by_layer, runs)),
+                      "On one layer axis: the softmax layers' F-Attn (filled circles: attention "
+                      "probability on the first token, head mean over queries t ≥ 1) and the GDN "
+                      "layers' key-0 share (open squares: |c_{t,0}| / Σ_s |c_{t,s}|, head mean over "
+                      "queries t ≥ 1), one colour per model. Log scale; a share below "
+                      f"{FLOOR:g} is drawn at {FLOOR:g}. Dashed: the uniform reference mean_t 1/(t+1). "
+                      "The two shares are not the same quantity: F-Attn weighs probabilities, the "
+                      "key-0 share the size of each key's term in the output.")
     return Section(
         id=ID, title=TITLE,
         intro=("Three in four layers of Qwen3-Next and Qwen3.5 are Gated DeltaNet layers. Each has "
@@ -93,21 +107,14 @@ def _measured(runs: Runs) -> Section:
                "the GDN counterpart of F-Attn. Key s is the position after the causal conv1d, "
                "which mixes tokens s-3 to s. " + " ".join(_headline(runs))),
         items=[
-            FigureItem("gdn-sink-by-layer", "Where a hybrid keeps its sink",
-                       axes_level(partial(plot_sink_by_layer, runs)),
-                       "On one layer axis: the softmax layers' F-Attn (filled circles: attention "
-                       "probability on the first token, head mean over queries t ≥ 1) and the GDN "
-                       "layers' key-0 share (open squares: |c_{t,0}| / Σ_s |c_{t,s}|, head mean over "
-                       "queries t ≥ 1), one colour per model. Log scale; a share below "
-                       f"{FLOOR:g} is drawn at {FLOOR:g}. Dashed: the uniform reference mean_t 1/(t+1). "
-                       "The two shares are not the same quantity: F-Attn weighs probabilities, the "
-                       "key-0 share the size of each key's term in the output."),
+            *([sink] if keys else []),
             FigureItem("gdn-heads", "GDN gates, write strength, decay and key-0 share per head",
                        partial(plot_gdn_heads, runs),
                        "Per GDN layer (rows) and value head (columns), over every analysed token: "
                        "the mean output gate SiLU(z) (a SiLU gate, not a sigmoid one: it is "
                        "unbounded above and can be negative), the mean write strength β = sigmoid(b), "
-                       "the decay's half-life ln 0.5 / mean g in tokens, and the key-0 share; one row "
+                       "the decay's half-life ln 0.5 / mean g in tokens" + (", and the key-0 share" if keys else "")
+                       + "; one row "
                        "per model (" + ", ".join(plain(m) for m in models) + "), one colour scale per "
                        "column."),
             TableItem("gdn-per-layer", "GDN layers: gate, write strength, decay, key 0", per_layer(runs),
@@ -118,6 +125,7 @@ def _measured(runs: Runs) -> Section:
                       "out_proj; gdn_check.csv), FAIL past the tolerance.",
                       index_label="model"),
         ],
+        notes=[] if keys else [NO_KEYS.replace("No run has", "The runs lack")],
     )
 
 

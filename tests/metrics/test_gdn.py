@@ -53,7 +53,7 @@ def recorded(request, loaded, monkeypatch_module):
                                              beta=beta.detach().clone(), o=out[0].detach().clone())
         return out
     monkeypatch_module.setattr(module, "torch_chunk_gated_delta_rule", recording)
-    cap = probe.Capture(lm.model, lm.layout, gdn=True)
+    cap = probe.Capture(lm.model, lm.layout, gdn=True, anatomy=True, vocab_size=lm.model.config.vocab_size)
     calls, handles = {}, []
     cap.on(GDN, lambda layer, o, b, call: calls.__setitem__(layer, call))
     for p in lm.layout.layers:
@@ -158,7 +158,7 @@ def test_terms_against_transformers_chunk_kernel_on_random_grouped_inputs():
 @pytest.fixture(scope="module")
 def run(checkpoint):
     return {kind: probe.analyze(checkpoint(kind), texts=[TEXT[:500]], seq_len=48, batch_size=2, max_sequences=3,
-                                progress=False, gdn=True, resamples=0) for kind in KINDS}
+                                progress=False, gdn=True, anatomy=True, resamples=0) for kind in KINDS}
 
 
 def test_the_run_checks_its_terms_and_writes_every_table(run):
@@ -185,7 +185,7 @@ def test_key0_share_is_the_mean_of_independent_terms(checkpoint, loaded):
     """One sequence: the metric's key-0 share per head against the recurrence's terms."""
     lm = loaded("qwen3_5")
     ids = torch.randint(3, 200, (1, 40), generator=torch.Generator().manual_seed(3))
-    cap = probe.Capture(lm.model, lm.layout, gdn=True)
+    cap = probe.Capture(lm.model, lm.layout, gdn=True, anatomy=True, vocab_size=lm.model.config.vocab_size)
     calls = {}
     cap.on(GDN, lambda layer, o, b, call: calls.__setitem__(layer, call))
     with torch.no_grad(), cap, cap.batch(ids):
@@ -221,7 +221,7 @@ def test_a_layer_probe_cannot_read_is_named_and_the_rest_measured(checkpoint, mo
     monkeypatch.setattr(reduce_gdn, "gdn_parts", parts)
     with pytest.warns(UserWarning, match=r"^linear-attention layers not measured \(layer 1: KimiDeltaAttention"):
         a = probe.analyze(checkpoint("qwen3_5"), texts=[TEXT[:300]], seq_len=32, batch_size=2, max_sequences=2,
-                          progress=False, gdn=True, resamples=0)
+                          progress=False, gdn=True, anatomy=True, resamples=0)
     assert a.meta["gdn"] == [0, 2]
     assert a.meta["gdn_refused"] == "linear-attention layers not measured (layer 1: KimiDeltaAttention: a channel-wise decay)"
     assert a.summary["gdn"]["refused"] == a.meta["gdn_refused"]
@@ -239,7 +239,7 @@ def test_key0_share_interval_resamples_each_sequences_own_shares(checkpoint):
 
     ids = torch.randint(3, 200, (4, 40), generator=torch.Generator().manual_seed(5))
     path = checkpoint("qwen3_5")
-    opts = dict(seq_len=40, bos="none", batch_size=2, progress=False, gdn=True)
+    opts = dict(seq_len=40, bos="none", batch_size=2, progress=False, gdn=True, anatomy=True)
     whole = probe.analyze(path, ids, resamples=300, **opts)
     alone = [probe.analyze(path, ids[i:i + 1], resamples=0, **opts).tables["gdn_keys"] for i in range(4)]
     layers = sorted(set(alone[0].layer))

@@ -21,14 +21,15 @@ def hybrid_runs(checkpoint, tmp_path_factory):
     """(with --gdn, without) one Qwen3.5 hybrid's run directories, and the --gdn Analysis."""
     root = tmp_path_factory.mktemp("gdn-report")
     opts = dict(texts=[TEXT[:600]], seq_len=48, batch_size=2, max_sequences=3, progress=False, resamples=100)
-    with_gdn = probe.analyze(checkpoint("qwen3_5"), gdn=True, **opts)
+    with_gdn = probe.analyze(checkpoint("qwen3_5"), gdn=True, anatomy=True, **opts)
     with_gdn.save(root / "gdn")
     probe.analyze(checkpoint("qwen3_5"), **opts).save(root / "plain")
-    return load_runs([root / "gdn"]), load_runs([root / "plain"]), with_gdn
+    probe.analyze(checkpoint("qwen3_5"), gdn=True, **opts).save(root / "no-keys")
+    return load_runs([root / "gdn"]), load_runs([root / "plain"]), with_gdn, load_runs([root / "no-keys"])
 
 
 def test_table_shows_the_runs_own_numbers(hybrid_runs):
-    runs, _, a = hybrid_runs
+    runs, _, a, _ = hybrid_runs
     table = per_layer(runs)
     gates, keys = a.tables["gdn_gates"], a.tables["gdn_keys"]
     assert list(table["layer"]) == ["0", "1", "2"]
@@ -45,7 +46,7 @@ def test_table_shows_the_runs_own_numbers(hybrid_runs):
 
 
 def test_sink_figure_puts_f_attn_and_key0_share_on_one_layer_axis(hybrid_runs):
-    runs, _, a = hybrid_runs
+    runs, _, a, _ = hybrid_runs
     ax = plot_sink_by_layer(runs).axes[0]              # the figure that holds the axes
     points = {line.get_marker(): (list(line.get_xdata()), list(line.get_ydata()))
               for line in ax.lines if line.get_linestyle() == "None" and len(line.get_xdata())}
@@ -66,7 +67,7 @@ def test_no_section_and_no_claims_note_without_a_hybrid(run_dirs):
 
 
 def test_section_left_out_in_one_line_without_gdn(hybrid_runs):
-    runs, plain, a = hybrid_runs
+    runs, plain, a, _ = hybrid_runs
     shown = linear_attention(runs)
     assert shown.omitted is None and [i.id for i in shown.items] == ["gdn-sink-by-layer", "gdn-heads", "gdn-per-layer"]
     s = a.summary["gdn"]
@@ -76,7 +77,18 @@ def test_section_left_out_in_one_line_without_gdn(hybrid_runs):
 
 
 def test_claims_say_which_claims_cover_gdn_layers(hybrid_runs, loaded):
-    runs, plain, _ = hybrid_runs
+    runs, plain, _, _ = hybrid_runs
     (with_gdn,), (without,) = linear_attention_scope(runs), linear_attention_scope(plain)
     assert "Claims 1-3 are judged on the softmax-attention layers only" in with_gdn
     assert "section on linear-attention layers" in with_gdn and "--gdn" in without
+
+
+def test_without_anatomy_the_section_shows_the_gates_and_says_how_to_get_the_key_terms(hybrid_runs):
+    """--gdn alone measures gates, beta and decay; the per-key terms (an extra Q.K^T pass) come
+    with --anatomy: no sink figure, no key-0 column, and one note saying so."""
+    *_, no_keys = hybrid_runs
+    section = linear_attention(no_keys)
+    assert [i.id for i in section.items] == ["gdn-heads", "gdn-per-layer"]
+    assert "--gdn --anatomy" in section.notes[0]
+    assert set(per_layer(no_keys)["key-0 share"]) == {"n/a"}
+    assert no_keys.summary[no_keys.models[0]]["gdn"]["key0_share"] is None

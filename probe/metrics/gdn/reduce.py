@@ -34,6 +34,9 @@ class GatedDeltaNet(Metric):
     def setup(self) -> None:
         layout, options, token_groups = self.layout, self.options, self.context.token_groups
         self.enabled = bool(getattr(options, "gdn", False))
+        # The per-key terms cost an extra Q.K^T pass per GDN layer (O(T^2 d), float64), more than
+        # the forward at long T: like the softmax layers' per-key view, they come with --anatomy.
+        self.per_key = self.enabled and bool(getattr(options, "anatomy", False))
         self.groups = token_groups
         extra = [n for n in (token_groups.names if token_groups is not None else ()) if n != "first"]
         self.names = [*BASE_GROUPS, *extra]
@@ -53,7 +56,8 @@ class GatedDeltaNet(Metric):
             H = self.heads[p.index] = parts.num_v_heads
             self.tokens[p.index] = TokenStats(len(self.names), H)
             self.outputs[p.index] = OutputStats(len(self.names), H, options.thresholds)
-            self.keys[p.index] = KeyStats(H, self.context.sequences)
+            if self.per_key:
+                self.keys[p.index] = KeyStats(H, self.context.sequences)
         if self.refused:
             warnings.warn(describe_refused(self.refused))
 
@@ -61,7 +65,8 @@ class GatedDeltaNet(Metric):
         return self.enabled and bool(self.tokens)
 
     def reducers(self) -> list:
-        return [r for layer in sorted(self.tokens) for r in (self.tokens[layer], self.outputs[layer], self.keys[layer])]
+        return [r for layer in sorted(self.tokens)
+                for r in (self.tokens[layer], self.outputs[layer], *([self.keys[layer]] if self.per_key else []))]
 
     @torch.no_grad()
     def update(self, layer, o, b, call=None) -> None:                        # o (B, T, Hv, dv)
@@ -83,6 +88,8 @@ class GatedDeltaNet(Metric):
         bins = {k: Bins(v) for k, v in rows.items()}
         norms = {"pre": _norm(rows["pre_gate"]), "normed": _norm(rows["normed"]), "post": _norm(rows["gated"])}
         self.outputs[layer].follow(dev).update(bins, norms, member)
+        if not self.per_key:
+            return
         keys = self.keys[layer].follow(dev)
         valid = b.valid.to(dev)
         for row, sequence in enumerate(b.seq_index.tolist()):
@@ -100,7 +107,7 @@ class GatedDeltaNet(Metric):
         name = done.name
         gates, hist, top, sparsity, norms, keys, buckets, check = ([] for _ in range(8))
         for layer in sorted(self.tokens):
-            t, out, ks = self.tokens[layer], self.outputs[layer], self.keys[layer]
+            t, out = self.tokens[layer], self.outputs[layer]
             for qi, quantity in enumerate(QUANTITIES):
                 for metric, values in t.metrics(qi).items():
                     for gi, group in enumerate(self.names):
@@ -128,26 +135,32 @@ class GatedDeltaNet(Metric):
                     pre, normed, post = (_div(getattr(out, k)[gi, h], n) for k in ("pre", "normed", "post"))
                     norms.append(dict(model=name, layer=layer, head=h, group=group, tokens=n, pre=pre,
                                       normed=normed, post=post, ratio_of_means=_div(post, normed)))
-            for metric, values in ks.values().items():
-                keys += [dict(model=name, layer=layer, head=h, metric=metric, value=float(v))
-                         for h, v in enumerate(values.tolist())]
-            for h in range(self.heads[layer]):
-                for j in range(BUCKETS):
-                    n = int(ks.bucket_n[h, j])
-                    if n:
-                        buckets.append(dict(model=name, layer=layer, head=h, bucket_lo=float(2 ** j),
-                                            bucket_hi=float(2 ** (j + 1)), value=float(ks.bucket_sum[h, j]) / n,
-                                            n_queries=float(n)))
-            tol = tolerance(self.dtype.get(layer, torch.float32))
-            for i, site in enumerate(CHECK_SITES):
-                err = float(ks.error[i]) if int(ks.sequences) else math.nan
-                site_tol = 1e-9 if site == "state_share_sum" else tol
-                check.append(dict(model=name, layer=layer, site=site, max_rel_error=err, tolerance=site_tol,
-                                  passed=bool(err <= site_tol)))
+            if self.per_key:
+                self._key_rows(name, layer, keys, buckets, check)
         cols = {t: list(c) for t, c in self.TABLES.items()}
         frames = dict(gdn_gates=gates, gdn_gate_hist=hist, gdn_top_beta=top, gdn_sparsity=sparsity,
                       gdn_head_norms=norms, gdn_keys=keys, gdn_key0_buckets=buckets, gdn_check=check)
         return {k: pd.DataFrame(v, columns=cols[k]) for k, v in frames.items()}
+
+    def _key_rows(self, name: str, layer: int, keys: list, buckets: list, check: list) -> None:
+        """gdn_keys, gdn_key0_buckets and gdn_check rows of one layer's per-key terms (--anatomy)."""
+        ks = self.keys[layer]
+        for metric, values in ks.values().items():
+            keys += [dict(model=name, layer=layer, head=h, metric=metric, value=float(v))
+                     for h, v in enumerate(values.tolist())]
+        for h in range(self.heads[layer]):
+            for j in range(BUCKETS):
+                n = int(ks.bucket_n[h, j])
+                if n:
+                    buckets.append(dict(model=name, layer=layer, head=h, bucket_lo=float(2 ** j),
+                                        bucket_hi=float(2 ** (j + 1)), value=float(ks.bucket_sum[h, j]) / n,
+                                        n_queries=float(n)))
+        tol = tolerance(self.dtype.get(layer, torch.float32))
+        for i, site in enumerate(CHECK_SITES):
+            err = float(ks.error[i]) if int(ks.sequences) else math.nan
+            site_tol = 1e-9 if site == "state_share_sum" else tol
+            check.append(dict(model=name, layer=layer, site=site, max_rel_error=err, tolerance=site_tol,
+                              passed=bool(err <= site_tol)))
 
     def summarise(self, a, layers, done) -> dict:
         """summary.json `gdn`: per GDN layer its mean SiLU gate, beta, half-life, key-0 share and
@@ -158,8 +171,8 @@ class GatedDeltaNet(Metric):
             return {}
         per_layer, cells = [], []
         for layer in sorted(self.tokens):
-            t, ks = self.tokens[layer], self.keys[layer]
-            key0 = ks.values()["key0_share"]
+            t, ks = self.tokens[layer], self.keys.get(layer)
+            key0 = ks.values()["key0_share"] if ks is not None else torch.full((self.heads[layer],), math.nan)
             cells += [float(v) for v in key0.tolist() if not math.isnan(v)]
             beta, decay = t.metrics(1), t.metrics(2)
             check = a.tables.get("gdn_check")
@@ -168,18 +181,19 @@ class GatedDeltaNet(Metric):
                 "layer": layer, "mean_gate_silu": self.mean_gate(layer),
                 "mean_beta": _nanmean(beta["mean"][0]), "mean_decay": _nanmean(decay["mean"][0]),
                 "half_life": _nanmean(decay["half_life"][0]),
-                "key0_share": _nanmean(key0), "max_rel_error": float(ks.error[:3].max()),
+                "key0_share": _nanmean(key0), "max_rel_error": float(ks.error[:3].max()) if ks is not None else None,
                 "passed": None if rows is None else bool(rows.passed.all())})
         lo, hi = self.key0_interval(done.resamples, done.documents)
         return {"gdn": {
             "layers": per_layer,
-            "key0_share": mean([e["key0_share"] for e in per_layer]),
+            "key0_share": mean([e["key0_share"] for e in per_layer]) if self.per_key else None,
             "key0_share_lo": lo, "key0_share_hi": hi,
             "sink_rate": (sum(v > SINK_EPSILON for v in cells) / len(cells)) if cells else None,
             "sink_epsilon": SINK_EPSILON,
             "mean_beta": mean([e["mean_beta"] for e in per_layer]),
             "mean_gate_silu": mean([e["mean_gate_silu"] for e in per_layer]),
-            "max_rel_error": max((e["max_rel_error"] for e in per_layer), default=None),
+            "max_rel_error": max((e["max_rel_error"] for e in per_layer if e["max_rel_error"] is not None),
+                                 default=None),
             "failed_layers": [e["layer"] for e in per_layer if e["passed"] is False],
             "refused": describe_refused(self.refused) if self.refused else None}}
 
@@ -221,7 +235,7 @@ class GatedDeltaNet(Metric):
     def nonfinite(self) -> dict[str, int]:
         out = {}
         for layer in self.tokens:
-            n = int(self.tokens[layer].nonfinite) + int(self.keys[layer].nonfinite)
+            n = int(self.tokens[layer].nonfinite) + (int(self.keys[layer].nonfinite) if layer in self.keys else 0)
             if n:
                 out[f"{layer}:gdn"] = n
         return out
