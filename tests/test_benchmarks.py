@@ -1,4 +1,5 @@
-"""The benchmarks' own measuring pieces (benchmarks/common.py, benchmarks/long_context_peers.py):
+"""The benchmarks' own measuring pieces (benchmarks/common.py, benchmarks/long_context_peers.py,
+benchmarks/gdn_peers.py):
 the clocks and peak memory a child reports, the peers' predicted memory, the rows a resumed run keeps."""
 from __future__ import annotations
 
@@ -50,3 +51,16 @@ def test_rows_written_atomically_come_back(tmp_path):
     lcp.write_atomic(path, {"command": "x", "rows": rows})
     assert lcp.previous_rows(path) == rows
     assert [p.name for p in tmp_path.iterdir()] == ["rows.json"]
+
+
+def test_gdn_peers_compare_on_the_same_inputs():
+    """benchmarks/gdn_peers.py at T = 96 (two of the kernel's chunks): probe's terms add up to
+    transformers' kernel output to float32 rounding; TransformerLens' effective attention, which
+    drops the delta rule's key-removal term, misses it by far more even on normalised q and k."""
+    import gdn_peers
+
+    q, k, v, g, beta = gdn_peers.inputs(96, heads=4, dim=16)
+    reference = gdn_peers.kernel_output(q, k, v, g, beta)
+    error = lambda out: float((out.double() - reference.double()).norm() / reference.double().norm())
+    assert error(gdn_peers.probe_output(q, k, v, g, beta)) < 1e-5
+    assert error(gdn_peers.tl_output(*gdn_peers.normed(q, k), v, g, beta)) > 1e-2
