@@ -13,7 +13,12 @@ tokens, float32, one thread, each measurement in its own niced process (common.r
 CPU seconds (best of --repeat), the ratio to `plain`, and the peak RSS added, beside a T x T
 float32 matrix's size.
 
-    python benchmarks/gdn.py [--lengths 2048 16384] [--repeat 1] [--memory-gb 8]
+--width wide keeps the layer pattern and the small vocabulary but gives every layer a Qwen3.5-sized
+width (hidden 1024, 16 value and 16 key heads of 128 dims in the GDN layers, 8 query heads of 256
+dims in the softmax one): there the forward's matrix products, not the hooks' fixed costs, set
+the time, as in a real hybrid.
+
+    python benchmarks/gdn.py [--lengths 2048 16384] [--repeat 1] [--memory-gb 8] [--width tiny|wide]
 """
 from __future__ import annotations
 
@@ -27,9 +32,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import child_args, clocks, run_child  # noqa: E402
 
 METHODS = ("plain", "probe", "gdn", "gdn_keys")
+WIDTHS = {
+    "tiny": {},
+    "wide": dict(hidden_size=1024, intermediate_size=3072, num_attention_heads=8, num_key_value_heads=2,
+                 head_dim=256, linear_num_key_heads=16, linear_num_value_heads=16, linear_key_head_dim=128,
+                 linear_value_head_dim=128,
+                 # sum(mrope_section) = head_dim * partial_rotary_factor / 2, as Qwen3.5's own
+                 rope_parameters=dict(rope_type="default", rope_theta=1e4, partial_rotary_factor=0.25,
+                                      mrope_section=[11, 11, 10])),
+}
 
 
-def measure(method: str, T: int, repeat: int) -> dict:
+def measure(method: str, T: int, repeat: int, width: str = "tiny") -> dict:
     import torch
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
@@ -39,7 +53,7 @@ def measure(method: str, T: int, repeat: int) -> dict:
 
     torch.set_num_threads(1)
     path = tiny.make_checkpoint("qwen3_5", Path(tempfile.mkdtemp()) / "m", tokenizer=False,
-                                max_position_embeddings=max(2048, T))
+                                max_position_embeddings=max(2048, T), **WIDTHS[width])
     lm = probe.load(path)
     ids = torch.randint(3, 200, (1, T), generator=torch.Generator().manual_seed(0))
 
@@ -67,12 +81,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--memory-gb", type=float, default=8)
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--width", choices=sorted(WIDTHS), default="tiny")
     o = ap.parse_args()
     print(f"{'T':>6} {'method':>8} {'cpu s':>8} {'x plain':>8} {'wall s':>8} {'peak MB':>8} {'T x T f32 MB':>12}")
     for T in o.lengths:
         plain = None
         for method in METHODS:
-            r = run_child(__file__, dict(method=method, T=T, repeat=o.repeat), o.timeout, o.memory_gb,
+            r = run_child(__file__, dict(method=method, T=T, repeat=o.repeat, width=o.width), o.timeout, o.memory_gb,
                           steady_heap=True)
             if "error" in r:
                 print(f"{T:>6} {method:>8} {r['error']}")

@@ -52,32 +52,41 @@ class TokenStats(Reducer):
         where: (seq, pos, tok) of the N tokens."""
         w = member.to(F64)                                                  # (G, N)
         for qi, name in enumerate(QUANTITIES):
-            x = values[name].float()
+            x = values[name].float()                                        # (N, H, D)
             finite = torch.isfinite(x)
-            if not bool(finite.all()):
+            all_finite = bool(finite.all())
+            if not all_finite:
                 self.nonfinite += (~finite).sum()
                 x = x.masked_fill(~finite, math.nan)
-            x0 = x.nan_to_num(0.0).double()
-            D = x.shape[-1]
-            self.count[qi] += (w @ finite.sum(-1).to(F64)).round().to(I64)
-            self.total[qi] += w @ x0.sum(-1)
-            self.total_sq[qi] += w @ (x0 * x0).sum(-1)
+            # Everything is first reduced over D to (N, H) per token and head, then summed over
+            # tokens per group by one (G, N) product: the (N, H, D) gate is read a few times,
+            # never copied per group.
+            x0 = x if all_finite else x.nan_to_num(0.0)
+            n = torch.full(x.shape[:2], x.shape[-1], dtype=F64, device=x.device) if all_finite \
+                else finite.sum(-1).to(F64)                                  # (N, H)
+            self.count[qi] += (w @ n).round().to(I64)
+            x64 = x0.double()
+            self.total[qi] += w @ x64.sum(-1)
+            self.total_sq[qi] += w @ (x64 * x64).sum(-1)
+            del x64
             mag = x.abs()
             for i, t in enumerate(LOW):
                 self.below[qi, :, :, i] += (w @ (mag < t).sum(-1).to(F64)).round().to(I64)
             for i, t in enumerate(HIGH):
                 self.above[qi, :, :, i] += (w @ (x > t).sum(-1).to(F64)).round().to(I64)
+            token_low = (x if all_finite else x.nan_to_num(math.inf)).amin(-1)       # (N, H)
+            token_high = (x if all_finite else x.nan_to_num(-math.inf)).amax(-1)
             for gi in range(member.shape[0]):
-                rows = x[member[gi]]
-                if rows.shape[0]:
-                    self.low[qi, gi] = torch.minimum(self.low[qi, gi], _nan_amin(rows).double())
-                    self.high[qi, gi] = torch.maximum(self.high[qi, gi], _nan_amax(rows).double())
+                rows = member[gi]
+                if bool(rows.any()):
+                    self.low[qi, gi] = torch.minimum(self.low[qi, gi], token_low[rows].amin(0).double())
+                    self.high[qi, gi] = torch.maximum(self.high[qi, gi], token_high[rows].amax(0).double())
             lo, hi = RANGES[name]
-            bins = ((x.nan_to_num(lo) - lo) / (hi - lo) * BINS).floor().clamp_(0, BINS - 1).long()
-            flat = (bins + torch.arange(self.heads, device=x.device)[None, :, None] * BINS)[finite]
+            bins = (((x if all_finite else x.nan_to_num(lo)) - lo) / (hi - lo) * BINS).floor_().clamp_(0, BINS - 1).long()
+            flat = bins + torch.arange(self.heads, device=x.device)[None, :, None] * BINS
+            flat = flat.reshape(-1) if all_finite else flat[finite]
             self.hist[qi] += torch.bincount(flat, minlength=self.heads * BINS).view(self.heads, BINS).to(
                 self.hist.device)
-            del D
         self.g_total += w @ g.double().nan_to_num(0.0)
         self._top(values["beta"][..., 0], where)
 
@@ -120,14 +129,6 @@ class TokenStats(Reducer):
 
 def _best(cands: list) -> list:
     return heapq.nlargest(TOP, cands, key=lambda c: (c[0], -c[1], -c[2]))
-
-
-def _nan_amin(x: torch.Tensor) -> torch.Tensor:
-    return x.nan_to_num(math.inf).amin(dim=tuple(i for i in range(x.dim()) if i != 1))
-
-
-def _nan_amax(x: torch.Tensor) -> torch.Tensor:
-    return x.nan_to_num(-math.inf).amax(dim=tuple(i for i in range(x.dim()) if i != 1))
 
 
 class OutputStats(Reducer):
