@@ -28,9 +28,8 @@ from transformers.masking_utils import AttentionMaskInterface
 # The window, its band mask and the soft-cap are terms a family hands the kernel: defined with
 # them (families/attention_terms.py), so that the sink-anatomy metric recomputes the same logits
 # without reaching up into capture/.
-from ..families.attention_terms import SlidingWindow, band_mask, cap_logits, softmax_terms  # noqa: F401
+from ..families.attention_terms import KeyAblation, SlidingWindow, band_mask, cap_logits, softmax_terms  # noqa: F401
 from . import key_ablation
-from ..families.key_masks import KeyAblation
 from .masks import probe_mask
 
 NAME = "probe"
