@@ -41,13 +41,16 @@ class KeyAblation:
         """(1, 1, end - start, n) bool, True = attend, for queries [start, end) and the key
         positions `keys` (n,)."""
         i = torch.arange(start, end, device=keys.device)[:, None]          # (c, 1)
-        j = keys[None, :]                                                  # (1, n)
+        return self.allows(i, keys[None, :])[None, None]
+
+    def allows(self, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+        """Whether query i sees key j, elementwise over broadcast integer tensors."""
         ok = j <= i
         if self.window is not None:
             ok = ok & ((i - j < self.window) | (j < self.sinks))
         if self.hide_first:
             ok = ok & ~((j == 0) & (i > 0))
-        return ok[None, None]
+        return ok
 
     def first_key_visible(self, T: int, device) -> torch.Tensor:
         """(T,) bool: whether query t sees key 0."""

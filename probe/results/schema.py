@@ -43,7 +43,7 @@ OTHER_TABLES: dict[str, dict[str, str]] = {
     "ablations": {"model": "str", "ablation": "str", "kind": "str", "window": "float", "sinks": "float",
                   "layer": "int", "tokens": "int", "loss": "float", "base_loss": "float", "delta_loss": "float",
                   "delta_lo": "float", "delta_hi": "float", "effect": "str", "f_attn": "float",
-                  "base_f_attn": "float", "note": "str"},
+                  "base_f_attn": "float", "top_keys": "str", "base_top_keys": "str", "note": "str"},
     "ablation_positions": {"model": "str", "ablation": "str", "bucket_lo": "int", "bucket_hi": "int",
                            "tokens": "int", "loss": "float", "base_loss": "float", "delta_loss": "float",
                            "delta_lo": "float", "delta_hi": "float"},

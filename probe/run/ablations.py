@@ -42,10 +42,16 @@ from .interventions import MASSIVE_MIN_ABS, MASSIVE_RATIO, massive_thresholds
 
 
 class _FirstKey:
-    """Observer: per attention layer, sum and count of P[t, 0] over queries t >= 1 that count."""
+    """Observer: per attention layer, sum and count of P[t, 0] over queries t >= 1 that count;
+    with `anatomy`, also the attention every key position receives (sink anatomy's kernel,
+    metrics/anatomy/received.py), summed over layers, heads and queries."""
 
-    def __init__(self):
-        self.sum, self.n, self.valid = {}, {}, None
+    def __init__(self, anatomy: bool = False):
+        self.anatomy, self.valid = anatomy, None
+        self.reset()
+
+    def reset(self):
+        self.sum, self.n, self.received = {}, {}, None
 
     def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None, value=None):
         p0 = attention.first_key_probability(query, key, lse, mask, scale, softcap=softcap)   # (B, H, T)
@@ -53,10 +59,30 @@ class _FirstKey:
         layer = module.layer_idx
         self.sum[layer] = self.sum.get(layer, 0.0) + float((p0[..., 1:].double() * w).sum())
         self.n[layer] = self.n.get(layer, 0) + int(w.sum()) * p0.shape[1]
+        if self.anatomy:
+            from ..metrics.anatomy.received import received_attention
+
+            got = received_attention(query, key, lse, mask, scale, softcap=softcap,
+                                     valid=self.valid.to(query.device)).total.sum((0, 1)).cpu()   # (S,)
+            if self.received is None or len(self.received) < len(got):
+                grown = torch.zeros(len(got), dtype=torch.float64)
+                if self.received is not None:
+                    grown[:len(self.received)] = self.received
+                self.received = grown
+            self.received[:len(got)] += got
 
     def f_attn(self) -> float:
         values = [self.sum[i] / self.n[i] for i in self.n if self.n[i]]
         return float(np.mean(values)) if values else math.nan
+
+    def top_keys(self, k: int = 3) -> str:
+        """'position:share ...' of the k key positions that receive the most attention, as shares
+        of all attention of the pass (every layer, head and counted query); '' without anatomy."""
+        if self.received is None or float(self.received.sum()) <= 0:
+            return ""
+        share = self.received / self.received.sum()
+        top = torch.argsort(share, descending=True, stable=True)[:k]
+        return " ".join(f"{int(i)}:{float(share[i]):.3f}" for i in top)
 
 
 class _PositionLoss:
@@ -113,9 +139,9 @@ def run(prepared: Prepared, *, name: str, reference) -> tuple[pd.DataFrame, pd.D
     dev = next(model.parameters()).device
     thresholds = massive_thresholds(reference, layout, MASSIVE_MIN_ABS, MASSIVE_RATIO)
     bar = _bar(len(todo) + 1, name) if options.progress else None
-    with using_probe_attention(model, observer := _FirstKey()):
+    with using_probe_attention(model, observer := _FirstKey(options.anatomy)):
         def one(data, offset, regs=(), masks=None):
-            observer.sum, observer.n = {}, {}
+            observer.reset()
             loss = _PositionLoss(S, T)
             with installed(regs), ablating(masks or {}), torch.inference_mode():
                 for ids, valid, seq_index in for_each_batch(data, options.batch_size, rank=0, world=1,
@@ -125,9 +151,9 @@ def run(prepared: Prepared, *, name: str, reference) -> tuple[pd.DataFrame, pd.D
                     loss.update(logits, ids, valid, seq_index, offset)
             if bar is not None:
                 bar.update()
-            return loss, observer.f_attn()
+            return loss, observer.f_attn(), observer.top_keys()
 
-        base, base_f = one(dataset, 0)
+        base, base_f, base_top = one(dataset, 0)
         rows, positions = [], []
         for ab, data, offset in todo:
             note, scope = "", layers
@@ -142,7 +168,7 @@ def run(prepared: Prepared, *, name: str, reference) -> tuple[pd.DataFrame, pd.D
                 got = one(data, offset)
             label = ALL_LAYERS if scope is None or len(scope) != 1 or ab.kind.startswith("massive") and ab.scope == "all" \
                 else scope[0]
-            r, p = _rows(name, ab, label, base, base_f, got, options.resamples, dataset.documents, note)
+            r, p = _rows(name, ab, label, base, (base_f, base_top), got, options.resamples, dataset.documents, note)
             rows.append(r)
             positions += p
     if bar is not None:
@@ -153,20 +179,22 @@ def run(prepared: Prepared, *, name: str, reference) -> tuple[pd.DataFrame, pd.D
             pd.DataFrame(positions, columns=list(OTHER_TABLES["ablation_positions"])))
 
 
-def _rows(name, ab: Ablation, layer, base: _PositionLoss, base_f: float, got, resamples, documents, note):
+def _rows(name, ab: Ablation, layer, base: _PositionLoss, base_attention: tuple, got, resamples, documents, note):
+    base_f, base_top = base_attention
     common = dict(model=name, ablation=ab.label, kind=ab.kind, window=ab.window if ab.window else math.nan,
-                  sinks=ab.sinks if ab.kind == "window" else math.nan, layer=layer)
+                  sinks=ab.sinks if ab.kind == "window" else math.nan, layer=layer, base_f_attn=base_f,
+                  base_top_keys=base_top)
     if got is None:
         return dict(common, tokens=0, loss=math.nan, base_loss=math.nan, delta_loss=math.nan, delta_lo=math.nan,
-                    delta_hi=math.nan, effect="not run", f_attn=math.nan, base_f_attn=base_f, note=note), []
-    loss, f = got
+                    delta_hi=math.nan, effect="not run", f_attn=math.nan, top_keys="", note=note), []
+    loss, f, top = got
     mask = loss.n > 0                                                       # (S, K) the same tokens
     if not np.array_equal(base.n[mask], loss.n[mask]):
         raise RuntimeError(f"ablation {ab.label}: token counts differ from the unablated pass")
     d = paired_deltas(loss.nll * mask, base.nll * mask, loss.n, resamples, documents)
     overall = d[-1]
-    row = dict(common, tokens=int(loss.n.sum()), **overall, effect=_effect(overall), f_attn=f,
-               base_f_attn=base_f, note=note)
+    row = dict(common, tokens=int(loss.n.sum()), **overall, effect=_effect(overall), f_attn=f, top_keys=top,
+               note=note)
     edges = loss.edges
     pos = [dict(model=name, ablation=ab.label, bucket_lo=int(edges[k]), bucket_hi=int(edges[k + 1]),
                 tokens=int(loss.n[:, k].sum()), **d[k]) for k in range(len(edges) - 1) if loss.n[:, k].sum()]

@@ -98,6 +98,8 @@ def ablation_display(runs: Runs) -> pd.DataFrame:
                      "Δ loss": f"{r.delta_loss:+.4f}" if ok else "–", "95% interval": interval,
                      "effect": r.effect if ok else r.note,
                      "F-Attn": f"{r.f_attn:.3f} (was {r.base_f_attn:.3f})" if ok else "–",
+                     "top keys": (f"{r.top_keys} (was {r.base_top_keys})" if ok and isinstance(r.top_keys, str)
+                                  and r.top_keys else "–"),
                      "tokens": f"{int(r.tokens)}"})
     return pd.DataFrame(rows).set_index("model") if rows else pd.DataFrame()
 
@@ -124,7 +126,8 @@ def sinks(runs: Runs) -> Section:
             TableItem("sink-ablations-table", "Loss under sink ablations", ablation_display(runs),
                       "ablations.csv: Δ loss = loss under the ablation − the unablated model's on the same "
                       "target tokens, its paired 95% interval, the effect (a direction only where the interval "
-                      "excludes 0), and F-Attn under the ablation."),
+                      "excludes 0), F-Attn under the ablation and, for runs with --anatomy, the three key positions "
+                      "that receive the most attention (position:share of all attention, every layer and head)."),
         ],
     )
 

@@ -149,3 +149,23 @@ def test_a_sliding_window_layer_is_refused_in_one_line():
         key_ablation.check_layer(KeyAblation(hide_first=True), attention.SlidingWindow(16), 16, 40, 2)
     with pytest.raises(ProbeError, match="explicit attention mask"):
         key_ablation.check_layer(KeyAblation(hide_first=True), torch.ones(1, 1, 4, 4, dtype=torch.bool), None, 4, 0)
+
+
+@pytest.mark.parametrize("ab", ABLATIONS[:4], ids=KeyAblation.describe)
+def test_sink_anatomy_under_an_ablation_equals_the_explicit_mask(ab):
+    """Attention received by every key (metrics/anatomy/received.py) reads the ablation as the
+    kernel does: the same as with the explicit (T, T) mask, and as eager softmax's column sums."""
+    from probe.metrics.anatomy.received import key_probability, received_attention
+
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, n, T, 16, generator=g) for n in (4, 2, 2))
+    _, lse = key_ablation.ablated_attention_with_lse(q, k, v, ab, 0.25, None, attention.attention_with_lse)
+    got = received_attention(q, k, lse, ab, 0.25)
+    explicit = received_attention(q, k, lse, explicit_mask(ab, T)[None, None], 0.25)
+    torch.testing.assert_close(got.total, explicit.total, atol=1e-9, rtol=0)
+    assert torch.equal(got.count, explicit.count)
+    _, probs = eager(q, k, v, ab, 0.25)
+    torch.testing.assert_close(got.total, probs.sum(2), atol=1e-5, rtol=1e-5)
+    keys = torch.tensor([0, 1, T - 1])
+    torch.testing.assert_close(key_probability(q, k, lse, keys, ab, 0.25).double(), probs[..., keys],
+                               atol=1e-5, rtol=0)

@@ -26,7 +26,7 @@ SPEC = "windows=4 sinks=0,1 key0 value0 first=remove,replace:id:7"
 @pytest.fixture(scope="module")
 def ablated(checkpoint):
     return probe.analyze(checkpoint("official_headwise"), texts=[TEXT], seq_len=24, max_sequences=6,
-                         ablate=SPEC, resamples=200, progress=False)
+                         ablate=SPEC, resamples=200, progress=False, anatomy=True)
 
 
 def _plain_loss(model, seqs, first_target: int) -> float:
@@ -123,3 +123,13 @@ def test_a_sliding_window_layer_named_is_refused():
     assert _mask_layers(config, layout, None, 64) == [1]
     with pytest.raises(ProbeError, match="layer 0 is a sliding-window layer"):
         _mask_layers(config, layout, (0,), 64)
+
+
+def test_where_the_sink_goes_is_read_from_the_received_attention(ablated):
+    rows = ablated.ablations.set_index("ablation")
+    for text in [*rows.top_keys, rows.base_top_keys.iloc[0]]:
+        shares = {int(p): float(v) for p, v in (item.split(":") for item in text.split())}
+        assert len(shares) == 3 and 0 < sum(shares.values()) <= 1 and max(shares) < 24
+    # With key 0 masked only query 0 attends it (P = 1): key 0's share is 1 / (queries counted).
+    masked = dict(item.split(":") for item in rows.loc["key 0 masked", "top_keys"].split())
+    assert float(masked.get("0", 0)) <= 1 / 23 + 1e-3
