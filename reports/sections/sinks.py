@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure, SubFigure
 
-from probe.reports.plots._layout import figure_or_new, legend_outside
+from probe.reports.plots._layout import figure_or_new
 from probe.reports.runs import Runs, load_runs
 from probe.reports.sections.items import FigureItem, Section, TableItem, needing
 from probe.reports.style import REFERENCE_COLOR, model_colors, styled
@@ -41,7 +41,7 @@ def plot_sink_ablations(runs: Any, *, fig: Figure | SubFigure | None = None) -> 
     positions = runs.ablation_positions
     names = list(dict.fromkeys(runs.ablations["ablation"]))
     ran = [n for n in names if n in set(positions["ablation"])]
-    fig = figure_or_new(fig, 2.0 + 3.2 * (len(models) + 1), 4.4)
+    fig = figure_or_new(fig, 2.0 + 3.2 * (len(models) + 1), 4.4 + 0.22 * math.ceil(len(ran) / 4))
     axes = fig.subplots(1, len(models) + 1, sharey=False)
     cmap = __import__("matplotlib").colormaps["tab20"]
     colors = {n: cmap(i % 20) for i, n in enumerate(ran)}
@@ -69,14 +69,18 @@ def plot_sink_ablations(runs: Any, *, fig: Figure | SubFigure | None = None) -> 
             ax.set_ylim(min(lows) - pad, max(highs) + pad)
     axes[0].set_ylabel("Δ loss (ablated − unablated)")
     _f_attn_panel(axes[-1], runs, models, names)
-    legend_outside(axes[-2] if len(axes) > 1 else axes[-1], *axes[0].get_legend_handles_labels())
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:             # below every panel: the lines are the same ablations in each
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(labels)), fontsize=7,
+                   frameon=False)
     return fig
 
 
 def _f_attn_panel(ax, runs: Runs, models: list[str], names: list[str]) -> None:
     colors = model_colors(runs.models)
     width = 0.8 / max(len(models), 1)
-    rows_all = runs.ablations
+    rows_all = runs.ablations[runs.ablations["model"].isin(models)]
+    names = [n for n in names if rows_all.loc[rows_all["ablation"] == n, "f_attn"].notna().any()]   # those that ran
     labels = ["none", *names]
     for i, model in enumerate(models):
         rows = rows_all[rows_all["model"] == model].set_index("ablation")
@@ -86,7 +90,9 @@ def _f_attn_panel(ax, runs: Runs, models: list[str], names: list[str]) -> None:
     ax.set_yticks(range(len(labels)), labels=labels, fontsize=6.5)
     ax.invert_yaxis()
     ax.set_xlabel("F-Attn under the ablation")
-    ax.set_title("where attention on key 0 goes", fontsize=9)
+    ax.set_title("F-Attn under each ablation", fontsize=9)
+    if len(models) > 1:
+        ax.legend(fontsize=7, frameon=False, loc="lower right")
 
 
 def ablation_display(runs: Runs) -> pd.DataFrame:
