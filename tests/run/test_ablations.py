@@ -133,3 +133,36 @@ def test_where_the_sink_goes_is_read_from_the_received_attention(ablated):
     # With key 0 masked only query 0 attends it (P = 1): key 0's share is 1 / (queries counted).
     masked = dict(item.split(":") for item in rows.loc["key 0 masked", "top_keys"].split())
     assert float(masked.get("0", 0)) <= 1 / 23 + 1e-3
+
+
+def test_massive_activations_set_to_their_mean_and_to_zero(loaded):
+    """_means / _set_massive on a tiny model with a threshold low enough to hit: the hooked layer
+    output is where(|h| >= threshold, the channel's mean of the hits, h), from the raw outputs."""
+    from probe.capture.hooks import installed
+    from probe.run.ablations import _means, _set_massive
+
+    lm = loaded("official_headwise")
+    model, layout = lm.model, lm.layout
+    ids = torch.randint(3, 256, (2, 16), generator=torch.Generator().manual_seed(2))
+    raw = {}
+    keep = [(layout.layers[1].layer, "forward", lambda m, a, o: raw.update(h=(o[0] if isinstance(o, tuple) else o)))]
+    with installed(keep), torch.no_grad():
+        model(input_ids=ids, use_cache=False)
+    h = raw["h"].double()                                               # (B, T, C)
+    threshold = float(h.abs().quantile(0.98))
+    hit = h.abs() >= threshold
+
+    def measure(regs):
+        with installed(regs), torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+    means = _means(layout, {1: threshold}, measure)
+    want = (h * hit).sum((0, 1)) / hit.sum((0, 1)).clamp_min(1)
+    torch.testing.assert_close(means[1].double(), want, atol=1e-6, rtol=1e-6)
+    for mean in (means, None):
+        got = {}
+        regs = _set_massive(layout, {1: threshold}, mean) + [
+            (layout.layers[1].layer, "forward", lambda m, a, o: got.update(h=(o[0] if isinstance(o, tuple) else o)))]
+        with installed(regs), torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+        fill = torch.zeros_like(h) if mean is None else want.expand_as(h)
+        torch.testing.assert_close(got["h"].double(), torch.where(hit, fill, h), atol=1e-6, rtol=0)
