@@ -25,7 +25,7 @@ def status_mb(field: str) -> float:
     return float("nan")
 
 
-def child(what: str, T: int, window: int, sinks: int) -> dict:
+def child(what: str, T: int, window: int, sinks: int, layers: int | None) -> dict:
     import gc
 
     import torch
@@ -39,6 +39,9 @@ def child(what: str, T: int, window: int, sinks: int) -> dict:
     torch.set_num_threads(1)
     loaded = probe.load(real_models.fetch("smollm2"))
     model = loaded.model.eval()
+    if layers:      # the first `layers` decoder layers: the same per-layer shapes, less CPU time
+        model.model.layers = model.model.layers[:layers]
+        loaded.layout.layers = loaded.layout.layers[:layers]
     ids = torch.randint(0, 49152, (1, T), generator=torch.Generator().manual_seed(0))
     gc.collect()
     with open("/proc/self/clear_refs", "w") as f:       # VmHWM := VmRSS from here on
@@ -61,15 +64,18 @@ def main(argv=None) -> int:
     parser.add_argument("--T", type=int, default=8192)
     parser.add_argument("--window", type=int, default=1024)
     parser.add_argument("--sinks", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=None,
+                        help="keep only the first N decoder layers (the peak is per layer; CPU time is not)")
     parser.add_argument("--child", default=None)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.T, args.window, args.sinks)))
+        print(json.dumps(child(args.child, args.T, args.window, args.sinks, args.layers)))
         return 0
     results = {}
     for what in ("plain", "ablated"):
         out = subprocess.run([sys.executable, __file__, "--child", what, "--T", str(args.T), "--window",
-                              str(args.window), "--sinks", str(args.sinks)], capture_output=True, text=True,
+                              str(args.window), "--sinks", str(args.sinks)] + (["--layers", str(args.layers)] if args.layers else []),
+                             capture_output=True, text=True,
                              env={**os.environ, "PYTHONPATH": os.getcwd()})
         if out.returncode:
             print(out.stderr[-2000:], file=sys.stderr)
@@ -78,7 +84,7 @@ def main(argv=None) -> int:
         print(json.dumps(results[what]), flush=True)
     p, a = results["plain"], results["ablated"]
     grow = lambda r: r["peak_mb"] - r["rss_before_mb"]      # noqa: E731
-    print(f"T={args.T} window {args.window} + {args.sinks} sinks: peak {a['peak_mb']:.0f} MB vs plain "
+    print(f"T={args.T}{f', first {args.layers} layers' if args.layers else ''} window {args.window} + {args.sinks} sinks: peak {a['peak_mb']:.0f} MB vs plain "
           f"{p['peak_mb']:.0f} MB ({a['peak_mb'] / p['peak_mb']:.2f}x); the forward's own growth "
           f"{grow(a):.0f} MB vs {grow(p):.0f} MB ({grow(a) / grow(p):.2f}x)")
     return 0
