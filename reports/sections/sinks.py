@@ -24,6 +24,10 @@ from probe.reports.style import REFERENCE_COLOR, model_colors, styled
 from probe.reports.text import plain
 
 AFTER = "interventions"
+# Δ loss spans more than this many nats (massive activations zeroed: ~15): a symlog y axis, linear
+# within ±SYMLOG_LINEAR, so that effects of hundredths of a nat stay visible beside it.
+SYMLOG_ABOVE = 3.0
+SYMLOG_LINEAR = 0.05
 TITLE = "What the sink does"
 
 
@@ -63,13 +67,23 @@ def plot_sink_ablations(runs: Any, *, fig: Figure | SubFigure | None = None) -> 
         ax.set_xlabel("target position")
         gated = "gated" if runs.is_gated(model) else "ungated"
         ax.set_title(f"{plain(model)} ({gated})", fontsize=9)
+    label = "Δ loss (ablated − unablated)"
     if lows:
         pad = 0.05 * (max(highs) - min(lows) or 1.0)
         for ax in axes[:-1]:
             ax.set_ylim(min(lows) - pad, max(highs) + pad)
-    axes[0].set_ylabel("Δ loss (ablated − unablated)")
+            if max(highs) - min(lows) > SYMLOG_ABOVE:   # one ablation of many nats must not flatten the rest
+                ax.set_yscale("symlog", linthresh=SYMLOG_LINEAR)
+        if max(highs) - min(lows) > SYMLOG_ABOVE:
+            label += f", symlog (linear within ±{SYMLOG_LINEAR:g})"
+    axes[0].set_ylabel(label)
     _f_attn_panel(axes[-1], runs, models, names)
-    handles, labels = axes[0].get_legend_handles_labels()
+    found = {}                                  # every panel's ablations, once each
+    for ax in axes[:-1]:
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            found.setdefault(name, handle)
+    labels = [n for n in ran if n in found]
+    handles = [found[n] for n in labels]
     if handles:             # below every panel: the lines are the same ablations in each
         fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(labels)), fontsize=7,
                    frameon=False)
