@@ -30,6 +30,9 @@ def rows(runs, verdicts: dict) -> list[tuple]:
     mine = frame[(frame["kind"] == KIND) & (frame["layer"] == -1)]
     found = {r.model: r for r in mine.itertuples()}
     context = "; ".join(f"{m} (no gate): {_text(found[m])}" for m in runs.ungated_models if m in found)
+    if any(_negligible(found[m]) for m in runs.ungated_models if m in found):
+        context += (f"; an ungated model's is inside ±{NEGLIGIBLE:g} too: key 0's keys are not what "
+                    "sets the gated model apart here")
     out = []
     for model in runs.gated_models:
         r = found.get(model)
@@ -40,7 +43,7 @@ def rows(runs, verdicts: dict) -> list[tuple]:
         lo, hi = r.delta_lo, r.delta_hi
         if not (math.isfinite(lo) and math.isfinite(hi)):
             verdict = f"{verdicts['untestable']}: no interval (--resamples 0 or one sequence)"
-        elif -NEGLIGIBLE < lo and hi < NEGLIGIBLE:
+        elif _negligible(r):
             verdict = verdicts["consistent"]
         elif lo > NEGLIGIBLE:
             verdict = verdicts["opposite"]
@@ -49,6 +52,11 @@ def rows(runs, verdicts: dict) -> list[tuple]:
         measured = f"{model}: {_text(r)}" + (f"; {context}" if context else "")
         out.append((model, measured, verdict, {"delta_loss": r.delta_loss, "delta_lo": lo, "delta_hi": hi}))
     return out
+
+
+def _negligible(r) -> bool:
+    """The paired interval lies inside ±NEGLIGIBLE."""
+    return bool(math.isfinite(r.delta_lo) and -NEGLIGIBLE < r.delta_lo and r.delta_hi < NEGLIGIBLE)
 
 
 def _text(r) -> str:
