@@ -105,7 +105,7 @@ def claims_table(*runs_or_analyses: Any, pairs=None) -> pd.DataFrame:
     source = runs_or_analyses[0] if len(runs_or_analyses) == 1 else list(runs_or_analyses)
     runs = load_runs(source)
     rows = (_sparse_gate(runs) + _sparse_output(runs) + _sink(runs, pairs) + _massive(runs, pairs)
-            + [_Row(5, *row) for row in sink_need.rows(runs, _SINK_NEED_VERDICTS)])
+            + [_Row(5, *row) for row in sink_need.rows(runs, _SINK_NEED_VERDICTS, pairs)])
     records = [{"claim": row.claim, "statement": STATEMENTS[row.claim], "models": row.models,
                 "paper": PAPER_VALUES[row.claim](), "these runs": row.measured,
                 "verdict": row.verdict, "rule": RULES[row.claim](), "numbers": row.numbers}

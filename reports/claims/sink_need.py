@@ -21,20 +21,26 @@ def rule() -> str:
             f"±{NEGLIGIBLE:g} nats: consistent; above +{NEGLIGIBLE:g}: opposite; else within noise")
 
 
-def rows(runs, verdicts: dict) -> list[tuple]:
-    """(models, these runs, verdict, numbers) per gated model that ran the key-0 ablation;
-    verdicts: the claims' verdict words (consistent, opposite, within noise, not testable)."""
+def rows(runs, verdicts: dict, pairs=None) -> list[tuple]:
+    """(models, these runs, verdict, numbers) per gated model that ran the key-0 ablation, its
+    matched baselines' numbers beside it; verdicts: the claims' verdict words (consistent,
+    opposite, within noise, not testable); pairs: the declared pairs (--pair), as the claims'."""
     frame = runs.table("ablations")
     if frame.empty:
         return []
     mine = frame[(frame["kind"] == KIND) & (frame["layer"] == -1)]
     found = {r.model: r for r in mine.itertuples()}
-    context = "; ".join(f"{m} (no gate): {_text(found[m])}" for m in runs.ungated_models if m in found)
-    if any(_negligible(found[m]) for m in runs.ungated_models if m in found):
-        context += (f"; an ungated model's is inside ±{NEGLIGIBLE:g} too: key 0's keys are not what "
-                    "sets the gated model apart here")
+    from .pairs import split_pairs
+
+    matched = split_pairs(runs, pairs)[0]
     out = []
     for model in runs.gated_models:
+        # Beside it, its own baseline(s) only: a matched pair (the same tokens; pairs.py).
+        bases = [b for b, g in matched if g == model and b in found]
+        context = "; ".join(f"{b} (its baseline, no gate): {_text(found[b])}" for b in bases)
+        if any(_negligible(found[b]) for b in bases):
+            context += (f"; the baseline's is inside ±{NEGLIGIBLE:g} too: key 0's keys are not what sets "
+                        "the gated model apart here")
         r = found.get(model)
         if r is None:
             out.append((model, f"{model}: no key-0 ablation", f"{verdicts['untestable']}: run probe analyze "

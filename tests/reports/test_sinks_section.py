@@ -40,9 +40,12 @@ def test_the_section_and_its_table(runs):
 
 
 def test_claim_5_reads_the_key_0_ablation_of_the_gated_model(runs):
-    table = reports.claims_table(runs)
+    # Two tiny checkpoints of one family, declared a pair (as --pair BASE:GATED): its baseline beside it.
+    table = reports.claims_table(runs, pairs=[("baseline", "headwise")])
     row = table[table["claim"] == 5].iloc[0]
-    assert row["models"] == "headwise" and "baseline (no gate)" in row["these runs"]
+    alone = reports.claims_table(runs)                      # not a matched pair: no baseline named
+    assert "baseline" not in alone[alone["claim"] == 5]["these runs"].iloc[0]
+    assert row["models"] == "headwise" and "baseline (its baseline, no gate)" in row["these runs"]
     r = runs.ablations.query("model == 'headwise' and kind == 'key0_mask'").iloc[0]
     lo, hi = r.delta_lo, r.delta_hi
     assert math.isfinite(lo)
