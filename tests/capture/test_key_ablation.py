@@ -4,7 +4,8 @@ softmax attention with the same mask written out explicitly, T x T, from the def
 Tolerances: the kernel against float64 eager softmax, 1e-5 (as tests/capture/test_attention.py:
 float32 logits of size ~10 round at ~1e-6, through exp and a sum of up to T terms); a whole tiny
 model against the same model on a float32 eager back-end with the explicit mask: loss and F-Attn
-<= 1e-6 (the issue's bound; measured 1e-7 and below, float32 rounding of two summation orders).
+<= 1e-6 (the issue's bound; measured here at most 3.7e-7 for the loss and 1.6e-8 for F-Attn over
+both models and every ablation: float32 rounding of two summation orders, logits of size ~5).
 """
 from __future__ import annotations
 
