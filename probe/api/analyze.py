@@ -61,6 +61,10 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
         from ..intervals.bootstrap import check_size
 
         check_size(len(dataset.sequences), o.resamples)
+    if o.ablate:                # the sink ablations' checks (layers, tokens, BOS), before the pass
+        from ..run import ablations
+
+        ablation_plan = ablations.prepare(loaded, dataset, o)
     groups = token_group_table(layout, source.tokenizer, source.config, dataset, o.token_groups)
     cap = source.capture(o, token_groups=groups, sequences=len(dataset.sequences),
                          vocab_size=vocab_size(source.config, dataset) if o.anatomy else None)
@@ -97,6 +101,8 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
         # Who evaluated what: under torchrun each process's share of the intervention passes.
         analysis.meta["intervention_passes"] = analysis.interventions.attrs["passes"]
         analysis.meta["intervention_tokens_per_process"] = analysis.interventions.attrs["tokens_per_process"]
+    if o.ablate:
+        analysis.ablations, analysis.ablation_positions = ablations.run(ablation_plan, name=name, reference=cap)
     if saver:
         saver.finish()
     return analysis

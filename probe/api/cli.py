@@ -227,6 +227,9 @@ def cmd_analyze(args, command_line) -> int:
             release(partial)
     print_summary([analysis])
     print_intervals([analysis])
+    from .ablation_console import print_ablations
+
+    print_ablations([analysis])
     print(f"wrote {errors.printable(out)}/")
     for path in reports.values():
         print(f"wrote {errors.printable(path)}")

@@ -28,7 +28,8 @@ from transformers.masking_utils import AttentionMaskInterface
 # The window, its band mask and the soft-cap are terms a family hands the kernel: defined with
 # them (families/attention_terms.py), so that the sink-anatomy metric recomputes the same logits
 # without reaching up into capture/.
-from ..families.attention_terms import SlidingWindow, band_mask, cap_logits, softmax_terms  # noqa: F401
+from ..families.attention_terms import KeyAblation, SlidingWindow, band_mask, cap_logits, softmax_terms  # noqa: F401
+from . import key_ablation
 from .masks import probe_mask
 
 NAME = "probe"
@@ -246,6 +247,8 @@ def first_key_probability(query, key, lse, mask, scale, chunk: int = 8192,
     logit = cap_logits(logit.mul_(scale), softcap)
     if isinstance(mask, SlidingWindow):
         logit[..., mask.size:] = float("-inf")                          # exp(-inf - lse) = 0
+    elif isinstance(mask, KeyAblation):
+        logit[..., ~mask.first_key_visible(T, logit.device)] = float("-inf")
     elif mask is not None:
         logit = logit + additive_mask(mask[..., 0], torch.float32)      # (B|1, 1, T)
     return torch.exp(logit - lse)
@@ -259,6 +262,9 @@ def uniform_first_key(mask, T: int, device) -> torch.Tensor | None:
     pos = torch.arange(T, device=device, dtype=torch.float64)
     if isinstance(mask, SlidingWindow):       # key 0 leaves the window at t = size
         return torch.where(pos < mask.size, 1.0 / (pos + 1), torch.zeros_like(pos))[None]
+    if isinstance(mask, KeyAblation):
+        seen = mask.first_key_visible(T, device)
+        return torch.where(seen, 1.0 / mask.visible_counts(T, device).double(), torch.zeros_like(pos))[None]
     visible = mask[:, 0] if mask.dtype == torch.bool else mask[:, 0] > float("-inf")   # (B|1, T, S)
     return visible[..., 0].double() / visible.sum(-1).clamp_min(1).double()
 
@@ -289,7 +295,16 @@ def probe_attention(module, query, key, value, attention_mask, scaling=None, dro
         raise ValueError("probe attention computes causal attention; this layer asked for "
                          "bidirectional attention without a mask")
     softcap, sinks = softmax_terms(kwargs)              # Gemma 2's cap, gpt-oss's sinks
-    out, lse = attention_with_lse(query, key, value, mask, scale, softcap)
+    ablation = key_ablation.ablation_of(module)
+    if ablation is not None:            # a sink ablation (key_ablation.py): the observer sees it as the mask
+        key_ablation.check_layer(ablation, mask, layer_window(module, kwargs), query.shape[2],
+                                 getattr(module, "layer_idx", "?"))
+        out, lse = key_ablation.ablated_attention_with_lse(query, key, value, ablation, scale, softcap,
+                                                           attention_with_lse)
+        if not ablation.masks_nothing(query.shape[2]):
+            mask = ablation             # else every query sees its causal keys: the plain mask
+    else:
+        out, lse = attention_with_lse(query, key, value, mask, scale, softcap)
     if sinks is not None:
         out, lse = add_sink(out, lse, sinks)
     observer = _OBSERVERS.get().get(id(module))

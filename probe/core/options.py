@@ -166,6 +166,13 @@ def _interventions(name, value, options):
         parse_kinds(value)
 
 
+def _ablate(name, value, options):
+    if value is not None and value is not False:
+        from .ablation_kinds import parse_plan
+
+        parse_plan(value, options.seq_len)
+
+
 def _token_groups(name, value, options):
     if value is not None:
         # Read and checked whatever the model: an ungated model does not use them, but a
@@ -270,6 +277,11 @@ class AnalysisOptions:
         None, "also measure the loss under gate / massive-activation interventions (all, or a comma list "
               "of mean_gate,gate_one,gate_zero,massive_zero): interventions.csv",
         check=_interventions, cli={"nargs": "?", "const": "all", "metavar": "LIST"})
+    ablate: object = option(
+        None, "also measure the loss, by position and with paired intervals, under sink ablations: a SPEC "
+              "such as 'windows=64,256 sinks=0,4 key0 value0 first=remove,bos,replace:TOKEN "
+              "massive=zero,mean layers=all', or all (docs/sinks.md): ablations.csv, ablation_positions.csv",
+        check=_ablate, cli={"nargs": "?", "const": "all", "metavar": "SPEC"})
     token_groups: object = option(
         None, 'JSON file of extra token groups for gates_by_token_type.csv: {"name": ["token", 123, ...]}',
         check=_token_groups, cli={})

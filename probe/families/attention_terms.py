@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from . import gemma, gpt_oss
+# The sink ablations' index mask (not a family's term, but read by the kernel as a window is).
+from .key_masks import KeyAblation  # noqa: F401
 
 
 def softmax_terms(attention_kwargs: dict) -> tuple:

@@ -38,6 +38,15 @@ OTHER_TABLES: dict[str, dict[str, str]] = {
     # The loss under interventions (probe/run/interventions.py).
     "interventions": {"model": "str", "intervention": "str", "layer": "int", "loss": "float",
                       "delta_loss": "float", "setting": "float", "zeroed": "float", "note": "str"},
+    # The loss under sink ablations (probe/run/ablations.py, --ablate): one row per ablation, and
+    # by target-position bucket [bucket_lo, bucket_hi), with paired 95% intervals of delta_loss.
+    "ablations": {"model": "str", "ablation": "str", "kind": "str", "window": "float", "sinks": "float",
+                  "layer": "int", "tokens": "int", "loss": "float", "base_loss": "float", "delta_loss": "float",
+                  "delta_lo": "float", "delta_hi": "float", "effect": "str", "f_attn": "float",
+                  "base_f_attn": "float", "top_keys": "str", "base_top_keys": "str", "note": "str"},
+    "ablation_positions": {"model": "str", "ablation": "str", "bucket_lo": "int", "bucket_hi": "int",
+                           "tokens": "int", "loss": "float", "base_loss": "float", "delta_loss": "float",
+                           "delta_lo": "float", "delta_hi": "float"},
     # Written by examples/demo.py for trained checkpoints (probe.train.evaluate.inference_table).
     "inference": {"model": "str", "metric": "str", "length": "int", "value": "float"},
     # Continued training measured at each saved step (examples/grafts/experiment.py): loss,

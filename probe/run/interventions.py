@@ -190,11 +190,7 @@ def run(loaded, dataset, options: AnalysisOptions | None = None, *, name: str | 
                           else {"gate_one": 1.0, "gate_zero": 0.0}[kind] for i in layers}
                 todo.append((kind, label, layers, scores, None))
         elif kind == "massive_zero":
-            thresholds = {}
-            for p in layout.layers:
-                median = reference.massive[(p.index, "resid_post")].median_abs()
-                if math.isfinite(median):
-                    thresholds[p.index] = max(massive_min_abs, massive_ratio * median)
+            thresholds = massive_thresholds(reference, layout, massive_min_abs, massive_ratio)
             for label, layers in _scopes(list(thresholds), per_layer, all_layers):
                 todo.append((kind, label, layers, None, {i: thresholds[i] for i in layers}))
 
@@ -236,6 +232,17 @@ def run(loaded, dataset, options: AnalysisOptions | None = None, *, name: str | 
     frame.attrs["passes"] = len(ran)
     frame.attrs["tokens_per_process"] = sum((s.tokens for s in ran), torch.zeros(world, dtype=I64)).tolist()
     return frame
+
+
+def massive_thresholds(reference, layout, min_abs: float, ratio: float) -> dict[int, float]:
+    """layer -> max(min_abs, ratio x the median |h| of its output) over the reference pass, for
+    the layers whose median is finite (also the sink ablations' criterion, ablations.py)."""
+    thresholds = {}
+    for p in layout.layers:
+        median = reference.massive[(p.index, "resid_post")].median_abs()
+        if math.isfinite(median):
+            thresholds[p.index] = max(min_abs, ratio * median)
+    return thresholds
 
 
 def _not_applied(name: str, kinds, gated_layers: list[int], massive_rows: list[dict], criterion: str) -> list[dict]:

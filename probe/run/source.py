@@ -242,6 +242,7 @@ HF_PATH = "pass the checkpoint path or the Hugging Face model to probe.analyze i
 HF_ONLY = {
     "gate": "TransformerLens decides where the gate is",
     "interventions": "interventions need the Hugging Face path",
+    "ablate": "sink ablations run in probe's attention back-end, on the Hugging Face path",
     "exact_control": "the exact mean-gate control (a second pass) needs the Hugging Face path",
     "anatomy": "sink anatomy reads the attention kernel's log-sum-exp, which only the Hugging Face path runs",
     "gdn": "Gated DeltaNet layers are read through Hugging Face module hooks",

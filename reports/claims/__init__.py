@@ -24,6 +24,7 @@ from probe.reports.claims.numbers import (f_attn_of, gate_numbers, m_act_of, non
                                           sparsity_numbers, uniform_of)
 from probe.reports.claims.numbers import fmt as _fmt
 from probe.reports.claims import intervals as ci
+from probe.reports.claims import sink_need
 from probe.reports.claims.pairs import NOT_COMPARABLE, split_pairs
 from probe.reports.claims.paper import paper_sparsity, table4
 from probe.reports.runs import Runs, load_runs
@@ -75,6 +76,9 @@ STATEMENTS = {
     3: "The gate removes the first-token attention sink",
     4: "The gate removes massive activations",
 }
+STATEMENTS[5] = sink_need.STATEMENT          # judged only where a run has sink ablations
+_SINK_NEED_VERDICTS = {"consistent": CONSISTENT, "opposite": OPPOSITE, "noise": WITHIN_NOISE,
+                       "untestable": NOT_TESTABLE}
 COLUMNS = ["claim", "statement", "models", "paper", "these runs", "verdict", "rule", "numbers"]
 
 
@@ -100,7 +104,8 @@ def claims_table(*runs_or_analyses: Any, pairs=None) -> pd.DataFrame:
     """
     source = runs_or_analyses[0] if len(runs_or_analyses) == 1 else list(runs_or_analyses)
     runs = load_runs(source)
-    rows = (_sparse_gate(runs) + _sparse_output(runs) + _sink(runs, pairs) + _massive(runs, pairs))
+    rows = (_sparse_gate(runs) + _sparse_output(runs) + _sink(runs, pairs) + _massive(runs, pairs)
+            + [_Row(5, *row) for row in sink_need.rows(runs, _SINK_NEED_VERDICTS, pairs)])
     records = [{"claim": row.claim, "statement": STATEMENTS[row.claim], "models": row.models,
                 "paper": PAPER_VALUES[row.claim](), "these runs": row.measured,
                 "verdict": row.verdict, "rule": RULES[row.claim](), "numbers": row.numbers}
@@ -153,6 +158,7 @@ PAPER_VALUES: dict[int, Callable[[], str]] = {
     2: lambda: paper_sparsity(SPARSITY_THRESHOLD),
     3: lambda: f"F-Attn {table4('F-Attn', lambda v: f'{v:.3f}')} (Table 4)",
     4: lambda: f"M-Act {table4('M-Act', lambda v: f'{v:g}')} (Table 4)",
+    5: lambda: sink_need.PAPER,
 }
 
 # Built when asked, so that they always quote the constants' current values.
@@ -168,6 +174,7 @@ RULES: dict[int, Callable[[], str]] = {
                 f"above 0. No interval: gated ≤ 1/{F_ATTN_MIN_REDUCTION:g} of the baseline's"),
     4: lambda: (f"interval of baseline − gated M-Act above 0. No interval: gated ≤ 1/{M_ACT_MIN_REDUCTION:g} of "
                 "the baseline's"),
+    5: sink_need.rule,
 }
 
 

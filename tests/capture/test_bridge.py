@@ -162,7 +162,7 @@ def test_sliding_windows_match_the_hf_path(kind, per_document, checkpoint):
 
 # Options the bridge path cannot carry out: each must stop with one line naming it.
 REFUSED = {"gate": "q_proj:interleaved:elementwise", "device_map": "auto", "interventions": "all",
-           "partial": "PARTIAL", "resume": True, "checkpoint_seconds": 0.0,
+           "partial": "PARTIAL", "resume": True, "checkpoint_seconds": 0.0, "ablate": "key0",
            "dtype": "bfloat16", "device": "cuda", "exact_control": True, "anatomy": True, "gdn": True,
            "rope_scaling": "yarn:2", "past_positions": True, "loss_by_position": True}     # the bridge holds float32 weights on the CPU
 

@@ -325,7 +325,7 @@ def test_the_rules_are_a_short_table_that_quotes_every_threshold_not_a_caption_o
     """Issue 25 item 12: one row per claim with its rule; the caption says how intervals decide,
     in a few lines, without the constants' names."""
     rules = claims.rules_display()
-    assert len(rules) == 4 and list(rules.columns) == ["rule"]
+    assert len(rules) == 5 and list(rules.columns) == ["rule"]      # claim 5: sink ablations
     text = " ".join(rules["rule"])
     for value in (claims.MEAN_GATE_MAX, claims.LOW_GATE_SHARE_MIN, claims.SPARSITY_THRESHOLD,
                   claims.SPARSITY_MIN_STEP, claims.SINK_MIN_RATIO, claims.F_ATTN_MIN_REDUCTION):

@@ -232,13 +232,13 @@ def test_html_of_a_single_baseline_says_gates_do_not_apply(run_dirs):
 
 
 def test_sections_without_data_are_left_out_with_one_line(run_dirs):
-    """headwise alone has no training log, interventions, patterns, inference.csv or head_norms.csv
-    (the fixture runs predate it)."""
+    """headwise alone has no training log, interventions, patterns, inference.csv, head_norms.csv
+    (the fixture runs predate it) or sink ablations."""
     runs = reports.load_runs(run_dirs["headwise"])
     sections = build_sections(runs)
     left_out = {section.id: section.omitted for section in sections if section.omitted}
     assert set(left_out) == {"attention-patterns", "interventions", "training", "trajectory", "inference",
-                             "head-norms"}
+                             "head-norms", "sinks"}
     text = render_html([replace(section, items=[]) for section in sections], title="t",
                        subtitle="s", generated_at="now")
     for section in sections:

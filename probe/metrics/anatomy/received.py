@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...families.attention_terms import SlidingWindow, band_mask, cap_logits
+from ...families.attention_terms import KeyAblation, SlidingWindow, band_mask, cap_logits
 
 F64, I64 = torch.float64, torch.int64
 
@@ -84,6 +84,8 @@ def visible_block(mask, start: int, end: int, lo: int, hi: int, device) -> tuple
     them); a key is visible where the mask allows it (True, or a bias above -inf)."""
     if isinstance(mask, SlidingWindow):
         return band_mask(start, end, lo, mask.size, device), None      # hi == end for a window
+    if isinstance(mask, KeyAblation):                                  # a sink ablation's index rule
+        return mask.visible(start, end, torch.arange(lo, hi, device=device)), None
     block = mask[:, :, start:end, lo:hi]
     if block.dtype == torch.bool:
         return block, None
@@ -255,6 +257,8 @@ def key_probability(query, key, lse, keys, mask, scale, *, softcap: float | None
         visible = j <= t                                                      # (B, H, T, K)
     elif isinstance(mask, SlidingWindow):
         visible = (j <= t) & (j > t - mask.size)
+    elif isinstance(mask, KeyAblation):
+        visible = mask.allows(t, j)
     else:
         m = mask[:, 0].expand(B, T, S)[:, None].expand(B, H, T, S)             # views, no copy
         m = torch.gather(m, 3, j.expand(B, H, T, j.shape[-1]))                  # (B, H, T, K)

@@ -1,0 +1,36 @@
+"""The sink ablations as `probe analyze --ablate` prints them: one line per ablation, Δloss with
+its paired 95% interval, what it means, and F-Attn under the ablation (ablations.csv)."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+
+def ablation_lines(frame: pd.DataFrame) -> list[str]:
+    """The table's lines; none for a run without ablations."""
+    if frame is None or frame.empty:
+        return []
+    width = max(26, *(len(a) for a in frame.ablation))
+    anatomy = bool(frame.top_keys.fillna("").str.len().any())
+    keys = f"  {'top keys (position:share)':<27}" if anatomy else ""
+    lines = [f"{'sink ablation':<{width}}{'loss':>8}{'Δloss':>9}  {'95% interval':<19}{'F-Attn':>7}{keys}  effect",
+             f"{'none (the model as it is)':<{width}}{frame.base_loss.iloc[0]:>8.4f}{'':>9}  {'':<19}"
+             f"{frame.base_f_attn.iloc[0]:>7.3f}" + (f"  {frame.base_top_keys.iloc[0]:<27}" if anatomy else "")]
+    for r in frame.itertuples():
+        if not math.isfinite(r.loss):
+            lines.append(f"{r.ablation:<{width}}{'-':>8}{'-':>9}  {'':<19}{'-':>7}{'':<{len(keys)}}  {r.note}")
+            continue
+        interval = (f"[{r.delta_lo:+.4f}, {r.delta_hi:+.4f}]" if math.isfinite(r.delta_lo) else "-")
+        top = f"  {r.top_keys:<27}" if anatomy else ""
+        lines.append(f"{r.ablation:<{width}}{r.loss:>8.4f}{r.delta_loss:>+9.4f}  {interval:<19}{r.f_attn:>7.3f}{top}  "
+                     f"{r.effect}")
+    return lines
+
+
+def print_ablations(analyses) -> None:
+    for a in analyses:
+        lines = ablation_lines(a.ablations)
+        if lines:
+            print(f"\n{a.meta.get('name', '')}: loss under sink ablations, against the model on the same tokens")
+            print("\n".join(lines))

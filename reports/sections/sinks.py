@@ -1,0 +1,155 @@
+"""The report's section "What the sink does": the loss under sink ablations (ablations.csv,
+ablation_positions.csv; probe analyze --ablate, probe/run/ablations.py), gated and ungated
+models side by side.
+
+Found by reports.sections (SECTION, AFTER). One figure: per model a panel of Δloss against the
+target position for each ablation, with its paired 95% band, on one y scale, and a last panel
+of F-Attn under each ablation next to the model's own. One table: each ablation's Δloss, its
+interval, what it means and F-Attn.
+"""
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure, SubFigure
+
+from probe.reports.plots._layout import figure_or_new
+from probe.reports.runs import Runs, load_runs
+from probe.reports.sections.items import FigureItem, Section, TableItem, needing
+from probe.reports.style import REFERENCE_COLOR, model_colors, styled
+from probe.reports.text import plain
+
+AFTER = "interventions"
+# Δ loss spans more than this many nats (massive activations zeroed: ~15): a symlog y axis, linear
+# within ±SYMLOG_LINEAR, so that effects of hundredths of a nat stay visible beside it.
+SYMLOG_ABOVE = 3.0
+SYMLOG_LINEAR = 0.05
+TITLE = "What the sink does"
+
+
+def _models(runs: Runs) -> list[str]:
+    found = set(runs.ablations["model"])
+    return [model for model in runs.models if model in found]
+
+
+@styled
+def plot_sink_ablations(runs: Any, *, fig: Figure | SubFigure | None = None) -> Figure | SubFigure:
+    """Δloss (ablated − unablated, same tokens) by target position for each sink ablation, one
+    panel per model (shared y), and F-Attn under each ablation per model in the last panel."""
+    runs = load_runs(runs)
+    models = _models(runs)
+    positions = runs.ablation_positions
+    names = list(dict.fromkeys(runs.ablations["ablation"]))
+    ran = [n for n in names if n in set(positions["ablation"])]
+    fig = figure_or_new(fig, 2.0 + 3.2 * (len(models) + 1), 4.4 + 0.22 * math.ceil(len(ran) / 4))
+    axes = fig.subplots(1, len(models) + 1, sharey=False)
+    cmap = __import__("matplotlib").colormaps["tab20"]
+    colors = {n: cmap(i % 20) for i, n in enumerate(ran)}
+    lows, highs = [], []
+    for ax, model in zip(axes, models):
+        mine = positions[positions["model"] == model]
+        for name in ran:
+            rows = mine[mine["ablation"] == name].sort_values("bucket_lo")
+            if rows.empty:
+                continue
+            x = np.sqrt(rows["bucket_lo"].to_numpy() * rows["bucket_hi"].to_numpy())   # bucket's geometric middle
+            ax.plot(x, rows["delta_loss"], marker="o", markersize=2.5, linewidth=1.1, color=colors[name], label=name)
+            if rows["delta_lo"].notna().any():
+                ax.fill_between(x, rows["delta_lo"], rows["delta_hi"], color=colors[name], alpha=0.12, linewidth=0)
+            lows.append(np.nanmin(rows[["delta_loss", "delta_lo"]].to_numpy()))
+            highs.append(np.nanmax(rows[["delta_loss", "delta_hi"]].to_numpy()))
+        ax.axhline(0.0, color=REFERENCE_COLOR, linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("target position")
+        gated = "gated" if runs.is_gated(model) else "ungated"
+        ax.set_title(f"{plain(model)} ({gated})", fontsize=9)
+    label = "Δ loss (ablated − unablated)"
+    if lows:
+        pad = 0.05 * (max(highs) - min(lows) or 1.0)
+        for ax in axes[:-1]:
+            ax.set_ylim(min(lows) - pad, max(highs) + pad)
+            if max(highs) - min(lows) > SYMLOG_ABOVE:   # one ablation of many nats must not flatten the rest
+                ax.set_yscale("symlog", linthresh=SYMLOG_LINEAR)
+        if max(highs) - min(lows) > SYMLOG_ABOVE:
+            label += f", symlog (linear within ±{SYMLOG_LINEAR:g})"
+    axes[0].set_ylabel(label)
+    _f_attn_panel(axes[-1], runs, models, names)
+    found = {}                                  # every panel's ablations, once each
+    for ax in axes[:-1]:
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            found.setdefault(name, handle)
+    labels = [n for n in ran if n in found]
+    handles = [found[n] for n in labels]
+    if handles:             # below every panel: the lines are the same ablations in each
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(labels)), fontsize=7,
+                   frameon=False)
+    return fig
+
+
+def _f_attn_panel(ax, runs: Runs, models: list[str], names: list[str]) -> None:
+    colors = model_colors(runs.models)
+    width = 0.8 / max(len(models), 1)
+    rows_all = runs.ablations[runs.ablations["model"].isin(models)]
+    names = [n for n in names if rows_all.loc[rows_all["ablation"] == n, "f_attn"].notna().any()]   # those that ran
+    labels = ["none", *names]
+    for i, model in enumerate(models):
+        rows = rows_all[rows_all["model"] == model].set_index("ablation")
+        values = [float(rows["base_f_attn"].iloc[0])] + [float(rows["f_attn"].get(n, math.nan)) for n in names]
+        ax.barh(np.arange(len(labels)) + (i - (len(models) - 1) / 2) * width, values, width * 0.9,
+                color=colors[model], label=plain(model))
+    ax.set_yticks(range(len(labels)), labels=labels, fontsize=6.5)
+    ax.invert_yaxis()
+    ax.set_xlabel("F-Attn under the ablation")
+    ax.set_title("F-Attn under each ablation", fontsize=9)
+    if len(models) > 1:
+        ax.legend(fontsize=7, frameon=False, loc="lower right")
+
+
+def ablation_display(runs: Runs) -> pd.DataFrame:
+    rows = []
+    for r in runs.ablations.itertuples():
+        ok = math.isfinite(r.delta_loss)
+        interval = f"[{r.delta_lo:+.4f}, {r.delta_hi:+.4f}]" if ok and math.isfinite(r.delta_lo) else "–"
+        rows.append({"model": plain(r.model), "ablation": r.ablation,
+                     "Δ loss": f"{r.delta_loss:+.4f}" if ok else "–", "95% interval": interval,
+                     "effect": r.effect if ok else r.note,
+                     "F-Attn": f"{r.f_attn:.3f} (was {r.base_f_attn:.3f})" if ok else "–",
+                     "top keys": (f"{r.top_keys} (was {r.base_top_keys})" if ok and isinstance(r.top_keys, str)
+                                  and r.top_keys else "–"),
+                     "tokens": f"{int(r.tokens)}"})
+    return pd.DataFrame(rows).set_index("model") if rows else pd.DataFrame()
+
+
+@needing("ablations", id="sinks", title=TITLE)
+def sinks(runs: Runs) -> Section:
+    models = _models(runs)
+    return Section(
+        id="sinks", title=TITLE,
+        intro=("What the first token's attention is for, measured by taking it away: the held-out loss "
+               "under masks in probe's own attention back-end (a sliding window of W keys, with or without "
+               "the first k keys; key 0 masked and the softmax renormalised; key 0's value zeroed), under "
+               "changes of position 0 (removed, replaced, a BOS prepended) and with the massive "
+               "activations set to zero or to their mean, against the unablated model on the same tokens. "
+               "A Δ loss whose paired interval holds 0 is reported as no measurable effect."),
+        items=[
+            FigureItem("sink-ablations", "Loss change by position under each sink ablation",
+                       partial(plot_sink_ablations, runs),
+                       "Per model (" + ", ".join(plain(m) for m in models) + "): Δ loss of each ablation "
+                       "(ablation_positions.csv) by target position bucket [2^k, 2^(k+1)), drawn at the "
+                       "bucket's geometric middle; bands: paired 95% bootstrap intervals over sequences. "
+                       "Last panel: F-Attn (mean attention on key 0 over queries t ≥ 1) under each "
+                       "ablation, and without one (none)."),
+            TableItem("sink-ablations-table", "Loss under sink ablations", ablation_display(runs),
+                      "ablations.csv: Δ loss = loss under the ablation − the unablated model's on the same "
+                      "target tokens, its paired 95% interval, the effect (a direction only where the interval "
+                      "excludes 0), F-Attn under the ablation and, for runs with --anatomy, the three key positions "
+                      "that receive the most attention (position:share of all attention, every layer and head)."),
+        ],
+    )
+
+
+SECTION = sinks

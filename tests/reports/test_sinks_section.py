@@ -1,0 +1,61 @@
+"""The report's "What the sink does" section (reports/sections/sinks.py) and claim 5
+(reports/claims/sink_need.py), on tiny gated and ungated runs with sink ablations."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import probe
+from probe import reports
+from probe.reports.claims import sink_need
+from probe.reports.runs import load_runs
+from probe.reports.sections import build_sections
+from probe.reports.sections.sinks import plot_sink_ablations
+from tests.samples import TEXT
+
+
+@pytest.fixture(scope="module")
+def runs(checkpoint):
+    out = []
+    for kind, name in (("official_baseline", "baseline"), ("official_headwise", "headwise")):
+        out.append(probe.analyze(checkpoint(kind), texts=[TEXT], seq_len=24, max_sequences=4, name=name,
+                                 ablate="windows=4 sinks=0,1 key0", resamples=100, progress=False))
+    return load_runs(out)
+
+
+def test_the_figure_has_a_panel_per_model_and_the_f_attn_panel(runs):
+    fig = plot_sink_ablations(runs)
+    axes = fig.get_axes()
+    assert len(axes) == 3 and axes[-1].get_xlabel() == "F-Attn under the ablation"
+    # one line per ablation in each model's panel, drawn at its Δ loss
+    assert len(axes[0].get_lines()) == 3 + 1                       # + the zero line
+
+
+def test_the_section_and_its_table(runs):
+    section = next(s for s in build_sections(runs) if s.id == "sinks")
+    assert section.omitted is None
+    table = section.items[1].frame
+    assert len(table) == len(runs.ablations) == 6
+
+
+def test_claim_5_reads_the_key_0_ablation_of_the_gated_model(runs):
+    # Two tiny checkpoints of one family, declared a pair (as --pair BASE:GATED): its baseline beside it.
+    table = reports.claims_table(runs, pairs=[("baseline", "headwise")])
+    row = table[table["claim"] == 5].iloc[0]
+    alone = reports.claims_table(runs)                      # not a matched pair: no baseline named
+    assert "baseline" not in alone[alone["claim"] == 5]["these runs"].iloc[0]
+    assert row["models"] == "headwise" and "baseline (its baseline, no gate)" in row["these runs"]
+    r = runs.ablations.query("model == 'headwise' and kind == 'key0_mask'").iloc[0]
+    lo, hi = r.delta_lo, r.delta_hi
+    assert math.isfinite(lo)
+    want = ("direction consistent" if -sink_need.NEGLIGIBLE < lo and hi < sink_need.NEGLIGIBLE
+            else "opposite" if lo > sink_need.NEGLIGIBLE else "within noise")
+    assert row["verdict"].startswith(want)
+
+
+def test_without_ablations_the_section_is_left_out_and_claim_5_has_no_row(checkpoint):
+    plain = load_runs(probe.analyze(checkpoint("official_headwise"), texts=[TEXT], seq_len=24, max_sequences=2,
+                                    progress=False))
+    assert next(s for s in build_sections(plain) if s.id == "sinks").omitted
+    assert 5 not in set(reports.claims_table(plain)["claim"])

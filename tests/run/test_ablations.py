@@ -1,0 +1,168 @@
+"""Sink ablations (probe/run/ablations.py, --ablate): the loss by position under each one,
+against the model's own outputs on the changed input, and the spec's refusals.
+
+Tolerances: the loss of a tiny float32 model recomputed with a plain forward (SDPA) on the same
+input: 1e-6 (float32 logits, two kernels; measured 1e-7); the unablated pass against the
+analysis pass's own loss: 1e-9 (the same logits, float64 sums in another order).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import probe
+from probe.core.ablation_kinds import parse_plan
+from probe.core.errors import ProbeError
+from probe.intervals.bootstrap import resample_weights
+from probe.intervals.paired_loss import bucket_edges, paired_deltas
+from tests.samples import TEXT
+
+SPEC = "windows=4 sinks=0,1 key0 value0 first=remove,replace:id:7"
+
+
+@pytest.fixture(scope="module")
+def ablated(checkpoint):
+    return probe.analyze(checkpoint("official_headwise"), texts=[TEXT], seq_len=24, max_sequences=6,
+                         ablate=SPEC, resamples=200, progress=False, anatomy=True)
+
+
+def _plain_loss(model, seqs, first_target: int) -> float:
+    """Mean next-token loss of targets >= first_target of each sequence, by a plain forward."""
+    total, n = 0.0, 0
+    with torch.no_grad():
+        for s in seqs:
+            logits = model(input_ids=s[None], use_cache=False).logits[0, :-1].double()
+            nll = torch.nn.functional.cross_entropy(logits, s[1:], reduction="none")[first_target - 1:]
+            total, n = total + float(nll.sum()), n + len(nll)
+    return total / n
+
+
+def test_the_reference_is_the_analysis_pass_and_windows_come_first(ablated):
+    rows = ablated.ablations.set_index("ablation")
+    assert (rows.base_loss[rows.kind != "first_remove"] - ablated.summary["loss"]).abs().max() <= 1e-9
+    assert list(rows.index) == ["window 4", "window 4 + 1 sink", "key 0 masked", "key 0 value zeroed",
+                                "first token removed", "first token -> 'id:7'"]
+
+
+def test_first_token_ablations_equal_a_plain_forward(ablated, loaded):
+    from probe.run.pipeline import dataset_for
+    from probe.data.sequences import read_data
+    from probe.core.options import AnalysisOptions
+
+    lm = loaded("official_headwise")
+    o = AnalysisOptions(seq_len=24, max_sequences=6)
+    seqs = dataset_for(read_data(None, texts=[TEXT]), None, lm.tokenizer, lm.model.config, o).sequences
+    rows = ablated.ablations.set_index("ablation")
+    removed = _plain_loss(lm.model, [s[1:] for s in seqs], 1)                 # original targets >= 2
+    assert abs(rows.loc["first token removed", "loss"] - removed) <= 1e-6
+    assert abs(rows.loc["first token removed", "base_loss"] - _plain_loss(lm.model, seqs, 2)) <= 1e-6
+    replaced = _plain_loss(lm.model, [torch.cat([s.new_tensor([7]), s[1:]]) for s in seqs], 1)
+    assert abs(rows.loc["first token -> 'id:7'", "loss"] - replaced) <= 1e-6
+
+
+def test_positions_inside_the_window_are_unchanged_and_effects_follow_the_interval(ablated):
+    pos = ablated.ablation_positions
+    inside = pos[(pos.ablation == "window 4") & (pos.bucket_hi <= 4)]
+    assert len(inside) and (inside.delta_loss.abs() <= 1e-6).all()
+    outside = pos[(pos.ablation == "window 4") & (pos.bucket_lo >= 4)]
+    assert (outside.delta_loss.abs() > 1e-4).any()
+    for r in ablated.ablations.itertuples():
+        assert (r.delta_lo <= r.delta_loss <= r.delta_hi) or not math.isfinite(r.delta_lo)
+        holds_zero = r.delta_lo <= 0 <= r.delta_hi
+        assert (r.effect == "no measurable effect") == holds_zero, r
+    # Under "key 0 masked" no query t >= 1 attends key 0: F-Attn is 0 exactly.
+    assert ablated.ablations.set_index("ablation").loc["key 0 masked", "f_attn"] == 0.0
+
+
+def test_the_tables_round_trip_through_the_run_directory(ablated, tmp_path):
+    back = probe.Analysis.load(ablated.save(tmp_path / "run"))
+    assert len(back.ablations) == len(ablated.ablations) and len(back.ablation_positions) == len(ablated.ablation_positions)
+
+
+def test_paired_deltas_equal_the_resampled_sequences_pooled_by_hand():
+    g = np.random.default_rng(1)
+    n = g.integers(1, 5, size=(7, 3))
+    a, b = g.random((7, 3)) * n, g.random((7, 3)) * n
+    got = paired_deltas(a, b, n, 50)
+    W = resample_weights(7, 50)
+    diffs = []
+    for w in W:                                  # each resample: its sequences listed, then pooled
+        picked = [s for s in range(7) for _ in range(int(w[s]))]
+        diffs.append((sum(a[s].sum() for s in picked) - sum(b[s].sum() for s in picked))
+                     / sum(n[s].sum() for s in picked))
+    assert abs(got[-1]["delta_lo"] - np.quantile(diffs, 0.025)) <= 1e-12
+    assert abs(got[-1]["delta_loss"] - (a.sum() - b.sum()) / n.sum()) <= 1e-12
+    assert list(bucket_edges(9)) == [1, 2, 4, 8, 16]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("windows=64", "not shorter than the 64-token"), ("windows=8 sinks=9", "9 sinks exceed the window of 8"),
+    ("sinks=4", "sinks= needs windows="), ("key1", "unknown term"), ("first=drop", "first= takes"),
+    ("massive=half", "massive= takes"), ("windows=0", "at least 1")])
+def test_a_bad_spec_is_one_line(spec, message):
+    with pytest.raises(ProbeError, match=message):
+        parse_plan(spec, 64)
+
+
+def test_a_replacement_of_several_tokens_is_refused_before_the_pass(checkpoint):
+    with pytest.raises(ProbeError, match="name one token"):
+        probe.analyze(checkpoint("official_headwise"), texts=[TEXT], seq_len=24, max_sequences=2,
+                      ablate="key0;first=replace:brackets and braces", progress=False)
+
+
+def test_a_sliding_window_layer_named_is_refused():
+    from types import SimpleNamespace
+    from probe.run.ablations import _mask_layers
+
+    config = SimpleNamespace(layer_types=["sliding_attention", "full_attention"], sliding_window=16)
+    layout = SimpleNamespace(layers=[SimpleNamespace(index=0, layer_type="attention"),
+                                     SimpleNamespace(index=1, layer_type="attention")])
+    assert _mask_layers(config, layout, None, 64) == [1]
+    with pytest.raises(ProbeError, match="layer 0 is a sliding-window layer"):
+        _mask_layers(config, layout, (0,), 64)
+
+
+def test_where_the_sink_goes_is_read_from_the_received_attention(ablated):
+    rows = ablated.ablations.set_index("ablation")
+    for text in [*rows.top_keys, rows.base_top_keys.iloc[0]]:
+        shares = {int(p): float(v) for p, v in (item.split(":") for item in text.split())}
+        assert len(shares) == 3 and 0 < sum(shares.values()) <= 1 and max(shares) < 24
+    # With key 0 masked only query 0 attends it (P = 1): key 0's share is 1 / (queries counted).
+    masked = dict(item.split(":") for item in rows.loc["key 0 masked", "top_keys"].split())
+    assert float(masked.get("0", 0)) <= 1 / 23 + 1e-3
+
+
+def test_massive_activations_set_to_their_mean_and_to_zero(loaded):
+    """_means / _set_massive on a tiny model with a threshold low enough to hit: the hooked layer
+    output is where(|h| >= threshold, the channel's mean of the hits, h), from the raw outputs."""
+    from probe.capture.hooks import installed
+    from probe.run.ablations import _means, _set_massive
+
+    lm = loaded("official_headwise")
+    model, layout = lm.model, lm.layout
+    ids = torch.randint(3, 256, (2, 16), generator=torch.Generator().manual_seed(2))
+    raw = {}
+    keep = [(layout.layers[1].layer, "forward", lambda m, a, o: raw.update(h=(o[0] if isinstance(o, tuple) else o)))]
+    with installed(keep), torch.no_grad():
+        model(input_ids=ids, use_cache=False)
+    h = raw["h"].double()                                               # (B, T, C)
+    threshold = float(h.abs().quantile(0.98))
+    hit = h.abs() >= threshold
+
+    def measure(regs):
+        with installed(regs), torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+    means = _means(layout, {1: threshold}, measure)
+    want = (h * hit).sum((0, 1)) / hit.sum((0, 1)).clamp_min(1)
+    torch.testing.assert_close(means[1].double(), want, atol=1e-6, rtol=1e-6)
+    for mean in (means, None):
+        got = {}
+        regs = _set_massive(layout, {1: threshold}, mean) + [
+            (layout.layers[1].layer, "forward", lambda m, a, o: got.update(h=(o[0] if isinstance(o, tuple) else o)))]
+        with installed(regs), torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+        fill = torch.zeros_like(h) if mean is None else want.expand_as(h)
+        torch.testing.assert_close(got["h"].double(), torch.where(hit, fill, h), atol=1e-6, rtol=0)
