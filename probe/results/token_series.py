@@ -6,6 +6,8 @@ array is) and tokens.npz (the arrays), read back as the same codes. The viewer
 Quantisation, by a series' kind (tokens.json `series.<name>.kind`):
 
     unit   uint8   value = code / 254 (0 .. 1, steps of 1/254); 255: no value
+    cent   uint8   value = code / 100 (0 .. 1, steps of 0.01; the per-head series, the most
+                   numerous, kept coarser so a viewer page of 16k tokens stays small); 255: no value
     log    uint16  0: the value 0; 65535: no value; else value = exp(lo + (code - 1) * step),
                    step = (hi - lo) / 65533, lo / hi the natural logs of the series' smallest and
                    largest positive values (relative error at most step / 2: 1.4e-4 for a range of
@@ -30,9 +32,10 @@ from .run_files import RunDirectoryError
 HEADER_FILE = "tokens.json"
 ARRAYS_FILE = "tokens.npz"
 FORMAT = "probe token series 1"
-KINDS = {"unit": np.uint8, "log": np.uint16, "index": np.uint16}
-NONE = {"unit": 255, "log": 65535, "index": 65535}
+KINDS = {"unit": np.uint8, "cent": np.uint8, "log": np.uint16, "index": np.uint16}
+NONE = {"unit": 255, "cent": 255, "log": 65535, "index": 65535}
 UNIT_STEPS = 254
+STEPS = {"unit": UNIT_STEPS, "cent": 100}
 LOG_STEPS = 65533
 
 
@@ -40,8 +43,8 @@ def quantise(values: np.ndarray, kind: str) -> tuple[np.ndarray, dict]:
     """(codes, {lo, hi} for a log series) of float values; NaN becomes the kind's `no value`."""
     v = np.asarray(values, np.float64)
     missing = ~np.isfinite(v)
-    if kind == "unit":
-        codes = np.rint(np.clip(np.nan_to_num(v), 0.0, 1.0) * UNIT_STEPS)
+    if kind in STEPS:
+        codes = np.rint(np.clip(np.nan_to_num(v), 0.0, 1.0) * STEPS[kind])
         return np.where(missing, NONE[kind], codes).astype(np.uint8), {}
     if kind == "index":
         return np.where(missing, NONE[kind], np.clip(np.nan_to_num(v), 0, 65534)).astype(np.uint16), {}
@@ -56,8 +59,8 @@ def quantise(values: np.ndarray, kind: str) -> tuple[np.ndarray, dict]:
 def decode(codes: np.ndarray, kind: str, lo: float = 0.0, hi: float = 0.0) -> np.ndarray:
     """float64 values of `codes`, NaN where there is no value (the viewer's decode, in numpy)."""
     c = np.asarray(codes).astype(np.float64)
-    if kind == "unit":
-        out = c / UNIT_STEPS
+    if kind in STEPS:
+        out = c / STEPS[kind]
     elif kind == "index":
         out = c.copy()
     else:

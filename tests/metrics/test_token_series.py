@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from probe import Capture
 from probe.core.events import EVENTS
 from probe.metrics.token_series import SERIES
-from probe.results.token_series import LOG_STEPS, UNIT_STEPS, TokenSeries
+from probe.results.token_series import LOG_STEPS, STEPS, TokenSeries
 from tests.capture.captures import ids_for
 from tests.reference import eager_attentions, recorded
 
@@ -125,8 +125,8 @@ def test_stored_values_are_the_captured_ones_within_half_a_step(case, tmp_path):
         v = values.astype(np.float64)
         assert (np.isnan(stored) == np.isnan(v)).all(), name
         ok = ~np.isnan(v)
-        if kind == "unit":
-            assert np.abs(stored[ok] - v[ok]).max() <= 0.5 / UNIT_STEPS + 1e-12, name
+        if kind in STEPS:
+            assert np.abs(stored[ok] - v[ok]).max() <= 0.5 / STEPS[kind] + 1e-12, name
         elif kind == "index":
             assert (stored[ok] == v[ok]).all(), name
         else:

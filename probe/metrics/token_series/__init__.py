@@ -14,9 +14,9 @@ SITE = "resid_post"         # the activation whose largest |value| is kept: the 
 # name -> (what it holds, per head, the quantisation kind of probe/results/token_series.py)
 SERIES = {
     "first_token": ("attention on the first token, mean over heads", False, "unit"),
-    "first_token_heads": ("attention on the first token, per head", True, "unit"),
+    "first_token_heads": ("attention on the first token, per head", True, "cent"),
     "gate": ("gate score, mean over heads (and dimensions)", False, "unit"),
-    "gate_heads": ("gate score per head (headwise gates)", True, "unit"),
+    "gate_heads": ("gate score per head (headwise gates)", True, "cent"),
     "max_abs": ("largest |activation| of the layer output", False, "log"),
     "max_abs_dim": ("its dimension", False, "index"),
     "loss": ("the token's loss, -log p(token | the tokens before it)", False, "log"),
