@@ -55,8 +55,9 @@ def build_sections(runs: Runs, pairs=None, groups=None) -> list[Section]:
 
 def metric_sections() -> list:
     """The sections of the modules of reports/sections/ that declare one: `SECTION` (a builder,
-    runs -> Section, usually items.needing its tables) and `AFTER` (the id of the section it
-    follows). A new metric's section is its module alone, listed nowhere else."""
+    runs -> Section, usually items.needing its tables, or None: not even a left-out line, as
+    for sink anatomy) and `AFTER` (the id of the section it follows). A new metric's section is
+    its module alone, listed nowhere else."""
     found = []
     for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
         loaded = importlib.import_module(f"{__name__}.{module.name}")
@@ -69,7 +70,9 @@ def _with_metric_sections(runs: Runs, sections: list[Section]) -> list[Section]:
     for module in metric_sections():
         ids = [section.id for section in sections]
         at = ids.index(module.AFTER) + 1 if module.AFTER in ids else len(sections) - 1
-        sections.insert(at, module.SECTION(runs))
+        section = module.SECTION(runs)
+        if section is not None:
+            sections.insert(at, section)
     return sections
 
 

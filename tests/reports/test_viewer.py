@@ -137,3 +137,53 @@ def test_view_in_a_notebook_is_an_iframe_of_the_page():
     shown = View([("a", a)])._repr_html_()
     assert shown.startswith("<iframe") and "srcdoc=" in shown and "<script" not in shown
     assert fragment([("a", a)]) == shown
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(checkpoint, tmp_path_factory):
+    """Two tiny runs on the same tokens, saved: a gated model and a baseline."""
+    import probe
+    import torch
+
+    root = tmp_path_factory.mktemp("runs")
+    ids = torch.randint(3, 200, (3, 32), generator=torch.Generator().manual_seed(0))
+    out = {}
+    for kind in ("official_headwise", "llama"):
+        analysis = probe.analyze(checkpoint(kind), ids, bos="none", batch_size=2, progress=False,
+                                 resamples=0, token_series=80, name=kind)
+        out[kind] = analysis.save(root / kind)
+    return out
+
+
+def test_a_saved_run_keeps_its_series_and_probe_view_writes_the_page(tiny_runs, tmp_path, capsys):
+    import probe
+    from probe.api.cli import main
+
+    run = probe.Analysis.load(tiny_runs["official_headwise"])
+    assert run.token_series.tokens == 80 and run.token_series.header["rows"] == [[0, 32], [1, 32], [2, 16]]
+    assert {"first_token", "first_token_heads", "gate", "gate_heads", "max_abs", "loss"} <= set(run.token_series.names)
+    out = tmp_path / "view.html"
+    assert main(["view", str(tiny_runs["official_headwise"]), str(tiny_runs["llama"]), "--out", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert '"name":"official_headwise"' in text and '"name":"llama"' in text
+    assert main(["view", str(tiny_runs["llama"]), "--out", str(out)]) == 2       # exists: --force
+    assert "--force" in capsys.readouterr().err
+    shown = run.view()._repr_html_()
+    assert shown.startswith("<iframe") and "official_headwise" in shown
+
+
+def test_the_report_has_a_tokens_section(tiny_runs, tmp_path):
+    from probe.reports import load_runs
+    from probe.reports.html import render_html
+    from probe.reports.sections import build_sections
+
+    sections = build_sections(load_runs([tiny_runs["official_headwise"], tiny_runs["llama"]]))
+    section = next(s for s in sections if s.id == "tokens")
+    item = section.items[0]
+    assert item.interactive is not None and item.interactive().startswith("<iframe")
+    figure = item.draw()                                 # the PDF's static strip
+    assert len(figure.axes[0].patches) > 3 * 30          # three series of the first tokens
+    html = render_html([section], title="t", subtitle="s", generated_at="now")
+    assert html.count("<iframe") == 1 and "srcdoc=" in html
+    without = build_sections(load_runs([tiny_runs["llama"]]), None)
+    assert any(s.id == "tokens" for s in without)
