@@ -5,7 +5,7 @@
 // (probe/results/token_series.py): what the tooltip shows is what the run holds.
 "use strict";
 (function () {
-  const STEPS = { unit: 254, cent: 100 }, LOG = 65533, MAX_TEXT = 2000, ZOOM_TO = 400;
+  const STEPS = { unit: 254, cent: 100 }, LOG = 4093, MAX_TEXT = 2000, ZOOM_TO = 400;
   const MAIN = ["first_token", "gate", "max_abs", "loss", "received", "max_abs_dim"];
   const LOG_COLOUR = new Set(["max_abs"]);
   const STOPS = [[255, 255, 255], [254, 232, 200], [253, 187, 132], [227, 74, 51], [127, 0, 0]];
