@@ -148,6 +148,8 @@
     ui.panels = runs.map((run, i) => {
       const box = el("div", "ptv-run");
       box.append(el("div", "ptv-name", run.name + " (" + run.tokens + " tokens)"));
+      box.append(el("div", "ptv-hint", "map: one row per layer, first at the top (click a row to pick it; " +
+        "scroll to zoom, drag to pan); below: the picked layer, each column up to its largest value"));
       const heat = el("canvas", "ptv-heat"), strip = el("canvas", "ptv-strip");
       heat.dataset.run = strip.dataset.run = i;
       box.append(heat, strip);
@@ -232,9 +234,15 @@
       const [lo, hi, at] = extremes(s, row, state.head, edges[x][0], edges[x][1]);
       drawn.push({ t0: edges[x][0], t1: edges[x][1], min: lo, max: hi, at: at });
       if (Number.isNaN(hi)) continue;
-      const c = rgb(hi);
-      ctx.fillStyle = "rgb(" + c.join(",") + ")";
+      // A bar up to the bin's largest value, in its colour; the range min .. max darker on it.
+      ctx.fillStyle = "rgb(" + rgb(hi).join(",") + ")";
+      ctx.fillRect(x, Math.floor(y(hi)), 1, height - Math.floor(y(hi)));
+      ctx.fillStyle = "rgba(31,35,40,0.55)";
       ctx.fillRect(x, Math.floor(y(hi)), 1, Math.max(1, Math.ceil(y(lo) - y(hi)) + 1));
+    }
+    if (!s) {
+      ctx.fillStyle = "#57606a"; ctx.font = "12px system-ui, sans-serif";
+      ctx.fillText("this run has no " + state.series + " series", 8, 20);
     }
     for (const t of state.matches) {
       if (t < state.a || t >= state.b) continue;
@@ -410,7 +418,7 @@
 
   api.setView = setView;
   api.select = (series, layer, head) => {
-    state.series = series; fillSelects();
+    state.series = series; ui.series.value = series; fillSelects();
     state.layer = layer; ui.layer.value = layer;
     state.head = head === undefined ? -1 : head; ui.head.value = state.head;
     makeScale(); draw();
