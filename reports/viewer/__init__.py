@@ -7,7 +7,7 @@ network request, so it opens from an e-mail attachment.
                             `analysis.view()` in Jupyter and VS Code (no ipywidgets, no extension)
     View                    what analysis.view() returns: an object with _repr_html_
 
-What travels: the stored codes themselves (deflate-compressed, base64; the page inflates them with
+What travels: the stored codes themselves (deflate-compressed, base 85; the page inflates them with
 the browser's DecompressionStream) and tokens.json's decoding rules, so a value on screen is the
 stored value (payload.py). The page's script and style sheet are viewer.js and viewer.css here,
 inlined (package data).

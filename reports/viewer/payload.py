@@ -1,14 +1,11 @@
 """What the viewer page carries: the runs' stored codes, concatenated (each array at a multiple of
-4 bytes, little-endian; uint16 codes as a plane of high bytes then one of low bytes), deflate-compressed (zlib) and base64-encoded, and a JSON description
-of them (names, decoding rules, offsets, token texts).
-
-The JSON is escaped for a <script> element: every non-ASCII character as \\uXXXX and <, >, &
-too, so no token text can close the element or start markup; the page puts token texts on screen
-with textContent only. Token texts are shown printable (probe.core.errors.printable: control and
-bidi characters as escapes)."""
+4 bytes, little-endian; uint16 codes as a plane of high bytes then one of low bytes),
+deflate-compressed (zlib) and written in base 85 (5 characters per 4 bytes: a quarter more than
+the bytes, where base64 adds a third; the alphabet is printable ASCII without < > & ' " \\ ` $ ^,
+so the text can neither end its <script> element nor start markup), and a JSON description of
+them (names, decoding rules, offsets, token texts)."""
 from __future__ import annotations
 
-import base64
 import json
 import zlib
 
@@ -17,6 +14,7 @@ import numpy as np
 from probe.core.errors import ProbeError, printable
 
 MAX_RUNS = 2
+ALPHABET = "".join(c for c in map(chr, range(0x21, 0x7F)) if c not in "<>&'\"\\`$^")   # 85 characters
 NO_SERIES = ("has no per-token series (tokens.json); analyse it again with probe analyze "
              "(--token-series N, default 4096)")
 
@@ -78,8 +76,19 @@ class _Blob:
         return where
 
 
+def base85(data: bytes) -> str:
+    """`data` zero-padded to a multiple of 4 bytes, each big-endian 32-bit word as 5 digits of
+    ALPHABET, most significant first (the page's unpack() reverses it)."""
+    words = np.frombuffer(data + b"\0" * (-len(data) % 4), dtype=">u4").astype(np.uint64)
+    digits = np.empty((len(words), 5), np.uint8)
+    for place in range(4, -1, -1):
+        digits[:, place] = words % 85
+        words //= 85
+    return np.frombuffer(ALPHABET.encode("ascii"), np.uint8)[digits].tobytes().decode("ascii")
+
+
 def payload(source) -> tuple[str, str, list[str]]:
-    """(the JSON description, the base64 blob, the run names) of the viewer page."""
+    """(the JSON description, the packed codes in base 85, the run names) of the viewer page."""
     pairs = series_of(source)
     if len(pairs) > MAX_RUNS:
         raise ProbeError(f"{len(pairs)} runs given; the viewer shows one run, or two side by side")
@@ -101,5 +110,6 @@ def payload(source) -> tuple[str, str, list[str]]:
                      "token": blob.add(index.astype(np.uint32)),
                      "positions": blob.add(series.arrays["positions"].astype(np.int32)),
                      "series": described})
-    packed = base64.b64encode(zlib.compress(b"".join(blob.parts), 9)).decode("ascii")
-    return script_json({"version": 1, "runs": runs}), packed, [name for name, _ in pairs]
+    packed = zlib.compress(b"".join(blob.parts), 9)
+    return (script_json({"version": 1, "runs": runs, "packed": len(packed), "alphabet": ALPHABET}),
+            base85(packed), [name for name, _ in pairs])

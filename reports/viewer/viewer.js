@@ -1,6 +1,6 @@
 // probe's per-token viewer (reports/viewer/): inlined into one HTML page with its data.
 // No network: the data sits in the page (#ptv-meta: JSON; #ptv-blob: zlib-deflated codes in
-// base64), inflated with the browser's DecompressionStream. Token texts reach the page through
+// base 85), inflated with the browser's DecompressionStream. Token texts reach the page through
 // textContent only. Values are the run directory's stored codes, decoded by tokens.json's rules
 // (probe/results/token_series.py): what the tooltip shows is what the run holds.
 "use strict";
@@ -23,10 +23,19 @@
     return e;
   }
 
-  async function inflate(b64) {
-    const bin = atob(b64);
-    const raw = new Uint8Array(bin.length);
-    for (let i = 0; i < bin.length; i++) raw[i] = bin.charCodeAt(i);
+  function unpack(text, n, alphabet) { // base 85 (payload.py): 5 characters per 4 bytes
+    const digit = new Uint8Array(128);
+    for (let i = 0; i < alphabet.length; i++) digit[alphabet.charCodeAt(i)] = i;
+    const raw = new Uint8Array(Math.ceil(n / 4) * 4);
+    for (let g = 0, o = 0; o < raw.length; g += 5, o += 4) {
+      let v = 0;
+      for (let k = 0; k < 5; k++) v = v * 85 + digit[text.charCodeAt(g + k)];
+      raw[o] = v >>> 24; raw[o + 1] = (v >>> 16) & 255; raw[o + 2] = (v >>> 8) & 255; raw[o + 3] = v & 255;
+    }
+    return raw.subarray(0, n);
+  }
+  async function inflate(text) {
+    const raw = unpack(text.trim(), meta.packed, meta.alphabet);
     const stream = new Blob([raw]).stream().pipeThrough(new DecompressionStream("deflate"));
     return await new Response(stream).arrayBuffer();
   }
