@@ -60,16 +60,17 @@ def tokens(runs: Runs) -> Section | None:
                "closes, which tokens carry the massive activations. In the HTML report: pick a series, "
                "a layer and a head; hover a token for every layer's (and head's) value; search a "
                "token; scroll on the map to zoom, drag to pan (each pixel column shows the largest "
-               "value of its tokens). `probe view RUN --out tokens.html` writes the same page alone."),
+               "value of its tokens). probe view RUN --out tokens.html writes the same page alone."),
         items=[FigureItem(
             "token-strip", "The first tokens, shaded", partial(_draw, runs, models[0]),
-            "The first tokens of the first sequence of " + plain(models[0]) + ", each shaded by the "
+            "In the HTML report, the viewer of every stored token (the first two runs on the same tokens "
+            "side by side, on one colour scale); in the PDF, the first tokens of the first sequence of "
+            + plain(models[0]) + ", each shaded by the "
             "stored value of a series at one layer: the first-token attention (and gate score) at the "
             "layer where it varies most across these tokens, the largest |activation| at the layer "
             "that holds the largest one" + (", the loss" if "gate" not in first.names else "")
             + ". ↵ is a newline; control and bidi characters are shown as escapes."
-            + (f" The interactive view shows {plain(models[1])} beside it on the same tokens."
-               if len(models) > 1 else ""),
+            + (f" The viewer shows {plain(models[1])} beside it." if len(models) > 1 else ""),
             shrinkable=False, interactive=partial(_viewer, runs, models))],
     )
 

@@ -17,7 +17,7 @@ from probe.core.errors import printable
 from probe.reports.plots._layout import new_figure
 from probe.reports.style import styled
 
-TOKENS = 96             # tokens of the strip
+TOKENS = 160            # tokens of the strip
 WIDTH = 7.2             # inches
 FONT = 6.5              # points, monospace
 CHAR = 0.6 * FONT / 72  # inches per character of DejaVu Sans Mono
