@@ -325,7 +325,7 @@
   function tip(t, x, y) {
     const tip = ui.tip;
     tip.replaceChildren();
-    const run0 = runs[0];
+    const run0 = runs.find((r) => t < r.tokens) || runs[0];   // the runs agree on the tokens they share
     tip.append(el("div", "ptv-tip-token", run0.vocab[run0.token[t]]));
     tip.append(el("div", "ptv-tip-where", "token " + t + " · row " + run0.seq[t] + " · position " + run0.pos[t] +
       " · id " + run0.ids[run0.token[t]] + " · " + state.series));
