@@ -5,16 +5,20 @@ array is) and tokens.npz (the arrays), read back as the same codes. The viewer
 
 Quantisation, by a series' kind (tokens.json `series.<name>.kind`):
 
-    unit   uint8   value = code / 254 (0 .. 1, steps of 1/254); 255: no value
-    cent   uint8   value = code / 100 (0 .. 1, steps of 0.01; the per-head series, the most
-                   numerous, kept coarser so a viewer page of 16k tokens stays small); 255: no value
-    log    uint16  0: the value 0; 65535: no value; else (codes 1 .. 4094: 12 bits)
-                   value = exp(lo + (code - 1) * step), step = (hi - lo) / 4093, lo / hi the natural
-                   logs of the series' smallest and largest positive values (relative error at
-                   most step / 2: 0.23% for a range of 8 decades, 0.06% for 2; 12 bits, not 16, so
-                   that a viewer page of 16k tokens stays small: the exact largest values are in
-                   massive_top.csv)
-    index  uint16  value = code (a dimension); 65535: no value
+    unit    uint8   value = code / 254 (0 .. 1, steps of 1/254); 255: no value
+    cent    uint8   value = code / 100 (0 .. 1, steps of 0.01): the per-head series; 255: no value
+    log     uint16  0: the value 0; 65535: no value; else value = exp(lo + (code - 1) * step),
+                    step = (hi - lo) / 4093 (codes 1 .. 4094, 12 bits), lo / hi the natural logs
+                    of the series' smallest and largest positive values: a relative error of at
+                    most step / 2 (0.23% for a range of 8 decades)
+    log8    uint8   the same in 8 bits: step = (hi - lo) / 253, codes 1 .. 254, 255: no value
+                    (1.6% for SmolLM2's largest activations, 2.1 .. 10.2 in logs; the exact
+                    largest ones are in massive_top.csv)
+    index   uint16  value = code (a dimension); 65535: no value
+
+The per-head series and the activations are the coarsest: they are what a viewer page of 16k
+tokens x 30 layers carries most of (SmolLM2's first-token attention per head holds 6 bits of
+entropy per value in steps of 0.01), and the page must stay under 5 MB.
 
 numpy only (reports/ reads it without torch).
 """
@@ -34,11 +38,10 @@ from .run_files import RunDirectoryError
 HEADER_FILE = "tokens.json"
 ARRAYS_FILE = "tokens.npz"
 FORMAT = "probe token series 1"
-KINDS = {"unit": np.uint8, "cent": np.uint8, "log": np.uint16, "index": np.uint16}
-NONE = {"unit": 255, "cent": 255, "log": 65535, "index": 65535}
-UNIT_STEPS = 254
-STEPS = {"unit": UNIT_STEPS, "cent": 100}
-LOG_STEPS = 4093
+KINDS = {"unit": np.uint8, "cent": np.uint8, "log": np.uint16, "log8": np.uint8, "index": np.uint16}
+NONE = {"unit": 255, "cent": 255, "log": 65535, "log8": 255, "index": 65535}
+STEPS = {"unit": 254, "cent": 100}          # linear kinds: value = code / steps
+LOG_STEPS = {"log": 4093, "log8": 253}       # log kinds: steps between lo and hi
 
 
 def quantise(values: np.ndarray, kind: str) -> tuple[np.ndarray, dict]:
@@ -53,9 +56,9 @@ def quantise(values: np.ndarray, kind: str) -> tuple[np.ndarray, dict]:
     positive = v[~missing & (v > 0)]
     lo, hi = (float(np.log(positive.min())), float(np.log(positive.max()))) if positive.size else (0.0, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        scaled = (np.log(v) - lo) / (hi - lo) * LOG_STEPS if hi > lo else np.zeros_like(v)
-    codes = np.where(v > 0, 1 + np.rint(np.clip(np.nan_to_num(scaled), 0, LOG_STEPS)), 0)
-    return np.where(missing, NONE[kind], codes).astype(np.uint16), {"lo": lo, "hi": hi}
+        scaled = (np.log(v) - lo) / (hi - lo) * LOG_STEPS[kind] if hi > lo else np.zeros_like(v)
+    codes = np.where(v > 0, 1 + np.rint(np.clip(np.nan_to_num(scaled), 0, LOG_STEPS[kind])), 0)
+    return np.where(missing, NONE[kind], codes).astype(KINDS[kind]), {"lo": lo, "hi": hi}
 
 
 def decode(codes: np.ndarray, kind: str, lo: float = 0.0, hi: float = 0.0) -> np.ndarray:
@@ -66,7 +69,7 @@ def decode(codes: np.ndarray, kind: str, lo: float = 0.0, hi: float = 0.0) -> np
     elif kind == "index":
         out = c.copy()
     else:
-        out = np.where(c == 0, 0.0, np.exp(lo + (c - 1) * ((hi - lo) / LOG_STEPS)))
+        out = np.where(c == 0, 0.0, np.exp(lo + (c - 1) * ((hi - lo) / LOG_STEPS[kind])))
     return np.where(np.asarray(codes) == NONE[kind], np.nan, out)
 
 

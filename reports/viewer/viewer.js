@@ -5,7 +5,7 @@
 // (probe/results/token_series.py): what the tooltip shows is what the run holds.
 "use strict";
 (function () {
-  const STEPS = { unit: 254, cent: 100 }, LOG = 4093, MAX_TEXT = 2000, ZOOM_TO = 400;
+  const STEPS = { unit: 254, cent: 100 }, LOG_STEPS = { log: 4093, log8: 253 }, MAX_TEXT = 2000, ZOOM_TO = 400;
   const MAIN = ["first_token", "gate", "max_abs", "loss", "received", "max_abs_dim"];
   const LOG_COLOUR = new Set(["max_abs"]);
   const STOPS = [[255, 255, 255], [254, 232, 200], [253, 187, 132], [227, 74, 51], [127, 0, 0]];
@@ -46,9 +46,10 @@
       for (let c = 0; c < 256; c++) t[c] = c === 255 ? NaN : c / STEPS[s.kind];
       return t;
     }
-    const t = new Float64Array(65536), step = (s.hi - s.lo) / LOG;
-    for (let c = 0; c < 65536; c++) t[c] = s.kind === "index" ? c : (c === 0 ? 0 : Math.exp(s.lo + (c - 1) * step));
-    t[65535] = NaN;
+    const wide = s.kind !== "log8", n = wide ? 65536 : 256, t = new Float64Array(n);
+    const step = (s.hi - s.lo) / LOG_STEPS[s.kind];
+    for (let c = 0; c < n; c++) t[c] = s.kind === "index" ? c : (c === 0 ? 0 : Math.exp(s.lo + (c - 1) * step));
+    t[n - 1] = NaN;
     return t;
   }
 
@@ -66,7 +67,7 @@
       for (const [row, n] of run.rows) for (let i = 0; i < n; i++) run.seq[t++] = row;
       run.lower = run.vocab.map((v) => v.toLowerCase());
       for (const s of Object.values(run.series)) {
-        s.codes = s.kind in STEPS ? new Uint8Array(buf, s.offset, s.length) : planes(buf, s.offset, s.length);
+        s.codes = s.kind in STEPS || s.kind === "log8" ? new Uint8Array(buf, s.offset, s.length) : planes(buf, s.offset, s.length);
         s.table = table(s);
         s.rows = s.shape[0];
         s.heads = s.shape.length === 3 ? s.shape[1] : 0;
@@ -91,6 +92,7 @@
     if (s.kind === "index") return String(v);
     if (s.kind === "unit") return v.toFixed(4);
     if (s.kind === "cent") return v.toFixed(2);
+    if (s.kind === "log8") return v.toPrecision(4);
     return v.toPrecision(5);
   }
   function rowOf(run) {

@@ -131,7 +131,7 @@ def test_stored_values_are_the_captured_ones_within_half_a_step(case, tmp_path):
             assert (stored[ok] == v[ok]).all(), name
         else:
             s = back.header["series"][name]
-            half = 0.5 * (s["hi"] - s["lo"]) / LOG_STEPS
+            half = 0.5 * (s["hi"] - s["lo"]) / LOG_STEPS[kind]
             positive = ok & (v > 0)
             assert np.abs(np.log(stored[positive]) - np.log(v[positive])).max() <= half + 1e-9, name
 

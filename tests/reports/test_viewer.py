@@ -127,8 +127,11 @@ def test_side_by_side_needs_the_same_tokens():
     from probe.core.errors import ProbeError
 
     a = synthetic(100, 2, 2, seed=1)
-    b = synthetic(100, 2, 2, seed=9)
-    with pytest.raises(ProbeError, match="differ at token"):
+    b = synthetic(120, 2, 2, seed=9)
+    b.arrays["token_ids"][:100] = a.arrays["token_ids"]
+    page([("a", a), ("b", b)])                            # the same tokens where both have them
+    b.arrays["token_ids"][37] += 1
+    with pytest.raises(ProbeError, match="differ at token 37"):
         page([("a", a), ("b", b)])
 
 

@@ -17,7 +17,7 @@ SERIES = {
     "first_token_heads": ("attention on the first token, per head", True, "cent"),
     "gate": ("gate score, mean over heads (and dimensions)", False, "unit"),
     "gate_heads": ("gate score per head (headwise gates)", True, "cent"),
-    "max_abs": ("largest |activation| of the layer output", False, "log"),
+    "max_abs": ("largest |activation| of the layer output", False, "log8"),
     "max_abs_dim": ("its dimension", False, "index"),
     "loss": ("the token's loss, -log p(token | the tokens before it)", False, "log"),
     "received": ("attention the token receives as a key, mean over the queries that see it and "
