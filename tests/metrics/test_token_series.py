@@ -163,3 +163,15 @@ def test_a_pass_that_never_sees_row_0_keeps_nothing(loaded):
     assert cap.metrics["token_series"].captured() is None
     off = Capture(lm.model, lm.layout, token_series=0)
     assert not any(off.metrics["token_series"].listens(event) for event in EVENTS)
+
+
+def test_the_loss_of_a_row_without_the_loss_metric(loaded):
+    """The series' own loss, block by block, when no loss metric left it (_row_loss)."""
+    from probe.metrics.token_series.reduce import _row_loss
+
+    lm = loaded("llama")
+    ids = ids_for(lm.model, B=2, T=12, seed=4)
+    with torch.no_grad():
+        logits = lm.model(input_ids=ids, use_cache=False).logits
+    nll = F.cross_entropy(logits[1, :-1].float(), ids[1, 1:], reduction="none")
+    torch.testing.assert_close(_row_loss(logits, ids, 1), nll, rtol=REL_TOL, atol=1e-6)

@@ -24,8 +24,30 @@ import torch
 
 from ...core.events import ATTENTION, GATE
 from ..base import Metric
+from ..loss.reduce import PER_TOKEN
 from ..massive.reduce import token_text
 from . import DECLARATION, SERIES
+
+
+BLOCK = 1 << 20         # logits per step of _row_loss, as the loss metric takes them
+
+
+def _on(where, x: torch.Tensor):
+    """A plan's positions (a slice, or an index tensor) for indexing tensor x."""
+    return where if isinstance(where, slice) else where.to(x.device)
+
+
+def _row_loss(logits, input_ids, row: int) -> torch.Tensor:
+    """(T - 1,) the loss of each target of one batch row, a block of positions at a time (the
+    logits may be probe.capture.logits.LazyLogits: never a whole row of them at once)."""
+    T, V = logits.shape[1], logits.shape[2]
+    target = input_ids[row].to(logits.device)
+    out = []
+    for start in range(0, T - 1, max(1, BLOCK // V)):
+        end = min(start + max(1, BLOCK // V), T - 1)
+        x = logits[row, start:end].float()
+        out.append(torch.logsumexp(x, -1) - x.gather(-1, target[start + 1:end + 1, None])[:, 0])
+    return torch.cat(out) if out else torch.zeros(0, device=logits.device)
 
 
 class TokenSeriesCapture(Metric):
@@ -55,7 +77,7 @@ class TokenSeriesCapture(Metric):
 
     # -- which rows of a batch are taken ---------------------------------------------------------
     def _plan(self, b) -> list:
-        """[(batch row, valid positions taken (n,) long tensor, offset in the series)] of batch
+        """[(batch row, valid positions taken (a slice, or an (n,) long tensor), offset in the series)] of batch
         `b`, made at its first event (every event of one forward pass shares the batch)."""
         if self._plan_of[0] is b:
             return self._plan_of[1]
@@ -66,7 +88,12 @@ class TokenSeriesCapture(Metric):
                 if int(b.seq_index[row]) != self.next_row or self.taken >= self.limit:
                     break
                 positions = torch.nonzero(b.valid[row]).flatten()[: self.limit - self.taken]   # (n,)
-                plan.append((row, positions, self.taken))
+                n = len(positions)
+                # Valid positions are one range (padding on the right, a window's context on the
+                # left): a slice, so each event reads a view of its tensor, not a copy.
+                contiguous = n > 0 and int(positions[-1]) - int(positions[0]) + 1 == n
+                plan.append((row, slice(int(positions[0]), int(positions[0]) + n) if contiguous else positions,
+                             self.taken))
                 self.rows.append((self.next_row, len(positions)))
                 self.ids_parts.append(b.input_ids[row, positions].cpu().numpy())
                 self.pos_parts.append(positions.cpu().numpy())
@@ -87,34 +114,40 @@ class TokenSeriesCapture(Metric):
     # -- the events --------------------------------------------------------------------------------
     def first_key(self, layer, p0, b, uniform=None, finite=None) -> None:       # p0 (B, H, T)
         for row, pos, offset in self._plan(b):
-            p = p0[row][:, pos.to(p0.device)].float()                           # (H, n)
+            p = p0[row][:, _on(pos, p0)].float()                                # (H, n)
             self._store("first_token_heads", layer, offset, p)
             self._store("first_token", layer, offset, p.mean(0))
 
     def gate(self, layer, g, b) -> None:                                        # g (B, T, H, Dg)
         for row, pos, offset in self._plan(b):
-            per_head = g[row][pos.to(g.device)].float().mean(-1).transpose(0, 1)   # (H, n)
+            per_head = g[row][_on(pos, g)].float().mean(-1).transpose(0, 1)     # (H, n)
             self._store("gate", layer, offset, per_head.mean(0))
             if g.shape[-1] == 1:
                 self._store("gate_heads", layer, offset, per_head)
 
     def layer_output(self, layer, h, b) -> None:                                # h (B, T, C)
         for row, pos, offset in self._plan(b):
-            largest, dim = h[row][pos.to(h.device)].float().abs().max(-1)       # (n,), (n,)
-            self._store("max_abs", layer, offset, largest)
-            self._store("max_abs_dim", layer, offset, dim.float())
+            x = h[row][_on(pos, h)]                                             # (n, C)
+            # The largest |h| from the largest and the smallest value: no |h| copy (bins.abs_row_max).
+            top, up = x.max(-1)
+            bottom, down = x.min(-1)
+            high = top.float() >= -bottom.float()
+            self._store("max_abs", layer, offset, torch.where(high, top.float(), -bottom.float()))
+            self._store("max_abs_dim", layer, offset, torch.where(high, up, down).float())
 
     def logits(self, layer, logits, b) -> None:                                 # (B, T, V)
-        for row, pos, offset in self._plan(b):
-            # The loss of the token at position p is read from the logits at p - 1; position 0
-            # has none (NaN), as the loss metric counts a pair only at p >= 1.
-            pos = pos.to(logits.device)
-            has = pos >= 1
-            x = logits[row][pos[has] - 1].float()                               # (n', V)
-            target = b.input_ids[row].to(logits.device)[pos[has]]
-            nll = torch.full((len(pos),), float("nan"), device=logits.device)
-            nll[has] = torch.logsumexp(x, -1) - x.gather(-1, target[:, None])[:, 0]
-            self._store("loss", None, offset, nll)
+        plan = self._plan(b)
+        if not plan:
+            return
+        # The loss metric (order 5, before this one) leaves each row's loss per target in
+        # Batch.derived: the logits are read once. The token at position p has the loss read
+        # from the logits at p - 1; position 0 has none (NaN).
+        per_row = b.derived(PER_TOKEN, logits, dict)
+        for row, pos, offset in plan:
+            if row not in per_row:
+                per_row[row] = _row_loss(logits, b.input_ids, row)
+            nll = torch.cat([per_row[row].new_full((1,), float("nan")), per_row[row]])     # (T,)
+            self._store("loss", None, offset, nll[_on(pos, nll)])
 
     def attention(self, layer, query, b, *, key, value, out, lse, mask, scale, softcap=None) -> None:
         plan = self._plan(b)
@@ -124,7 +157,7 @@ class TokenSeriesCapture(Metric):
 
         score = shared_received_attention(b, query, key, lse, mask, scale, softcap).score()  # (B, H, S)
         for row, pos, offset in plan:
-            self._store("received", layer, offset, score[row][:, pos.to(score.device)].mean(0))
+            self._store("received", layer, offset, score[row][:, _on(pos, score)].mean(0))
 
     # -- once the pass is over -----------------------------------------------------------------------
     def captured(self, done=None) -> dict | None:
