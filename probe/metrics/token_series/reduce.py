@@ -61,12 +61,10 @@ class TokenSeriesCapture(Metric):
         self.taken = 0                         # tokens taken so far
         self.next_row = 0                      # the dataset row the next taken row must be
         self.rows: list[tuple[int, int]] = []  # (dataset row, tokens taken of it), in order
-        self.token_ids = np.zeros(0, np.int64)
-        self.positions = np.zeros(0, np.int64)
-        self._plan_of = (None, [])             # (batch, [(batch row, positions (n,) tensor, start)])
-        self.values: dict[str, np.ndarray] = {}
-        self.ids_parts: list[np.ndarray] = []
-        self.pos_parts: list[np.ndarray] = []
+        self._plan_of = (None, [])             # (the batch, its plan): see _plan
+        self.values: dict[str, np.ndarray] = {}        # name -> (layers, [heads,] limit) float32
+        self.ids_parts: list[np.ndarray] = []          # the token ids taken, row by row
+        self.pos_parts: list[np.ndarray] = []          # their positions in their rows
 
     def listens(self, event: str) -> bool:
         if self.limit <= 0:
@@ -77,8 +75,9 @@ class TokenSeriesCapture(Metric):
 
     # -- which rows of a batch are taken ---------------------------------------------------------
     def _plan(self, b) -> list:
-        """[(batch row, valid positions taken (a slice, or an (n,) long tensor), offset in the series)] of batch
-        `b`, made at its first event (every event of one forward pass shares the batch)."""
+        """[(batch row, the valid positions taken: a slice or an (n,) long tensor, their offset in
+        the series)] of batch `b`, made at its first event (the events of one forward pass share
+        the batch)."""
         if self._plan_of[0] is b:
             return self._plan_of[1]
         plan = []
