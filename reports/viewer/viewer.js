@@ -435,7 +435,8 @@
     makeScale(); draw();
   };
   api.value = (run, series, layer, head, t) => value(runs[run].series[series], layer, head, t);
-  api.search = (q) => { ui.search.value = q; search(q); };
+  api.search = (q) => { ui.search.value = q; search(q); return state.matches.length; };
+  api.scale = () => scale;
 
   inflate(document.getElementById("ptv-blob").textContent).then((buf) => {
     prepare(buf);

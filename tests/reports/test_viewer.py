@@ -84,6 +84,13 @@ def test_hover_zoom_and_no_request(browser, tmp_path):
         assert column["max"] == pytest.approx(np.nanmax(stored[column["t0"]:column["t1"]]), rel=1e-12)
     spike = next(i for i, c in enumerate(bins) if c["t0"] <= SPIKE[1] < c["t1"])
     assert bins[spike]["at"] == SPIKE[1] and bins[spike]["max"] == pytest.approx(SPIKE[2], rel=2e-4)
+    # One colour scale for both runs: up to the largest value either holds.
+    scale = browser.evaluate("probeViewer.scale()")
+    assert scale["hi"] == pytest.approx(max(np.nanmax(a.values("max_abs")), np.nanmax(b.values("max_abs"))), rel=1e-12)
+    # Search: every token whose text holds the string, whatever its case.
+    texts = [printable(t).lower() for t in a.texts()]
+    assert browser.evaluate("probeViewer.search(' GATE')") == sum(" gate" in t for t in texts) > 0
+    browser.evaluate("probeViewer.search('')")
     pixel = browser.evaluate(f"(() => {{ const c = document.querySelectorAll('.ptv-heat')[0];"
                              f" return Array.from(c.getContext('2d').getImageData({spike}, {SPIKE[0]} * c.rowHeight + 2, 1, 1).data); }})()")
     assert pixel[:3] == [127, 0, 0]
