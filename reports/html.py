@@ -104,8 +104,11 @@ def _notes(notes: Sequence[str]) -> str:
 
 
 def _figure(item: FigureItem) -> str:
-    with report_style():
-        svg = figure_svg(freeze_layout(item.draw()), prefix=item.id)
+    if item.interactive is not None:
+        svg = item.interactive()
+    else:
+        with report_style():
+            svg = figure_svg(freeze_layout(item.draw()), prefix=item.id)
     return (f'<figure id="{item.id}"><h3>{_text(item.title)}</h3>'
             f'<div class="plot">{svg}</div>'
             f"<figcaption><strong>{item.label}.</strong> {_text(item.caption)}</figcaption>"

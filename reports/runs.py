@@ -19,6 +19,7 @@ import pandas as pd
 from probe.results.run_files import RunDirectoryError, read_run_dir  # noqa: F401  (part of this module's API)
 from probe.results.run_files import _coerce, _empty
 from probe.results.run_names import distinct_names
+from probe.results.token_series import TokenSeries
 from probe.reports.labels import ATTENTION, LINEAR_ATTENTION, META_FILE, SUMMARY_FILE, TABLES
 
 
@@ -33,6 +34,8 @@ class Runs:
     summary: dict[str, dict[str, Any]]
     sources: dict[str, str]
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    # model -> its per-token series (probe.results.token_series.TokenSeries), where it has them
+    token_series: dict[str, Any] = field(default_factory=dict)
     _layer_types: dict[str, dict[int, str]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -113,6 +116,7 @@ class _Part:
     summary: dict[str, Any]
     source: str
     tables: dict[str, pd.DataFrame]
+    token_series: Any = None
 
 
 def _flatten(source: Any) -> list[Any]:
@@ -158,7 +162,8 @@ def _read_run_dir(path: Path) -> _Part:
     meta, summary, read = read_run_dir(path)
     tables = {name: _empty(name) if frame is None else frame for name, frame in read.items()}
     model = _model_name(meta, summary, tables, fallback=path.name)
-    return _Part(model=model, meta=meta, summary=summary, source=str(path), tables=tables)
+    return _Part(model=model, meta=meta, summary=summary, source=str(path), tables=tables,
+                 token_series=TokenSeries.read(path))
 
 
 def _read_analysis(analysis: Any) -> _Part:
@@ -169,7 +174,8 @@ def _read_analysis(analysis: Any) -> _Part:
               for name in TABLES}
     model = _model_name(meta, summary, tables, fallback=type(analysis).__name__)
     return _Part(model=model, meta=meta, summary=summary,
-                 source=f"in-memory {type(analysis).__name__}", tables=tables)
+                 source=f"in-memory {type(analysis).__name__}", tables=tables,
+                 token_series=getattr(analysis, "token_series", None))
 
 
 def _model_name(meta: dict, summary: dict, tables: dict[str, pd.DataFrame],
@@ -196,6 +202,7 @@ def _combine(parts: list[_Part]) -> Runs:
         summary={part.model: part.summary for part in parts},
         sources={part.model: part.source for part in parts},
         tables=tables,
+        token_series={part.model: part.token_series for part in parts if part.token_series is not None},
     )
 
 

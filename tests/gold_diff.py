@@ -92,6 +92,9 @@ VARYING_META = ("timestamp", "versions", "command", "config_hash")
 # The same within a record: a graft's base_digest hashes the base's config.json, which records
 # the transformers version that saved it.
 VARYING_META_NESTED = (("graft", "base_digest"),)
+# The per-token series (quantised codes of the numbers the tables pool): their values are checked
+# against independent computations in tests/metrics/test_token_series.py, not kept as gold.
+NOT_GOLD = ("tokens.json", "tokens.npz")
 ROOT = "ROOT"       # the temporary folder of the checkpoints and runs, as the gold files write it
 SHOWN = 10          # differences listed in a failure message; the tool lists them all
 
@@ -298,7 +301,7 @@ def read_folder(folder: Path, root: Path | None = None) -> dict[str, str]:
     temporary checkpoints) written ROOT; a file that is neither a table nor JSON is named only."""
     files = {}
     for path in sorted(folder.iterdir()):
-        if path.name.startswith("."):          # probe's own marker (.probe-output), not a result
+        if path.name.startswith(".") or path.name in NOT_GOLD:   # .probe-output: probe's marker
             continue
         if path.suffix == ".csv":
             files[path.name] = path.read_text(encoding="utf-8")

@@ -62,7 +62,7 @@ def test_the_attention_kernel_names_no_family():
 # that `probe --help` and an analysis never load it). reports/ imports the run-directory reader,
 # the schema and the intervention names from probe, none of these.
 REPORT_FRONT_ENDS = {"probe.api.cli", "probe.api.outputs", "probe.results.plotting", "probe.api.report_args",
-                     "probe.api.sweep"}
+                     "probe.api.sweep", "probe.api.view_cli"}
 
 
 def test_probe_imports_reports_only_from_its_front_ends():

@@ -37,6 +37,7 @@ EXCEPTIONS = {
     # Analysis.plot_* are the report's figures (reports/plots/__init__.py __all__), read inside
     # the function, so that an analysis never loads the report layer.
     ("probe/results/plotting.py", "probe.reports.plots"): "Analysis.plot_* from the figure registry",
+    ("probe/results/plotting.py", "probe.reports.viewer"): "Analysis.view(): the report's per-token viewer",
 }
 # The bound on the folder-level arrows that climb (all of them listed above).
 MAX_FOLDER_ARROWS = 9

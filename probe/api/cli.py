@@ -14,6 +14,7 @@ from ..core.owned import FORCE_HELP
 from .report_args import (GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_claims, print_differences,
                           print_intervals)
 from .cli_names import _run_name, compare_names, print_summary, unique_names, warn_repeated  # noqa: F401
+from .view_cli import cmd_view
 
 EXIT_USAGE = 2
 
@@ -87,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_graft_arguments(g)
 
+    v = sub.add_parser("view", help="the per-token viewer of one run, or two side by side, as one HTML file")
+    from .view_cli import add_arguments as add_view_arguments
+
+    add_view_arguments(v)
+
     k = sub.add_parser("check", help="check that probe reads the gate the model applies (pass/fail table)")
     k.add_argument("checkpoint", help="local Hugging Face checkpoint directory, or a .gguf file")
     k.add_argument("--gate", help="declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none")
@@ -107,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         with errors.command_line(), console.scoped(), interrupt:
             args = build_parser().parse_args(argv)
             return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
-                    "train": cmd_train, "check": cmd_check, "graft": cmd_graft}[args.command](args, command_line)
+                    "train": cmd_train, "check": cmd_check, "graft": cmd_graft,
+                    "view": cmd_view}[args.command](args, command_line)
     except ProbeError as err:
         print(f"probe: error: {errors.printable(err)}", file=sys.stderr)
         return EXIT_USAGE

@@ -298,6 +298,11 @@ class AnalysisOptions:
                "gdn_top_beta.csv, gdn_sparsity.csv, gdn_head_norms.csv; with --anatomy also the exact split "
                "of each output into per-key terms (key-0 share, state share, their check; a Q.K^T pass "
                "per layer): gdn_keys.csv, gdn_key0_buckets.csv, gdn_check.csv", cli=FLAG, resume=True)
+    token_series: int = option(
+        4096, "per-token series of the first N tokens of the data, per layer: attention on the first token "
+              "(per head), the gate score, the largest |activation| and its dimension, the loss; with "
+              "--anatomy the attention each key receives (tokens.json + tokens.npz, shown by probe view "
+              "and the report's Tokens section); 0: none", check=_int(0), cli={**INT, "metavar": "N"})
     resamples: int = option(
         1000, "bootstrap resamples of the 95 percent intervals (*_lo / *_hi: sequences resampled, fixed seed); "
               "0: no intervals", check=_resamples, cli=INT, meta=True)

@@ -15,6 +15,9 @@ tables, summary / layer / meta keys, option, events) and its reducers in reduce.
     head_norms/    head_norms.csv; head_norm_ratio                  <- attn.hook_sdpa, attn.hook_z
     gdn/           gdn_*.csv; gdn (only with the gdn option): Gated DeltaNet layers' SiLU gate,
                    beta, decay, per-key terms and their check    <- linear_attn.hook_gdn
+    token_series/  no table: tokens.json + tokens.npz, per-token values of the first tokens
+                   (the token_series option: how many)  <- attn.hook_first_key, attn.hook_gate,
+                   hook_resid_post, hook_logits, attn.hook_attention (with anatomy)
 
 The run directory's schema (probe/results/schema.py), Analysis and reports' Runs derive from the
 declarations (metrics/base.py says what one holds); the bus (probe/capture/bus.py) subscribes each

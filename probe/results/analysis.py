@@ -17,6 +17,7 @@ from .plotting import PlotMethods
 from .run_files import RunDirectoryError, read_run_dir
 from .schema import MANIFEST_KEY, META_FILE, SUMMARY_FILE
 from .schema import TABLES as SCHEMA
+from .token_series import TokenSeries
 
 # The tables an Analysis holds: the run directory's (probe.results.schema.TABLES, which reports/ reads
 # runs against) but inference.csv and trajectory.csv, which examples/demo.py and
@@ -35,13 +36,16 @@ class Analysis(PlotMethods):
     attribute too (`analysis.first_token`), and every figure of the report is a method
     (`analysis.plot_gate_heatmap()`, probe/results/plotting.py)."""
 
-    def __init__(self, meta: dict, summary: dict, tables: dict[str, pd.DataFrame] | None = None, **frames):
+    def __init__(self, meta: dict, summary: dict, tables: dict[str, pd.DataFrame] | None = None, *,
+                 token_series=None, **frames):
         unknown = sorted(set(frames) - set(TABLES) | set(tables or {}) - set(TABLES))
         if unknown:
             raise TypeError(f"Analysis has no table {unknown[0]!r} (tables: {', '.join(TABLES)})")
         given = {**(tables or {}), **frames}
         self.meta, self.summary = meta, summary
         self.tables = {t: given[t] if given.get(t) is not None else _empty() for t in TABLES}
+        # The per-token series of the first tokens (probe.results.token_series.TokenSeries), or None.
+        self.token_series = token_series
 
     def __getattr__(self, name: str):
         # Only for names not found the usual way: the tables, then the figures (PlotMethods).
@@ -81,6 +85,8 @@ class Analysis(PlotMethods):
         meta = {**self.meta, MANIFEST_KEY: written}
         write_text(folder / META_FILE, json.dumps(_jsonable(meta), indent=2, sort_keys=True) + "\n")
         write_text(folder / SUMMARY_FILE, json.dumps(_jsonable(self.summary), indent=2) + "\n")
+        if self.token_series is not None:
+            self.token_series.write(folder)
 
     @classmethod
     def load(cls, path: str | Path) -> "Analysis":
@@ -91,9 +97,10 @@ class Analysis(PlotMethods):
             raise ProbeError(f"{path} is not a probe run directory (no summary.json / meta.json)")
         try:
             meta, summary, tables = read_run_dir(path)
+            series = TokenSeries.read(path)
         except RunDirectoryError as err:
             raise ProbeError(str(err)) from None
-        return cls(meta, summary, {t: tables.get(t) for t in TABLES})
+        return cls(meta, summary, {t: tables.get(t) for t in TABLES}, token_series=series)
 
     # -- display ---------------------------------------------------------------------------
     def summary_frame(self) -> pd.DataFrame:

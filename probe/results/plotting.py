@@ -39,7 +39,16 @@ def plot_method(analysis, name: str):
 
 
 class PlotMethods:
-    """Mixin for Analysis: one plot_* method per figure of the report (reports.plots.__all__)."""
+    """Mixin for Analysis: one plot_* method per figure of the report (reports.plots.__all__),
+    and view(), the per-token viewer."""
+
+    def view(self, other=None, *, height: int = 760):
+        """The per-token viewer of this run (beside `other`, an Analysis or run directory on the
+        same tokens, when given), inline in Jupyter or VS Code: no ipywidgets, no extension.
+        `.save(path)` writes the standalone page, as `probe view` does."""
+        from probe.reports.viewer import View    # imported late, as the figures are
+
+        return View([self] if other is None else [self, other], height=height)
 
     def __getattr__(self, name: str):
         if name.startswith(PREFIX):

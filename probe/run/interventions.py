@@ -172,7 +172,7 @@ def run(loaded, dataset, options: AnalysisOptions | None = None, *, name: str | 
     if reference is None:
         # The statistics the interventions need (mean gates, activation medians, the loss), not
         # sink anatomy; sequences: one shape of the per-sequence state in every process.
-        reference = Capture(model, layout, o.replace(anatomy=False), sequences=len(dataset.sequences))
+        reference = Capture(model, layout, o.replace(anatomy=False, token_series=0), sequences=len(dataset.sequences))
         run_pass(reference, lambda ids: model(input_ids=ids, use_cache=False).logits, dataset, o,
                  dev=next(model.parameters()).device, desc=f"reference pass {name}", rank=rank, world=world)
         distributed.merge_reducers(reference.reducers())    # global statistics; no-op in one process

@@ -137,6 +137,7 @@ def assemble(cap, loaded: LoadedModel, dataset: Dataset, name: str, dev, o: Anal
     done = Done(name, loaded.tokenizer, cap.metrics, control, resamples=o.resamples, documents=dataset.documents)
     frames = cap.tables(name, loaded.tokenizer, control, dataset.documents)
     analysis = Analysis(meta={"name": name}, summary={}, attention_patterns=patterns, **frames)
+    analysis.token_series = token_series(cap, done)
     analysis.meta = build_meta(loaded, dataset, name, dev, o)
     analysis.meta["display_tokens"] = [token_text(loaded.tokenizer, int(t))
                                        for t in dataset.sequences[0][:o.display_len]]
@@ -157,6 +158,16 @@ def assemble(cap, loaded: LoadedModel, dataset: Dataset, name: str, dev, o: Anal
     analysis.meta["layer_types"] = [p.layer_type for p in cap.layout.layers]
     analysis.summary = build_summary(analysis, cap, done, dataset)
     return analysis
+
+
+def token_series(cap, done: Done):
+    """The per-token series of the pass (probe/metrics/token_series/), quantised as the run
+    directory keeps them, or None when none were taken."""
+    from ..metrics.token_series import SERIES
+    from ..results.token_series import TokenSeries
+
+    captured = cap.metrics["token_series"].captured(done)
+    return None if captured is None else TokenSeries.from_capture(captured, SERIES)
 
 
 def build_summary(a: Analysis, cap, done: Done, dataset: Dataset) -> dict:

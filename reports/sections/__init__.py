@@ -56,10 +56,11 @@ def build_sections(runs: Runs, pairs=None, groups=None) -> list[Section]:
 
 def metric_sections() -> list:
     """The sections of the modules of reports/sections/ that declare one: `SECTION` (a builder,
-    runs -> Section, usually items.needing its tables) and `AFTER` (the id of the section it
+    runs -> Section, usually items.needing its tables, or None) and `AFTER` (the id of the section it
     follows). A new metric's section is its module alone, listed nowhere else. A builder returns
     None where its section is not about these models at all (GDN layers in a report without a
-    hybrid), so that the contents do not list it among the sections left out."""
+    hybrid, per-token series no run has), so that the contents do not list it among the sections
+    left out."""
     found = []
     for module in pkgutil.iter_modules([str(Path(__file__).parent)]):
         loaded = importlib.import_module(f"{__name__}.{module.name}")

@@ -24,6 +24,9 @@ class FigureItem:
     # False: the PDF never draws it shorter than its own aspect to fill a page (a row per token
     # would lose every other token label to the tick thinning).
     shrinkable: bool = True
+    # The HTML report shows this HTML (an interactive view of the same values) in the figure's
+    # place; the PDF draws the figure.
+    interactive: Callable[[], str] | None = None
 
     def __post_init__(self) -> None:
         if not getattr(self.draw, "printable", False):

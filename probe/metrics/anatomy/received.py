@@ -201,6 +201,14 @@ def received_attention(query, key, lse, mask, scale, *, softcap: float | None = 
     return ReceivedAttention(total, count, excluded)
 
 
+def shared_received_attention(b, query, key, lse, mask, scale, softcap=None) -> ReceivedAttention:
+    """received_attention of one attention event, made once for every metric that reads it
+    (sink anatomy, the per-token series: bus.Batch.derived), over batch `b`'s valid queries."""
+    valid = None if b.all_valid else b.valid.to(query.device)
+    return b.derived("received_attention", query, lambda: received_attention(
+        query, key, lse, mask, scale, softcap=softcap, valid=valid))
+
+
 def top_keys(received: ReceivedAttention, k: int = 1, min_queries: int = 1) -> torch.Tensor:
     """(B, H, k) int64: per sequence and head, the k keys with the highest score among those
     seen by at least `min_queries` counted queries (the last keys of a causal sequence are seen

@@ -87,14 +87,14 @@ class Anatomy(Metric):
 
     def update(self, layer, query, b, *, key, value, out, lse, mask, scale, softcap=None) -> None:
         """query (B, H, T, D), key / value (B, KV, S, D), out (B, H, T, D), lse (B, H, T)."""
-        from .received import key_probability, received_attention, top_keys, value_drains
+        from .received import key_probability, shared_received_attention, top_keys, value_drains
 
         stats = self.stats.get(layer)
         if stats is None:
             return
         stats = stats.follow(query.device)
         valid = None if b.all_valid else b.valid.to(query.device)
-        received = received_attention(query, key, lse, mask, scale, softcap=softcap, valid=valid)
+        received = shared_received_attention(b, query, key, lse, mask, scale, softcap)
         secondary = stats.update(received, b.input_ids, b.seq_index)                  # (B,)
         self.sequences.follow(query.device).update(self.column[layer], received, secondary, b.seq_index)
         keys = top_keys(received, 1, min_queries=stats.min_queries)              # (B, H, 1)

@@ -11,6 +11,9 @@ from . import DECLARATION
 from ..base import Metric
 
 
+PER_TOKEN = "token_loss"     # Batch.derived: batch row -> (T - 1,) loss per target (metrics/token_series/)
+
+
 class LossStats(Reducer):
     """Next-token negative log-likelihood over valid (input, target) pairs, in all and by the
     target's position in powers of two ([1, 2), [2, 4), ...: how the loss holds up along a long
@@ -32,9 +35,11 @@ class LossStats(Reducer):
         self.bucket_n = torch.zeros(len(self.BUCKETS), dtype=I64, device=device)
 
     def update(self, logits: torch.Tensor, input_ids: torch.Tensor, valid: torch.Tensor,
-               seq_index: torch.Tensor | None = None) -> None:
+               seq_index: torch.Tensor | None = None, per_token: dict | None = None) -> None:
         """logits (B, T, V); the pair (t, t+1) counts when position t + 1 is valid; seq_index (B,)
-        the dataset rows of the batch (default 0 .. B-1).
+        the dataset rows of the batch (default 0 .. B-1); per_token: a dict that receives, per
+        batch row b, the (T - 1,) float32 loss of each target t + 1 (the per-token series read
+        it: the logits are read once).
 
         A pair whose loss is not finite (NaN logits) is left out and counted in `nonfinite`.
         """
@@ -50,10 +55,13 @@ class LossStats(Reducer):
         V = logits.shape[-1]
         rows = max(1, self.BLOCK // V)                 # float32 temporaries of BLOCK elements
         for b in range(logits.shape[0]):
+            blocks = []
             for start in range(0, logits.shape[1] - 1, rows):
                 end = min(start + rows, logits.shape[1] - 1)
                 x = logits[b, start:end].float()
                 nll = torch.logsumexp(x, dim=-1) - x.gather(-1, target[b, start:end, None])[:, 0]
+                if per_token is not None:
+                    blocks.append(nll)
                 keep = pair[b, start:end] & torch.isfinite(nll)
                 total, kept = nll[keep].double().sum().to(self.nll.device), keep.sum().to(self.count.device)
                 self.nll += total
@@ -67,6 +75,8 @@ class LossStats(Reducer):
                 self.bucket_nll.index_add_(0, in_bucket, nll[keep].double().to(self.bucket_nll.device))
                 self.bucket_n.index_add_(0, in_bucket, torch.ones_like(in_bucket))
                 self.nonfinite += (pair[b, start:end] & ~keep).sum().to(self.nonfinite.device)
+            if per_token is not None:
+                per_token[b] = torch.cat(blocks) if blocks else logits.new_zeros(0, dtype=torch.float32)
 
     def merge(self, other: "LossStats") -> "LossStats":
         """The per-row sums of two passes may cover different row counts (they grow with the
@@ -100,7 +110,8 @@ class Loss(Metric):
         self.by_position = options.loss_by_position
 
     def update(self, layer, logits, b) -> None:
-        self.stats.follow(logits.device).update(logits, b.input_ids, b.valid, b.seq_index)
+        self.stats.follow(logits.device).update(logits, b.input_ids, b.valid, b.seq_index,
+                                                per_token=b.derived(PER_TOKEN, logits, dict))
 
     def reducers(self) -> list:
         return [self.stats]

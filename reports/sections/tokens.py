@@ -1,0 +1,78 @@
+"""The report's Tokens section: the per-token series of the first tokens (tokens.json +
+tokens.npz, probe/metrics/token_series/) where a run has them.
+
+Found by reports.sections (SECTION, AFTER). One figure: in the PDF the static strip (the first
+tokens of one sequence, shaded by the two or three most telling series, reports/viewer/strip.py);
+in the HTML report the interactive viewer in its place (reports/viewer/: the same stored values,
+every layer and head, search, pan and zoom), the first two runs with series side by side when they
+share their tokens. Without series in any run the report is as it was (no section, no line).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from probe.reports.sections.items import FigureItem, Section
+from probe.reports.runs import Runs
+from probe.reports.text import plain
+
+AFTER = "massive-activations"
+ID, TITLE = "tokens", "Tokens"
+
+
+def _shown(runs: Runs) -> list[str]:
+    """The runs the viewer shows: the first with series, and the next on the same tokens."""
+    models = [m for m in runs.models if m in runs.token_series]
+    if not models:
+        return []
+    first = runs.token_series[models[0]]
+    for other in models[1:]:
+        series = runs.token_series[other]
+        n = min(first.tokens, series.tokens)
+        if np.array_equal(first.arrays["token_ids"][:n], series.arrays["token_ids"][:n]):
+            return [models[0], other]
+    return models[:1]
+
+
+def _draw(runs: Runs, model: str):
+    from probe.reports.viewer.strip import plot_token_strip
+
+    return plot_token_strip(runs.token_series[model], model)
+
+
+def _viewer(runs: Runs, models: list[str]) -> str:
+    from probe.reports.viewer import fragment
+
+    return fragment([(m, runs.token_series[m]) for m in models])
+
+
+def tokens(runs: Runs) -> Section | None:
+    models = _shown(runs)
+    if not models:         # runs written before the series, or with --token-series 0: as before
+        return None
+    first = runs.token_series[models[0]]
+    return Section(
+        id=ID, title=TITLE,
+        intro=("The measurements of the sections above, token by token, for the first "
+               f"{first.tokens:,} tokens of {plain(models[0])}: where the attention sinks, where the gate "
+               "closes, which tokens carry the massive activations. In the HTML report: pick a series, "
+               "a layer and a head; hover a token for every layer's (and head's) value; search a "
+               "token; scroll on the map to zoom, drag to pan (each pixel column shows the largest "
+               "value of its tokens). probe view RUN --out tokens.html writes the same page alone."),
+        items=[FigureItem(
+            "token-strip", "The first tokens, shaded", partial(_draw, runs, models[0]),
+            "In the HTML report, the viewer of every stored token (the first two runs on the same tokens "
+            "side by side, on one colour scale); in the PDF, the first tokens of the first sequence of "
+            + plain(models[0]) + ", each shaded by the "
+            "stored value of a series at one layer: the first-token attention (and gate score) at the "
+            "layer where it varies most across these tokens, the largest |activation| at the layer "
+            "that holds the largest one" + (", the loss" if "gate" not in first.names else "")
+            + ". ↵ is a newline; control and bidi characters are shown as escapes."
+            + (f" The viewer shows {plain(models[1])} beside it." if len(models) > 1 else ""),
+            shrinkable=False, interactive=partial(_viewer, runs, models))],
+    )
+
+
+SECTION = tokens

@@ -1,0 +1,100 @@
+"""The static strip of the per-token series, for the PDF (and the HTML report's printed page): the
+first tokens of one sequence, shaded, for the two or three most telling series of a run.
+
+Which series and layer: the first-token attention and, with a gate, the gate score at the
+layer where they vary most across these tokens (a layer where every token sinks is one colour
+and says little), the largest |activation| at the layer with the largest one (the massive
+activation), and without a gate the loss. The values are the stored ones (TokenSeries.values).
+"""
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.colors import LinearSegmentedColormap, LogNorm, Normalize
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from probe.core.errors import printable
+from probe.reports.plots._layout import new_figure
+from probe.reports.style import styled
+
+TOKENS = 160            # tokens of the strip
+WIDTH = 7.2             # inches
+FONT = 6.5              # points, monospace
+CHAR = 0.6 * FONT / 72  # inches per character of DejaVu Sans Mono
+LINE = 0.16             # inches per text line
+CMAP = LinearSegmentedColormap.from_list(
+    "probe_tokens", ["#ffffff", "#fee8c8", "#fdbb84", "#e34a33", "#7f0000"])
+
+
+def telling(series, n: int) -> list[tuple[str, int, str]]:
+    """[(series, layer row, label)] of the strip: two or three, per the module's rule."""
+    names = series.names
+    chosen = []
+    for name, what in (("first_token", "attention on the first token"), ("gate", "gate score")):
+        if name in names:
+            v = series.values(name)[:, :n]
+            spread = np.nan_to_num(np.nanstd(np.where(np.isfinite(v), v, np.nan), axis=1), nan=-1.0) \
+                if np.isfinite(v).any() else np.zeros(len(v))
+            layer = int(np.argmax(spread))
+            chosen.append((name, layer, f"{what}, layer {layer} (mean over heads)"))
+    if "max_abs" in names:
+        v = np.nan_to_num(series.values("max_abs")[:, :n], nan=-1.0)
+        layer = int(np.argmax(v.max(1)))
+        chosen.append(("max_abs", layer, f"largest |activation| of the layer output, layer {layer}"))
+    if "gate" not in names and "loss" in names:
+        chosen.append(("loss", 0, "the token's loss (nats)"))
+    return chosen[:3]
+
+
+def _shown(text: str) -> str:
+    return printable(text).replace("\n", "↵").replace("\t", "→") or "∅"
+
+
+def _layout(texts: list[str]) -> tuple[list[tuple[float, int]], int]:
+    """(x in inches, line) of each token, wrapping at WIDTH; the number of lines."""
+    x, line, out = 0.0, 0, []
+    for text in texts:
+        w = len(text) * CHAR + 0.02
+        if x + w > WIDTH and x > 0:
+            x, line = 0.0, line + 1
+        out.append((x, line))
+        x += w
+    return out, line + 1
+
+
+@styled
+def plot_token_strip(series, name: str = "", *, tokens: int = TOKENS) -> Figure:
+    """The first `tokens` tokens of the first sequence of `series` (a TokenSeries), shaded by
+    each telling series (`telling`)."""
+    first_row = series.header["rows"][0][1] if series.header["rows"] else series.tokens
+    n = min(tokens, first_row, series.tokens)
+    texts = [_shown(t) for t in series.texts()[:n]]
+    places, lines = _layout(texts)
+    blocks = telling(series, n)
+    block = (lines + 1.4) * LINE
+    fig = new_figure(WIDTH + 0.2, 0.3 + block * max(1, len(blocks)))
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_xlim(-0.1, WIDTH + 0.1)
+    total = 0.3 + block * max(1, len(blocks))
+    ax.set_ylim(total, 0)
+    ax.axis("off")
+    for b, (key, layer, label) in enumerate(blocks):
+        values = series.values(key)[layer, :n]
+        finite = values[np.isfinite(values)]
+        if key == "max_abs" and finite.size and finite.max() > 0:
+            norm = LogNorm(max(finite[finite > 0].min(), finite.max() * 1e-4), finite.max())
+            scale = f"log scale, up to {finite.max():.4g}"
+        else:
+            top = 1.0 if key != "loss" else (float(finite.max()) if finite.size else 1.0)
+            norm, scale = Normalize(0.0, top), f"0 to {top:.3g}"
+        top = 0.3 + b * block
+        ax.text(0, top - 0.06, f"{printable(name) + ': ' if name else ''}{label} ({scale})",
+                fontsize=7, va="bottom", ha="left", fontweight="bold")
+        for (x, line), text, v in zip(places, texts, values):
+            y = top + line * LINE
+            colour = CMAP(norm(max(v, norm.vmin))) if np.isfinite(v) else (0.92, 0.92, 0.92, 1.0)
+            ax.add_patch(Rectangle((x, y), len(text) * CHAR + 0.01, LINE * 0.9, facecolor=colour, linewidth=0))
+            dark = np.isfinite(v) and norm(max(v, norm.vmin)) > 0.62
+            ax.text(x + 0.005, y + LINE * 0.45, text, fontsize=FONT, family="DejaVu Sans Mono",
+                    va="center", ha="left", color="white" if dark else "#1f2328")
+    return fig

@@ -1,0 +1,199 @@
+"""The per-token viewer (reports/viewer/): a self-contained page whose numbers are the run's stored
+values, in a real browser (headless Chromium, driven through tests/reports/headless_chromium.py):
+the tooltip of a hovered token against TokenSeries.values, the largest value of a range kept when
+zoomed out, no network request, token texts escaped; its size and opening time at 16,384 tokens x
+30 layers with every series; `probe view`; `analysis.view()`."""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from probe.core.errors import printable
+from probe.reports.viewer import View, fragment, page
+from tests.reports.token_views import WORDS, synthetic
+from tests.test_fuzz_outputs import ODD_STRINGS
+
+MB = 1_000_000
+SIZE_LIMIT = 5 * MB
+OPEN_LIMIT = 3.0          # seconds from navigation to the viewer drawn
+SPIKE = (2, 1234, 24688.0)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    pytest.importorskip("websocket", reason="websocket-client is not installed")
+    from tests.reports.headless_chromium import HeadlessChromium, find_chromium
+
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    with HeadlessChromium(binary, tmp_path_factory.mktemp("profile"), width=1280, height=900) as b:
+        yield b
+
+
+def _open(browser, path: Path) -> float:
+    """Open `path` and wait until the viewer has drawn; the seconds it took."""
+    start = time.monotonic()
+    browser.log.errors.clear()
+    browser.log.requests.clear()
+    browser.open(path)
+    while not browser.evaluate("!!(window.probeViewer && window.probeViewer.ready)"):
+        assert time.monotonic() - start < 30, browser.log.errors
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+def _pair():
+    """Two runs on the same tokens: one gated, one not, a spike planted in the first."""
+    a = synthetic(3000, 4, 3, seed=1, spike=SPIKE, rows=3, texts=WORDS + ODD_STRINGS)
+    b = synthetic(3000, 4, 3, seed=2, gated=False, rows=3, texts=WORDS + ODD_STRINGS)
+    return a, b
+
+
+def test_hover_zoom_and_no_request(browser, tmp_path):
+    a, b = _pair()
+    path = tmp_path / "two.html"
+    path.write_text(page([("gated", a), ("base", b)]), encoding="utf-8")
+    _open(browser, path)
+    # Hover token 40 of the first run's text, with the per-head first-token series, layer 1.
+    browser.evaluate("probeViewer.select('first_token', 1, -1); probeViewer.setView(0, 300)")
+    box = browser.evaluate("(() => { const r = document.querySelector('.ptv-text [data-t=\"40\"]')"
+                           ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+    browser.call("Input.dispatchMouseEvent", type="mouseMoved", x=box[0], y=box[1])
+    cells = browser.evaluate("Array.from(document.querySelectorAll('.ptv-tip td')).map(td => "
+                             "[+td.dataset.run, +td.dataset.layer, td.dataset.head, td.textContent])")
+    assert browser.evaluate("!document.querySelector('.ptv-tip').hidden")
+    assert len(cells) == 4 * (1 + 3) * 2          # layers x (mean + heads) x runs
+    for run, layer, head, shown in cells:
+        series = (a, b)[run]
+        values = series.values("first_token") if head == "mean" else series.values("first_token_heads")[:, int(head)]
+        assert float(shown) == pytest.approx(values[layer, 40], abs=0.5e-4 if head == "mean" else 0.5e-2), (run, layer, head)
+    tip_token = browser.evaluate("document.querySelector('.ptv-tip-token').textContent")
+    assert tip_token == printable(a.texts()[40])
+    # Zoomed out over every token, each pixel column of max_abs at the spike's layer keeps its
+    # bin's largest stored value: the spike's column shows it, in the scale's darkest colour.
+    browser.evaluate(f"probeViewer.select('max_abs', {SPIKE[0]}, -1); probeViewer.setView(0, 3000)")
+    bins = browser.evaluate("probeViewer.bins[0]")
+    assert len(bins) < 3000 / 2                           # binned: several tokens per column
+    stored = a.values("max_abs")[SPIKE[0]]
+    for column in bins:
+        assert column["max"] == pytest.approx(np.nanmax(stored[column["t0"]:column["t1"]]), rel=1e-12)
+    spike = next(i for i, c in enumerate(bins) if c["t0"] <= SPIKE[1] < c["t1"])
+    assert bins[spike]["at"] == SPIKE[1] and bins[spike]["max"] == pytest.approx(SPIKE[2], rel=2e-4)
+    # One colour scale for both runs: up to the largest value either holds.
+    scale = browser.evaluate("probeViewer.scale()")
+    assert scale["hi"] == pytest.approx(max(np.nanmax(a.values("max_abs")), np.nanmax(b.values("max_abs"))), rel=1e-12)
+    # Search: every token whose text holds the string, whatever its case.
+    texts = [printable(t).lower() for t in a.texts()]
+    assert browser.evaluate("probeViewer.search(' GATE')") == sum(" gate" in t for t in texts) > 0
+    browser.evaluate("probeViewer.search('')")
+    pixel = browser.evaluate(f"(() => {{ const c = document.querySelectorAll('.ptv-heat')[0];"
+                             f" return Array.from(c.getContext('2d').getImageData({spike}, {SPIKE[0]} * c.rowHeight + 2, 1, 1).data); }})()")
+    assert pixel[:3] == [127, 0, 0]
+    assert browser.log.errors == []
+    assert browser.log.requests == [path.resolve().as_uri()]      # the page itself, nothing else
+
+
+def test_token_texts_are_escaped(browser, tmp_path):
+    a, _ = _pair()
+    path = tmp_path / "odd.html"
+    text = page([("x\u202e<b>evil</b>\x1b", a)])
+    path.write_text(text, encoding="utf-8")
+    # Nothing of a token's text is markup or a raw control / bidi character anywhere in the file.
+    assert "<img" not in text and "<b>evil" not in text
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]", text)
+    _open(browser, path)
+    browser.evaluate("probeViewer.setView(0, 200)")
+    shown = browser.evaluate("Array.from(document.querySelectorAll('.ptv-text [data-t]')).slice(0, 200)"
+                             ".map(s => s.textContent)")
+    assert shown == [printable(t) for t in a.texts()[:200]]
+    assert browser.evaluate("document.querySelectorAll('img, b').length") == 0
+    assert browser.evaluate("document.querySelector('.ptv-name').textContent").startswith("x\\u202e<b>evil</b>\\x1b")
+    assert browser.log.errors == []
+
+
+def test_16k_tokens_by_30_layers_is_small_and_opens_fast(browser, tmp_path):
+    # SmolLM2's shape (30 layers, 9 heads, no gate) with every series it has, anatomy included.
+    series = synthetic(16384, 30, 9, seed=4, gated=False, rows=8)
+    path = tmp_path / "big.html"
+    path.write_text(page([("smol", series)]), encoding="utf-8")
+    size = path.stat().st_size
+    half = len(page([("smol", synthetic(8192, 30, 9, seed=4, gated=False, rows=4))]).encode())
+    assert size <= SIZE_LIMIT, f"{size / MB:.2f} MB"
+    assert 1.8 < size / half < 2.2                         # grows linearly with the tokens
+    seconds = _open(browser, path)
+    assert seconds < OPEN_LIMIT, f"{seconds:.2f} s"
+    assert browser.log.errors == []
+
+
+def test_side_by_side_needs_the_same_tokens():
+    from probe.core.errors import ProbeError
+
+    a = synthetic(100, 2, 2, seed=1)
+    b = synthetic(120, 2, 2, seed=9)
+    b.arrays["token_ids"][:100] = a.arrays["token_ids"]
+    page([("a", a), ("b", b)])                            # the same tokens where both have them
+    b.arrays["token_ids"][37] += 1
+    with pytest.raises(ProbeError, match="differ at token 37"):
+        page([("a", a), ("b", b)])
+
+
+def test_view_in_a_notebook_is_an_iframe_of_the_page():
+    a = synthetic(50, 2, 2, seed=1)
+    shown = View([("a", a)])._repr_html_()
+    assert shown.startswith("<iframe") and "srcdoc=" in shown and "<script" not in shown
+    assert fragment([("a", a)]) == shown
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(checkpoint, tmp_path_factory):
+    """Two tiny runs on the same tokens, saved: a gated model and a baseline."""
+    import probe
+    import torch
+
+    root = tmp_path_factory.mktemp("runs")
+    ids = torch.randint(3, 200, (3, 32), generator=torch.Generator().manual_seed(0))
+    out = {}
+    for kind in ("official_headwise", "llama"):
+        analysis = probe.analyze(checkpoint(kind), ids, bos="none", batch_size=2, progress=False,
+                                 resamples=0, token_series=80, name=kind)
+        out[kind] = analysis.save(root / kind)
+    return out
+
+
+def test_a_saved_run_keeps_its_series_and_probe_view_writes_the_page(tiny_runs, tmp_path, capsys):
+    import probe
+    from probe.api.cli import main
+
+    run = probe.Analysis.load(tiny_runs["official_headwise"])
+    assert run.token_series.tokens == 80 and run.token_series.header["rows"] == [[0, 32], [1, 32], [2, 16]]
+    assert {"first_token", "first_token_heads", "gate", "gate_heads", "max_abs", "loss"} <= set(run.token_series.names)
+    out = tmp_path / "view.html"
+    assert main(["view", str(tiny_runs["official_headwise"]), str(tiny_runs["llama"]), "--out", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert '"name":"official_headwise"' in text and '"name":"llama"' in text
+    assert main(["view", str(tiny_runs["llama"]), "--out", str(out)]) == 2       # exists: --force
+    assert "--force" in capsys.readouterr().err
+    shown = run.view()._repr_html_()
+    assert shown.startswith("<iframe") and "official_headwise" in shown
+
+
+def test_the_report_has_a_tokens_section(tiny_runs, tmp_path):
+    from probe.reports import load_runs
+    from probe.reports.html import render_html
+    from probe.reports.sections import build_sections
+
+    sections = build_sections(load_runs([tiny_runs["official_headwise"], tiny_runs["llama"]]))
+    section = next(s for s in sections if s.id == "tokens")
+    item = section.items[0]
+    assert item.interactive is not None and item.interactive().startswith("<iframe")
+    figure = item.draw()                                 # the PDF's static strip
+    assert len(figure.axes[0].patches) > 3 * 30          # three series of the first tokens
+    html = render_html([section], title="t", subtitle="s", generated_at="now")
+    assert html.count("<iframe") == 1 and "srcdoc=" in html
+    without = build_sections(load_runs([tiny_runs["llama"]]), None)
+    assert any(s.id == "tokens" for s in without)
