@@ -46,7 +46,7 @@ class _FirstKey:
     with `anatomy`, also the attention every key position receives (sink anatomy's kernel,
     metrics/anatomy/received.py), summed over layers, heads and queries."""
 
-    def __init__(self, anatomy: bool = False):
+    def __init__(self, anatomy: bool):
         self.anatomy, self.valid = anatomy, None
         self.reset()
 
