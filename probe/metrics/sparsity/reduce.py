@@ -95,13 +95,21 @@ class Sparsity(Metric):
         return {"sparsity": pd.DataFrame(rows)}
 
     def summarise(self, a, layers, done) -> dict:
+        # The table read once: per layer its variants and the first value at each threshold.
+        sp, first = a.sparsity, {}
+        if len(sp):
+            for key in zip(sp.layer.tolist(), sp.variant.tolist(), sp.threshold.tolist(), sp.value.tolist()):
+                first.setdefault(key[:3], key[3])
+        variants: dict[int, set] = {}
+        for layer, variant, _ in first:
+            variants.setdefault(layer, set()).add(variant)
         for entry in layers:
             if entry["layer_type"] != "attention":
                 continue
-            sp = a.sparsity[a.sparsity.layer == entry["layer"]] if len(a.sparsity) else a.sparsity
-            for variant, rows in sp.groupby("variant"):
-                entry["sparsity"][variant] = {f"{t:g}": float(rows[rows.threshold == t].value.iloc[0])
-                                              for t in HEADLINE_THRESHOLDS if (rows.threshold == t).any()}
+            layer = entry["layer"]
+            for variant in sorted(variants.get(layer, ())):           # groupby's order
+                entry["sparsity"][variant] = {f"{t:g}": float(first[(layer, variant, t)])
+                                              for t in HEADLINE_THRESHOLDS if (layer, variant, t) in first}
         return {}
 
     def meta(self, done) -> dict:
