@@ -62,8 +62,8 @@ STAGES = (
     ("  meta", "probe.run.pipeline", "build_meta"),
     ("    embedding fingerprint", "probe.run.pipeline", "embedding_fingerprint"),
     ("  summary (with intervals)", "probe.run.pipeline", "build_summary"),
-    ("    intervals", "probe.metrics.per_sequence.reduce", "summary_intervals"),
-    ("    anatomy intervals", "probe.metrics.anatomy.reduce", "anatomy_intervals"),
+    ("    intervals", "probe.intervals", "summary_intervals"),
+    ("    anatomy intervals", "probe.intervals", "anatomy_intervals"),
 )
 
 
@@ -117,6 +117,14 @@ def synced(fn, device: str):
     return run
 
 
+def gpu_clock() -> float:
+    """Wall time once the GPU's queue is empty: what the stages before it cost on the device too."""
+    import torch
+
+    torch.cuda.synchronize()
+    return time.perf_counter()
+
+
 def measure(spec: dict) -> dict:
     """spec["what"]: "time" (best of each method, alternating), a method name (its peak memory),
     "stages" (one analysis, timed by stage)."""
@@ -127,8 +135,10 @@ def measure(spec: dict) -> dict:
     for m in spec["methods"]:
         warm[m]()                  # what a method loads once per process is not what a call at T costs
     if what == "stages":
-        return {"T": T, "stages": stage_clocks(lambda: fns["analyze"](anatomy=spec.get("anatomy", False))),
-                "plain": clocks(fns["plain"], 1)["seconds"]}
+        clock = time.process_time if device == "cpu" else gpu_clock
+        plain = clocks(fns["plain"], 1)["seconds" if device == "cpu" else "wall_seconds"]
+        return {"T": T, "stages": stage_clocks(lambda: fns["analyze"](anatomy=spec.get("anatomy", False)), clock=clock),
+                "plain": plain}
     if what != "time":
         if device != "cpu":
             import torch
@@ -148,9 +158,10 @@ def measure(spec: dict) -> dict:
     return {"T": T, **best}
 
 
-def stage_clocks(fn, stages=STAGES) -> list[tuple[str, float, int]]:
-    """fn() with each stage's function wrapped in a CPU-time clock: [(label, seconds, calls)],
-    "total" last. A stage whose function is not there (moved, renamed) is left out."""
+def stage_clocks(fn, stages=STAGES, clock=time.process_time) -> list[tuple[str, float, int]]:
+    """fn() with each stage's function wrapped in `clock` (CPU time; on a GPU, wall time after
+    waiting for its queue): [(label, seconds, calls)], "total" last. A stage whose function is
+    not there (moved, renamed) is left out."""
     import importlib
 
     spent: dict[str, list] = {}
@@ -158,11 +169,11 @@ def stage_clocks(fn, stages=STAGES) -> list[tuple[str, float, int]]:
 
     def clocked(label, f):
         def wrapper(*args, **kwargs):
-            start = time.process_time()
+            start = clock()
             try:
                 return f(*args, **kwargs)
             finally:
-                spent[label][0] += time.process_time() - start
+                spent[label][0] += clock() - start
                 spent[label][1] += 1
         return wrapper
 
@@ -183,11 +194,11 @@ def stage_clocks(fn, stages=STAGES) -> list[tuple[str, float, int]]:
         spent[label] = [0.0, 0]
         setattr(owner, name, clocked(label, original))
         undo.append((owner, name, original))
-    start = time.process_time()
+    start = clock()
     try:
         fn()
     finally:
-        total = time.process_time() - start
+        total = clock() - start
         for owner, name, original in reversed(undo):
             setattr(owner, name, original)
     return [(label, s, n) for label, (s, n) in spent.items()] + [("total", total, 1)]
@@ -260,8 +271,7 @@ def main() -> None:
     print(f"SmolLM2-135M, {args.dtype} on {args.device}, one sequence of T tokens, best of {args.repeat}", flush=True)
 
     def child(spec, heap=False):
-        # CUDA refuses an address-space cap (its mappings are virtual): none on the GPU.
-        memory = 1e6 if gpu else args.memory_gb
+        memory = None if gpu else args.memory_gb        # CUDA maps far more address space than it uses
         return run_child(__file__, {**spec, "device": args.device, "dtype": args.dtype, "methods": methods},
                          args.timeout, memory, steady_heap=heap and not gpu)
 
