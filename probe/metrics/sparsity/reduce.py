@@ -79,11 +79,18 @@ class Sparsity(Metric):
         return update
 
     def _shares(self, done):
-        """layer -> its mean gate (None without a gate), variant -> threshold -> (share, exact)."""
+        """layer -> its mean gate (None without a gate), variant -> threshold -> (share, exact).
+        Read once for the tables and the meta alike (kept while the counts and the control stay
+        what they were)."""
         gates = done.metrics["gates"]
+        seen = self.__dict__.setdefault("_read", {})
         for layer, stats in self.stats.items():
             mean_gate = gates.mean_of(layer)
-            yield layer, stats, mean_gate, stats.shares(mean_gate, (done.control or {}).get(layer))
+            control = (done.control or {}).get(layer)
+            key = (layer, mean_gate, stats.ungated.total, stats.gated.total)
+            if key not in seen or seen[key][0] is not control:
+                seen[key] = (control, stats.shares(mean_gate, control))
+            yield layer, stats, mean_gate, seen[key][1]
 
     def frames(self, done) -> dict:
         rows = []
