@@ -24,3 +24,14 @@ def test_the_sha256_of_the_float32_bytes_whatever_the_dtype_and_after_any_edit()
     assert embedding_fingerprint(model) == hashlib.sha256(
         model.embed.weight.detach().float().numpy().tobytes()).hexdigest()[:16]
     assert embedding_fingerprint(torch.nn.Linear(2, 2)) is None     # no embedding: no fingerprint
+
+
+def test_hashed_a_block_of_rows_at_a_time_gives_the_digest_of_the_whole(monkeypatch):
+    from probe.load import fingerprint
+
+    model = torch.nn.Module()
+    model.embed = torch.nn.Embedding(37, 5).to(torch.bfloat16)
+    model.get_input_embeddings = lambda: model.embed
+    whole = embedding_fingerprint(model)
+    monkeypatch.setattr(fingerprint, "ROWS_BYTES", 3 * 4 * 5)   # 3 rows a step, the last block 1 row
+    assert embedding_fingerprint(model) == whole
