@@ -79,15 +79,17 @@ def clocks(fn, repeat: int) -> dict:
 STEADY_HEAP = {"MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536"}
 
 
-def run_child(script: str, args: dict, timeout: float, memory_gb: float, *, steady_heap: bool = False) -> dict:
-    """Run `script --child JSON` in a niced process with an address-space cap; its last stdout
-    line is a JSON object. Failures come back as {"error": why}. steady_heap: run under
-    STEADY_HEAP, for a child that measures peak memory."""
-    cap = int(memory_gb * 2 ** 30)
+def run_child(script: str, args: dict, timeout: float, memory_gb: float | None, *, steady_heap: bool = False) -> dict:
+    """Run `script --child JSON` in a niced process with an address-space cap (None: none, for
+    CUDA, which maps far more address space than it uses); its last stdout line is a JSON
+    object. Failures come back as {"error": why}. steady_heap: run under STEADY_HEAP, for a
+    child that measures peak memory."""
+    cap = None if memory_gb is None else int(memory_gb * 2 ** 30)
 
     def limits():
         os.nice(10)
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        if cap is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
     cmd = [sys.executable, script, "--child", json.dumps(args)]
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **(STEADY_HEAP if steady_heap else {}))

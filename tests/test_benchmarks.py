@@ -1,6 +1,7 @@
 """The benchmarks' own measuring pieces (benchmarks/common.py, benchmarks/long_context_peers.py,
-benchmarks/gdn_peers.py):
-the clocks and peak memory a child reports, the peers' predicted memory, the rows a resumed run keeps."""
+benchmarks/gdn_peers.py, benchmarks/whole_analysis.py): the clocks and peak memory a child reports,
+the peers' predicted memory, the rows a resumed run keeps, the GDN peers' comparison, the stage
+clocks of the whole analysis."""
 from __future__ import annotations
 
 import sys
@@ -64,3 +65,56 @@ def test_gdn_peers_compare_on_the_same_inputs():
     error = lambda out: float((out.double() - reference.double()).norm() / reference.double().norm())
     assert error(gdn_peers.probe_output(q, k, v, g, beta)) < 1e-5
     assert error(gdn_peers.tl_output(*gdn_peers.normed(q, k), v, g, beta)) > 1e-2
+
+
+# -- benchmarks/whole_analysis.py -----------------------------------------------------------------
+
+def test_stage_clocks_time_each_stage_inclusive_and_put_the_functions_back(monkeypatch):
+    import types
+
+    import whole_analysis as wa
+
+    module = types.ModuleType("staged")
+
+    def inner():
+        time.sleep(0.05)                       # wall, no CPU
+        sum(range(200_000))                    # CPU
+
+    def outer():
+        module.inner()
+        module.inner()
+    module.inner, module.outer = inner, outer
+    monkeypatch.setitem(sys.modules, "staged", module)
+    stages = (("outer", "staged", "outer"), ("  inner", "staged", "inner"), ("gone", "staged", "missing"))
+    spent = {label: (s, n) for label, s, n in wa.stage_clocks(lambda: module.outer(), stages)}
+    assert set(spent) == {"outer", "  inner", "total"}          # a missing function is left out
+    assert spent["  inner"][1] == 2 and spent["outer"][1] == 1
+    assert 0 < spent["  inner"][0] <= spent["outer"][0] <= spent["total"][0]
+    assert spent["total"][0] < 0.1                              # CPU time: the sleeps are not in it
+    assert module.inner is inner and module.outer is outer
+
+
+def test_every_stage_of_the_breakdown_names_a_function_probe_has():
+    """A moved or renamed function would drop out of the breakdown without a word."""
+    import importlib
+
+    import whole_analysis as wa
+
+    for label, where, name in wa.STAGES:
+        parts = where.split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                owner = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for part in parts[cut:]:
+                owner = getattr(owner, part)
+            break
+        assert hasattr(owner, name), (label, where, name)
+
+
+def test_the_quickstart_timed_is_the_readme_s():
+    import whole_analysis as wa
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert "probe " + " ".join(wa.QUICKSTART) + " --out" in readme

@@ -91,7 +91,7 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
     cap.to("cpu")
 
     analysis = assemble(cap, loaded, dataset, name, dev, o, control=control, world=source.world,
-                        patterns=source.display_patterns(dataset, o.display_len))
+                        patterns=source.display_patterns(dataset, o.display_len, cap))
     analysis.meta.update(source.meta())
     if o.interventions:
         from ..run import interventions as _interventions

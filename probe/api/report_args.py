@@ -66,7 +66,7 @@ def print_differences(analyses) -> None:
 
 def print_intervals(analyses) -> None:
     """One line per run: the 95% intervals beside the summary's numbers (summary.json *_lo / *_hi)."""
-    from probe.reports.claims.numbers import fmt
+    from ..results.number_text import fmt     # not probe.reports: it loads matplotlib
 
     for a in analyses:
         s, how = a.summary, a.summary.get("intervals") or {}

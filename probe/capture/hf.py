@@ -53,6 +53,7 @@ class Capture(Pass):
         self._mixer_layer = {id(p.mixer): p.index for p in layout.layers}
         self._handles: list = []
         self._observing = None
+        self.display = None         # a display.DisplayPatterns the source sets: read off this pass
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> "Capture":
@@ -133,6 +134,8 @@ class Capture(Pass):
         layer = self._mixer_layer.get(id(module), getattr(module, "layer_idx", None))
         if self._batch is None or layer not in self.first_token:
             return
+        if self.display is not None:
+            self.display.observe(layer, self._batch, query, key, lse, mask, scale, softcap)
         p0 = attention.first_key_probability(query, key, lse, mask, scale, softcap=softcap)  # (B, H, T)
         # A query counts only where its output row is finite: after an inf activation the CPU
         # kernel returns NaN rows for every query, some of them beside a finite lse.

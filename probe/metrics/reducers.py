@@ -11,6 +11,7 @@ exact: a reducer over two halves of a dataset, merged, equals one pass over all 
 from __future__ import annotations
 
 import math
+import struct
 
 import torch
 
@@ -86,12 +87,20 @@ def flatten(reducers) -> list[Reducer]:
 
 
 def float32_bits(value: float) -> int:
-    """The bit pattern of the float32 nearest to value (a non-negative float)."""
-    return int(torch.tensor(value, dtype=torch.float32).view(torch.int32))
+    """The bit pattern of the float32 nearest to value (a non-negative float; inf beyond the
+    largest float32, as torch rounds). struct, not a torch tensor: these run thousands of times
+    as the tables are built."""
+    try:
+        return _U32.unpack(_F32.pack(value))[0]
+    except OverflowError:                      # rounds to inf
+        return 0x7F800000
 
 
 def float32_value(bits: int) -> float:
-    return torch.tensor(bits, dtype=torch.int32).view(torch.float32).item()
+    return _F32.unpack(_U32.pack(bits))[0]
+
+
+_F32, _U32 = struct.Struct("<f"), struct.Struct("<I")
 
 
 def cut_bits(threshold: float, scale: float = 1.0) -> int:
@@ -205,6 +214,10 @@ class LogHistogram(Reducer):
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return {"counts": self.counts, **{n: getattr(self, n) for n in self.summed if n != "counts"}}
 
+    def to(self, device) -> "LogHistogram":
+        # Already there: no (BINS,) round trip through `counts` (cap.to("cpu") after a CPU pass).
+        return self if self.device == torch.device(device) else super().to(device)
+
     def update(self, values: torch.Tensor) -> None:
         """Counts |values| (any shape; the sign bit is ignored, so no abs copy is made).
 
@@ -229,6 +242,17 @@ class LogHistogram(Reducer):
     @property
     def total(self) -> int:
         return int(self._zero) + int(self._stored.sum())
+
+    def _below(self, j: int) -> int:
+        """The values in bins < j (counts[:j].sum(), from the stored range: no (BINS,) copy)."""
+        return (int(self._zero) if j > 0 else 0) + int(self._stored[:min(max(j - self._lo, 0), len(self._stored))].sum())
+
+    def _in(self, j: int) -> int:
+        """The values in bin j (counts[j])."""
+        if j == 0:
+            return int(self._zero)
+        i = j - self._lo
+        return int(self._stored[i]) if 0 <= i < len(self._stored) else 0
 
     @staticmethod
     def lower_edge(j: int) -> float:
@@ -256,22 +280,21 @@ class LogHistogram(Reducer):
         scale = self.scale if scale is None else float(scale)
         c = cut_bits(threshold, scale)
         j = c >> 16
-        counts = self.counts
-        below = int(counts[:j].sum())
+        below = self._below(j)
         if not c & 0xFFFF or j >= self.NONFINITE:                 # on a bin edge
             return below / total, True
         if scale == self.scale and threshold in self.cuts:
             return (below + int(self.in_bin[self.cuts.index(threshold)])) / total, True
         if int(self.inexact) == 0:                                 # bfloat16: bin j is one value
-            return (below + int(counts[j])) / total, True
-        return (below + self._within_bin(j, threshold / scale) * float(counts[j])) / total, False
+            return (below + self._in(j)) / total, True
+        return (below + self._within_bin(j, threshold / scale) * float(self._in(j))) / total, False
 
     def bin_share(self, threshold: float, scale: float | None = None) -> float:
         """Share of the values inside the bin that holds the cut of threshold at scale (0 on a
         bin edge): how far an interpolated `share_below` can be from the exact count."""
         c = cut_bits(threshold, self.scale if scale is None else float(scale))
         total = self.total
-        return float(self.counts[c >> 16]) / total if total and c & 0xFFFF and (c >> 16) < self.NONFINITE else 0.0
+        return float(self._in(c >> 16)) / total if total and c & 0xFFFF and (c >> 16) < self.NONFINITE else 0.0
 
     def fraction_below(self, threshold: float) -> float:
         """Share of values < threshold (exact where `share_below` says so)."""
@@ -281,13 +304,18 @@ class LogHistogram(Reducer):
         total = self.total
         if total == 0:
             return math.nan
-        counts = self.counts
+        # Over bin 0 and the stored range only: the bins between and beyond hold nothing, so the
+        # first bin whose running count reaches the target is the one the full (BINS,) array gives.
+        counts = torch.cat([self._zero.reshape(1), self._stored.to(I64)])     # bins 0, _lo, _lo + 1, ...
         cum = torch.cumsum(counts, 0)
         target = q * total
-        j = int(torch.searchsorted(cum.double(), torch.tensor(target, dtype=F64)))
-        j = min(j, self.BINS - 1)
-        before = float(cum[j - 1]) if j > 0 else 0.0
-        share = (target - before) / max(float(counts[j]), 1.0)
+        i = int(torch.searchsorted(cum.double(), torch.tensor(target, dtype=F64)))
+        if i >= len(counts):                                   # beyond every value: the last bin, empty
+            j, before, inside = self.BINS - 1, float(cum[-1]), 0.0
+        else:
+            j = 0 if i == 0 else self._lo + i - 1
+            before, inside = (float(cum[i - 1]) if i > 0 else 0.0), float(counts[i])
+        share = (target - before) / max(inside, 1.0)
         lo, hi = self.lower_edge(j), self.lower_edge(j + 1)
         if lo <= 0:
             return hi * share

@@ -59,7 +59,8 @@ OTHER_TABLES: dict[str, dict[str, str]] = {
 TABLES: dict[str, dict[str, str]] = {**{t: c for d in DECLARATIONS for t, c in d.tables.items()}, **OTHER_TABLES}
 # Tables a metric writes only when an option asks for it: table -> the option. A run without
 # them is complete; one that has such a table must have all of its columns, as any other.
-OPTIONAL_TABLES: dict[str, str] = {t: d.option for d in DECLARATIONS if d.option for t in d.tables}
+OPTIONAL_TABLES: dict[str, str] = {**{t: d.option for d in DECLARATIONS if d.option for t in d.tables},
+                                   "ablations": "ablate", "ablation_positions": "ablate"}   # --ablate
 # Float columns that hold counts (float so that a row without one leaves the cell empty): table ->
 # columns, compared exactly in the gold (tests/gold_diff.py).
 COUNTS: dict[str, tuple[str, ...]] = {

@@ -270,10 +270,17 @@ def origin(path, model=None) -> dict:
     return out
 
 
-def head_averaged_rows(name: str, layer: int, mean: torch.Tensor) -> list[dict]:
-    """attention_patterns.csv rows of one layer's (T, T) head-averaged attention (q >= k)."""
-    return [{"model": name, "layer": layer, "query": q, "key": k, "value": float(mean[q, k])}
-            for q in range(mean.shape[0]) for k in range(q + 1)]
+def pattern_frame(name: str, maps: list[tuple[int, torch.Tensor]]) -> pd.DataFrame:
+    """attention_patterns.csv of (layer, (T, T) head-averaged attention) pairs: one row per
+    query >= key, by layer, query, key (no Python loop over the T (T + 1) / 2 cells)."""
+    if not maps:
+        return pd.DataFrame()
+    parts = []
+    for layer, mean in maps:
+        q, k = torch.tril_indices(mean.shape[0], mean.shape[1])           # row-major: by query, then key
+        parts.append((torch.full_like(q, layer), q, k, mean.float().cpu()[q, k].double()))
+    layer, q, k, value = (torch.cat(c).numpy() for c in zip(*parts))
+    return pd.DataFrame({"model": name, "layer": layer, "query": q, "key": k, "value": value})
 
 
 def checkpoint_of(path) -> Path | None:

@@ -32,7 +32,7 @@ from ..core.errors import ProbeError, flag
 from ..load.loader import (LoadedModel, check_tokenizer_dir, config_hash, describe, load, load_tokenizer,
                            text_config, warn_if_gate_declared_away)
 from ..core.options import AnalysisOptions
-from .pipeline import check_model_as_is, checkpoint_of, head_averaged_rows
+from .pipeline import check_model_as_is, checkpoint_of, pattern_frame
 from ..results.run_names import run_name
 
 
@@ -60,7 +60,7 @@ class Source(Protocol):
                 sequences: int):  ...                  # the Pass whose context installs its hooks
     def forwarding(self, cap, dataset, options: AnalysisOptions) -> ContextManager[Callable]: ...
     def check_fired(self, cap) -> None: ...            # after the pass: every hook saw data
-    def display_patterns(self, dataset, n: int) -> pd.DataFrame: ...
+    def display_patterns(self, dataset, n: int, cap=None) -> pd.DataFrame: ...
     def meta(self) -> dict: ...                        # meta.json keys of this source
 
 
@@ -144,10 +144,14 @@ class HFSource(_Common):
         return f"analyse {self.name}"
 
     def capture(self, options, *, token_groups, vocab_size, sequences):
+        from ..capture.display import DisplayPatterns
         from ..capture.hf import Capture
 
-        return Capture(self.loaded.model, self.layout, options, token_groups=token_groups,
-                       vocab_size=vocab_size, sequences=sequences)
+        cap = Capture(self.loaded.model, self.layout, options, token_groups=token_groups,
+                      vocab_size=vocab_size, sequences=sequences)
+        if self.world == 1:         # under torchrun every rank forms them alike: display_patterns
+            cap.display = DisplayPatterns(options.display_len)
+        return cap
 
     @contextlib.contextmanager
     def forwarding(self, cap, dataset, options):
@@ -160,11 +164,16 @@ class HFSource(_Common):
         with forward_for(self.loaded.model, batch=batch, length=length) as forward:
             yield forward
 
-    def display_patterns(self, dataset, n: int) -> pd.DataFrame:
-        """Head-averaged full attention of one short prompt: the only T x T the tool forms (T <= n)."""
+    def display_patterns(self, dataset, n: int, cap=None) -> pd.DataFrame:
+        """Head-averaged full attention of one short prompt: the only T x T the tool forms (T <= n).
+        Read off the pass (cap.display, capture/display.py) when it saw the prompt in every
+        attention layer; else from an eager forward of the prompt alone."""
         if n <= 0:
             return pd.DataFrame()
         model, layers = self.loaded.model, self.layout.attention_layers
+        seen = getattr(cap, "display", None)
+        if seen is not None and seen.complete(layers):
+            return pattern_frame(self.name, [(layer, seen.maps[layer]) for layer in layers])
         ids = dataset.sequences[0][:n][None].to(self.device)
         previous = model.config._attn_implementation
         try:
@@ -176,10 +185,7 @@ class HFSource(_Common):
         maps = [a for a in (out.attentions or ()) if a is not None]
         if len(maps) != len(layers):       # some models return one entry per layer, None for linear ones
             maps = [out.attentions[i] for i in layers]
-        rows = []
-        for layer, att in zip(layers, maps):
-            rows += head_averaged_rows(self.name, layer, att[0].float().mean(0))   # (T, T), head mean
-        return pd.DataFrame(rows)
+        return pattern_frame(self.name, [(layer, att[0].float().mean(0)) for layer, att in zip(layers, maps)])
 
     def meta(self) -> dict:
         return {}
@@ -314,7 +320,7 @@ class BridgeSource(_Common):
     def check_fired(self, cap) -> None:
         cap.check_fired()
 
-    def display_patterns(self, dataset, n: int) -> pd.DataFrame:
+    def display_patterns(self, dataset, n: int, cap=None) -> pd.DataFrame:
         """Head-averaged attention of the first prompt's first n tokens, from hook_pattern."""
         layers = self.layout.attention_layers
         if n <= 0 or not layers:
@@ -330,10 +336,7 @@ class BridgeSource(_Common):
         with torch.inference_mode():
             self.bridge.run_with_hooks(ids, fwd_hooks=[(f"blocks.{i}.attn.hook_pattern", keep(i)) for i in layers],
                                        return_type=None)
-        rows = []
-        for layer in layers:
-            rows += head_averaged_rows(self.name, layer, maps[layer])
-        return pd.DataFrame(rows)
+        return pattern_frame(self.name, [(layer, maps[layer]) for layer in layers])
 
     def meta(self) -> dict:
         import importlib.metadata as md

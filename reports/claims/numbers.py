@@ -9,6 +9,7 @@ from typing import Any, Sequence
 from probe.reports.tables.frames import first_token_by_layer, gate_mean_by_group, gate_saturation, sparsity_at
 from probe.reports.runs import Runs
 from probe.reports.text import join_layers
+from probe.results.number_text import fmt  # noqa: F401  (re-exported: the reports' number format)
 
 MASSIVE_SITE = "resid_post"  # the paper's M-Act: each layer's output hidden state
 
@@ -18,15 +19,6 @@ def number(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return math.nan
-
-
-def fmt(value: float) -> str:
-    """Three significant digits (whole numbers from 1000 up); n/a for what is missing."""
-    if value is None or math.isnan(value):
-        return "n/a"
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
 
 
 def gate_numbers(runs: Runs, model: str, low_gate: float) -> tuple[float, float]:

@@ -212,6 +212,7 @@ def honoured_cases(tmp_path, tokenizer) -> dict[str, tuple[object, dict]]:
         "max_length": (16, {}),
         "stride": (16, {}),
         "resamples": (0, {}),                                             # no intervals
+        "token_series": (0, {}),                                          # no per-token series
     }
 
 

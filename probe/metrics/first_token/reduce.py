@@ -168,41 +168,46 @@ class FirstToken(Metric):
 
     def frames(self, done) -> dict:
         first, buckets = [], []
+        heads = self.layout.num_heads
         for p in self.layout.layers:
             stats = self.stats.get(p.index)
-            for head in range(self.layout.num_heads):
-                for metric in ("f_attn", "f_attn_paper", "n_queries"):
-                    if stats is None:
-                        value = math.nan
-                    else:
-                        value = {"f_attn": lambda: float(stats.f_attn()[head]),
-                                 "f_attn_paper": lambda: float(stats.f_attn_paper()[head]),
-                                 "n_queries": lambda: int(stats.head_queries()[head])}[metric]()
+            # Each (H,) vector once per layer, not once per head.
+            by_metric = ({m: [math.nan] * heads for m in ("f_attn", "f_attn_paper", "n_queries")} if stats is None else
+                         {"f_attn": [float(v) for v in stats.f_attn().tolist()],
+                          "f_attn_paper": [float(v) for v in stats.f_attn_paper().tolist()],
+                          "n_queries": [int(v) for v in stats.head_queries().tolist()]})
+            for head in range(heads):
+                for metric, values in by_metric.items():
                     first.append({"model": done.name, "layer": p.index, "head": head,
-                                  "layer_type": p.layer_type, "metric": metric, "value": value})
+                                  "layer_type": p.layer_type, "metric": metric, "value": values[head]})
             if stats is not None:
                 buckets += [{"model": done.name, "layer": p.index, **row} for row in stats.bucket_rows()]
         return {"first_token": pd.DataFrame(first), "first_token_buckets": pd.DataFrame(buckets)}
 
     def summarise(self, a, layers, done) -> dict:
+        # The table's attention rows read once, by (metric, layer) in row order: one pass, no
+        # pandas filter per layer.
+        by: dict[tuple, dict] = {}
         ft = a.first_token
-        attn = ft[ft.layer_type == "attention"] if len(ft) else ft
-        head_f = attn[attn.metric == "f_attn"] if len(attn) else attn
-        head_fp = attn[attn.metric == "f_attn_paper"] if len(attn) else attn
+        if len(ft):
+            for layer, kind, metric, head, value in zip(ft.layer.tolist(), ft.layer_type.tolist(), ft.metric.tolist(),
+                                                        ft["head"].tolist(), ft.value.tolist()):
+                if kind == "attention" and metric in ("f_attn", "f_attn_paper"):
+                    by.setdefault((metric, layer), {}).setdefault(head, value)
         attention_layers = [e["layer"] for e in layers if e["layer_type"] == "attention"]
         for entry in layers:
             if entry["layer_type"] != "attention":
                 continue
-            hf = head_f[head_f.layer == entry["layer"]].set_index("head").value
-            entry["f_attn"] = mean(hf.tolist())
+            hf = by.get(("f_attn", entry["layer"]), {})
+            entry["f_attn"] = mean(list(hf.values()))
             entry["heads"] = [{"head": int(h), "f_attn": hf.get(h), "mean_gate": None}
                               for h in range(self.layout.num_heads)]
         # The mean over attention layers, as the summary's F-Attn: windowed layers have their own.
         references = [s.uniform_reference() for s in self.stats.values()]
-        cells = head_f.value.tolist() if len(head_f) else []
+        cells = [v for (metric, _), hf in by.items() if metric == "f_attn" for v in hf.values()]
         return {
             "f_attn": mean([layers[i]["f_attn"] for i in attention_layers]),
-            "f_attn_paper": mean([mean(head_fp[head_fp.layer == i].value.tolist()) for i in attention_layers]),
+            "f_attn_paper": mean([mean(list(by.get(("f_attn_paper", i), {}).values())) for i in attention_layers]),
             "f_attn_uniform": sum(references) / len(references) if references else None,
             "sink_rate": (sum(v > SINK_EPSILON for v in cells) / len(cells)) if cells else None,
             "sink_epsilon": SINK_EPSILON,

@@ -142,10 +142,15 @@ class Massive(Metric):
         return {"massive": pd.DataFrame(massive), "massive_top": pd.DataFrame(top)}
 
     def summarise(self, a, layers, done) -> dict:
-        mx = a.massive[a.massive.metric == "max_abs"] if len(a.massive) else \
-            pd.DataFrame(columns=["layer", "site", "value"])    # no finite activation anywhere (NaN model)
+        m = a.massive                # empty: no finite activation anywhere (NaN model)
+        by_layer: dict[int, list] = {}
+        if len(m):                   # one pass over the table, in row order, no filter per layer
+            for layer, site, metric, value in zip(m.layer.tolist(), m.site.tolist(), m.metric.tolist(),
+                                                  m.value.tolist()):
+                if metric == "max_abs":
+                    by_layer.setdefault(layer, []).append((site, value))
         for entry in layers:
-            for site, value in mx[mx.layer == entry["layer"]].set_index("site").value.items():
+            for site, value in by_layer.get(entry["layer"], ()):
                 entry["m_act"][site] = value
         return {"m_act": mean([entry["m_act"].get("resid_post") for entry in layers])}
 

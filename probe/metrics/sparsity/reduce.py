@@ -79,11 +79,18 @@ class Sparsity(Metric):
         return update
 
     def _shares(self, done):
-        """layer -> its mean gate (None without a gate), variant -> threshold -> (share, exact)."""
+        """layer -> its mean gate (None without a gate), variant -> threshold -> (share, exact).
+        Read once for the tables and the meta alike (kept while the counts and the control stay
+        what they were)."""
         gates = done.metrics["gates"]
+        seen = self.__dict__.setdefault("_read", {})
         for layer, stats in self.stats.items():
             mean_gate = gates.mean_of(layer)
-            yield layer, stats, mean_gate, stats.shares(mean_gate, (done.control or {}).get(layer))
+            control = (done.control or {}).get(layer)
+            key = (layer, mean_gate, stats.ungated.total, stats.gated.total)
+            if key not in seen or seen[key][0] is not control:
+                seen[key] = (control, stats.shares(mean_gate, control))
+            yield layer, stats, mean_gate, seen[key][1]
 
     def frames(self, done) -> dict:
         rows = []
@@ -95,13 +102,21 @@ class Sparsity(Metric):
         return {"sparsity": pd.DataFrame(rows)}
 
     def summarise(self, a, layers, done) -> dict:
+        # The table read once: per layer its variants and the first value at each threshold.
+        sp, first = a.sparsity, {}
+        if len(sp):
+            for key in zip(sp.layer.tolist(), sp.variant.tolist(), sp.threshold.tolist(), sp.value.tolist()):
+                first.setdefault(key[:3], key[3])
+        variants: dict[int, set] = {}
+        for layer, variant, _ in first:
+            variants.setdefault(layer, set()).add(variant)
         for entry in layers:
             if entry["layer_type"] != "attention":
                 continue
-            sp = a.sparsity[a.sparsity.layer == entry["layer"]] if len(a.sparsity) else a.sparsity
-            for variant, rows in sp.groupby("variant"):
-                entry["sparsity"][variant] = {f"{t:g}": float(rows[rows.threshold == t].value.iloc[0])
-                                              for t in HEADLINE_THRESHOLDS if (rows.threshold == t).any()}
+            layer = entry["layer"]
+            for variant in sorted(variants.get(layer, ())):           # groupby's order
+                entry["sparsity"][variant] = {f"{t:g}": float(first[(layer, variant, t)])
+                                              for t in HEADLINE_THRESHOLDS if (layer, variant, t) in first}
         return {}
 
     def meta(self, done) -> dict:
