@@ -261,7 +261,7 @@ def test_every_analyze_option_is_honoured_or_refused(checkpoint, tmp_path, monke
         return (m["name"], m["data"], m["seq_len"], m["seed"], m["command"], m["tokens"], m["sequences"],
                 m["bos_policy"], m["windows"], len(m["display_tokens"]), sorted(set(a.sparsity.threshold)),
                 sorted(set(a.gates_by_token_type.token_type)), len(passes), bool(stderr.strip()),
-                a.summary["loss"], warned, a.summary["f_attn_lo"])
+                a.summary["loss"], warned, a.summary["f_attn_lo"], a.token_series is not None)
 
     baselines = {}                                  # one run per distinct set of shared arguments
     for option, (value, shared) in honoured.items():
