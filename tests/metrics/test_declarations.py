@@ -93,8 +93,9 @@ def test_the_schema_is_the_declarations_and_the_others():
 
     declared = {t: c for d in metrics.DECLARATIONS for t, c in d.tables.items()}
     assert list(schema.TABLES) == [*declared, *schema.OTHER_TABLES]
-    assert schema.OPTIONAL_TABLES == {t: d.option for d in (metrics.BY_NAME["anatomy"], metrics.BY_NAME["gdn"])
-                                      for t in d.tables}
+    assert schema.OPTIONAL_TABLES == {**{t: d.option for d in (metrics.BY_NAME["anatomy"], metrics.BY_NAME["gdn"])
+                                         for t in d.tables},
+                                      "ablations": "ablate", "ablation_positions": "ablate"}   # probe/run/ablations.py
     assert schema.COUNTS["gate_hist"] == ("count",)
     # The values that key the rows: the events' sites, the token classifier's types.
     assert SITES == schema.SITES and BUILTIN is schema.TOKEN_TYPES

@@ -15,6 +15,21 @@ from probe.api.cli import main
 from tests.run.interrupted_runs import _interrupt_after, _tables
 
 
+# The display patterns (attention_patterns.csv) of a run that saw dataset row 0 are read off the
+# pass (probe/capture/display.py); a resumed run whose row 0 was in the interrupted part computes
+# them by a separate forward. Both are the exact softmax of the same logits, so they agree to
+# float32 rounding, not bit for bit; every other table is compared exactly.
+ROUNDED = {"attention_patterns": dict(rtol=1e-5, atol=1e-7)}
+
+
+def same_frames(whole: pd.DataFrame, resumed: pd.DataFrame, name: str) -> None:
+    tolerance = ROUNDED.get(name.removesuffix(".csv"))
+    if tolerance is None:
+        pd.testing.assert_frame_equal(whole, resumed, check_exact=True, obj=name)
+    else:
+        pd.testing.assert_frame_equal(whole, resumed, check_exact=False, obj=name, **tolerance)
+
+
 def test_interrupted_run_resumes_to_identical_tables(checkpoint, text_file, tmp_path, monkeypatch, capsys):
     ckpt = str(checkpoint("official_headwise"))
     common = ["--data", str(text_file), "--seq-len", "32", "--batch-size", "4", "--quiet"]
@@ -38,7 +53,7 @@ def test_interrupted_run_resumes_to_identical_tables(checkpoint, text_file, tmp_
     whole, resumed = _tables(tmp_path / "whole"), _tables(out)
     assert whole.keys() == resumed.keys()
     for name in whole:
-        pd.testing.assert_frame_equal(whole[name], resumed[name], check_exact=True, obj=name)
+        same_frames(whole[name], resumed[name], name)
 
 
 def test_resume_refuses_state_from_other_data(checkpoint, text_file, tmp_path, monkeypatch):
@@ -245,7 +260,7 @@ def test_an_interruption_while_saving_the_state_resumes_to_identical_tables(at, 
     resumed = _tables(out)
     assert whole.keys() == resumed.keys()
     for name in whole:
-        pd.testing.assert_frame_equal(whole[name], resumed[name], check_exact=True, obj=name)
+        same_frames(whole[name], resumed[name], name)
 
 
 class _Half:
