@@ -102,7 +102,8 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
         analysis.meta["intervention_passes"] = analysis.interventions.attrs["passes"]
         analysis.meta["intervention_tokens_per_process"] = analysis.interventions.attrs["tokens_per_process"]
     if o.ablate:
-        analysis.ablations, analysis.ablation_positions = ablations.run(ablation_plan, name=name, reference=cap)
+        analysis.ablations, analysis.ablation_positions, analysis.ablation_sequences = ablations.run(
+            ablation_plan, name=name, reference=cap)
     if saver:
         saver.finish()
     return analysis

@@ -38,3 +38,22 @@ def paired_deltas(a: np.ndarray, b: np.ndarray, n: np.ndarray, resamples: int, d
             lo, hi = percentile_interval((W @ a - W @ b) / (W @ n))                   # (K + 1,)
     return [dict(loss=float(loss[k]), base_loss=float(base[k]), delta_loss=float(loss[k] - base[k]),
                  delta_lo=float(lo[k]), delta_hi=float(hi[k])) for k in range(a.shape[1])]
+
+
+def paired_difference(a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray, n: np.ndarray,
+                      resamples: int) -> dict:
+    """Two models on the same sequences, each with an ablated (a, c) and an unablated (b, d) nll
+    sum per sequence (S,), over the same tokens n (S,): the difference of their loss changes,
+    (a - b) / n - (c - d) / n pooled, with a paired 95% interval: each resample draws the
+    sequences once for all four sums, so what the two models share (which sequences are hard,
+    which happened to be drawn) stays out of the interval of their difference.
+    Keys: first, second (each model's delta_loss), difference, lo, hi (NaN without resamples or
+    with fewer than MIN_SEQUENCES sequences)."""
+    a, b, c, d, n = (np.asarray(x, dtype=np.float64) for x in (a, b, c, d, n))
+    first, second = (a.sum() - b.sum()) / n.sum(), (c.sum() - d.sum()) / n.sum()
+    lo = hi = math.nan
+    if resamples and len(n) >= MIN_SEQUENCES:
+        W = resample_weights(len(n), resamples)                                 # (R, S)
+        lo, hi = percentile_interval((W @ (a - b) - W @ (c - d)) / (W @ n))
+        lo, hi = float(lo), float(hi)
+    return dict(first=float(first), second=float(second), difference=float(first - second), lo=lo, hi=hi)

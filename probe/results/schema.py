@@ -47,6 +47,11 @@ OTHER_TABLES: dict[str, dict[str, str]] = {
     "ablation_positions": {"model": "str", "ablation": "str", "bucket_lo": "int", "bucket_hi": "int",
                            "tokens": "int", "loss": "float", "base_loss": "float", "delta_loss": "float",
                            "delta_lo": "float", "delta_hi": "float"},
+    # Per ablation and held-out sequence: the nll summed over the tokens counted in both passes,
+    # under the ablation and unablated, so that two models on the same sequences can be compared
+    # with a paired interval (reports/sections/sinks.py, probe.intervals.paired_loss.paired_difference).
+    "ablation_sequences": {"model": "str", "ablation": "str", "sequence": "int", "tokens": "int",
+                           "nll": "float", "base_nll": "float"},
     # Written by examples/demo.py for trained checkpoints (probe.train.evaluate.inference_table).
     "inference": {"model": "str", "metric": "str", "length": "int", "value": "float"},
     # Continued training measured at each saved step (examples/grafts/experiment.py): loss,
@@ -60,7 +65,8 @@ TABLES: dict[str, dict[str, str]] = {**{t: c for d in DECLARATIONS for t, c in d
 # Tables a metric writes only when an option asks for it: table -> the option. A run without
 # them is complete; one that has such a table must have all of its columns, as any other.
 OPTIONAL_TABLES: dict[str, str] = {**{t: d.option for d in DECLARATIONS if d.option for t in d.tables},
-                                   "ablations": "ablate", "ablation_positions": "ablate"}   # --ablate
+                                   "ablations": "ablate", "ablation_positions": "ablate",
+                                   "ablation_sequences": "ablate"}   # --ablate
 # Float columns that hold counts (float so that a row without one leaves the cell empty): table ->
 # columns, compared exactly in the gold (tests/gold_diff.py).
 COUNTS: dict[str, tuple[str, ...]] = {

@@ -128,8 +128,8 @@ def prepare(loaded, dataset, options) -> Prepared:
     return Prepared(loaded, dataset, options, layers, todo)
 
 
-def run(prepared: Prepared, *, name: str, reference) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(ablations.csv, ablation_positions.csv) frames. reference: the analysis pass's Capture
+def run(prepared: Prepared, *, name: str, reference) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(ablations.csv, ablation_positions.csv, ablation_sequences.csv) frames. reference: the analysis pass's Capture
     (its massive-activation statistics give the thresholds)."""
     loaded, dataset, options, layers, todo = (prepared.loaded, prepared.dataset, prepared.options,
                                               prepared.layers, prepared.todo)
@@ -154,7 +154,7 @@ def run(prepared: Prepared, *, name: str, reference) -> tuple[pd.DataFrame, pd.D
             return loss, observer.f_attn(), observer.top_keys()
 
         base, base_f, base_top = one(dataset, 0)
-        rows, positions = [], []
+        rows, positions, sequences = [], [], []
         for ab, data, offset in todo:
             note, scope = "", layers
             if ab.masks:
@@ -168,15 +168,17 @@ def run(prepared: Prepared, *, name: str, reference) -> tuple[pd.DataFrame, pd.D
                 got = one(data, offset)
             label = ALL_LAYERS if scope is None or len(scope) != 1 or ab.kind.startswith("massive") and ab.scope == "all" \
                 else scope[0]
-            r, p = _rows(name, ab, label, base, (base_f, base_top), got, options.resamples, dataset.documents, note)
+            r, p, q = _rows(name, ab, label, base, (base_f, base_top), got, options.resamples, dataset.documents,
+                            note)
             rows.append(r)
             positions += p
+            sequences += q
     if bar is not None:
         bar.close()
     from ..results.schema import OTHER_TABLES
 
-    return (pd.DataFrame(rows, columns=list(OTHER_TABLES["ablations"])),
-            pd.DataFrame(positions, columns=list(OTHER_TABLES["ablation_positions"])))
+    return tuple(pd.DataFrame(got, columns=list(OTHER_TABLES[table])) for got, table in
+                 ((rows, "ablations"), (positions, "ablation_positions"), (sequences, "ablation_sequences")))
 
 
 def _rows(name, ab: Ablation, layer, base: _PositionLoss, base_attention: tuple, got, resamples, documents, note):
@@ -186,7 +188,7 @@ def _rows(name, ab: Ablation, layer, base: _PositionLoss, base_attention: tuple,
                   base_top_keys=base_top)
     if got is None:
         return dict(common, tokens=0, loss=math.nan, base_loss=math.nan, delta_loss=math.nan, delta_lo=math.nan,
-                    delta_hi=math.nan, effect="not run", f_attn=math.nan, top_keys="", note=note), []
+                    delta_hi=math.nan, effect="not run", f_attn=math.nan, top_keys="", note=note), [], []
     loss, f, top = got
     mask = loss.n > 0                                                       # (S, K) the same tokens
     if not np.array_equal(base.n[mask], loss.n[mask]):
@@ -198,7 +200,11 @@ def _rows(name, ab: Ablation, layer, base: _PositionLoss, base_attention: tuple,
     edges = loss.edges
     pos = [dict(model=name, ablation=ab.label, bucket_lo=int(edges[k]), bucket_hi=int(edges[k + 1]),
                 tokens=int(loss.n[:, k].sum()), **d[k]) for k in range(len(edges) - 1) if loss.n[:, k].sum()]
-    return row, pos
+    # Per sequence, over the tokens both passes counted: what a comparison between models pairs.
+    seqs = [dict(model=name, ablation=ab.label, sequence=s, tokens=int(loss.n[s].sum()),
+                 nll=float((loss.nll[s] * mask[s]).sum()), base_nll=float((base.nll[s] * mask[s]).sum()))
+            for s in range(loss.n.shape[0]) if loss.n[s].sum()]
+    return row, pos, seqs
 
 
 def _effect(d: dict) -> str:

@@ -5,7 +5,9 @@ models side by side.
 Found by reports.sections (SECTION, AFTER). One figure: per model a panel of Δloss against the
 target position for each ablation, with its paired 95% band, on one y scale, and a last panel
 of F-Attn under each ablation next to the model's own. One table: each ablation's Δloss, its
-interval, what it means and F-Attn.
+interval, what it means and F-Attn. Where a gated and an ungated run read the same token ids, a
+second table: the difference of their loss changes, with a paired interval over the sequences
+(ablation_sequences.csv): does the gate make the model any less dependent on its sink?
 """
 from __future__ import annotations
 
@@ -17,7 +19,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure, SubFigure
 
+from probe.intervals.bootstrap import LEVEL
+from probe.intervals.paired_loss import paired_difference
 from probe.reports.plots._layout import figure_or_new
+from probe.reports.plots.anatomy import same_token_pairs
 from probe.reports.runs import Runs, load_runs
 from probe.reports.sections.items import FigureItem, Section, TableItem, needing
 from probe.reports.style import REFERENCE_COLOR, model_colors, styled
@@ -29,6 +34,7 @@ AFTER = "interventions"
 SYMLOG_ABOVE = 3.0
 SYMLOG_LINEAR = 0.05
 TITLE = "What the sink does"
+BETWEEN_RESAMPLES = 2000     # the paired intervals of gated − ungated (fixed seed: the same runs, the same interval)
 
 
 def _models(runs: Runs) -> list[str]:
@@ -124,9 +130,59 @@ def ablation_display(runs: Runs) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("model") if rows else pd.DataFrame()
 
 
+def between_models(runs: Runs, resamples: int = BETWEEN_RESAMPLES) -> pd.DataFrame:
+    """Per (ungated, gated) pair of runs that read the same token ids (meta.json tokens_sha256) and
+    per ablation both ran on the same tokens of each sequence: ungated, gated, ablation, sequences,
+    tokens, delta_ungated, delta_gated, difference (gated − ungated), lo, hi (its paired interval,
+    the sequences resampled together for both models) and reading."""
+    seqs = runs.ablation_sequences
+    rows = []
+    for ungated, gated in same_token_pairs(runs):
+        mine, theirs = (seqs[seqs["model"] == m] for m in (gated, ungated))
+        both = mine.merge(theirs, on=["ablation", "sequence"], suffixes=("_g", "_u"))
+        for name, got in both.groupby("ablation", sort=False):
+            if not (got["tokens_g"] == got["tokens_u"]).all():      # not the same targets: no pairing
+                continue
+            d = paired_difference(got["nll_g"], got["base_nll_g"], got["nll_u"], got["base_nll_u"],
+                                  got["tokens_g"], resamples)
+            rows.append(dict(ungated=ungated, gated=gated, ablation=name, sequences=len(got),
+                             tokens=int(got["tokens_g"].sum()), delta_ungated=d["second"], delta_gated=d["first"],
+                             difference=d["difference"], lo=d["lo"], hi=d["hi"], reading=_reading(d["lo"], d["hi"])))
+    order = {n: i for i, n in enumerate(dict.fromkeys(runs.ablations["ablation"]))}
+    frame = pd.DataFrame(rows, columns=["ungated", "gated", "ablation", "sequences", "tokens", "delta_ungated",
+                                        "delta_gated", "difference", "lo", "hi", "reading"])
+    return frame.sort_values(["ungated", "gated", "ablation"], key=lambda c: c.map(order) if c.name == "ablation"
+                             else c, kind="stable").reset_index(drop=True)
+
+
+def _reading(lo: float, hi: float) -> str:
+    """A direction only where the paired interval excludes 0."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "no interval (one sequence)"
+    return ("the gated model loses less" if hi < 0 else "the gated model loses more" if lo > 0
+            else "no measurable difference")
+
+
+def between_display(frame: pd.DataFrame) -> pd.DataFrame:
+    rows = [{"gated": plain(r.gated), "against": plain(r.ungated), "ablation": r.ablation,
+             "Δ loss, ungated": f"{r.delta_ungated:+.4f}", "Δ loss, gated": f"{r.delta_gated:+.4f}",
+             "gated − ungated": f"{r.difference:+.4f}",
+             f"{LEVEL:.0%} interval": f"[{r.lo:+.4f}, {r.hi:+.4f}]" if math.isfinite(r.lo) else "–",
+             "reading": r.reading, "sequences": f"{r.sequences}"} for r in frame.itertuples()]
+    return pd.DataFrame(rows).set_index("gated") if rows else pd.DataFrame()
+
+
 @needing("ablations", id="sinks", title=TITLE)
 def sinks(runs: Runs) -> Section:
     models = _models(runs)
+    between = between_models(runs)
+    paired = [TableItem("sink-ablations-between", "Gated against ungated, the same sequences", between_display(between),
+                        "For each gated run and an ungated run that read the same token ids: each model's Δ loss "
+                        "under the ablation, the difference (gated − ungated; below 0: the gated model loses less "
+                        f"without its sink) and its paired {LEVEL:.0%} bootstrap interval over sequences "
+                        f"(ablation_sequences.csv; {BETWEEN_RESAMPLES} resamples, each drawing the sequences once for "
+                        "both models, so what they share stays out of the interval). A direction is read only "
+                        "where the interval excludes 0.")] if len(between) else []
     return Section(
         id="sinks", title=TITLE,
         intro=("What the first token's attention is for, measured by taking it away: the held-out loss "
@@ -148,6 +204,7 @@ def sinks(runs: Runs) -> Section:
                       "target tokens, its paired 95% interval, the effect (a direction only where the interval "
                       "excludes 0), F-Attn under the ablation and, for runs with --anatomy, the three key positions "
                       "that receive the most attention (position:share of all attention, every layer and head)."),
+            *paired,
         ],
     )
 

@@ -95,7 +95,8 @@ def test_the_schema_is_the_declarations_and_the_others():
     assert list(schema.TABLES) == [*declared, *schema.OTHER_TABLES]
     assert schema.OPTIONAL_TABLES == {**{t: d.option for d in (metrics.BY_NAME["anatomy"], metrics.BY_NAME["gdn"])
                                          for t in d.tables},
-                                      "ablations": "ablate", "ablation_positions": "ablate"}   # probe/run/ablations.py
+                                      "ablations": "ablate", "ablation_positions": "ablate",
+                                      "ablation_sequences": "ablate"}   # probe/run/ablations.py
     assert schema.COUNTS["gate_hist"] == ("count",)
     # The values that key the rows: the events' sites, the token classifier's types.
     assert SITES == schema.SITES and BUILTIN is schema.TOKEN_TYPES

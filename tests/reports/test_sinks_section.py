@@ -59,3 +59,23 @@ def test_without_ablations_the_section_is_left_out_and_claim_5_has_no_row(checkp
                                     progress=False))
     assert next(s for s in build_sections(plain) if s.id == "sinks").omitted
     assert 5 not in set(reports.claims_table(plain)["claim"])
+
+
+def test_gated_against_ungated_pairs_the_same_sequences(runs):
+    """The difference of the two models' loss changes: each Δ equals ablations.csv's (1e-12, the
+    same float64 sums pooled), the reading follows the paired interval, and the table is shown."""
+    from probe.reports.sections.sinks import between_models
+
+    frame = between_models(runs)
+    assert list(frame.ablation) == list(dict.fromkeys(runs.ablations.ablation))
+    assert set(zip(frame.ungated, frame.gated)) == {("baseline", "headwise")}
+    deltas = runs.ablations.set_index(["model", "ablation"])["delta_loss"]
+    for r in frame.itertuples():
+        assert abs(r.delta_gated - deltas[("headwise", r.ablation)]) <= 1e-12
+        assert abs(r.delta_ungated - deltas[("baseline", r.ablation)]) <= 1e-12
+        assert abs(r.difference - (r.delta_gated - r.delta_ungated)) <= 1e-12
+        assert r.lo <= r.difference <= r.hi
+        assert (r.reading == "no measurable difference") == (r.lo <= 0 <= r.hi)
+    section = next(s for s in build_sections(runs) if s.id == "sinks")
+    assert section.items[-1].title == "Gated against ungated, the same sequences"
+    assert len(section.items[-1].frame) == len(frame)

@@ -17,7 +17,7 @@ import probe
 from probe.core.ablation_kinds import parse_plan
 from probe.core.errors import ProbeError
 from probe.intervals.bootstrap import resample_weights
-from probe.intervals.paired_loss import bucket_edges, paired_deltas
+from probe.intervals.paired_loss import bucket_edges, paired_deltas, paired_difference
 from tests.samples import TEXT
 
 SPEC = "windows=4 sinks=0,1 key0 value0 first=remove,replace:id:7"
@@ -77,9 +77,23 @@ def test_positions_inside_the_window_are_unchanged_and_effects_follow_the_interv
     assert ablated.ablations.set_index("ablation").loc["key 0 masked", "f_attn"] == 0.0
 
 
+def test_the_per_sequence_sums_add_up_to_each_ablations_loss(ablated):
+    """ablation_sequences.csv: per sequence the nll sums under the ablation and unablated over the
+    same tokens; pooled, they give ablations.csv's loss and base_loss (1e-12: float64 sums)."""
+    seqs = ablated.ablation_sequences
+    assert set(seqs.ablation) == set(ablated.ablations.ablation)
+    for r in ablated.ablations.itertuples():
+        mine = seqs[seqs.ablation == r.ablation]
+        assert mine.sequence.is_unique and len(mine) == 6
+        assert int(mine.tokens.sum()) == r.tokens
+        assert abs(mine.nll.sum() / mine.tokens.sum() - r.loss) <= 1e-12
+        assert abs(mine.base_nll.sum() / mine.tokens.sum() - r.base_loss) <= 1e-12
+
+
 def test_the_tables_round_trip_through_the_run_directory(ablated, tmp_path):
     back = probe.Analysis.load(ablated.save(tmp_path / "run"))
-    assert len(back.ablations) == len(ablated.ablations) and len(back.ablation_positions) == len(ablated.ablation_positions)
+    for table in ("ablations", "ablation_positions", "ablation_sequences"):
+        assert len(getattr(back, table)) == len(getattr(ablated, table)), table
 
 
 def test_paired_deltas_equal_the_resampled_sequences_pooled_by_hand():
@@ -166,3 +180,20 @@ def test_massive_activations_set_to_their_mean_and_to_zero(loaded):
             model(input_ids=ids, use_cache=False)
         fill = torch.zeros_like(h) if mean is None else want.expand_as(h)
         torch.testing.assert_close(got["h"].double(), torch.where(hit, fill, h), atol=1e-6, rtol=0)
+
+
+def test_paired_difference_equals_both_models_resampled_together_by_hand():
+    """Model one's loss change minus model two's on the same sequences: each resample draws the
+    sequences once for both (1e-12)."""
+    g = np.random.default_rng(2)
+    n = g.integers(5, 20, size=8).astype(float)
+    a, b, c, d = (g.random(8) * n for _ in range(4))
+    got = paired_difference(a, b, c, d, n, 60)
+    diffs = []
+    for w in resample_weights(8, 60):
+        picked = [s for s in range(8) for _ in range(int(w[s]))]
+        total = sum(n[s] for s in picked)
+        diffs.append(sum(a[s] - b[s] for s in picked) / total - sum(c[s] - d[s] for s in picked) / total)
+    assert abs(got["difference"] - ((a.sum() - b.sum()) - (c.sum() - d.sum())) / n.sum()) <= 1e-12
+    assert abs(got["lo"] - np.quantile(diffs, 0.025)) <= 1e-12 and abs(got["hi"] - np.quantile(diffs, 0.975)) <= 1e-12
+    assert math.isnan(paired_difference(a[:1], b[:1], c[:1], d[:1], n[:1], 60)["lo"])   # one sequence: no interval
