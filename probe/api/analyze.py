@@ -54,6 +54,10 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
     o = AnalysisOptions.of(options, **overrides)
     data = read_data(data, texts=texts, text_field=o.text_field)
     torch.manual_seed(o.seed)
+    if o.ablate:                # what the config and tokenizer files answer, before the weights load
+        from ..run import ablations
+
+        ablations.preflight(model, o)
     source = source_for(model, o)
     loaded, layout, name = source.loaded, source.layout, source.name
     dataset = dataset_for(data, None, source.tokenizer, source.config, o)
@@ -62,8 +66,6 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
 
         check_size(len(dataset.sequences), o.resamples)
     if o.ablate:                # the sink ablations' checks (layers, tokens, BOS), before the pass
-        from ..run import ablations
-
         ablation_plan = ablations.prepare(loaded, dataset, o)
     groups = token_group_table(layout, source.tokenizer, source.config, dataset, o.token_groups)
     cap = source.capture(o, token_groups=groups, sequences=len(dataset.sequences),

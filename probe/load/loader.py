@@ -231,6 +231,12 @@ def layout_without_weights(path: str | Path, gate=None) -> ModelLayout | None:
     """The checkpoint's layout from an empty model built from its config on the meta device (no
     weights read, nothing dequantised), or None where that cannot be built; the real load then
     says what is wrong."""
+    found = config_and_layout_without_weights(path, gate)
+    return None if found is None else found[1]
+
+
+def config_and_layout_without_weights(path: str | Path, gate=None):
+    """(config, layout) of the checkpoint as layout_without_weights builds them, or None."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     path = Path(path)
@@ -246,6 +252,6 @@ def layout_without_weights(path: str | Path, gate=None) -> ModelLayout | None:
             cls = model_class(config)
             with torch.device("meta"):
                 model = cls(config) if cls is not None else AutoModelForCausalLM.from_config(config)
-            return describe(model, gate, user_declared=gate is not None)
+            return config, describe(model, gate, user_declared=gate is not None)
     except Exception:       # a broken checkpoint: the real load refuses it in one line
         return None

@@ -128,6 +128,43 @@ def prepare(loaded, dataset, options) -> Prepared:
     return Prepared(loaded, dataset, options, layers, todo)
 
 
+def preflight(path, options) -> None:
+    """The checks of `prepare` that the checkpoint's config and tokenizer files answer, before any
+    weight is read (a GGUF file is dequantised in full first): the layers the masks may take
+    (a sliding-window layer already hides key 0), the replacement token, a BOS to prepend.
+    Anything else (a model object, a hub id, a folder the config cannot be built from) waits for
+    `prepare`, after loading, which repeats every check on the real model and data."""
+    from pathlib import Path
+
+    from ..load.loader import config_and_layout_without_weights, load_tokenizer
+
+    if not isinstance(path, (str, Path)) or not Path(path).exists():
+        return
+    found = config_and_layout_without_weights(path, options.gate)
+    if found is None:
+        return
+    config, layout = found
+    plan = parse_plan(options.ablate, options.seq_len)
+    _mask_layers(config, layout, plan.layers, max(_lengths(options.seq_len)))
+    firsts = [a for a in plan.ablations if a.kind in ("first_replace", "first_bos")]
+    if not firsts:
+        return
+    folder = options.tokenizer or (Path(path) if Path(path).is_dir() else Path(path).parent)
+    tokenizer = load_tokenizer(Path(folder))
+    if tokenizer is None:
+        return                          # a GGUF file's own tokenizer: checked after loading
+    for ab in firsts:
+        if ab.kind == "first_replace":
+            replacement_id(ab.token, tokenizer)
+        elif getattr(tokenizer, "bos_token_id", None) is None:
+            raise ProbeError(f"{flag('ablate')}: first=bos needs a BOS token and the tokenizer has none")
+
+
+def _lengths(seq_len) -> list[int]:
+    """seq_len as the options hold it: one length, or the lengths of a sweep."""
+    return [int(n) for n in seq_len] if isinstance(seq_len, (list, tuple)) else [int(seq_len)]
+
+
 def run(prepared: Prepared, *, name: str, reference) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """(ablations.csv, ablation_positions.csv, ablation_sequences.csv) frames. reference: the analysis pass's Capture
     (its massive-activation statistics give the thresholds)."""

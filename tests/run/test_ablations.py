@@ -127,6 +127,24 @@ def test_a_replacement_of_several_tokens_is_refused_before_the_pass(checkpoint):
                       ablate="key0;first=replace:brackets and braces", progress=False)
 
 
+@pytest.mark.parametrize("kind, spec, message", [
+    ("gemma3", "key0 layers=0", "layer 0 is a sliding-window layer"),
+    ("official_headwise", "key0 layers=7", "layers=7 is not an attention layer"),
+    ("official_headwise", "key0;first=replace:brackets and braces", "name one token"),
+    ("official_headwise", "first=replace:id:999999", "outside the vocabulary")])
+def test_what_the_config_and_tokenizer_answer_is_refused_before_any_weight_is_read(
+        checkpoint, monkeypatch, kind, spec, message):
+    """probe/run/ablations.preflight: from the config (an empty model on the meta device) and the
+    tokenizer files; the weights' loading is made to fail, so the refusal must come first."""
+    from probe.load import loader
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("weights were read before the spec was checked")
+    monkeypatch.setattr(loader, "from_pretrained", no_weights)
+    with pytest.raises(ProbeError, match=message):
+        probe.analyze(checkpoint(kind), texts=[TEXT], seq_len=24, max_sequences=2, ablate=spec, progress=False)
+
+
 def test_a_sliding_window_layer_named_is_refused():
     from types import SimpleNamespace
     from probe.run.ablations import _mask_layers
