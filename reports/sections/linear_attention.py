@@ -51,6 +51,32 @@ def per_layer(runs: Runs) -> pd.DataFrame:
     return pd.DataFrame(out).set_index("model") if out else pd.DataFrame()
 
 
+def received(runs: Runs) -> pd.DataFrame:
+    """Per model and GDN layer (--gdn --anatomy), from gdn_received*.csv and gdn_state_sinks.csv:
+    the mean share of a query's output that key 0 and the keys after it carry (head means per
+    key-position bucket), the three tokens whose keys carry the most, and the strongest secondary
+    state sink."""
+    out = []
+    for model in gdn_models(runs):
+        rec, tok, sinks = (runs.rows(n, model) for n in ("gdn_received", "gdn_received_by_token", "gdn_state_sinks"))
+        for layer in sorted(int(v) for v in set(rec["layer"])):
+            by_bucket = rec[rec["layer"] == layer].groupby(["key_lo", "key_hi"])["score"].mean()
+            rest = by_bucket[by_bucket.index.get_level_values(0) >= 1]
+            lo, hi = rest.idxmax() if len(rest) else (None, None)
+            tops = tok[tok["layer"] == layer].sort_values("rank").head(3)
+            best = sinks[sinks["layer"] == layer].sort_values("score", ascending=False).head(1)
+            out.append({"model": plain(model), "layer": f"{layer}",
+                        "key 0": _fmt(by_bucket.get((0, 1.0), float("nan")), ".3g"),
+                        "keys 1-3": _fmt(rest[rest.index.get_level_values(0) < 4].mean()
+                                         if len(rest) else float("nan"), ".3g"),
+                        "strongest later bucket": f"keys {int(lo)}-{int(hi) - 1}: {rest.max():.3g}" if lo is not None else "–",
+                        "top tokens": ", ".join(f"{plain(t)!r} {v:.3g}" for t, v in zip(tops["token"], tops["score"])) or "–",
+                        "state sink": (f"position {int(best['position'].iloc[0])} ({plain(best['token'].iloc[0])!r}, "
+                                       f"head {int(best['head'].iloc[0])}): {best['score'].iloc[0]:.3g}")
+                        if len(best) else "none read by enough queries"})
+    return pd.DataFrame(out).set_index("model") if out else pd.DataFrame()
+
+
 def _headline(runs: Runs) -> list[str]:
     """One sentence per model: the pooled GDN numbers of summary.json, beside the softmax F-Attn."""
     lines = []
@@ -124,6 +150,16 @@ def _measured(runs: Runs) -> Section:
                       "the per-key terms' sum against the layer's own output (kernel, output gate, "
                       "out_proj; gdn_check.csv), FAIL past the tolerance.",
                       index_label="model"),
+            *([TableItem("gdn-received", "GDN layers: where their output comes from", received(runs),
+                         "Per GDN layer, with --anatomy: a key's score is the mean share of a query's output "
+                         "it carries (|c_{t,s}| / Σ_s' |c_{t,s'}|) over the queries t ≥ 1 that read it, head "
+                         "mean (gdn_received.csv); key 0's is the key-0 share. keys 1-3: the mean of buckets "
+                         "[1, 2) and [2, 4); the strongest later bucket [2^j, 2^(j+1)); the three tokens "
+                         "whose keys score highest, pooled over heads (gdn_received_by_token.csv, tokens "
+                         "read by 16 (query, head) cells at least); the strongest secondary state sink: a "
+                         "sequence's top key after key 0 among keys read by 128 queries at least "
+                         "(gdn_state_sinks.csv). For reference, key s of a T-token sequence whose queries "
+                         "spread their output evenly would score the mean of 1/(t+1) over t = s .. T-1.")] if keys and len(received(runs)) else []),
         ],
         notes=[] if keys else [NO_KEYS.replace("No run has", "The runs lack")],
     )

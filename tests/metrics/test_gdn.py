@@ -168,7 +168,9 @@ def test_the_run_checks_its_terms_and_writes_every_table(run):
         main = check[check.site.isin(["kernel_output", "out_proj"])]
         assert float(main.max_rel_error.max()) < RTOL, kind
         for table, columns in probe.metrics.BY_NAME["gdn"].tables.items():
-            assert list(a.tables[table].columns) == list(columns) and len(a.tables[table]), (kind, table)
+            assert list(a.tables[table].columns) == list(columns), (kind, table)
+            # 48 tokens: no key is read by the 128 queries a state sink needs (test_gdn_received.py)
+            assert len(a.tables[table]) or table == "gdn_state_sinks", (kind, table)
         gates = a.tables["gdn_gates"]
         assert set(gates.quantity) == {"gate_silu", "beta", "decay"}
         s = a.summary["gdn"]

@@ -69,7 +69,8 @@ def test_no_section_and_no_claims_note_without_a_hybrid(run_dirs):
 def test_section_left_out_in_one_line_without_gdn(hybrid_runs):
     runs, plain, a, _ = hybrid_runs
     shown = linear_attention(runs)
-    assert shown.omitted is None and [i.id for i in shown.items] == ["gdn-sink-by-layer", "gdn-heads", "gdn-per-layer"]
+    assert shown.omitted is None and [i.id for i in shown.items] == ["gdn-sink-by-layer", "gdn-heads", "gdn-per-layer",
+                                                                "gdn-received"]
     s = a.summary["gdn"]
     assert f"(95% interval [{s['key0_share_lo']:.3g}, {s['key0_share_hi']:.3g}])" in shown.intro
     left = linear_attention(plain)
@@ -92,3 +93,32 @@ def test_without_anatomy_the_section_shows_the_gates_and_says_how_to_get_the_key
     assert "--gdn --anatomy" in section.notes[0]
     assert set(per_layer(no_keys)["key-0 share"]) == {"n/a"}
     assert no_keys.summary[no_keys.models[0]]["gdn"]["key0_share"] is None
+
+
+def test_the_received_table_reads_the_gdn_received_tables(checkpoint):
+    """gdn-received: per GDN layer, key 0's score equals the head mean of gdn_received.csv's
+    [0, 1) bucket (which is the layer's key-0 share), and the top tokens are the by-token table's."""
+    from probe.reports.runs import load_runs
+    from probe.reports.sections.linear_attention import received
+    from tests.samples import TEXT
+
+    a = probe.analyze(checkpoint("qwen3_5"), texts=[TEXT[:500]], seq_len=48, max_sequences=2, progress=False,
+                      gdn=True, anatomy=True, resamples=0, name="hybrid")
+    runs = load_runs(a)
+    table = received(runs)
+    assert list(table["layer"]) == ["0", "1", "2"]
+    rec = a.tables["gdn_received"]
+    keys = a.tables["gdn_keys"]
+    from probe.reports.text import plain
+
+    for _, row in table.iterrows():
+        layer = int(row["layer"])
+        want = rec[(rec.layer == layer) & (rec.key_lo == 0)].score.mean()
+        share = keys[(keys.layer == layer) & (keys.metric == "key0_share")].value.mean()
+        assert row["key 0"] == f"{want:.3g}" == f"{share:.3g}"
+        top = a.tables["gdn_received_by_token"].query("layer == @layer and rank == 0").iloc[0]
+        assert row["top tokens"].startswith(f"{plain(top.token)!r} {top.score:.3g}")
+    from probe.reports.sections import build_sections
+
+    section = next(s for s in build_sections(runs) if s.id == "linear-attention")
+    assert any(item.id == "gdn-received" for item in section.items)

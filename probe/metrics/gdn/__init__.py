@@ -49,6 +49,14 @@ DECLARATION = Declaration(
                              "bucket_hi": "float", "value": "float", "n_queries": "float"},
         "gdn_check": {"model": "str", "layer": "int", "site": "str", "max_rel_error": "float",
                       "tolerance": "float", "passed": "bool"},
+        # --gdn --anatomy: the share of each query's output every key carries (received.py), by
+        # key position bucket, by token (pooled over heads), and the secondary state sinks.
+        "gdn_received": {"model": "str", "layer": "int", "head": "int", "key_lo": "int", "key_hi": "float",
+                         "queries": "int", "score": "float"},
+        "gdn_received_by_token": {"model": "str", "layer": "int", "rank": "int", "token_id": "int",
+                                  "token": "str", "cells": "int", "score": "float"},
+        "gdn_state_sinks": {"model": "str", "layer": "int", "head": "int", "rank": "int", "sequence": "int",
+                            "position": "int", "token_id": "int", "token": "str", "score": "float"},
     },
     summary_keys=("gdn",),
     summary_order=7,

@@ -40,10 +40,11 @@ class KeyStats(Reducer):
         self.nonfinite = torch.zeros((), dtype=I64, **z)
         self.error = torch.zeros(len(CHECK_SITES), dtype=F64, **z)
 
-    def update(self, call, row: int, valid: torch.Tensor, sequence: int = 0) -> None:
+    def update(self, call, row: int, valid: torch.Tensor, sequence: int = 0, received=None, ids=None) -> None:
         """One sequence (batch row) of a GDN layer's call (capture/gdn.py GDNCall); valid (T,)
         bool: the queries that count; sequence: the row's index in the dataset. The recurrence
-        runs over positions up to the last valid one."""
+        runs over positions up to the last valid one. received: a received.ReceivedStats that
+        the same walk over the terms feeds, with ids (T,) the row's token ids."""
         idx = valid.nonzero()
         if not len(idx):
             return
@@ -69,6 +70,7 @@ class KeyStats(Reducer):
         ref2 = torch.zeros(3, o.shape[0], dtype=F64, device=o.device)
         W = call.out_weight.to(F64)
         bias = None if call.out_bias is None else call.out_bias.to(F64)
+        local = None if received is None else received.start(o.shape[0], L, o.device)
         for t0, t1, P, recon in terms.blocks():
             mag = terms.magnitudes(P)                                          # (H, Bq, t1)
             total = mag.sum(-1)                                                # (H, Bq)
@@ -77,6 +79,8 @@ class KeyStats(Reducer):
             proj = P[..., 0] * (recon @ u[:, 0, :, None])[..., 0] / r2.where(r2 > 0, 1.0)
             counted = valid[t0:t1].to(P.device)[None, :] & (total > 0)          # (H, Bq)
             self._add_queries(torch.arange(t0, t1, device=P.device), share, proj, counted, sequence)
+            if local is not None:
+                received.add(local, t0, mag, counted)
             ref_o = o[:, t0:t1]
             y_rec = gated(recon, ref_o, z[:, t0:t1], call.norm_weight, call.eps)   # (H, Bq, dv)
             ref_y = call.y[row, t0:t1].transpose(0, 1).to(F64)
@@ -91,6 +95,8 @@ class KeyStats(Reducer):
         rel = (diff2 / ref2.where(ref2 > 0, 1.0)).sqrt()                        # (3, H)
         rel[2, 1:] = 0.0                                                       # out_proj: one value
         self.error[:3] = torch.maximum(self.error[:3], rel.amax(1).to(self.error.device))
+        if local is not None:
+            received.finish(local, ids, sequence)
 
     def _add_queries(self, pos, share, proj, counted, sequence: int) -> None:
         w = counted.to(F64)

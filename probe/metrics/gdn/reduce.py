@@ -23,6 +23,7 @@ from ..massive.reduce import token_text
 from ..reducers import F64
 from . import CHECK_SITES, DECLARATION, QUANTITIES, SPARSITY_VARIANTS
 from .keys import BUCKETS, KeyStats, tolerance
+from .received import ReceivedStats
 from .stats import BINS, RANGES, OutputStats, TokenStats
 
 BASE_GROUPS = ("all", "first", "rest")
@@ -43,7 +44,7 @@ class GatedDeltaNet(Metric):
         self.refused: dict[int, str] = {}
         self.heads: dict[int, int] = {}
         self.dtype: dict[int, torch.dtype] = {}
-        self.tokens, self.outputs, self.keys = {}, {}, {}
+        self.tokens, self.outputs, self.keys, self.received = {}, {}, {}, {}
         if not self.enabled:
             return
         for p in layout.layers:
@@ -58,6 +59,7 @@ class GatedDeltaNet(Metric):
             self.outputs[p.index] = OutputStats(len(self.names), H, options.thresholds)
             if self.per_key:
                 self.keys[p.index] = KeyStats(H, self.context.sequences)
+                self.received[p.index] = ReceivedStats(H, _longest(options.seq_len), self.context.vocab_size)
         if self.refused:
             warnings.warn(describe_refused(self.refused))
 
@@ -66,7 +68,8 @@ class GatedDeltaNet(Metric):
 
     def reducers(self) -> list:
         return [r for layer in sorted(self.tokens)
-                for r in (self.tokens[layer], self.outputs[layer], *([self.keys[layer]] if self.per_key else []))]
+                for r in (self.tokens[layer], self.outputs[layer],
+                          *([self.keys[layer], self.received[layer]] if self.per_key else []))]
 
     @torch.no_grad()
     def update(self, layer, o, b, call=None) -> None:                        # o (B, T, Hv, dv)
@@ -90,10 +93,10 @@ class GatedDeltaNet(Metric):
         self.outputs[layer].follow(dev).update(bins, norms, member)
         if not self.per_key:
             return
-        keys = self.keys[layer].follow(dev)
+        keys, received = self.keys[layer].follow(dev), self.received[layer].follow(dev)
         valid = b.valid.to(dev)
         for row, sequence in enumerate(b.seq_index.tolist()):
-            keys.update(call, row, valid[row], int(sequence))
+            keys.update(call, row, valid[row], int(sequence), received=received, ids=b.input_ids[row])
 
     # -- what a finished pass writes ------------------------------------------------------------
     def mean_gate(self, layer: int) -> float:
@@ -106,6 +109,7 @@ class GatedDeltaNet(Metric):
             return {}
         name = done.name
         gates, hist, top, sparsity, norms, keys, buckets, check = ([] for _ in range(8))
+        received, by_token, sinks = [], [], []
         for layer in sorted(self.tokens):
             t, out = self.tokens[layer], self.outputs[layer]
             for qi, quantity in enumerate(QUANTITIES):
@@ -137,9 +141,11 @@ class GatedDeltaNet(Metric):
                                       normed=normed, post=post, ratio_of_means=_div(post, normed)))
             if self.per_key:
                 self._key_rows(name, layer, keys, buckets, check)
+                self._received_rows(name, layer, done.tokenizer, received, by_token, sinks)
         cols = {t: list(c) for t, c in self.TABLES.items()}
         frames = dict(gdn_gates=gates, gdn_gate_hist=hist, gdn_top_beta=top, gdn_sparsity=sparsity,
-                      gdn_head_norms=norms, gdn_keys=keys, gdn_key0_buckets=buckets, gdn_check=check)
+                      gdn_head_norms=norms, gdn_keys=keys, gdn_key0_buckets=buckets, gdn_check=check,
+                      gdn_received=received, gdn_received_by_token=by_token, gdn_state_sinks=sinks)
         return {k: pd.DataFrame(v, columns=cols[k]) for k, v in frames.items()}
 
     def _key_rows(self, name: str, layer: int, keys: list, buckets: list, check: list) -> None:
@@ -161,6 +167,17 @@ class GatedDeltaNet(Metric):
             site_tol = 1e-9 if site == "state_share_sum" else tol
             check.append(dict(model=name, layer=layer, site=site, max_rel_error=err, tolerance=site_tol,
                               passed=bool(err <= site_tol)))
+
+    def _received_rows(self, name: str, layer: int, tokenizer, received: list, by_token: list, sinks: list) -> None:
+        """gdn_received, gdn_received_by_token and gdn_state_sinks rows of one layer (--anatomy)."""
+        r = self.received[layer]
+        text = lambda tid: token_text(tokenizer, tid) if tokenizer is not None else str(tid)
+        received += [dict(model=name, layer=layer, **row) for row in r.by_position()]
+        by_token += [dict(model=name, layer=layer, rank=i, token_id=row["token_id"], token=text(row["token_id"]),
+                          cells=row["cells"], score=row["score"]) for i, row in enumerate(r.by_token())]
+        for h, best in enumerate(r.sinks):
+            sinks += [dict(model=name, layer=layer, head=h, rank=i, sequence=seq, position=pos, token_id=tid,
+                           token=text(tid), score=score) for i, (score, seq, pos, tid) in enumerate(best)]
 
     def summarise(self, a, layers, done) -> dict:
         """summary.json `gdn`: per GDN layer its mean SiLU gate, beta, half-life, key-0 share and
@@ -239,6 +256,11 @@ class GatedDeltaNet(Metric):
             if n:
                 out[f"{layer}:gdn"] = n
         return out
+
+
+def _longest(seq_len) -> int:
+    """The longest row the pass can see: seq_len, or the largest of a sweep's lengths."""
+    return max(int(n) for n in seq_len) if isinstance(seq_len, (list, tuple)) else int(seq_len or 1)
 
 
 def grown_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
