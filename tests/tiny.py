@@ -57,7 +57,9 @@ KINDS = (
 #   the "qwen3_5" kind's model for the same seed and overrides.
 # - "olmo2" (post-norm), "gemma3" (sandwich norms, sliding window 16): where the residual after
 #   attention sits differs by family; "granite": a decoder outside probe's registry.
-EXTRA_KINDS = ("official_baseline", "qwen3_5_vl", "olmo2", "gemma3", "granite")
+# - "olmo_hybrid": OLMo-Hybrid, three Gated DeltaNet layers (every projection apart, a g_proj
+#   output gate, beta up to 2) then one ungated, post-norm softmax layer.
+EXTRA_KINDS = ("official_baseline", "qwen3_5_vl", "olmo2", "gemma3", "granite", "olmo_hybrid")
 
 GATED_KINDS = ("qwen3_next", "qwen3_5", "qwen3_5_vl", "official_headwise", "official_elementwise")
 OFFICIAL_KINDS = ("official_headwise", "official_elementwise", "official_baseline")
@@ -149,6 +151,7 @@ _STYLE = {
     "mistral": "llama",
     "gpt2": "gpt2",
     "olmo2": "gpt2",
+    "olmo_hybrid": "gpt2",
     "gemma3": "llama",
     "granite": "llama",
 }
@@ -274,6 +277,9 @@ def _config(kind: str, cfg_overrides: dict):
         return tf.MistralConfig(**{**TINY, **ids, **cfg_overrides})
     if kind == "olmo2":                      # post-norm: norms after attention and MLP
         return tf.Olmo2Config(**{**TINY, **ids, **cfg_overrides})
+    if kind == "olmo_hybrid":                # layers 0-2 Gated DeltaNet, layer 3 softmax (as qwen3_5)
+        layers = ["linear_attention"] * 3 + ["full_attention"]
+        return tf.OlmoHybridConfig(**{**TINY, **LINEAR, **ids, "layer_types": layers, **cfg_overrides})
     if kind == "gemma3":                     # sandwich norms; sliding layers, a global one every 6th
         return tf.Gemma3TextConfig(**{**TINY, **ids, "sliding_window": 16, **cfg_overrides})
     if kind == "granite":                    # not in probe's registry: analysed as ungated by layout
@@ -303,6 +309,7 @@ MODEL_CLASS = {
     "mistral": "MistralForCausalLM",
     "gpt2": "GPT2LMHeadModel",
     "olmo2": "Olmo2ForCausalLM",
+    "olmo_hybrid": "OlmoHybridForCausalLM",
     "gemma3": "Gemma3ForCausalLM",
     "granite": "GraniteForCausalLM",
 }
@@ -386,6 +393,12 @@ def _portable_decay(model, seed: int) -> None:
         if isinstance(getattr(module, "A_log", None), torch.nn.Parameter):
             a = torch.empty(module.A_log.shape, dtype=torch.float64).uniform_(0.01, 16, generator=g)
             module.A_log.copy_(torch.tensor([math.log(x) for x in a.tolist()]).view_as(a))
+        if type(module).__name__ == "OlmoHybridGatedDeltaNet":
+            # its dt_bias too (transformers draws it through vectorised exp / log): softplus^-1 of
+            # a log-uniform step in [0.001, 0.1], in scalar math
+            dt = [math.exp(math.log(1e-3) + u * math.log(100.0))
+                  for u in torch.rand(module.dt_bias.shape, dtype=torch.float64, generator=g).tolist()]
+            module.dt_bias.copy_(torch.tensor([x + math.log(-math.expm1(-x)) for x in dt]))
 
 
 def _sharpen_qk_norm(model, zero_centred: bool, seed: int) -> None:

@@ -3,10 +3,11 @@ and forward pass, carrying what the layer's kernel was given and what it returne
 
 Per GDN layer (probe/families/gdn.py finds the parts), forward hooks keep the projections'
 outputs (in_proj_qkvz + in_proj_ba on Qwen3-Next, in_proj_qkv + in_proj_b + in_proj_a on
-Qwen3.5), the output norm's call (its inputs: the kernel output o and the gate logits z; its
+Qwen3.5, q/k/v/b/a_proj on OLMo-Hybrid), the output norm's call (its inputs: the kernel output o and the gate logits z; its
 output y) and out_proj's output. When out_proj has run, the layer's kernel inputs are formed
 from them as the module forms them (transformers' Qwen3NextGatedDeltaNet.forward): the causal
-depthwise conv1d + activation over [q | k | v], beta = sigmoid(b), g = -exp(A_log) *
+depthwise conv1d + activation over [q | k | v], beta = sigmoid(b) (doubled where the layer
+allows negative eigenvalues), g = -exp(A_log) *
 softplus(a + dt_bias), q and k L2-normalised in float32 (eps 1e-6) and q scaled by 1/sqrt(d_k),
 q and k repeated to the value heads. The event carries them; nothing is kept after it.
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..families.gdn import FUSED, GDNParts, gdn_parts
+from ..families.gdn import FUSED, SPLIT, GDNParts, gdn_parts
 from ..core.events import GDN
 
 
@@ -33,7 +34,7 @@ class GDNCall:
     q: torch.Tensor          # (B, T, Hv, dk) float32, L2-normalised and scaled by 1/sqrt(dk)
     k: torch.Tensor          # (B, T, Hv, dk) float32, L2-normalised
     v: torch.Tensor          # (B, T, Hv, dv) float32
-    beta: torch.Tensor       # (B, T, Hv) float32: sigmoid(b)
+    beta: torch.Tensor       # (B, T, Hv) float32: sigmoid(b) (x 2 with OLMo-Hybrid's negative eigenvalues)
     g: torch.Tensor          # (B, T, Hv) float32: the log decay
     z: torch.Tensor          # (B, T, Hv, dv) the output-gate logits, the model's dtype
     o: torch.Tensor          # (B, T, Hv, dv) the kernel's output (the norm's input)
@@ -69,6 +70,9 @@ def kernel_inputs(parts: GDNParts, kept: dict) -> tuple:
     if parts.projection == FUSED:
         q, k, v, _, b, a = m.fix_query_key_value_ordering(kept["in_proj_qkvz"], kept["in_proj_ba"])
         mixed = torch.cat([x.reshape(*x.shape[:2], -1) for x in (q, k, v)], -1)
+    elif parts.projection == SPLIT:
+        mixed = torch.cat([kept["q_proj"], kept["k_proj"], kept["v_proj"]], -1)
+        b, a = kept["b_proj"], kept["a_proj"]
     else:
         mixed, b, a = kept["in_proj_qkv"], kept["in_proj_b"], kept["in_proj_a"]
     B, T = mixed.shape[:2]
@@ -76,7 +80,7 @@ def kernel_inputs(parts: GDNParts, kept: dict) -> tuple:
     q, k, v = torch.split(mixed, [nk * dk, nk * dk, nv * dv], dim=-1)
     q, k = (x.reshape(B, T, nk, dk).float() for x in (q, k))
     v = v.reshape(B, T, nv, dv).float()
-    beta = b.reshape(B, T, nv).sigmoid().float()
+    beta = b.reshape(B, T, nv).sigmoid().float() * parts.beta_scale
     g = -m.A_log.float().exp() * F.softplus(a.reshape(B, T, nv).float() + m.dt_bias)
     q, k = l2norm(q), l2norm(k)
     q = q * dk ** -0.5
@@ -99,8 +103,8 @@ def install(cap, add, reading) -> dict[int, str]:
         kept: dict = {}
         for name in parts.projections:
             add(getattr(p.mixer, name).register_forward_hook(reading(_keep(kept, name))))
-        add(p.mixer.norm.register_forward_hook(reading(_keep_norm(kept))))
-        add(p.mixer.out_proj.register_forward_hook(reading(_emit(cap, p.index, parts, kept))))
+        add(parts.norm.register_forward_hook(reading(_keep_norm(kept))))
+        add(parts.out.register_forward_hook(reading(_emit(cap, p.index, parts, kept))))
     return refused
 
 
@@ -127,7 +131,7 @@ def _emit(cap, layer: int, parts: GDNParts, kept: dict):
                 return                                    # a cached decode step: not a pass of probe's
             q, k, v, beta, g = kernel_inputs(parts, kept)
             Hv, dv = parts.num_v_heads, parts.head_v_dim
-            norm = parts.mixer.norm
+            norm = parts.norm
             call = GDNCall(q=q, k=k, v=v, beta=beta, g=g, z=kept["z"].reshape(B, T, Hv, dv),
                            o=kept["o"].reshape(B, T, Hv, dv), y=kept["y"].reshape(B, T, Hv, dv), out=out,
                            norm_weight=norm.weight,

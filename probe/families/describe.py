@@ -5,10 +5,10 @@ import warnings
 
 from torch import nn
 
-from ..core.errors import flag
+from ..core.errors import ProbeError, flag
 from .gates import GateSpec
 from .layout import ModelLayout, discover_layout
-from .registry import registered, text_config
+from .registry import REFUSED, registered, text_config
 from .unregistered import ungated_note
 
 UNREGISTERED = "unregistered"
@@ -37,6 +37,8 @@ def describe(model: nn.Module, gate: GateSpec | str | None = None, *, user_decla
         family, spec = resolve_gate(model, config, model_type, gate if gate is not None else "none")
     else:
         family, spec = resolve_gate(model, config, model_type, None)
+    if family == UNREGISTERED and model_type in REFUSED:
+        raise ProbeError(f"architecture {model_type!r} is not supported: {REFUSED[model_type]}")
     heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head")
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     hidden = getattr(config, "hidden_size", None) or getattr(config, "n_embd")

@@ -11,11 +11,15 @@ and the decay logits a; q, k and v pass through a causal depthwise conv1d and Si
     y    = norm.weight * rmsnorm(o) * SiLU(z)          RMSNormGated: the norm before the gate
     out  = out_proj(y)
 
-(transformers' modeling_qwen3_next.py; the Gated DeltaNet paper, arXiv 2412.06464). Two layouts:
+(transformers' modeling_qwen3_next.py; the Gated DeltaNet paper, arXiv 2412.06464). Three layouts:
 Qwen3-Next fuses the projections (`in_proj_qkvz`, `in_proj_ba`, its channels grouped per key
 head and put in order by the module's own `fix_query_key_value_ordering`); Qwen3.5 keeps them
-apart (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`). With more value heads than key
-heads, each key head serves `num_v_heads // num_k_heads` consecutive value heads.
+apart (`in_proj_qkv`, `in_proj_z`, `in_proj_b`, `in_proj_a`); OLMo-Hybrid keeps every one apart
+(`q_proj`, `k_proj`, `v_proj`, `a_proj`, `b_proj`, the gate logits from `g_proj`) and names its
+norm and output projection `o_norm` and `o_proj`; with `linear_allow_neg_eigval` it doubles
+beta (beta = 2 sigmoid(b), in (0, 2): the delta rule's eigenvalues may turn negative), which
+leaves the per-key split exact. With more value heads than key heads, each key head serves
+`num_v_heads // num_k_heads` consecutive value heads.
 
 `gdn_parts(mixer)` returns a `GDNParts`, or a string saying why probe cannot read the layer (an
 unknown layout or kernel): such a layer is refused in one line, never measured as if it were
@@ -29,8 +33,11 @@ import torch.nn as nn
 
 FUSED = "fused"            # Qwen3-Next: in_proj_qkvz, in_proj_ba
 SEPARATE = "separate"      # Qwen3.5: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a
+SPLIT = "split"            # OLMo-Hybrid: q_proj, k_proj, v_proj, b_proj, a_proj (and g_proj, o_norm, o_proj)
 
-_COMMON = ("conv1d", "A_log", "dt_bias", "norm", "out_proj")
+_PROJECTIONS = {FUSED: ("in_proj_qkvz", "in_proj_ba"), SEPARATE: ("in_proj_qkv", "in_proj_b", "in_proj_a"),
+                SPLIT: ("q_proj", "k_proj", "v_proj", "b_proj", "a_proj")}
+_COMMON = ("conv1d", "A_log", "dt_bias")
 _SIZES = ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim")
 
 
@@ -45,6 +52,9 @@ class GDNParts:
     head_k_dim: int
     head_v_dim: int
     activation: str                 # the conv's activation (silu)
+    norm_name: str = "norm"         # the RMSNormGated (o_norm on OLMo-Hybrid)
+    out_name: str = "out_proj"      # the output projection (o_proj on OLMo-Hybrid)
+    beta_scale: float = 1.0         # beta = beta_scale * sigmoid(b) (2 with OLMo-Hybrid's negative eigenvalues)
 
     @property
     def group(self) -> int:
@@ -53,8 +63,15 @@ class GDNParts:
 
     @property
     def projections(self) -> tuple[str, ...]:
-        return ("in_proj_qkvz", "in_proj_ba") if self.projection == FUSED else (
-            "in_proj_qkv", "in_proj_b", "in_proj_a")
+        return _PROJECTIONS[self.projection]
+
+    @property
+    def norm(self) -> nn.Module:
+        return getattr(self.mixer, self.norm_name)
+
+    @property
+    def out(self) -> nn.Module:
+        return getattr(self.mixer, self.out_name)
 
 
 def gdn_parts(mixer: nn.Module) -> GDNParts | str:
@@ -66,10 +83,15 @@ def gdn_parts(mixer: nn.Module) -> GDNParts | str:
             return f"{kind} fuses its projections but has no fix_query_key_value_ordering to split them"
     elif all(hasattr(mixer, n) for n in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")):
         projection = SEPARATE
+    elif all(hasattr(mixer, n) for n in ("q_proj", "k_proj", "v_proj", "a_proj", "b_proj", "g_proj")):
+        projection = SPLIT
     else:
-        return (f"{kind} has neither in_proj_qkvz / in_proj_ba (Qwen3-Next) nor in_proj_qkv / in_proj_z / "
-                "in_proj_b / in_proj_a (Qwen3.5): not a Gated DeltaNet layout probe knows")
-    missing = [n for n in (*_COMMON, *_SIZES) if not hasattr(mixer, n)]
+        return (f"{kind} has neither in_proj_qkvz / in_proj_ba (Qwen3-Next), in_proj_qkv / in_proj_z / "
+                "in_proj_b / in_proj_a (Qwen3.5) nor q_proj / k_proj / v_proj / a_proj / b_proj / g_proj "
+                "(OLMo-Hybrid): not a Gated DeltaNet layout probe knows")
+    names = dict(norm_name="o_norm", out_name="o_proj") if projection == SPLIT else {}
+    missing = [n for n in (*_COMMON, names.get("norm_name", "norm"), names.get("out_name", "out_proj"), *_SIZES)
+               if not hasattr(mixer, n)]
     if missing:
         return f"{kind} lacks {', '.join(missing)}: not a Gated DeltaNet layout probe knows"
     sizes = {n: int(getattr(mixer, n)) for n in _SIZES}
@@ -78,10 +100,12 @@ def gdn_parts(mixer: nn.Module) -> GDNParts | str:
     if tuple(mixer.A_log.shape) != (sizes["num_v_heads"],):
         return f"{kind}: A_log of shape {tuple(mixer.A_log.shape)} is not one decay per value head " \
                "(a channel-wise decay, as Kimi Linear's KDA, is not the gated delta rule probe decomposes)"
-    norm = mixer.norm
+    norm = getattr(mixer, names.get("norm_name", "norm"))
     if getattr(norm, "activation", "silu") != "silu" or not hasattr(norm, "weight"):
         return f"{kind}: its output norm {type(norm).__name__} is not RMSNormGated with a SiLU gate"
-    return GDNParts(mixer, projection, **sizes, activation=str(getattr(mixer, "activation", "silu")))
+    beta_scale = 2.0 if getattr(mixer, "allow_neg_eigval", False) else 1.0
+    return GDNParts(mixer, projection, **sizes, activation=str(getattr(mixer, "activation", "silu")),
+                    beta_scale=beta_scale, **names)
 
 
 def describe_refused(refused: dict[int, str]) -> str:

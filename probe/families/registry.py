@@ -54,9 +54,22 @@ ADAPTERS = (
     Adapter("mistral", ("mistral", "mixtral")),
     Adapter("gemma", gemma.MODEL_TYPES, note=gemma.NOTE),
     Adapter("olmo2", ("olmo2",), note="OLMo 2: norms after attention and after the MLP (post-norm)"),
+    Adapter("olmo_hybrid", ("olmo_hybrid",),
+            note="OLMo-Hybrid: ungated softmax layers (post-norm, QK-norm) among Gated DeltaNet layers "
+                 "(--gdn: q/k/v/a/b_proj, g_proj output gate, o_norm, o_proj; beta up to 2)"),
     Adapter("phi3", ("phi3",), note="Phi-3: q, k and v from one fused qkv_proj"),
     Adapter("gpt2", ("gpt2",)),
 )
+
+
+# Families transformers has that probe refuses by name, with the reason, rather than with the
+# generic "not in the registry" line: what a user of such a model needs to know first.
+REFUSED = {
+    "kimi_linear": "Kimi Linear's KDA layers decay each key channel separately (a channel-wise decay, "
+                   "not one scalar per head), so the exact per-key split of a Gated DeltaNet output "
+                   "(docs/gdn.md) does not apply to them, and its MLA softmax layers bypass "
+                   "transformers' attention interface, where probe reads attention",
+}
 
 
 def by_model_type(adapters) -> dict[str, Adapter]:

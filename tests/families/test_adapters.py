@@ -38,6 +38,9 @@ QWEN4 = dict(SIZES, **HYBRID, **SHARED, hc_count=2, hc_lowrank=8, indexer_n_head
 QWEN_VISION = dict(vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2,
                                       out_hidden_size=64, patch_size=4, num_position_embeddings=16),
                    image_token_id=124, video_token_id=125, vision_start_token_id=126, vision_end_token_id=127)
+# OLMo-Hybrid: layer 0 Gated DeltaNet (every projection apart, g_proj gate, beta up to 2), layer 1 softmax
+OLMO_HYBRID = dict(SIZES, **{k: v for k, v in tiny.LINEAR.items() if k.startswith("linear_")},
+                   layer_types=["linear_attention", "full_attention"])
 GEMMA3 = dict(SIZES, sliding_window=16)
 GEMMA_VISION = dict(vision_config=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                        num_attention_heads=2, image_size=28, patch_size=14),
@@ -61,7 +64,8 @@ class Case:
     text: dict                     # the text model's config
     wrapper: dict | None = None    # the multimodal release format's other settings (vision tower, token ids)
     gate_layout: str = "none"
-    resid_mid: str | None = "post_attention_layernorm"   # the layer's module whose input is the residual after attention
+    # the layer's module whose input is the residual after attention (or one per layer type)
+    resid_mid: str | dict | None = "post_attention_layernorm"
     flags: dict = field(default_factory=dict)            # official gate flags on a qwen3 config
     model_class: str | None = None                       # the class probe.load must build, when not transformers' own
     gate_module: str = "q_proj"                          # the attention's module whose output holds the gate logits
@@ -101,6 +105,9 @@ CASES = {c.model_type if not c.flags else f"qwen3+{next(iter(c.flags))}": c for 
     Case("gemma3_text", "gemma", GEMMA3, resid_mid="pre_feedforward_layernorm"),
     Case("gemma3", "gemma", GEMMA3, GEMMA_VISION, resid_mid="pre_feedforward_layernorm"),
     Case("olmo2", "olmo2", SIZES, resid_mid="mlp"),                  # post-norm: the MLP reads the stream
+    # pre-norm GDN layers, post-norm softmax layers (as OLMo 2's)
+    Case("olmo_hybrid", "olmo_hybrid", OLMO_HYBRID,
+         resid_mid={"linear_attention": "post_attention_layernorm", "attention": "mlp"}),
     Case("phi3", "phi3", PHI3),
     Case("gpt2", "gpt2", GPT2, resid_mid="ln_2"),
 )}
@@ -186,7 +193,8 @@ def test_builds_loads_and_gets_its_layout(name, family):
         assert [p.layer_type for p in lay.layers] == expected
     assert not layout.note                                           # registered: no "unregistered" note
     for part in layout.layers:
-        want = getattr(part.layer, case.resid_mid) if case.resid_mid else None
+        name = case.resid_mid.get(part.layer_type) if isinstance(case.resid_mid, dict) else case.resid_mid
+        want = getattr(part.layer, name) if name else None
         assert part.resid_mid is want, (part.index, case.resid_mid)
         assert part.mlp is not None
         if part.layer_type == "attention":

@@ -1,5 +1,6 @@
 """probe/metrics/gdn/ and probe/capture/gdn.py on the tiny hybrids (Qwen3-Next: fused
-projections; Qwen3.5: separate ones; both 4 value heads over 2 key heads), in float32:
+projections; Qwen3.5: separate ones; OLMo-Hybrid: every projection apart, a g_proj gate and beta
+up to 2; all 4 value heads over 2 key heads), in float32:
 
 - beta, g, SiLU(z), q, k and v as the event carries them equal the model's own: the arguments
   transformers' module passes its gated-delta-rule kernel (recorded by wrapping the kernel
@@ -28,7 +29,7 @@ from probe.families.gdn import describe_refused, gdn_parts
 from probe.metrics.gdn.decompose import KeyTerms, state_share, written_values
 from tests.samples import TEXT
 
-KINDS = ("qwen3_next", "qwen3_5")
+KINDS = ("qwen3_next", "qwen3_5", "olmo_hybrid")
 RTOL = 1e-5
 
 
@@ -58,7 +59,7 @@ def recorded(request, loaded, monkeypatch_module):
     cap.on(GDN, lambda layer, o, b, call: calls.__setitem__(layer, call))
     for p in lm.layout.layers:
         if p.layer_type == "linear_attention":
-            handles.append(p.mixer.norm.register_forward_pre_hook(
+            handles.append(gdn_parts(p.mixer).norm.register_forward_pre_hook(
                 lambda m, a, i=p.index: norm_args.__setitem__(i, (a[0].detach().clone(), a[1].detach().clone()))))
     ids = torch.randint(3, 200, (2, 150), generator=torch.Generator().manual_seed(0))
     try:
@@ -175,7 +176,8 @@ def test_the_run_checks_its_terms_and_writes_every_table(run):
         assert set(gates.quantity) == {"gate_silu", "beta", "decay"}
         s = a.summary["gdn"]
         assert [e["layer"] for e in s["layers"]] == [0, 1, 2] and s["failed_layers"] == [] and s["refused"] is None
-        assert 0 <= s["key0_share"] <= 1 and 0 < s["mean_beta"] < 1
+        beta_max = 2 if kind == "olmo_hybrid" else 1                # OLMo-Hybrid: beta = 2 sigmoid(b)
+        assert 0 <= s["key0_share"] <= 1 and 0 < s["mean_beta"] < beta_max
         assert a.meta["gdn"] == [0, 1, 2]
         keys = a.tables["gdn_keys"]
         for layer in (0, 1, 2):

@@ -210,6 +210,9 @@ CASES = (
          **MOE, shared_expert_intermediate_size=32), dict(texts=[TEXT])),
     Case("qwen3_5_moe", "Qwen3.5-MoE hybrid (qwen3_next family, gated)",
          from_config("Qwen3_5MoeTextConfig", "qwen3", **HYBRID_MOE), dict(texts=[TEXT])),
+    Case("olmo_hybrid", "OLMo-Hybrid: a Gated DeltaNet layer (--gdn; separate projections, beta up to 2) and an "
+         "ungated post-norm softmax layer", tiny_kind("olmo_hybrid", **dict(SMALL, num_hidden_layers=2,
+         layer_types=["linear_attention", "full_attention"])), dict(texts=[TEXT], gdn=True)),
     Case("gemma", "Gemma 1", from_config("GemmaConfig", "llama"), dict(texts=[TEXT])),
     Case("gguf_llama", "a GGUF file (llama.cpp format) read through transformers", gguf,
          dict(texts=[TEXT])),

@@ -24,7 +24,7 @@ from ..reducers import F64
 from . import CHECK_SITES, DECLARATION, QUANTITIES, SPARSITY_VARIANTS
 from .keys import BUCKETS, KeyStats, tolerance
 from .received import ReceivedStats
-from .stats import BINS, RANGES, OutputStats, TokenStats
+from .stats import BINS, OutputStats, TokenStats
 
 BASE_GROUPS = ("all", "first", "rest")
 
@@ -55,7 +55,7 @@ class GatedDeltaNet(Metric):
                 self.refused[p.index] = parts
                 continue
             H = self.heads[p.index] = parts.num_v_heads
-            self.tokens[p.index] = TokenStats(len(self.names), H)
+            self.tokens[p.index] = TokenStats(len(self.names), H, beta_max=parts.beta_scale)
             self.outputs[p.index] = OutputStats(len(self.names), H, options.thresholds)
             if self.per_key:
                 self.keys[p.index] = KeyStats(H, self.context.sequences)
@@ -119,7 +119,7 @@ class GatedDeltaNet(Metric):
                             continue                                     # a token type the data does not hold
                         gates += [dict(model=name, layer=layer, head=h, quantity=quantity, group=group,
                                        metric=metric, value=float(v)) for h, v in enumerate(values[gi].tolist())]
-                lo, hi = RANGES[quantity]
+                lo, hi = t.ranges[quantity]
                 edges = torch.linspace(lo, hi, BINS + 1).tolist()
                 for h, counts in enumerate(t.hist[qi].tolist()):
                     hist += [dict(model=name, layer=layer, head=h, quantity=quantity, bin_lo=edges[i],

@@ -31,9 +31,11 @@ class TokenStats(Reducer):
     maximum = ("high",)
     gathered = ("top",)
 
-    def __init__(self, groups: int, heads: int, device="cpu"):
+    def __init__(self, groups: int, heads: int, device="cpu", beta_max: float = 1.0):
+        """beta_max: beta's upper end (2 where a layer doubles it: OLMo-Hybrid), its histogram's range."""
         Q, z = len(QUANTITIES), dict(device=device)
         self.heads = heads
+        self.ranges = dict(RANGES, beta=(0.0, float(beta_max)))
         self.count = torch.zeros(Q, groups, heads, dtype=I64, **z)
         self.total = torch.zeros(Q, groups, heads, dtype=F64, **z)
         self.total_sq = torch.zeros(Q, groups, heads, dtype=F64, **z)
@@ -81,7 +83,7 @@ class TokenStats(Reducer):
                 if bool(rows.any()):
                     self.low[qi, gi] = torch.minimum(self.low[qi, gi], token_low[rows].amin(0).double())
                     self.high[qi, gi] = torch.maximum(self.high[qi, gi], token_high[rows].amax(0).double())
-            lo, hi = RANGES[name]
+            lo, hi = self.ranges[name]
             bins = (((x if all_finite else x.nan_to_num(lo)) - lo) / (hi - lo) * BINS).floor_().clamp_(0, BINS - 1).long()
             flat = bins + torch.arange(self.heads, device=x.device)[None, :, None] * BINS
             flat = flat.reshape(-1) if all_finite else flat[finite]
