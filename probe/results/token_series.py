@@ -15,6 +15,16 @@ Quantisation, by a series' kind (tokens.json `series.<name>.kind`):
                     (1.6% for SmolLM2's largest activations, 2.1 .. 10.2 in logs; the exact
                     largest ones are in massive_top.csv)
     index   uint16  value = code (a dimension); 65535: no value
+    span    uint16  value = lo + code * (hi - lo) / 4093 (codes 0 .. 4093), lo / hi the series'
+                    smallest and largest values: signed values (a GDN layer's SiLU(z)); 65535: no
+                    value
+    span8   uint8   the same in 8 bits: (hi - lo) / 253, codes 0 .. 253; 255: no value
+    decay   uint16  a decay exp(g) in (0, 1], kept as d = -g = -ln(value) on the `log` kind's
+                    scale: 0: d = 0 (value 1); else value = exp(-exp(lo + (code - 1) * step)),
+                    lo / hi the natural logs of the smallest and largest positive d: a relative
+                    error of at most step / 2 in d (so in the half-life ln 2 / d), which a
+                    linear scale of the value would lose for decays near 1; 65535: no value
+    decay8  uint8   the same in 8 bits (step = (hi - lo) / 253); 255: no value
 
 The per-head series and the activations are the coarsest: they are what a viewer page of 16k
 tokens x 30 layers carries most of (SmolLM2's first-token attention per head holds 6 bits of
@@ -38,10 +48,13 @@ from .run_files import RunDirectoryError
 HEADER_FILE = "tokens.json"
 ARRAYS_FILE = "tokens.npz"
 FORMAT = "probe token series 1"
-KINDS = {"unit": np.uint8, "cent": np.uint8, "log": np.uint16, "log8": np.uint8, "index": np.uint16}
-NONE = {"unit": 255, "cent": 255, "log": 65535, "log8": 255, "index": 65535}
+KINDS = {"unit": np.uint8, "cent": np.uint8, "log": np.uint16, "log8": np.uint8, "index": np.uint16,
+         "span": np.uint16, "span8": np.uint8, "decay": np.uint16, "decay8": np.uint8}
+NONE = {k: int(np.iinfo(t).max) for k, t in KINDS.items()}
 STEPS = {"unit": 254, "cent": 100}          # linear kinds: value = code / steps
-LOG_STEPS = {"log": 4093, "log8": 253}       # log kinds: steps between lo and hi
+LOG_STEPS = {"log": 4093, "log8": 253, "decay": 4093, "decay8": 253}   # log kinds: steps between lo and hi
+SPAN_STEPS = {"span": 4093, "span8": 253}   # value = lo + code * (hi - lo) / steps
+DECAYS = ("decay", "decay8")                # log kinds of d = -ln(value)
 
 
 def quantise(values: np.ndarray, kind: str) -> tuple[np.ndarray, dict]:
@@ -53,6 +66,17 @@ def quantise(values: np.ndarray, kind: str) -> tuple[np.ndarray, dict]:
         return np.where(missing, NONE[kind], codes).astype(np.uint8), {}
     if kind == "index":
         return np.where(missing, NONE[kind], np.clip(np.nan_to_num(v), 0, 65534)).astype(np.uint16), {}
+    if kind in SPAN_STEPS:
+        finite = v[~missing]
+        lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 0.0)
+        scaled = (np.nan_to_num(v) - lo) / (hi - lo) * SPAN_STEPS[kind] if hi > lo else np.zeros_like(v)
+        codes = np.rint(np.clip(scaled, 0, SPAN_STEPS[kind]))
+        return np.where(missing, NONE[kind], codes).astype(KINDS[kind]), {"lo": lo, "hi": hi}
+    if kind in DECAYS:
+        # d = -ln(value) >= 0 on the log scale (a decay that underflowed to 0: the largest d).
+        with np.errstate(divide="ignore"):
+            d = -np.log(np.clip(np.nan_to_num(v, nan=1.0), np.finfo(np.float64).tiny, 1.0))
+        v = np.where(missing, np.nan, d)
     positive = v[~missing & (v > 0)]
     lo, hi = (float(np.log(positive.min())), float(np.log(positive.max()))) if positive.size else (0.0, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -68,8 +92,12 @@ def decode(codes: np.ndarray, kind: str, lo: float = 0.0, hi: float = 0.0) -> np
         out = c / STEPS[kind]
     elif kind == "index":
         out = c.copy()
+    elif kind in SPAN_STEPS:
+        out = lo + c * ((hi - lo) / SPAN_STEPS[kind])
     else:
         out = np.where(c == 0, 0.0, np.exp(lo + (c - 1) * ((hi - lo) / LOG_STEPS[kind])))
+        if kind in DECAYS:
+            out = np.exp(-out)
     return np.where(np.asarray(codes) == NONE[kind], np.nan, out)
 
 

@@ -13,6 +13,10 @@ from .decompose import KeyTerms, gated, state_share, written_values
 
 BUCKETS = 24                 # query positions [2^j, 2^(j+1)), j < BUCKETS (t >= 1)
 RECENT = 64                  # phi_recent: the state share of the last RECENT keys
+# Batch.derived key, per GDN event: batch row -> (H, L) float64, each query's key-0 share, NaN
+# where the query does not count (a padded position, or no term at all). Left there for the
+# per-token series (probe/metrics/token_series/), which read the same shares, not a second split.
+KEY0_SHARES = "gdn_key0_shares"
 TOLERANCE = {torch.float32: 1e-4, torch.float64: 1e-10, torch.bfloat16: 3e-2, torch.float16: 5e-3}
 
 
@@ -40,11 +44,13 @@ class KeyStats(Reducer):
         self.nonfinite = torch.zeros((), dtype=I64, **z)
         self.error = torch.zeros(len(CHECK_SITES), dtype=F64, **z)
 
-    def update(self, call, row: int, valid: torch.Tensor, sequence: int = 0, received=None, ids=None) -> None:
+    def update(self, call, row: int, valid: torch.Tensor, sequence: int = 0, received=None, ids=None,
+               shares: dict | None = None) -> None:
         """One sequence (batch row) of a GDN layer's call (capture/gdn.py GDNCall); valid (T,)
         bool: the queries that count; sequence: the row's index in the dataset. The recurrence
         runs over positions up to the last valid one. received: a received.ReceivedStats that
-        the same walk over the terms feeds, with ids (T,) the row's token ids."""
+        the same walk over the terms feeds, with ids (T,) the row's token ids; shares: where to
+        leave the row's per-query key-0 shares (KEY0_SHARES), or None."""
         idx = valid.nonzero()
         if not len(idx):
             return
@@ -71,6 +77,7 @@ class KeyStats(Reducer):
         W = call.out_weight.to(F64)
         bias = None if call.out_bias is None else call.out_bias.to(F64)
         local = None if received is None else received.start(o.shape[0], L, o.device)
+        kept = []
         for t0, t1, P, recon in terms.blocks():
             mag = terms.magnitudes(P)                                          # (H, Bq, t1)
             total = mag.sum(-1)                                                # (H, Bq)
@@ -81,6 +88,8 @@ class KeyStats(Reducer):
             self._add_queries(torch.arange(t0, t1, device=P.device), share, proj, counted, sequence)
             if local is not None:
                 received.add(local, t0, mag, counted)
+            if shares is not None:
+                kept.append(share.masked_fill(~counted, math.nan))
             ref_o = o[:, t0:t1]
             y_rec = gated(recon, ref_o, z[:, t0:t1], call.norm_weight, call.eps)   # (H, Bq, dv)
             ref_y = call.y[row, t0:t1].transpose(0, 1).to(F64)
@@ -92,6 +101,8 @@ class KeyStats(Reducer):
                 ref2[i] += b.pow(2).sum((1, 2))
             diff2[2] += (out_rec - ref_out).pow(2).sum()
             ref2[2] += ref_out.pow(2).sum()
+        if shares is not None:
+            shares[row] = torch.cat(kept, 1)                                   # (H, L)
         rel = (diff2 / ref2.where(ref2 > 0, 1.0)).sqrt()                        # (3, H)
         rel[2, 1:] = 0.0                                                       # out_proj: one value
         self.error[:3] = torch.maximum(self.error[:3], rel.amax(1).to(self.error.device))

@@ -22,7 +22,7 @@ from ..first_token import SINK_EPSILON
 from ..massive.reduce import token_text
 from ..reducers import F64
 from . import CHECK_SITES, DECLARATION, QUANTITIES, SPARSITY_VARIANTS
-from .keys import BUCKETS, KeyStats, tolerance
+from .keys import BUCKETS, KEY0_SHARES, KeyStats, tolerance
 from .received import ReceivedStats
 from .stats import BINS, OutputStats, TokenStats
 
@@ -38,6 +38,8 @@ class GatedDeltaNet(Metric):
         # The per-key terms cost an extra Q.K^T pass per GDN layer (O(T^2 d), float64), more than
         # the forward at long T: like the softmax layers' per-key view, they come with --anatomy.
         self.per_key = self.enabled and bool(getattr(options, "anatomy", False))
+        # The per-query key-0 shares are left in Batch.derived for the per-token series.
+        self.keep_shares = self.per_key and int(getattr(options, "token_series", 0) or 0) > 0
         self.groups = token_groups
         extra = [n for n in (token_groups.names if token_groups is not None else ()) if n != "first"]
         self.names = [*BASE_GROUPS, *extra]
@@ -95,8 +97,10 @@ class GatedDeltaNet(Metric):
             return
         keys, received = self.keys[layer].follow(dev), self.received[layer].follow(dev)
         valid = b.valid.to(dev)
+        shares = b.derived(KEY0_SHARES, o, dict) if self.keep_shares else None
         for row, sequence in enumerate(b.seq_index.tolist()):
-            keys.update(call, row, valid[row], int(sequence), received=received, ids=b.input_ids[row])
+            keys.update(call, row, valid[row], int(sequence), received=received, ids=b.input_ids[row],
+                        shares=shares)
 
     # -- what a finished pass writes ------------------------------------------------------------
     def mean_gate(self, layer: int) -> float:

@@ -16,14 +16,20 @@ directory keeps them quantised (probe/results/token_series.py).
     layer_output  hook_resid_post      (B, T, C)               -> max_abs, max_abs_dim
     logits        hook_logits          (B, T, V)               -> loss (at the target's position)
     attention     attn.hook_attention  (only with `anatomy`)   -> received
+    gdn           linear_attn.hook_gdn (only with `gdn`)       -> gdn_beta, gdn_decay, gdn_gate and
+                  their _heads (value heads), from the event's GDNCall (probe/capture/gdn.py);
+                  with `anatomy` gdn_key0(_heads): the per-query key-0 shares the GDN metric
+                  (order 9, before this one) computed for its own tables, left in Batch.derived
+                  (probe/metrics/gdn/keys.py KEY0_SHARES): the per-key split is not run twice
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from ...core.events import ATTENTION, GATE
+from ...core.events import ATTENTION, GATE, GDN
 from ..base import Metric
+from ..gdn.keys import KEY0_SHARES
 from ..loss.reduce import PER_TOKEN
 from ..massive.reduce import token_text
 from . import DECLARATION, SERIES
@@ -71,6 +77,8 @@ class TokenSeriesCapture(Metric):
             return False
         if event == ATTENTION:
             return bool(getattr(self.options, "anatomy", False))
+        if event == GDN:        # listening installs the GDN hooks (capture/hf.py): only with --gdn
+            return bool(getattr(self.options, "gdn", False))
         return event != GATE or self.layout.gated
 
     # -- which rows of a batch are taken ---------------------------------------------------------
@@ -102,12 +110,12 @@ class TokenSeriesCapture(Metric):
         return plan
 
     def _store(self, name: str, layer: int | None, offset: int, values: torch.Tensor) -> None:
-        """values (n,) or (H, n) of one layer (None: the series has one row) at `offset`."""
-        heads = SERIES[name][1]
-        if name not in self.values:
-            shape = (1 if layer is None else self.layers, *((self.heads,) if heads else ()), self.limit)
-            self.values[name] = np.full(shape, np.nan, np.float32)
+        """values (n,) or (H, n) of one layer (None: the series has one row) at `offset`; H: the
+        attention heads, or a GDN layer's value heads."""
         x = values.detach().float().cpu().numpy()
+        if name not in self.values:
+            heads = (x.shape[0],) if SERIES[name][1] else ()
+            self.values[name] = np.full((1 if layer is None else self.layers, *heads, self.limit), np.nan, np.float32)
         self.values[name][0 if layer is None else layer, ..., offset:offset + x.shape[-1]] = x
 
     # -- the events --------------------------------------------------------------------------------
@@ -157,6 +165,25 @@ class TokenSeriesCapture(Metric):
         score = shared_received_attention(b, query, key, lse, mask, scale, softcap).score()  # (B, H, S)
         for row, pos, offset in plan:
             self._store("received", layer, offset, score[row][:, _on(pos, score)].mean(0))
+
+    def gdn(self, layer, o, b, call=None) -> None:                              # o (B, T, Hv, dv)
+        plan = self._plan(b) if call is not None else []
+        if not plan:
+            return
+        shares = b.derived(KEY0_SHARES, o, dict)               # batch row -> (Hv, L), with --anatomy
+        for row, pos, offset in plan:
+            at = _on(pos, call.beta)
+            per_head = {"gdn_beta": call.beta[row][at].float(),                          # (n, Hv)
+                        "gdn_decay": call.g[row][at].float().exp(),
+                        "gdn_gate": torch.nn.functional.silu(call.z[row][at].float()).mean(-1)}
+            for name, x in per_head.items():
+                self._store(name + "_heads", layer, offset, x.T)
+                self._store(name, layer, offset, x.mean(-1))
+            share = shares.get(row)
+            if share is not None:                  # NaN where the query does not count (keys.py)
+                share = share[:, _on(pos, share)]                                   # (Hv, n) float64
+                self._store("gdn_key0_heads", layer, offset, share)
+                self._store("gdn_key0", layer, offset, share.nanmean(0))
 
     # -- once the pass is over -----------------------------------------------------------------------
     def captured(self, done=None) -> dict | None:
