@@ -5,8 +5,12 @@
 // (probe/results/token_series.py): what the tooltip shows is what the run holds.
 "use strict";
 (function () {
-  const STEPS = { unit: 254, cent: 100 }, LOG_STEPS = { log: 4093, log8: 253 }, MAX_TEXT = 2000, ZOOM_TO = 400;
-  const MAIN = ["first_token", "gate", "max_abs", "loss", "received", "max_abs_dim"];
+  const STEPS = { unit: 254, cent: 100 }, LOG_STEPS = { log: 4093, log8: 253, decay: 4093, decay8: 253 };
+  const SPAN_STEPS = { span: 4093, span8: 253 }, DECAYS = new Set(["decay", "decay8"]);
+  const EIGHT = new Set(["unit", "cent", "log8", "span8", "decay8"]), MAX_TEXT = 2000, ZOOM_TO = 400;
+  // The GDN series (hybrids, --gdn) hold values on their linear-attention layers only.
+  const MAIN = ["first_token", "gate", "max_abs", "loss", "received", "max_abs_dim",
+                "gdn_gate", "gdn_beta", "gdn_decay", "gdn_key0"];
   const LOG_COLOUR = new Set(["max_abs"]);
   const STOPS = [[255, 255, 255], [254, 232, 200], [253, 187, 132], [227, 74, 51], [127, 0, 0]];
   const root = document.getElementById("ptv");
@@ -46,9 +50,14 @@
       for (let c = 0; c < 256; c++) t[c] = c === 255 ? NaN : c / STEPS[s.kind];
       return t;
     }
-    const wide = s.kind !== "log8", n = wide ? 65536 : 256, t = new Float64Array(n);
-    const step = (s.hi - s.lo) / LOG_STEPS[s.kind];
-    for (let c = 0; c < n; c++) t[c] = s.kind === "index" ? c : (c === 0 ? 0 : Math.exp(s.lo + (c - 1) * step));
+    const n = EIGHT.has(s.kind) ? 256 : 65536, t = new Float64Array(n);
+    if (s.kind in SPAN_STEPS) {      // lo + code (hi - lo) / steps: signed values (SiLU(z))
+      for (let c = 0; c < n; c++) t[c] = s.lo + c * ((s.hi - s.lo) / SPAN_STEPS[s.kind]);
+    } else {
+      const step = (s.hi - s.lo) / LOG_STEPS[s.kind];
+      for (let c = 0; c < n; c++) t[c] = s.kind === "index" ? c : (c === 0 ? 0 : Math.exp(s.lo + (c - 1) * step));
+      if (DECAYS.has(s.kind)) for (let c = 0; c < n; c++) t[c] = Math.exp(-t[c]);   // codes hold d = -ln(decay)
+    }
     t[n - 1] = NaN;
     return t;
   }
@@ -67,11 +76,19 @@
       for (const [row, n] of run.rows) for (let i = 0; i < n; i++) run.seq[t++] = row;
       run.lower = run.vocab.map((v) => v.toLowerCase());
       for (const s of Object.values(run.series)) {
-        s.codes = s.kind in STEPS || s.kind === "log8" ? new Uint8Array(buf, s.offset, s.length) : planes(buf, s.offset, s.length);
+        s.codes = EIGHT.has(s.kind) ? new Uint8Array(buf, s.offset, s.length) : planes(buf, s.offset, s.length);
         s.table = table(s);
         s.rows = s.shape[0];
         s.heads = s.shape.length === 3 ? s.shape[1] : 0;
         s.n = s.shape[s.shape.length - 1];
+        // Per layer row: whether it holds any value (a GDN series has none on softmax layers).
+        const none = s.table.length - 1, per = s.codes.length / s.rows;
+        s.filled = [];
+        for (let r = 0; r < s.rows; r++) {
+          let any = false;
+          for (let i = r * per; i < (r + 1) * per && !any; i++) any = s.codes[i] !== none;
+          s.filled.push(any);
+        }
       }
     }
   }
@@ -92,7 +109,9 @@
     if (s.kind === "index") return String(v);
     if (s.kind === "unit") return v.toFixed(4);
     if (s.kind === "cent") return v.toFixed(2);
-    if (s.kind === "log8") return v.toPrecision(4);
+    if (s.kind === "log8" || s.kind === "decay8") return v.toPrecision(4);
+    if (s.kind === "span8") return v.toPrecision(3);
+    if (s.kind === "decay") return v.toPrecision(6);
     return v.toPrecision(5);
   }
   function rowOf(run) {
@@ -101,12 +120,13 @@
   }
 
   // -- colour: one scale for every run shown -------------------------------------------------
-  let scale = { lo: 0, hi: 1, log: false, index: false };
+  let scale = { lo: 0, hi: 1, log: false, index: false, decay: false };
   function makeScale() {
     const name = state.series;
     const kinds = runs.map((r) => r.series[name]).filter(Boolean);
     const index = kinds.some((s) => s.kind === "index");
-    if (kinds.every((s) => s.kind in STEPS)) { scale = { lo: 0, hi: 1, log: false, index: false }; return; }
+    if (kinds.every((s) => s.kind in STEPS)) { scale = { lo: 0, hi: 1, log: false, index: false, decay: false }; return; }
+    if (kinds.some((s) => s.kind in SPAN_STEPS || DECAYS.has(s.kind))) { spanScale(kinds); return; }
     let lo = Infinity, hi = -Infinity;
     for (const s of kinds) for (const c of new Set(s.codes)) {
       const v = s.table[c];
@@ -114,9 +134,27 @@
     }
     const log = LOG_COLOUR.has(name);
     if (!Number.isFinite(lo)) { lo = 0; hi = 1; }
-    scale = { lo: log ? lo : 0, hi: hi, log: log, index: index };
+    scale = { lo: log ? lo : 0, hi: hi, log: log, index: index, decay: false };
+  }
+  function spanScale(kinds) {      // signed values: their own min .. max; decays: darker = forgets more
+    const decay = kinds.some((s) => DECAYS.has(s.kind));
+    let lo = Infinity, hi = -Infinity;
+    for (const s of [...kinds, ...runs.map((r) => r.series[state.series + "_heads"]).filter(Boolean)]) {
+      if (state.head < 0 && s.heads) continue;
+      if (state.head >= 0 && !s.heads && runs.some((r) => r.series[state.series + "_heads"])) continue;
+      for (const c of new Set(s.codes)) {
+        const v = s.table[c], x = decay ? -Math.log(v) : v;    // a decay's d = -ln(decay) >= 0
+        if (Number.isFinite(x) && (!decay || x > 0)) { lo = Math.min(lo, x); hi = Math.max(hi, x); }
+      }
+    }
+    if (!Number.isFinite(lo)) { lo = decay ? 1e-3 : 0; hi = decay ? 1 : 1; }
+    scale = { lo: lo, hi: hi, log: false, index: false, decay: decay };
   }
   function unit(v) {
+    if (scale.decay) {               // log scale of d = -ln(decay): lo d (decay near 1) white
+      const d = -Math.log(v);
+      return d <= scale.lo ? 0 : Math.max(0, Math.min(1, Math.log(d / scale.lo) / Math.log(scale.hi / scale.lo || 2)));
+    }
     if (scale.log) return v <= 0 ? 0 : Math.max(0, Math.min(1, Math.log(v / scale.lo) / Math.log(scale.hi / scale.lo || 2)));
     return Math.max(0, Math.min(1, (v - scale.lo) / ((scale.hi - scale.lo) || 1)));
   }
@@ -181,10 +219,16 @@
     const run = runs.find((r) => r.series[state.series]);
     const s = run.series[state.series];
     ui.layer.replaceChildren();
+    const types = run.layer_types || [], hybrid = new Set(types).size > 1;
     for (let r = 0; r < s.rows; r++) {
-      const o = el("option", "", s.rows === 1 ? "all" : "layer " + r); o.value = r; ui.layer.append(o);
+      const kind = hybrid && s.rows > 1 ? (types[r] === "linear_attention" ? " · GDN" : " · softmax") : "";
+      const o = el("option", "", s.rows === 1 ? "all" : "layer " + r + kind); o.value = r;
+      o.disabled = !s.filled[r];
+      ui.layer.append(o);
     }
-    state.layer = Math.min(state.layer, s.rows - 1); ui.layer.value = state.layer;
+    state.layer = Math.min(state.layer, s.rows - 1);
+    if (!s.filled[state.layer] && s.filled.includes(true)) state.layer = s.filled.indexOf(true);
+    ui.layer.value = state.layer;
     ui.head.replaceChildren();
     const heads = run.series[state.series + "_heads"];
     const mean = el("option", "", heads ? "mean" : "–"); mean.value = -1; ui.head.append(mean);
@@ -203,16 +247,17 @@
     }
     return out;
   }
-  function extremes(s, row, head, t0, t1) { // min and max of a bin, and where the max sits
-    let lo = NaN, hi = NaN, at = t0;
+  function extremes(s, row, head, t0, t1) { // min and max of a bin, and where the darkest sits
+    let lo = NaN, hi = NaN, at = t0, low = t0;
     for (let t = t0; t < t1; t++) {
       const v = value(s, row, head, t);
       if (Number.isNaN(v)) continue;
       if (!(v <= hi)) { hi = v; at = t; }
-      if (!(v >= lo)) lo = v;
+      if (!(v >= lo)) { lo = v; low = t; }
     }
-    return [lo, hi, at];
+    return [lo, hi, scale.decay ? low : at];
   }
+  function darkest(lo, hi) { return scale.decay ? lo : hi; }  // a decay shades darkest at its smallest
   function drawHeat(i) {
     const run = runs[i], canvas = ui.panels[i].heat, s = seriesOf(run, state.head);
     const width = Math.max(100, canvas.clientWidth || 1000), rows = s ? s.rows : 1;
@@ -222,7 +267,7 @@
     const edges = bins(width);
     for (let r = 0; r < rows; r++) {
       for (let x = 0; x < width; x++) {
-        const c = rgb(extremes(s, r, state.head, edges[x][0], edges[x][1])[1]);
+        const e = extremes(s, r, state.head, edges[x][0], edges[x][1]), c = rgb(darkest(e[0], e[1]));
         for (let y = r * rowHeight; y < (r + 1) * rowHeight - (rows > 1 ? 1 : 0); y++) {
           const k = (y * width + x) * 4;
           image.data[k] = c[0]; image.data[k + 1] = c[1]; image.data[k + 2] = c[2]; image.data[k + 3] = 255;
@@ -245,11 +290,13 @@
       const [lo, hi, at] = extremes(s, row, state.head, edges[x][0], edges[x][1]);
       drawn.push({ t0: edges[x][0], t1: edges[x][1], min: lo, max: hi, at: at });
       if (Number.isNaN(hi)) continue;
-      // A bar up to the bin's largest value, in its colour; the range min .. max darker on it.
-      ctx.fillStyle = "rgb(" + rgb(hi).join(",") + ")";
-      ctx.fillRect(x, Math.floor(y(hi)), 1, height - Math.floor(y(hi)));
+      // A bar up to the bin's largest value (a decay's smallest), in its colour; the range min ..
+      // max darker on it.
+      const top = darkest(lo, hi), bottom = darkest(hi, lo);
+      ctx.fillStyle = "rgb(" + rgb(top).join(",") + ")";
+      ctx.fillRect(x, Math.floor(y(top)), 1, height - Math.floor(y(top)));
       ctx.fillStyle = "rgba(31,35,40,0.55)";
-      ctx.fillRect(x, Math.floor(y(hi)), 1, Math.max(1, Math.ceil(y(lo) - y(hi)) + 1));
+      ctx.fillRect(x, Math.floor(y(top)), 1, Math.max(1, Math.ceil(y(bottom) - y(top)) + 1));
     }
     if (!s) {
       ctx.fillStyle = "#57606a"; ctx.font = "12px system-ui, sans-serif";
@@ -293,11 +340,14 @@
     const ctx = ui.legend.getContext("2d");
     for (let x = 0; x < ui.legend.width; x++) {
       const f = x / (ui.legend.width - 1);
-      const v = scale.log ? scale.lo * Math.pow(scale.hi / scale.lo, f) : scale.lo + f * (scale.hi - scale.lo);
+      const v = scale.decay ? Math.exp(-scale.lo * Math.pow(scale.hi / scale.lo, f))
+        : scale.log ? scale.lo * Math.pow(scale.hi / scale.lo, f) : scale.lo + f * (scale.hi - scale.lo);
       ctx.fillStyle = "rgb(" + rgb(v).join(",") + ")"; ctx.fillRect(x, 0, 1, ui.legend.height);
     }
-    ui.lo.textContent = scale.index ? "dims" : String(+scale.lo.toPrecision(3));
-    ui.hi.textContent = scale.index ? "" : String(+scale.hi.toPrecision(3));
+    // A decay's legend runs from its largest value (white) to its smallest (darkest).
+    const ends = scale.decay ? [Math.exp(-scale.lo), Math.exp(-scale.hi)] : [scale.lo, scale.hi];
+    ui.lo.textContent = scale.index ? "dims" : String(+ends[0].toPrecision(scale.decay ? 4 : 3));
+    ui.hi.textContent = scale.index ? "" : String(+ends[1].toPrecision(scale.decay ? 4 : 3));
   }
   function draw() {
     ui.range.textContent = "tokens " + state.a + "–" + (state.b - 1) + " of " + total();
@@ -344,6 +394,7 @@
     grid.append(head);
     const rows = Math.max(...columns.map((c) => c[2].rows));
     for (let r = 0; r < rows; r++) {
+      if (rows > 1 && !columns.some((c) => c[2].filled[r])) continue;   // e.g. a softmax layer of a GDN series
       const tr = el("tr");
       if (r === state.layer) tr.className = "ptv-current";
       tr.append(el("th", "", rows === 1 ? "–" : String(r)));

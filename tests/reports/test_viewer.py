@@ -98,6 +98,67 @@ def test_hover_zoom_and_no_request(browser, tmp_path):
     assert browser.log.requests == [path.resolve().as_uri()]      # the page itself, nothing else
 
 
+def _hover(browser, t: int) -> list:
+    """Hover token t of the first run's text: the tooltip's cells, [run, layer, head, text]."""
+    box = browser.evaluate(f"(() => {{ const r = document.querySelector('.ptv-text [data-t=\"{t}\"]')"
+                           ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+    browser.call("Input.dispatchMouseEvent", type="mouseMoved", x=box[0], y=box[1])
+    assert browser.evaluate("!document.querySelector('.ptv-tip').hidden")
+    return browser.evaluate("Array.from(document.querySelectorAll('.ptv-tip td')).map(td => "
+                            "[+td.dataset.run, +td.dataset.layer, td.dataset.head, td.textContent])")
+
+
+# How closely the tooltip's text gives the stored value, by the series' kind (its format).
+SHOWN = {"unit": dict(abs=0.5e-4), "cent": dict(abs=0.5e-2), "span": dict(rel=0.5e-4), "span8": dict(rel=0.5e-2),
+         "decay": dict(rel=0.5e-5), "decay8": dict(rel=0.5e-3)}
+
+
+def _check_tip(cells, runs, name: str, t: int) -> None:
+    for run, layer, head, shown in cells:
+        series = runs[run]
+        key = name if head == "mean" else name + "_heads"
+        values = series.values(key) if head == "mean" else series.values(key)[:, int(head)]
+        assert float(shown) == pytest.approx(values[layer, t], **SHOWN[series.header["series"][key]["kind"]]), \
+            (name, run, layer, head)
+
+
+FORGET = (1, 2, 777, 1e-3)      # a GDN layer, value head, token and a strong decay planted there
+
+
+def test_gdn_series_hover_layers_and_zoom(browser, tmp_path):
+    a = synthetic(2000, 4, 3, seed=3, rows=2, gdn=4, forget=FORGET)
+    path = tmp_path / "hybrid.html"
+    path.write_text(page([("hybrid", a)]), encoding="utf-8")
+    _open(browser, path)
+    picker = browser.evaluate("Array.from(document.querySelectorAll('.ptv-bar select')[0].options).map(o => o.value)")
+    assert {"gdn_gate", "gdn_beta", "gdn_decay", "gdn_key0"} <= set(picker)
+    # Picking a GDN series on a softmax layer moves to the first GDN layer; softmax layers are off.
+    browser.evaluate("probeViewer.select('first_token', 3, -1);"
+                     "(() => { const s = document.querySelectorAll('.ptv-bar select')[0]; s.value = 'gdn_beta'; s.onchange(); })()")
+    layers = browser.evaluate("Array.from(document.querySelectorAll('.ptv-bar select')[1].options)"
+                              ".map(o => [o.textContent, o.disabled])")
+    assert layers == [["layer 0 · GDN", False], ["layer 1 · GDN", False], ["layer 2 · GDN", False],
+                      ["layer 3 · softmax", True]]
+    assert browser.evaluate("document.querySelectorAll('.ptv-bar select')[1].value") == "0"
+    browser.evaluate("probeViewer.setView(0, 300)")
+    for name in ("gdn_beta", "gdn_decay", "gdn_gate", "gdn_key0"):
+        browser.evaluate(f"probeViewer.select('{name}', 1, -1)")
+        cells = _hover(browser, 40)
+        assert len(cells) == 3 * (1 + 4), name        # the GDN layers x (mean + value heads)
+        assert {layer for _, layer, _, _ in cells} == {0, 1, 2}
+        _check_tip(cells, [a], name, 40)
+    # Zoomed out, a decay's column keeps its smallest value (where it forgets most), darkest.
+    browser.evaluate(f"probeViewer.select('gdn_decay', {FORGET[0]}, {FORGET[1]}); probeViewer.setView(0, 2000)")
+    bins = browser.evaluate("probeViewer.bins[0]")
+    column = next(i for i, c in enumerate(bins) if c["t0"] <= FORGET[2] < c["t1"])
+    assert bins[column]["at"] == FORGET[2] and bins[column]["min"] == pytest.approx(FORGET[3], rel=1e-3)
+    pixel = browser.evaluate(f"(() => {{ const c = document.querySelectorAll('.ptv-heat')[0];"
+                             f" return Array.from(c.getContext('2d').getImageData({column}, {FORGET[0]} * c.rowHeight + 2, 1, 1).data); }})()")
+    assert pixel[:3] == [127, 0, 0]
+    assert browser.log.errors == []
+    assert browser.log.requests == [path.resolve().as_uri()]
+
+
 def test_token_texts_are_escaped(browser, tmp_path):
     a, _ = _pair()
     path = tmp_path / "odd.html"
@@ -180,6 +241,30 @@ def test_a_saved_run_keeps_its_series_and_probe_view_writes_the_page(tiny_runs, 
     assert "--force" in capsys.readouterr().err
     shown = run.view()._repr_html_()
     assert shown.startswith("<iframe") and "official_headwise" in shown
+
+
+@pytest.mark.parametrize("kind", ["qwen3_5"])
+def test_a_hybrid_runs_gdn_values_on_hover_are_its_stored_ones(kind, checkpoint, browser, tmp_path):
+    """A tiny Qwen3.5 hybrid analysed with --gdn --anatomy, saved, and `probe view`'s page of it:
+    the tooltip of a hovered token gives the run's stored GDN values, every GDN layer and head."""
+    import probe
+    import torch
+
+    ids = torch.randint(3, 200, (2, 24), generator=torch.Generator().manual_seed(4))
+    run = probe.analyze(checkpoint(kind), ids, bos="none", batch_size=2, progress=False, resamples=0,
+                        gdn=True, anatomy=True, token_series=48, name=kind).save(tmp_path / kind)
+    series = probe.Analysis.load(run).token_series
+    linear = [i for i, t in enumerate(series.header["layer_types"]) if t == "linear_attention"]
+    path = tmp_path / "view.html"
+    path.write_text(page([run]), encoding="utf-8")
+    _open(browser, path)
+    for name in ("gdn_key0", "gdn_decay", "gdn_gate", "gdn_beta"):
+        browser.evaluate(f"probeViewer.select('{name}', {linear[0]}, -1); probeViewer.setView(0, 48)")
+        cells = _hover(browser, 30)
+        heads = series.header["series"][name + "_heads"]["shape"][1]
+        assert len(cells) == len(linear) * (1 + heads) and {c[1] for c in cells} == set(linear), name
+        _check_tip(cells, [series], name, 30)
+    assert browser.log.errors == []
 
 
 def test_the_report_has_a_tokens_section(tiny_runs, tmp_path):

@@ -5,7 +5,9 @@ built-in text): per head a level plus noise as wide as its (6 bits of entropy pe
 of 0.01), the largest activation log-normal with massive ones on the rows' first tokens, its
 dimension mostly one of a few, the received attention mostly near 0, a heavy-tailed loss; so a
 page of them weighs a little more than a real one (4.86 MB at 16,384 tokens x 30 layers x 9
-heads; SmolLM2's own: 4.52 MB)."""
+heads; SmolLM2's own: 4.52 MB). With `gdn` value heads, a hybrid's: every fourth layer softmax,
+the others Gated DeltaNet layers with the GDN series (SiLU(z) from -0.28 up, beta in (0, 1),
+decays mostly near 1, the key-0 share) and no first-token attention."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,10 +20,13 @@ WORDS = [" the", " gate", " sink", ",", ".", " of", " attention", "\n", " a", " 
 
 
 def synthetic(tokens: int, layers: int = 4, heads: int = 3, *, seed: int = 0, texts: list[str] | None = None,
-              spike: tuple[int, int, float] | None = None, gated: bool = True, rows: int = 1) -> TokenSeries:
+              spike: tuple[int, int, float] | None = None, gated: bool = True, rows: int = 1,
+              gdn: int = 0, forget: tuple[int, int, int, float] | None = None) -> TokenSeries:
     """A TokenSeries of `tokens` tokens in `rows` equal rows; spike (layer, token, value): one
-    massive activation planted there; texts: the vocabulary (default WORDS). The token ids depend
-    on `tokens` and `texts` only: two seeds are two runs on the same tokens."""
+    massive activation planted there; texts: the vocabulary (default WORDS); gdn: the GDN layers'
+    value heads (0: no GDN layer); forget (layer, head, token, decay): one strong decay planted
+    there. The token ids depend on `tokens` and `texts` only: two seeds are two runs on the same
+    tokens."""
     rng = np.random.default_rng(seed)
     vocab = list(texts or WORDS)
     ids = np.random.default_rng(tokens).integers(0, len(vocab), tokens)
@@ -43,10 +48,27 @@ def synthetic(tokens: int, layers: int = 4, heads: int = 3, *, seed: int = 0, te
     if gated:
         g = np.clip(rng.beta(0.6, 2.0, (layers, heads, tokens)), 0, 1).astype(np.float32)
         series.update(gate=g.mean(1), gate_heads=g)
+    types = ["attention"] * layers
+    if gdn:
+        linear = [i for i in range(layers) if i % 4 != 3]
+        types = ["linear_attention" if i in linear else "attention" for i in range(layers)]
+        for name in ("first_token", "first_token_heads", "received", *(("gate", "gate_heads") if gated else ())):
+            series[name][linear] = np.nan
+        shape = (layers, gdn, tokens)
+        silu = rng.normal(0.3, 0.4, shape)
+        decay = np.exp(-np.exp(rng.normal(-4, 1.5, (layers, gdn, 1)) + rng.normal(0, 0.5, shape)))
+        if forget is not None:
+            decay[forget[0], forget[1], forget[2]] = forget[3]
+        gdn_values = {"gdn_gate": silu * (1 / (1 + np.exp(-silu))), "gdn_beta": rng.beta(2, 2, shape),
+                      "gdn_decay": decay, "gdn_key0": np.clip(rng.exponential(0.05, shape), 0, 1)}
+        for name, v in gdn_values.items():
+            v = v.astype(np.float32)
+            v[[i for i in range(layers) if i not in linear]] = np.nan
+            series.update({name + "_heads": v, name: v.mean(1)})
     per_row = tokens // rows
     cut = [(r, per_row) for r in range(rows - 1)] + [(rows - 1, tokens - per_row * (rows - 1))]
     positions = np.concatenate([np.arange(n) for _, n in cut])
     captured = {"series": series, "token_ids": ids + 1000, "positions": positions, "rows": cut,
-                "texts": {i + 1000: text for i, text in enumerate(vocab)}, "layer_types": ["attention"] * layers,
+                "texts": {i + 1000: text for i, text in enumerate(vocab)}, "layer_types": types,
                 "heads": heads}
     return TokenSeries.from_capture(captured, SERIES)
