@@ -44,11 +44,8 @@ WIDTHS = {
 }
 
 
-def measure(method: str, T: int, repeat: int, width: str = "tiny", part: str = "time") -> dict:
-    """part "memory": the peak RSS the pass adds (run under common.STEADY_HEAP, so that the peak
-    is the peak of live memory); "time": CPU seconds and the ratio to a plain forward, under the
-    allocator's defaults, as a user runs it (the steady heap maps and unmaps every large
-    temporary, which costs system time a user does not pay)."""
+def hybrid(T: int, width: str = "tiny"):
+    """(the loaded hybrid of this width, one row of T random tokens), float32."""
     import torch
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
@@ -56,11 +53,22 @@ def measure(method: str, T: int, repeat: int, width: str = "tiny", part: str = "
 
     import probe
 
-    torch.set_num_threads(1)
     path = tiny.make_checkpoint("qwen3_5", Path(tempfile.mkdtemp()) / "m", tokenizer=False,
                                 max_position_embeddings=max(2048, T), **WIDTHS[width])
-    lm = probe.load(path)
-    ids = torch.randint(3, 200, (1, T), generator=torch.Generator().manual_seed(0))
+    return probe.load(path), torch.randint(3, 200, (1, T), generator=torch.Generator().manual_seed(0))
+
+
+def measure(method: str, T: int, repeat: int, width: str = "tiny", part: str = "time") -> dict:
+    """part "memory": the peak RSS the pass adds (run under common.STEADY_HEAP, so that the peak
+    is the peak of live memory); "time": CPU seconds and the ratio to a plain forward, under the
+    allocator's defaults, as a user runs it (the steady heap maps and unmaps every large
+    temporary, which costs system time a user does not pay)."""
+    import torch
+
+    import probe
+
+    torch.set_num_threads(1)
+    lm, ids = hybrid(T, width)
 
     def run(what: str = method):
         with torch.inference_mode():

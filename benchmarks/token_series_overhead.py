@@ -9,7 +9,13 @@ token of the sequence (token_series=T: the default 4096 covers T = 2048 whole), 
 from the received attention sink anatomy computes anyway). Time is the thread's CPU time
 (process_time), wall time beside it.
 
-    python benchmarks/token_series_overhead.py [--lengths 2048] [--repeat 3] [--anatomy]
+--hybrid tiny|wide measures a hybrid instead (benchmarks/gdn.py's Qwen3.5-shaped model: three
+Gated DeltaNet layers, then one gated softmax layer; `wide` at Qwen3.5's width, one row of random
+tokens): both passes with --gdn, the series then adding the GDN layers' beta, decay and SiLU(z)
+per value head (and with --anatomy the key-0 share, read from the shares the GDN metric's
+per-key split computes anyway) to the softmax layers' series.
+
+    python benchmarks/token_series_overhead.py [--lengths 2048] [--repeat 3] [--anatomy] [--hybrid wide]
 """
 from __future__ import annotations
 
@@ -24,22 +30,32 @@ from common import child_args, run_child  # noqa: E402
 from real_overhead import MODEL_TEXT, setup  # noqa: E402
 
 
-def measure(T: int, repeat: int, anatomy: bool) -> dict:
+def measure(T: int, repeat: int, anatomy: bool, hybrid: str | None = None) -> dict:
     import time
 
     import torch
 
     import probe
 
-    lm, ids = setup(T)
+    if hybrid:
+        import gdn
+
+        torch.set_num_threads(1)
+        lm, ids = gdn.hybrid(T, hybrid)
+    else:
+        lm, ids = setup(T)
     model, layout = lm.model, lm.layout
     vocab = model.config.get_text_config().vocab_size
+    options = {"gdn": True} if hybrid else {}
 
     def probed(series: int, **more):
-        with probe.Capture(model, layout, token_series=series, **more) as cap, cap.batch(ids):
+        with probe.Capture(model, layout, token_series=series, **options, **more) as cap, cap.batch(ids):
             cap.observe_logits(model(input_ids=ids, use_cache=False).logits)
         if series:
-            assert cap.metrics["token_series"].captured()["token_ids"].shape == (T,)
+            captured = cap.metrics["token_series"].captured()
+            assert captured["token_ids"].shape == (T,)
+            assert not hybrid or {"gdn_beta_heads", "gdn_decay_heads", "gdn_gate_heads"} <= set(captured["series"])
+            assert not (hybrid and more) or "gdn_key0_heads" in captured["series"]
 
     fns = {"without": lambda: probed(0), "with": lambda: probed(T)}
     if anatomy:
@@ -65,11 +81,15 @@ def main() -> None:
     parser.add_argument("--anatomy", action="store_true")
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--memory-gb", type=float, default=24)
+    parser.add_argument("--hybrid", choices=("tiny", "wide"), default=None,
+                        help="a Qwen3.5-shaped hybrid with --gdn (benchmarks/gdn.py) instead of SmolLM2")
     args = parser.parse_args()
-    print(MODEL_TEXT)
+    print(f"Qwen3.5-shaped hybrid ({args.hybrid} width, benchmarks/gdn.py), --gdn on both passes, float32, "
+          "one thread" if args.hybrid else MODEL_TEXT)
     print("CPU seconds of the one thread (wall seconds); best of", args.repeat)
     for T in args.lengths:
-        r = run_child(__file__, {"T": T, "repeat": args.repeat, "anatomy": args.anatomy}, args.timeout, args.memory_gb)
+        r = run_child(__file__, {"T": T, "repeat": args.repeat, "anatomy": args.anatomy, "hybrid": args.hybrid},
+                      args.timeout, args.memory_gb)
         if "error" in r:
             print(f"T = {T}: did not finish: {r['error']}", flush=True)
             continue
@@ -84,6 +104,6 @@ def main() -> None:
 if __name__ == "__main__":
     spec = child_args()
     if spec is not None:
-        print(json.dumps(measure(spec["T"], spec["repeat"], spec["anatomy"])))
+        print(json.dumps(measure(spec["T"], spec["repeat"], spec["anatomy"], spec.get("hybrid"))))
     else:
         main()

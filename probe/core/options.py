@@ -301,7 +301,8 @@ class AnalysisOptions:
     token_series: int = option(
         4096, "per-token series of the first N tokens of the data, per layer: attention on the first token "
               "(per head), the gate score, the largest |activation| and its dimension, the loss; with "
-              "--anatomy the attention each key receives (tokens.json + tokens.npz, shown by probe view "
+              "--anatomy the attention each key receives; with --gdn a hybrid's GDN layers' beta, decay and "
+              "SiLU(z) (and with --anatomy their key-0 share) (tokens.json + tokens.npz, shown by probe view "
               "and the report's Tokens section); 0: none", check=_int(0), cli={**INT, "metavar": "N"})
     resamples: int = option(
         1000, "bootstrap resamples of the 95 percent intervals (*_lo / *_hi: sequences resampled, fixed seed); "

@@ -53,11 +53,15 @@ def tokens(runs: Runs) -> Section | None:
     if not models:         # runs written before the series, or with --token-series 0: as before
         return None
     first = runs.token_series[models[0]]
+    gdn = any(n.startswith("gdn_") for m in models for n in runs.token_series[m].names)
     return Section(
         id=ID, title=TITLE,
         intro=("The measurements of the sections above, token by token, for the first "
                f"{first.tokens:,} tokens of {plain(models[0])}: where the attention sinks, where the gate "
-               "closes, which tokens carry the massive activations. In the HTML report: pick a series, "
+               "closes, which tokens carry the massive activations"
+               + (" and, on the Gated DeltaNet layers (the gdn_ series), how hard each token is written "
+                  "(beta), how much the state decays, the output gate SiLU(z) and the key-0 share" if gdn else "")
+               + ". In the HTML report: pick a series, "
                "a layer and a head; hover a token for every layer's (and head's) value; search a "
                "token; scroll on the map to zoom, drag to pan (each pixel column shows the largest "
                "value of its tokens). probe view RUN --out tokens.html writes the same page alone."),

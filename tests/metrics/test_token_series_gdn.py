@@ -169,6 +169,27 @@ def test_no_gdn_series_without_gdn(loaded):
     assert "first_token" in names and not any(n.startswith("gdn_") for n in names)
 
 
+def test_stored_gdn_values_are_the_captured_ones_within_half_a_step(case, tmp_path):
+    lm, cap, got, kernel, gate_in = case
+    TokenSeries.from_capture(got, SERIES).write(tmp_path)
+    back = TokenSeries.read(tmp_path)
+    for name in (f"{n}{h}" for n in GDN_SERIES for h in ("", "_heads")):
+        v, stored, s = got["series"][name].astype(np.float64), back.values(name), back.header["series"][name]
+        assert (np.isnan(stored) == np.isnan(v)).all(), name
+        ok = ~np.isnan(v)
+        if s["kind"] in STEPS:
+            assert np.abs(stored[ok] - v[ok]).max() <= 0.5 / STEPS[s["kind"]] + 1e-12, name
+        elif s["kind"] in SPAN_STEPS:
+            assert s["lo"] == v[ok].min() and s["hi"] == v[ok].max(), name
+            assert np.abs(stored[ok] - v[ok]).max() <= 0.5 * (s["hi"] - s["lo"]) / SPAN_STEPS[s["kind"]] + 1e-12, name
+        else:                  # decay: d = -ln(value) within half a step of its log scale
+            d, d_stored = -np.log(v[ok]), -np.log(stored[ok])
+            assert s["lo"] == pytest.approx(np.log(d[d > 0].min())) and s["hi"] == pytest.approx(np.log(d.max()))
+            assert (d_stored[d == 0] == 0).all(), name
+            half = 0.5 * (s["hi"] - s["lo"]) / LOG_STEPS[s["kind"]]
+            assert np.abs(np.log(d_stored[d > 0]) - np.log(d[d > 0])).max() <= half + 1e-9, name
+
+
 def _half_step(series: TokenSeries, name: str) -> float:
     """The largest error a value of `name` can carry from its quantisation, absolute."""
     s = series.header["series"][name]

@@ -265,6 +265,10 @@ def test_a_hybrid_runs_gdn_values_on_hover_are_its_stored_ones(kind, checkpoint,
         assert len(cells) == len(linear) * (1 + heads) and {c[1] for c in cells} == set(linear), name
         _check_tip(cells, [series], name, 30)
     assert browser.log.errors == []
+    from probe.reports import load_runs
+    from probe.reports.sections.tokens import tokens
+
+    assert "Gated DeltaNet layers (the gdn_ series)" in tokens(load_runs([run])).intro
 
 
 def test_the_report_has_a_tokens_section(tiny_runs, tmp_path):
