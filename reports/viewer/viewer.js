@@ -198,7 +198,7 @@
       const box = el("div", "ptv-run");
       box.append(el("div", "ptv-name", run.name + " (" + run.tokens + " tokens)"));
       box.append(el("div", "ptv-hint", "map: one row per layer, first at the top (click a row to pick it; " +
-        "scroll to zoom, drag to pan); below: the picked layer, each column up to its largest value"));
+        "scroll to zoom, drag to pan); below: the picked layer, each column up to its largest value (a decay: its smallest)"));
       const heat = el("canvas", "ptv-heat"), strip = el("canvas", "ptv-strip");
       heat.dataset.run = strip.dataset.run = i;
       box.append(heat, strip);
