@@ -10,10 +10,12 @@ Kimi Linear is not in probe's registry: loading it fails in one line (its KDA la
 channel-wise decay, which the per-key split here does not cover; docs/gdn.md)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import probe
 from tests.families.test_adapters import CASES, IDS, T, family  # noqa: F401  (the session fixture)
+from tests.metrics.test_token_series_gdn import half_step
 
 HYBRIDS = [name for name, case in CASES.items() if "linear_num_value_heads" in case.text]
 RTOL = 1e-5
@@ -38,6 +40,19 @@ def test_gdn_layers_are_read_and_their_terms_add_up(name, family):  # noqa: F811
     beta = gates[(gates.quantity == "beta") & (gates.group == "all") & (gates.metric == "mean")].value
     beta_max = 2 if name == "olmo_hybrid" else 1                    # OLMo-Hybrid doubles beta
     assert len(beta) and beta.between(0, beta_max).all()
+    # The per-token series of the GDN layers pool to the same means, within half a stored step
+    # (OLMo-Hybrid's beta above 1 included: it is stored on its own range).
+    series = a.token_series
+    for quantity, key in (("beta", "gdn_beta_heads"), ("gate_silu", "gdn_gate_heads"), ("decay", "gdn_decay_heads")):
+        want = gates[(gates.quantity == quantity) & (gates.group == "all") & (gates.metric == "mean")]
+        stored = series.values(key)
+        assert np.isnan(stored[[i for i in range(len(stored)) if i not in linear]]).all(), (name, key)
+        for layer in linear:
+            per_head = want[want.layer == layer].sort_values("head").value.to_numpy()
+            np.testing.assert_allclose(stored[layer].mean(-1), per_head, atol=half_step(series, key), rtol=0,
+                                       err_msg=f"{name} {key} {layer}")
+    if name == "olmo_hybrid":
+        assert np.nanmax(series.values("gdn_beta_heads")) > 1                # kept, not clipped to 1
 
 
 def test_kimi_linear_is_refused_in_one_line_saying_why(tmp_path):

@@ -190,7 +190,7 @@ def test_stored_gdn_values_are_the_captured_ones_within_half_a_step(case, tmp_pa
             assert np.abs(np.log(d_stored[d > 0]) - np.log(d[d > 0])).max() <= half + 1e-9, name
 
 
-def _half_step(series: TokenSeries, name: str) -> float:
+def half_step(series: TokenSeries, name: str) -> float:
     """The largest error a value of `name` can carry from its quantisation, absolute."""
     s = series.header["series"][name]
     kind = s["kind"]
@@ -218,10 +218,10 @@ def test_a_runs_stored_series_pool_to_its_gdn_tables(kind, checkpoint, tmp_path)
             rows = gates[(gates.layer == layer) & (gates.quantity == quantity) & (gates.group == "all")
                          & (gates.metric == "mean")].sort_values("head")
             per_head = series.values(name + "_heads")[layer].mean(-1)
-            np.testing.assert_allclose(per_head, rows.value.to_numpy(), atol=_half_step(series, name + "_heads"), rtol=0)
-            assert series.values(name)[layer].mean() == pytest.approx(rows.value.mean(), abs=_half_step(series, name))
+            np.testing.assert_allclose(per_head, rows.value.to_numpy(), atol=half_step(series, name + "_heads"), rtol=0)
+            assert series.values(name)[layer].mean() == pytest.approx(rows.value.mean(), abs=half_step(series, name))
         share = keys[(keys.layer == layer) & (keys.metric == "key0_share")].sort_values("head").value.to_numpy()
         stored = series.values("gdn_key0_heads")[layer][:, positions >= 1].mean(-1)
-        np.testing.assert_allclose(stored, share, atol=_half_step(series, "gdn_key0_heads"), rtol=0)
+        np.testing.assert_allclose(stored, share, atol=half_step(series, "gdn_key0_heads"), rtol=0)
         head_mean = series.values("gdn_key0")[layer][positions >= 1].mean()
-        assert head_mean == pytest.approx(share.mean(), abs=_half_step(series, "gdn_key0"))
+        assert head_mean == pytest.approx(share.mean(), abs=half_step(series, "gdn_key0"))

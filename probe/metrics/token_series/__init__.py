@@ -28,8 +28,9 @@ SERIES = {
     # Gated DeltaNet layers (--gdn; NaN on the softmax layers), per value head where _heads.
     "gdn_gate": ("GDN output gate SiLU(z), mean over value heads and dimensions (--gdn)", False, "span"),
     "gdn_gate_heads": ("GDN output gate SiLU(z) per value head, mean over its dimensions", True, "span8"),
-    "gdn_beta": ("GDN write strength beta = sigmoid(b), mean over value heads (--gdn)", False, "unit"),
-    "gdn_beta_heads": ("GDN write strength beta per value head", True, "cent"),
+    # beta on its own range, not [0, 1]: OLMo-Hybrid's negative eigenvalues double it, into (0, 2).
+    "gdn_beta": ("GDN write strength beta = sigmoid(b), mean over value heads (--gdn)", False, "span"),
+    "gdn_beta_heads": ("GDN write strength beta per value head", True, "span8"),
     "gdn_decay": ("GDN decay exp(g), mean over value heads (--gdn)", False, "decay"),
     "gdn_decay_heads": ("GDN decay exp(g) per value head", True, "decay8"),
     "gdn_key0": ("GDN key-0 share of the query's output |c_t0| / sum_s |c_ts|, mean over value heads "
