@@ -56,12 +56,14 @@ class ReceivedStats(Reducer):
         total, seen = local
         H, Bq, t1 = magnitudes.shape
         pos = torch.arange(t0, t0 + Bq, device=magnitudes.device)
-        use = counted & (pos >= 1)[None]                                               # (H, Bq)
-        norm = magnitudes.sum(-1, keepdim=True)                                        # (H, Bq, 1)
-        share = magnitudes / norm.where(norm > 0, 1.0)                                 # (H, Bq, t1)
-        total[:, :t1] += (share * use[..., None]).sum(1)
-        reads = torch.arange(t1, device=magnitudes.device)[None, :] <= pos[:, None]   # (Bq, t1)
-        seen[:, :t1] += (reads[None] & use[..., None]).sum(1)
+        use = (counted & (pos >= 1)[None]).to(magnitudes.dtype)                        # (H, Bq)
+        norm = magnitudes.sum(-1)                                                      # (H, Bq)
+        # sum_t r_{t,s} = sum_t |c_{t,s}| * (use_t / norm_t): one (H, 1, Bq) @ (H, Bq, t1) product,
+        # no block-sized temporary beside the magnitudes themselves
+        weight = use / norm.where(norm > 0, 1.0)                                       # (H, Bq)
+        total[:, :t1] += (weight[:, None, :] @ magnitudes)[:, 0]
+        reads = (torch.arange(t1, device=magnitudes.device)[None, :] <= pos[:, None]).to(use.dtype)  # (Bq, t1)
+        seen[:, :t1] += (use @ reads).round().to(seen.dtype)                           # exact: counts < 2^53
 
     def finish(self, local: tuple, ids: torch.Tensor, sequence: int) -> None:
         """Fold one sequence's sums in; ids (L,) the token ids of its positions."""
