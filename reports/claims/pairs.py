@@ -2,7 +2,8 @@
 
 A verdict on what the gate does needs the gated model beside its own baseline, on the same token
 ids. A pair is matched when both runs saw the same token ids (meta.json tokens_sha256) and
-  - they are arms of one `probe train` run (meta.json train_recipe equal but for the arm), or
+  - they are arms of one `probe train` run (meta.json train_recipe equal but for the arm, and
+    both arms of one matched set: the Qwen3 arms, or the hybrid arms), or
   - the gated model was grafted onto the baseline (`probe graft`: meta.json graft.base_digest is
     the baseline's config_hash, or graft.base its checkpoint's folder name), or
   - the user declared it (`pairs`, the command line's --pair BASE:GATED).
@@ -14,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from probe.reports.runs import Runs
+from probe.train.config import siblings
 
 NOT_COMPARABLE = "not comparable"
 
@@ -28,7 +30,10 @@ def _arms_of_one_training(runs: Runs, base: str, gated: str) -> bool:
     if not isinstance(a, dict) or not isinstance(b, dict):
         return False
     strip = lambda r: {k: v for k, v in r.items() if k != "arm"}          # noqa: E731
-    return strip(a) == strip(b) and a.get("arm") != b.get("arm")
+    # The same recipe trains the Qwen3 arms and the hybrid arms: only arms of one set are matched
+    # in parameters and architecture (a Qwen3 baseline is no control for a gated hybrid).
+    arm_a, arm_b = a.get("arm"), b.get("arm")
+    return strip(a) == strip(b) and arm_a != arm_b and arm_b in siblings(str(arm_a))
 
 
 def _grafted_onto(runs: Runs, base: str, gated: str) -> bool:
