@@ -47,6 +47,9 @@ HYBRIDS = ("hybrid-none", "hybrid-gated")
 # and in each checkpoint's train_config.json). --threads 1 makes the result bit-reproducible.
 RECIPE = ["--tokens", "3M", "--seed", "0", "--lr", "3e-3", "--layers", "4", "--width", "128",
           "--seq-len", "128", "--batch-size", "16", "--bos", "prepend", "--threads", "1"]
+# The hybrids: the same recipe on half the tokens (their Gated DeltaNet layers run transformers'
+# reference PyTorch kernel on a CPU, slower a step than the Qwen3 arms; examples/checkpoints/README.md).
+HYBRID_RECIPE = [*RECIPE[:1], "1.5M", *RECIPE[2:]]
 ANALYSIS_SEQUENCES = 64          # held-out rows of the training length per model
 CLEAR_SINK = 0.3                 # Gu et al.'s epsilon: a head "sinks" when F-Attn > 0.3
 
@@ -79,12 +82,12 @@ def main(argv=None) -> int:
             return 1
         # Into the same folder: --force would replace it, so the hybrids go in one by one.
         for arm in HYBRIDS:
-            if probe(["train", "--arm", arm, "--out", str(target / arm), "--force", *RECIPE]) != 0:
+            if probe(["train", "--arm", arm, "--out", str(target / arm), "--force", *HYBRID_RECIPE]) != 0:
                 return 1
         checkpoints = {arm: target / arm for arm in ARMS + HYBRIDS}
     else:
         print(f"[demo] using the five arms in {args.checkpoints}/ (made by probe train with "
-              f"{' '.join(RECIPE)}; each train_config.json records its command)")
+              f"{' '.join(RECIPE)}, the hybrids with --tokens 1.5M; each train_config.json records its command)")
 
     heldout = out / "heldout.txt"
     stream = write_heldout(checkpoints["none"], heldout)
