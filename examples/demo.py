@@ -278,7 +278,7 @@ def print_hybrid_findings(runs: Path, names) -> None:
     print(f"{'model':<14}{'loss':>7}{'F-Attn':>8}{'uniform':>9}   key-0 share L0 / L1 / L2   beta first / rest")
     for name in names:
         s = json.loads((runs / name / "summary.json").read_text())
-        shares = " / ".join(f"{layer['key0_share']:.3f}" for layer in s["gdn"]["layers"])
+        shares = " / ".join(f"{layer['key0_share']:.2g}" for layer in s["gdn"]["layers"])
         gates = pd.read_csv(runs / name / "gdn_gates.csv")
         beta = gates[(gates.quantity == "beta") & (gates.metric == "mean")]
         first, rest = (beta[beta.group == g].value.mean() for g in ("first", "rest"))
