@@ -10,11 +10,6 @@ ARMS = ("none", "headwise", "elementwise")            # Qwen3 (model.py); `--arm
 HYBRID_ARMS = ("hybrid-none", "hybrid-gated")         # Qwen3.5, 3 GDN : 1 softmax (hybrid.py); `--arm hybrids`
 ALL_ARMS = ARMS + HYBRID_ARMS
 GROUPS = {"all": ARMS, "hybrids": HYBRID_ARMS}
-
-
-def siblings(arm: str) -> tuple[str, ...]:
-    """The arms an arm is matched against (same parameters within 1%)."""
-    return HYBRID_ARMS if arm in HYBRID_ARMS else ARMS
 DEFAULT_HELDOUT_PERMILLE = 50
 # Synthetic data (`--data synthetic:TASK`, see synthetic.py): the tasks and their defaults.
 SYNTHETIC_PREFIX = "synthetic:"
@@ -30,6 +25,12 @@ SPIKE_K = 4.0
 SPIKE_MIN_HISTORY = 10
 # Settings that may change between an interrupted run and its resumption.
 RESUMABLE = {"resume", "stop_after", "progress", "threads", "force", "keep_checkpoint"}
+
+
+def siblings(arm: str) -> tuple[str, ...]:
+    """The arms an arm is matched against (parameters within 1%, one architecture); the first
+    is their baseline."""
+    return HYBRID_ARMS if arm in HYBRID_ARMS else ARMS
 
 
 # The model's sizes (model.py builds it), worked out from the settings by TrainConfig.shape.
