@@ -257,14 +257,14 @@ def print_findings(runs: Path, names, inference, seq_len) -> None:
           f"{seq_len}), and cost per arm (batch 1, best of 5, one thread)")
     lengths = sorted({r["length"] for r in inference[ARMS[0]] if r["metric"] == "eval_loss"})
     print(f"{'model':<14}" + "".join(f"{f'L={n}':>9}" for n in lengths)
-          + f"{'prefill ms':>12}{'decode ms/tok':>15}{'KV MB':>8}")
+          + f"{'prefill ms':>12}{'decode ms/tok':>15}{'cache MB':>10}")
     for arm in inference:
         name = arm
         by = {(r["metric"], r["length"]): r["value"] for r in inference[arm]}
         losses = "".join(f"{by[('eval_loss', n)]:>9.3f}" for n in lengths)
         lat = next(r for r in inference[arm] if r["metric"] == "prefill_ms")["length"]
         print(f"{name:<14}{losses}{by[('prefill_ms', lat)]:>12.1f}"
-              f"{by[('decode_ms_per_token', lat)]:>15.2f}{by[('kv_cache_mb', lat)]:>8.2f}")
+              f"{by[('decode_ms_per_token', lat)]:>15.2f}{by[('kv_cache_mb', lat)]:>10.2f}")
 
 
 def print_hybrid_findings(runs: Path, names) -> None:
