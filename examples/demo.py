@@ -1,10 +1,12 @@
-"""`make demo`: three tiny language models, with and without the output gate, side by side.
+"""`make demo`: tiny language models, with and without the output gate, side by side.
 
 On a fresh clone this
-  1. takes the three arms (no gate, headwise gate, elementwise gate) that `probe train` produced
-     with the recipe below and that ship in examples/checkpoints/ (or trains them again with
-     --retrain, or when they are missing),
-  2. analyses them on held-out text they never saw (`probe compare`),
+  1. takes the three arms (no gate, headwise gate, elementwise gate) and the two hybrid arms
+     (Qwen3.5's three Gated DeltaNet layers to one softmax layer, that layer ungated or gated)
+     that `probe train` produced with the recipe below and that ship in examples/checkpoints/
+     (or trains them again with --retrain, or when they are missing),
+  2. analyses them on held-out text they never saw (`probe compare`; the hybrids also with
+     --gdn --anatomy, their GDN layers split exactly into per-key terms, docs/gdn.md),
   3. adds to each run directory the training log (training.csv) and inference.csv (held-out
      loss at short and long inputs, prefill / decode latency, KV-cache and parameter memory),
   4. writes demo-out/report.html and demo-out/report.pdf and says where they are,
@@ -40,10 +42,14 @@ from probe.api.cli import main as probe  # noqa: E402
 
 SHIPPED = ROOT / "examples" / "checkpoints"
 ARMS = ("none", "headwise", "elementwise")
+HYBRIDS = ("hybrid-none", "hybrid-gated")
 # The exact `probe train` arguments of the shipped checkpoints (also in examples/checkpoints/README.md
 # and in each checkpoint's train_config.json). --threads 1 makes the result bit-reproducible.
 RECIPE = ["--tokens", "3M", "--seed", "0", "--lr", "3e-3", "--layers", "4", "--width", "128",
           "--seq-len", "128", "--batch-size", "16", "--bos", "prepend", "--threads", "1"]
+# The hybrids: the same recipe on half the tokens (their Gated DeltaNet layers run transformers'
+# reference PyTorch kernel on a CPU, slower a step than the Qwen3 arms; examples/checkpoints/README.md).
+HYBRID_RECIPE = [*RECIPE[:1], "1.5M", *RECIPE[2:]]
 ANALYSIS_SEQUENCES = 64          # held-out rows of the training length per model
 CLEAR_SINK = 0.3                 # Gu et al.'s epsilon: a head "sinks" when F-Attn > 0.3
 
@@ -52,10 +58,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "demo-out"), help="output folder (default demo-out/)")
     parser.add_argument("--checkpoints", default=str(SHIPPED),
-                        help="folder with none/, headwise/, elementwise/ from probe train --arm all "
-                             "(default: the shipped examples/checkpoints)")
+                        help="folder with none/, headwise/, elementwise/ from probe train --arm all and "
+                             "hybrid-none/, hybrid-gated/ from --arm hybrids (default: the shipped "
+                             "examples/checkpoints)")
     parser.add_argument("--retrain", action="store_true",
-                        help="train the three arms again with the recipe instead of loading the shipped ones")
+                        help="train the five arms again with the recipe instead of loading the shipped ones")
     parser.add_argument("--no-real", action="store_true",
                         help="leave out the part on the two real pretrained models")
     args = parser.parse_args(argv)
@@ -69,14 +76,18 @@ def main(argv=None) -> int:
     checkpoints = shipped_checkpoints(Path(args.checkpoints))
     if args.retrain or checkpoints is None:
         why = "--retrain" if args.retrain else "no shipped checkpoints found"
-        print(f"[demo] {why}: training the three arms ({' '.join(RECIPE)}); about 20 minutes on 2 cores")
+        print(f"[demo] {why}: training the five arms ({' '.join(RECIPE)}); about an hour on 2 cores")
         target = out / "checkpoints"
         if probe(["train", "--arm", "all", "--out", str(target), "--force", *RECIPE]) != 0:
             return 1
-        checkpoints = {arm: target / arm for arm in ARMS}
+        # Into the same folder: --force would replace it, so the hybrids go in one by one.
+        for arm in HYBRIDS:
+            if probe(["train", "--arm", arm, "--out", str(target / arm), "--force", *HYBRID_RECIPE]) != 0:
+                return 1
+        checkpoints = {arm: target / arm for arm in ARMS + HYBRIDS}
     else:
-        print(f"[demo] using the three arms in {args.checkpoints}/ (made by probe train with "
-              f"{' '.join(RECIPE)}; each train_config.json records its command)")
+        print(f"[demo] using the five arms in {args.checkpoints}/ (made by probe train with "
+              f"{' '.join(RECIPE)}, the hybrids with --tokens 1.5M; each train_config.json records its command)")
 
     heldout = out / "heldout.txt"
     stream = write_heldout(checkpoints["none"], heldout)
@@ -88,13 +99,22 @@ def main(argv=None) -> int:
                   "--out", str(runs), "--format", "", "--force", "--quiet"])
     if code != 0:
         return code
+    hybrid_runs = out / "runs-hybrid"
+    print("[demo] analysing the two hybrids, their Gated DeltaNet layers split into per-key terms "
+          "(probe compare --gdn --anatomy)")
+    code = probe(["compare", *[str(checkpoints[a]) for a in HYBRIDS], "--data", str(heldout),
+                  "--seq-len", str(seq_len), "--max-sequences", str(ANALYSIS_SEQUENCES), "--gdn", "--anatomy",
+                  "--out", str(hybrid_runs), "--format", "", "--force", "--quiet"])
+    if code != 0:
+        return code
+    run_of = {**{a: runs / checkpoints[a].name for a in ARMS}, **{a: hybrid_runs / checkpoints[a].name for a in HYBRIDS}}
 
     print("[demo] adding training logs, held-out loss by input length, latency and memory")
     from probe.train.evaluate import inference_table
 
     inference = {}
-    for arm in ARMS:
-        run = runs / checkpoints[arm].name
+    for arm in ARMS + HYBRIDS:
+        run = run_of[arm]
         copy_training_log(checkpoints[arm], run)
         rows = inference_table(checkpoints[arm], stream, name=run.name, train_len=seq_len,
                                bos_id=bos_id(checkpoints[arm]))
@@ -102,13 +122,15 @@ def main(argv=None) -> int:
         inference[arm] = rows
 
     print("[demo] writing the report")
-    code = report_without_claims(["report", *[str(runs / checkpoints[a].name) for a in ARMS], "--out",
+    code = report_without_claims(["report", *[str(run_of[a]) for a in ARMS + HYBRIDS], "--out",
                                   str(out), "--format", "html,pdf", "--force",
-                                  "--title", "Output gate at laptop scale: no gate vs headwise vs elementwise"])
+                                  "--title", "Output gate at laptop scale: no gate vs headwise vs elementwise, "
+                                             "and a Qwen3.5-layout hybrid without and with it"])
     if code != 0:
         return code
 
     print_findings(runs, [checkpoints[a].name for a in ARMS], inference, seq_len)
+    print_hybrid_findings(hybrid_runs, [checkpoints[a].name for a in HYBRIDS])
     real = out / "real"
     if not args.no_real:
         import _demo_real as demo_real
@@ -154,7 +176,7 @@ def report_without_claims(argv) -> int:
 
 
 def shipped_checkpoints(folder: Path) -> dict[str, Path] | None:
-    found = {arm: folder / arm for arm in ARMS}
+    found = {arm: folder / arm for arm in ARMS + HYBRIDS}
     if all((p / "config.json").exists() and (p / "model.safetensors").exists() for p in found.values()):
         for arm, path in found.items():
             recorded = recipe_of(path)
@@ -234,15 +256,34 @@ def print_findings(runs: Path, names, inference, seq_len) -> None:
     print("\n[demo] held-out loss by input length (tokens; trained at "
           f"{seq_len}), and cost per arm (batch 1, best of 5, one thread)")
     lengths = sorted({r["length"] for r in inference[ARMS[0]] if r["metric"] == "eval_loss"})
-    print(f"{'model':<12}" + "".join(f"{f'L={n}':>9}" for n in lengths)
-          + f"{'prefill ms':>12}{'decode ms/tok':>15}{'KV MB':>8}")
-    for arm, name in zip(ARMS, names):
+    print(f"{'model':<14}" + "".join(f"{f'L={n}':>9}" for n in lengths)
+          + f"{'prefill ms':>12}{'decode ms/tok':>15}{'cache MB':>10}")
+    for arm in inference:
+        name = arm
         by = {(r["metric"], r["length"]): r["value"] for r in inference[arm]}
         losses = "".join(f"{by[('eval_loss', n)]:>9.3f}" for n in lengths)
         lat = next(r for r in inference[arm] if r["metric"] == "prefill_ms")["length"]
-        print(f"{name:<12}{losses}{by[('prefill_ms', lat)]:>12.1f}"
-              f"{by[('decode_ms_per_token', lat)]:>15.2f}{by[('kv_cache_mb', lat)]:>8.2f}")
+        print(f"{name:<14}{losses}{by[('prefill_ms', lat)]:>12.1f}"
+              f"{by[('decode_ms_per_token', lat)]:>15.2f}{by[('kv_cache_mb', lat)]:>10.2f}")
 
+
+def print_hybrid_findings(runs: Path, names) -> None:
+    """Per hybrid: the softmax layer's F-Attn, each GDN layer's key-0 share (the share of a
+    query's output terms carried by the first key, the GDN analogue of F-Attn) and beta at the
+    first token against the rest (docs/gdn.md, "A trained hybrid")."""
+    import pandas as pd
+
+    print("\n[demo] the hybrids: where the first-token sink sits (softmax layer 3: F-Attn; GDN layers "
+          "0-2: key-0 share of the output; both against the uniform reference)")
+    print(f"{'model':<14}{'loss':>7}{'F-Attn':>8}{'uniform':>9}   key-0 share L0 / L1 / L2   beta first / rest")
+    for name in names:
+        s = json.loads((runs / name / "summary.json").read_text())
+        shares = " / ".join(f"{layer['key0_share']:.2g}" for layer in s["gdn"]["layers"])
+        gates = pd.read_csv(runs / name / "gdn_gates.csv")
+        beta = gates[(gates.quantity == "beta") & (gates.metric == "mean")]
+        first, rest = (beta[beta.group == g].value.mean() for g in ("first", "rest"))
+        print(f"{name:<14}{s['loss']:>7.3f}{s['f_attn']:>8.3f}{s['f_attn_uniform']:>9.3f}   {shares:<25}"
+              f"   {first:.2f} / {rest:.2f}")
 
 
 if __name__ == "__main__":

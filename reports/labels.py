@@ -59,7 +59,7 @@ INTERVENTION_LABELS = {
 INFERENCE_METRICS = {
     "prefill_ms": "prefill (ms)",
     "decode_ms_per_token": "decode (ms / token)",
-    "kv_cache_mb": "KV cache (MB)",
+    "kv_cache_mb": "KV / state cache (MB)",     # GDN layers: conv and recurrent states
     "param_mb": "parameters (MB)",
     "peak_mem_mb": "peak memory (MB)",
     "threads": "CPU threads",

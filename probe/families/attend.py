@@ -13,11 +13,12 @@ from transformers.models.llama.modeling_llama import (
 
 
 def attend(module, query_states, key_states, value_states, position_embeddings, attention_mask,
-           cache=None, **kwargs):
+           cache=None, rotate=apply_rotary_pos_emb, **kwargs):
     """(attn_output (B, T, H, D), attn_weights) of query_states (B, H, T, D) and key/value states
-    (B, KV, T, D), as `module`'s own transformers forward computes them."""
+    (B, KV, T, D), as `module`'s own transformers forward computes them. rotate: the family's
+    RoPE (Qwen3.5's rotates only part of each head)."""
     cos, sin = position_embeddings
-    query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+    query_states, key_states = rotate(query_states, key_states, cos, sin)
     if cache is not None:
         key_states, value_states = cache.update(key_states, value_states, module.layer_idx, kwargs=kwargs)
     attention = ALL_ATTENTION_FUNCTIONS.get_interface(module.config._attn_implementation,

@@ -43,7 +43,7 @@ class Adapter:
 
 
 ADAPTERS = (
-    Adapter("qwen3_next", qwen_next.MODEL_TYPES, qwen_next.gate, note=qwen_next.NOTE),
+    Adapter("qwen3_next", qwen_next.MODEL_TYPES, qwen_next.gate, qwen_next.model_class, note=qwen_next.NOTE),
     Adapter("qwen3", ("qwen3",), official.gate, official.model_class,
             "Qwen3; with headwise_attn_output_gate / elementwise_attn_output_gate in config.json "
             "it is the paper's official layout"),

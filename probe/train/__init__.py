@@ -1,6 +1,8 @@
-"""`probe train`: a small controlled pretraining experiment with three matched arms.
+"""`probe train`: a small controlled pretraining experiment with three matched arms (and a
+matched pair of Qwen3.5-layout hybrids, hybrid.py).
 
     probe train --arm all --tokens 2M --out runs/demo   # no gate, headwise, elementwise
+    probe train --arm hybrids --out runs/demo           # hybrid-none, hybrid-gated (3 GDN : 1 softmax)
     probe compare runs/demo/none runs/demo/headwise runs/demo/elementwise \\
         --data runs/demo/none/heldout.txt --seq-len 128 --out runs/demo/compare
 

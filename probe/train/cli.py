@@ -9,7 +9,7 @@ from pathlib import Path
 from ..core.errors import ProbeError
 from ..core.options import seed_argument
 from ..core.owned import FORCE_HELP
-from .config import (ARMS, BPE_VOCAB, DEFAULT_COPY_LEN, DEFAULT_NOISE_FRAC, SYNTHETIC_VOCAB,
+from .config import (ALL_ARMS, BPE_VOCAB, GROUPS, DEFAULT_COPY_LEN, DEFAULT_NOISE_FRAC, SYNTHETIC_VOCAB,
                      TrainConfig)
 
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
@@ -25,8 +25,10 @@ def token_count(text: str) -> int:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = TrainConfig()
-    p.add_argument("--arm", choices=ARMS + ("all",),
-                   help="no gate, headwise or elementwise output gate, or all three (into OUT/ARM)")
+    p.add_argument("--arm", choices=ALL_ARMS + tuple(GROUPS),
+                   help="Qwen3 with no gate, a headwise or an elementwise output gate, or all three "
+                        "(into OUT/ARM); hybrid-none / hybrid-gated: Qwen3.5's 3 Gated DeltaNet : 1 "
+                        "softmax layout, its softmax layers ungated or gated, or hybrids for both")
     p.add_argument("--from", dest="from_dir", metavar="DIR",
                    help="continue training this checkpoint (a probe graft folder, a checkpoint "
                         "folder or a .gguf file) instead of a new --arm")
@@ -91,7 +93,8 @@ def config_from_args(args) -> TrainConfig:
     if args.from_dir and args.arm:
         raise ProbeError("--arm builds a new model and --from continues one: pass one of them")
     if not args.from_dir and not args.arm:
-        raise ProbeError("pass --arm none|headwise|elementwise|all (a new model) or --from DIR (continued training)")
+        raise ProbeError("pass --arm none|headwise|elementwise|all|hybrid-none|hybrid-gated|hybrids (a new model) "
+                         "or --from DIR (continued training)")
     if args.steps is not None and args.steps < 1:
         raise ProbeError(f"--steps must be at least 1 (got {args.steps})")
     if not 0 <= args.min_lr_ratio <= 1:
@@ -110,7 +113,7 @@ def config_from_args(args) -> TrainConfig:
     d = TrainConfig()
     tokens = args.steps * args.batch_size * args.seq_len if args.steps else args.tokens
     return TrainConfig(
-        arm=args.arm if args.arm not in (None, "all") else "none", out=args.out,
+        arm=GROUPS[args.arm][0] if args.arm in GROUPS else (args.arm or "none"), out=args.out,
         from_dir=args.from_dir, train_params=args.train_params,
         data=tuple(args.data or ()), tokens=tokens, seed=args.seed, lr=args.lr,
         min_lr_ratio=args.min_lr_ratio, warmup=args.warmup, weight_decay=args.weight_decay, grad_clip=args.grad_clip,
@@ -126,12 +129,13 @@ def config_from_args(args) -> TrainConfig:
 
 
 def arm_configs(cfg: TrainConfig, arm: str) -> list[TrainConfig]:
-    """One config per arm; `all` puts the arms in OUT/none, OUT/headwise, OUT/elementwise."""
-    if arm != "all":
+    """One config per arm; `all` puts the arms in OUT/none, OUT/headwise, OUT/elementwise, and
+    `hybrids` in OUT/hybrid-none, OUT/hybrid-gated."""
+    if arm not in GROUPS:
         return [cfg]
     if cfg.name:
-        raise ProbeError("--name applies to a single arm; --arm all names the runs after the arms")
-    return [replace(cfg, arm=a, out=str(Path(cfg.out) / a)) for a in ARMS]
+        raise ProbeError(f"--name applies to a single arm; --arm {arm} names the runs after the arms")
+    return [replace(cfg, arm=a, out=str(Path(cfg.out) / a)) for a in GROUPS[arm]]
 
 
 def run(args, command_line: str | None = None) -> int:
@@ -154,7 +158,7 @@ def run(args, command_line: str | None = None) -> int:
         if not cfg.resume and prepared is None and not cfg.from_dir:   # --from: the model's tokenizer
             # --arm all: one tokenizer and one packed corpus for every arm (same data, same order);
             # an arm that starts after an interruption reuses the tokenizer its siblings saved.
-            prepared = prepare_data(cfg, _sibling_tokenizer(configs) if args.arm == "all" else None)
+            prepared = prepare_data(cfg, _sibling_tokenizer(configs) if args.arm in GROUPS else None)
         result = train(cfg, None if cfg.resume else prepared, command=command_line)
         results.append(result)
         status = "done" if result.finished else f"stopped at step {result.steps} (resume with --resume)"

@@ -6,7 +6,10 @@ from dataclasses import asdict, dataclass
 
 from ..core.errors import ProbeError
 
-ARMS = ("none", "headwise", "elementwise")
+ARMS = ("none", "headwise", "elementwise")            # Qwen3 (model.py); `--arm all`
+HYBRID_ARMS = ("hybrid-none", "hybrid-gated")         # Qwen3.5, 3 GDN : 1 softmax (hybrid.py); `--arm hybrids`
+ALL_ARMS = ARMS + HYBRID_ARMS
+GROUPS = {"all": ARMS, "hybrids": HYBRID_ARMS}
 DEFAULT_HELDOUT_PERMILLE = 50
 # Synthetic data (`--data synthetic:TASK`, see synthetic.py): the tasks and their defaults.
 SYNTHETIC_PREFIX = "synthetic:"
@@ -22,6 +25,12 @@ SPIKE_K = 4.0
 SPIKE_MIN_HISTORY = 10
 # Settings that may change between an interrupted run and its resumption.
 RESUMABLE = {"resume", "stop_after", "progress", "threads", "force", "keep_checkpoint"}
+
+
+def siblings(arm: str) -> tuple[str, ...]:
+    """The arms an arm is matched against (parameters within 1%, one architecture); the first
+    is their baseline."""
+    return HYBRID_ARMS if arm in HYBRID_ARMS else ARMS
 
 
 # The model's sizes (model.py builds it), worked out from the settings by TrainConfig.shape.
@@ -136,8 +145,8 @@ class TrainConfig:
             raise ProbeError(f"unknown --train {self.train_params!r}; use gates or all")
         if self.train_params == "gates" and not self.from_dir:
             raise ProbeError("--train gates continues a grafted checkpoint: pass --from DIR (probe graft makes one)")
-        if self.arm not in ARMS:
-            raise ProbeError(f"unknown arm {self.arm!r}; use one of {', '.join(ARMS)} or all")
+        if self.arm not in ALL_ARMS:
+            raise ProbeError(f"unknown arm {self.arm!r}; use one of {', '.join(ALL_ARMS)}, all or hybrids")
         if self.bos not in ("prepend", "none"):
             raise ProbeError(f"unknown --bos {self.bos!r}; use prepend or none")
         for name in ("tokens", "seq_len", "batch_size", "layers", "width"):

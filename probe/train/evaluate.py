@@ -108,12 +108,15 @@ def _latency(model, prompt_len, new_tokens, repeats, vocab) -> dict[str, float]:
 
 
 def _cache_bytes(cache) -> int:
+    """What the cache holds: keys and values of softmax layers, and a linear-attention (GDN)
+    layer's fixed-size conv and recurrent states (dicts of tensors in transformers' cache)."""
     total = 0
     for layer in getattr(cache, "layers", []):
-        for name in ("keys", "values"):
-            t = getattr(layer, name, None)
-            if isinstance(t, torch.Tensor):
-                total += t.numel() * t.element_size()
+        tensors = [getattr(layer, name, None) for name in ("keys", "values")]
+        for name in ("conv_states", "recurrent_states"):
+            states = getattr(layer, name, None)
+            tensors += list(states.values()) if isinstance(states, dict) else [states]
+        total += sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
     return total
 
 

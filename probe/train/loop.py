@@ -28,7 +28,7 @@ from ..core.atomic import check_writable, describe_os_error, shared_mode, write_
 from ..core.errors import ProbeError
 from ..load.loader import quiet_transformers
 from ..core.owned import check_out_name, check_replaceable, mark
-from .config import TrainConfig
+from .config import TrainConfig, siblings
 from . import continued
 from .log import heldout_loss, is_spike, read_log, write_log
 from .model import build_model, check_matched, count_parameters, model_config
@@ -56,12 +56,14 @@ def save_model(model, tokenizer, folder: Path) -> None:
 
 
 def _fix_architectures(folder: Path) -> None:
-    """save_pretrained writes the class name; the released configs say Qwen3ForCausalLM."""
+    """save_pretrained writes the class name; the released configs say Qwen3ForCausalLM (and a
+    causal LM saved from a released Qwen3.5 says Qwen3_5ForCausalLM, gated or not)."""
     path = folder / "config.json"
     config = json.loads(path.read_text())
-    if config.get("model_type") != "qwen3":         # continued training of another family
+    released = {"qwen3": "Qwen3ForCausalLM", "qwen3_5_text": "Qwen3_5ForCausalLM"}.get(config.get("model_type"))
+    if released is None:                            # continued training of another family
         return
-    config["architectures"] = ["Qwen3ForCausalLM"]
+    config["architectures"] = [released]
     write_text(path, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
@@ -222,7 +224,7 @@ def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None, on_
         n_params = counts["trainable"]
     else:
         shape = cfg.shape(len(tokenizer))
-        counts = check_matched(shape)
+        counts = check_matched(shape, siblings(cfg.arm))
         config = model_config(cfg.arm, shape, bos_token_id=tokenizer.bos_token_id,
                               eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
         model = build_model(config, cfg.seed)

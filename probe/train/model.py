@@ -21,7 +21,8 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from ..core.errors import ProbeError
 from ..families import official
-from .config import ARMS, Shape
+from . import hybrid
+from .config import ARMS, HYBRID_ARMS, Shape, siblings
 
 MATCH_TOLERANCE = 0.01
 
@@ -34,6 +35,8 @@ def gate_params_per_layer(arm: str, shape: Shape) -> int:
 
 
 def intermediate_size(arm: str, shape: Shape) -> int:
+    if arm in HYBRID_ARMS:
+        return hybrid.intermediate_size(arm, shape)
     cut = round(gate_params_per_layer(arm, shape) / (3 * shape.width))
     size = shape.intermediate - cut
     if size < 1:
@@ -44,6 +47,9 @@ def intermediate_size(arm: str, shape: Shape) -> int:
 
 def model_config(arm: str, shape: Shape, *, bos_token_id: int, eos_token_id: int,
                  pad_token_id: int) -> Qwen3Config:
+    if arm in HYBRID_ARMS:
+        return hybrid.model_config(arm, shape, bos_token_id=bos_token_id, eos_token_id=eos_token_id,
+                                   pad_token_id=pad_token_id)
     if arm not in ARMS:
         raise ProbeError(f"unknown arm {arm!r}; use one of {', '.join(ARMS)} or all")
     if shape.heads % shape.kv_heads:
@@ -69,6 +75,10 @@ def model_config(arm: str, shape: Shape, *, bos_token_id: int, eos_token_id: int
 def build_model(config: Qwen3Config, seed: int) -> torch.nn.Module:
     """A freshly initialised model; the same seed and config give the same weights."""
     torch.manual_seed(seed)
+    if config.model_type != "qwen3":                        # the hybrid arms (Qwen3.5)
+        model = hybrid.model_class(config)(config)
+        model.config.architectures = ["Qwen3_5ForCausalLM"]
+        return model
     # The class probe.load takes for this config: the official one for a gate flag, and for the
     # baseline without QK-norm (stock Qwen3 always has it; the official class honours use_qk_norm).
     cls = official.model_class(config) or Qwen3ForCausalLM
@@ -84,6 +94,8 @@ def count_parameters(model: torch.nn.Module) -> int:
 
 def expected_parameters(arm: str, shape: Shape) -> int:
     """The parameter count of an arm, from the shape alone (no model is built)."""
+    if arm in HYBRID_ARMS:
+        return hybrid.expected_parameters(arm, shape)
     w, h, kv, d = shape.width, shape.heads, shape.kv_heads, shape.head_dim
     attn = w * h * d + 2 * w * kv * d + h * d * w             # q, k, v, o
     attn += 2 * d if shape.qk_norm else 0                       # q_norm, k_norm
@@ -93,9 +105,10 @@ def expected_parameters(arm: str, shape: Shape) -> int:
 
 
 def check_matched(shape: Shape, arms=ARMS) -> dict[str, int]:
-    """Parameter counts per arm; ProbeError if any differs from the baseline's by more than 1%."""
+    """Parameter counts per arm; ProbeError if any differs from its baseline's (none, or
+    hybrid-none for the hybrid arms) by more than 1%."""
     counts = {arm: expected_parameters(arm, shape) for arm in arms}
-    base = expected_parameters("none", shape)
+    base = expected_parameters(siblings(arms[0])[0], shape)
     for arm, n in counts.items():
         if abs(n - base) > MATCH_TOLERANCE * base:
             raise ProbeError(f"the {arm} arm has {n} parameters against the baseline's {base} "

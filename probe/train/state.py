@@ -10,8 +10,7 @@ from pathlib import Path
 import torch
 
 from ..core.errors import ProbeError
-from .config import SPIKE_K, SPIKE_MIN_HISTORY, SPIKE_WINDOW, TrainConfig
-from .model import ARMS, Shape
+from .config import SPIKE_K, SPIKE_MIN_HISTORY, SPIKE_WINDOW, Shape, TrainConfig, siblings
 from .prepare import python_version
 
 CHECKPOINT = "checkpoint"
@@ -98,14 +97,14 @@ def _settings(cfg: TrainConfig, shape: Shape, counts, data, n_params, command) -
         **schedule_settings(cfg, data),
         "shape": asdict(shape),
         "qk_norm": cfg.qk_norm,
-        "intermediate_size": {arm: counts_arm for arm, counts_arm in _intermediates(shape).items()},
+        "intermediate_size": {arm: counts_arm for arm, counts_arm in _intermediates(shape, cfg.arm).items()},
         "parameters": n_params, "parameters_by_arm": counts,
         **environment_settings(data),
     }
 
 
-def _intermediates(shape: Shape) -> dict:
+def _intermediates(shape: Shape, arm: str) -> dict:
     from .model import intermediate_size
 
-    return {arm: intermediate_size(arm, shape) for arm in ARMS}
+    return {a: intermediate_size(a, shape) for a in siblings(arm)}
 

@@ -2,7 +2,8 @@
 
 A verdict on what the gate does needs the gated model beside its own baseline, on the same token
 ids. A pair is matched when both runs saw the same token ids (meta.json tokens_sha256) and
-  - they are arms of one `probe train` run (meta.json train_recipe equal but for the arm), or
+  - they are arms of one `probe train` run (meta.json train_recipe equal but for the arm, and
+    both arms of one matched set: the Qwen3 arms, or the hybrid arms), or
   - the gated model was grafted onto the baseline (`probe graft`: meta.json graft.base_digest is
     the baseline's config_hash, or graft.base its checkpoint's folder name), or
   - the user declared it (`pairs`, the command line's --pair BASE:GATED).
@@ -14,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from probe.reports.runs import Runs
+from probe.train.config import siblings
 
 NOT_COMPARABLE = "not comparable"
 
@@ -23,12 +25,19 @@ def _same_tokens(runs: Runs, base: str, gated: str) -> bool:
     return a is not None and a == b
 
 
-def _arms_of_one_training(runs: Runs, base: str, gated: str) -> bool:
+def _same_recipe(runs: Runs, base: str, gated: str) -> bool:
     a, b = (runs.meta[m].get("train_recipe") for m in (base, gated))
     if not isinstance(a, dict) or not isinstance(b, dict):
         return False
     strip = lambda r: {k: v for k, v in r.items() if k != "arm"}          # noqa: E731
     return strip(a) == strip(b) and a.get("arm") != b.get("arm")
+
+
+def _one_set(runs: Runs, base: str, gated: str) -> bool:
+    # The same recipe trains the Qwen3 arms and the hybrid arms: only arms of one set are matched
+    # in parameters and architecture (a Qwen3 baseline is no control for a gated hybrid).
+    a, b = (runs.meta[m]["train_recipe"].get("arm") for m in (base, gated))
+    return b in siblings(str(a))
 
 
 def _grafted_onto(runs: Runs, base: str, gated: str) -> bool:
@@ -82,8 +91,10 @@ def pairing(runs: Runs, base: str, gated: str, declared=None) -> str | None:
         return "token ids not recorded (no meta.json tokens_sha256); declare the pair with --pair if it is one"
     if not _same_tokens(runs, base, gated):
         return "not the same token ids (meta.json tokens_sha256)"
-    if _arms_of_one_training(runs, base, gated):
-        return None
+    if _same_recipe(runs, base, gated):
+        if _one_set(runs, base, gated):
+            return None
+        return "arms of one recipe but not of one matched set (the Qwen3 arms, or the hybrid arms)"
     if _grafted_onto(runs, base, gated):
         return None
     return ("not arms of one probe train run nor a graft of this baseline; declare the pair with "

@@ -31,7 +31,8 @@ def test_the_tracked_weights_are_the_recorded_ones():
 
     folder = ROOT / "examples" / "checkpoints"
     lines = [line.split() for line in (folder / "weights.sha256").read_text().splitlines() if line.strip()]
-    assert {name.split("/")[0] for _, name in lines} == {"none", "headwise", "elementwise"}
+    assert {name.split("/")[0] for _, name in lines} == {"none", "headwise", "elementwise", "hybrid-none",
+                                                         "hybrid-gated"}
     for digest, name in lines:
         assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
 

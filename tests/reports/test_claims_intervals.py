@@ -116,6 +116,22 @@ def test_arms_of_one_training_run_pair_only_with_the_same_recipe(copy_runs):
     assert row(reports.claims_table(*runs.values()), 4)["verdict"].startswith(NOT_COMPARABLE)
 
 
+def test_a_qwen3_baseline_is_no_control_for_a_gated_hybrid(copy_runs):
+    """The same recipe trains the Qwen3 arms and the hybrid arms: only arms of one set pair."""
+    runs = arms_of_one_training(copy_runs("baseline", "headwise"))
+
+    def arms(base, gated):
+        for name, arm in (("baseline", base), ("headwise", gated)):
+            data = json.loads((runs[name] / "meta.json").read_text())
+            data["train_recipe"] = {**data["train_recipe"], "arm": arm}
+            (runs[name] / "meta.json").write_text(json.dumps(data))
+        return row(reports.claims_table(*runs.values()), 4)["verdict"]
+
+    assert arms("none", "hybrid-gated").startswith(f"{NOT_COMPARABLE}: arms of one recipe but not of one matched set")
+    assert not arms("hybrid-none", "hybrid-gated").startswith(NOT_COMPARABLE)
+    assert not arms("none", "elementwise").startswith(NOT_COMPARABLE)
+
+
 def test_a_declared_pair_must_name_a_baseline_then_a_gated_run(run_dirs):
     from probe.reports.claims.pairs import check_declared, parse_pairs
     from probe.reports.runs import load_runs

@@ -57,3 +57,13 @@ def no_qk_arms(tmp_path_factory, corpus_file):
         assert main(["train", "--arm", "all", "--data", str(corpus_file), "--tokens", "1536",
                      "--out", str(out), "--eval-every", "4", "--no-qk-norm", *TINY]) == 0
     return out, trained
+
+
+@pytest.fixture(scope="session")
+def hybrid_arms(tmp_path_factory, corpus_file) -> Path:
+    """The two hybrid arms (Qwen3.5 layout, 4 layers), trained through the command line
+    (--arm hybrids) for 12 steps."""
+    out = tmp_path_factory.mktemp("hybrids") / "run"
+    assert main(["train", "--arm", "hybrids", "--data", str(corpus_file), "--tokens", "1536",
+                 "--out", str(out), "--eval-every", "4", *TINY, "--layers", "4"]) == 0   # the last --layers wins
+    return out
