@@ -79,3 +79,21 @@ def test_gated_against_ungated_pairs_the_same_sequences(runs):
     section = next(s for s in build_sections(runs) if s.id == "sinks")
     assert section.items[-1].title == "Gated against ungated, the same sequences"
     assert len(section.items[-1].frame) == len(frame)
+
+
+def test_a_massive_ablation_on_other_layers_in_each_model_is_not_compared(runs):
+    """'massive zeroed (where they appear)' in the first layer that has any: another layer in each
+    model is another intervention, so the pair reads 'not comparable', naming both."""
+    import copy
+
+    from probe.reports.sections.sinks import between_models
+
+    other = copy.deepcopy(runs)
+    ab = other.tables["ablations"]
+    name = ab.ablation.iloc[0]
+    ab.loc[ab.ablation == name, "kind"] = "massive_zero"
+    ab.loc[(ab.ablation == name) & (ab.model == "baseline"), "note"] = "layers 11"
+    ab.loc[(ab.ablation == name) & (ab.model == "headwise"), "note"] = "layers 2"
+    frame = between_models(other)
+    assert frame.set_index("ablation").loc[name, "reading"] == "not comparable: layers 2 against layers 11"
+    assert (frame[frame.ablation != name].reading != "").all()
