@@ -136,7 +136,7 @@ def between_models(runs: Runs, resamples: int = BETWEEN_RESAMPLES) -> pd.DataFra
     tokens, delta_ungated, delta_gated, difference (gated − ungated), lo, hi (its paired interval,
     the sequences resampled together for both models) and reading."""
     seqs = runs.ablation_sequences
-    notes = {(r.model, r.ablation): (r.kind, r.note) for r in runs.ablations.itertuples()}
+    layer_of = {(r.model, r.ablation): (r.kind, r.layer) for r in runs.ablations.itertuples()}
     rows = []
     for ungated, gated in same_token_pairs(runs):
         mine, theirs = (seqs[seqs["model"] == m] for m in (gated, ungated))
@@ -147,10 +147,11 @@ def between_models(runs: Runs, resamples: int = BETWEEN_RESAMPLES) -> pd.DataFra
             d = paired_difference(got["nll_g"], got["base_nll_g"], got["nll_u"], got["base_nll_u"],
                                   got["tokens_g"], resamples)
             reading = _reading(d["lo"], d["hi"])
-            (kind, note_g), (_, note_u) = notes.get((gated, name), ("", "")), notes.get((ungated, name), ("", ""))
-            if str(kind).startswith("massive") and note_g != note_u:
-                # "where they appear" found other layers in each model: two different interventions
-                reading = f"not comparable: {note_g} against {note_u}"
+            (kind, layer_g), (_, layer_u) = layer_of.get((gated, name), ("", -1)), layer_of.get((ungated, name), ("", -1))
+            if str(kind).startswith("massive") and layer_g != layer_u:
+                # "where they appear" (the first layer that has any) is another layer in each
+                # model: two different interventions ("every layer" is one rule in both)
+                reading = f"not comparable: layer {layer_g} against layer {layer_u}"
             rows.append(dict(ungated=ungated, gated=gated, ablation=name, sequences=len(got),
                              tokens=int(got["tokens_g"].sum()), delta_ungated=d["second"], delta_gated=d["first"],
                              difference=d["difference"], lo=d["lo"], hi=d["hi"], reading=reading))
@@ -188,8 +189,9 @@ def sinks(runs: Runs) -> Section:
                         f"without its sink) and its paired {LEVEL:.0%} bootstrap interval over sequences "
                         f"(ablation_sequences.csv; {BETWEEN_RESAMPLES} resamples, each drawing the sequences once for "
                         "both models, so what they share stays out of the interval). A direction is read only "
-                        "where the interval excludes 0; a massive-activation ablation that touched other layers in "
-                        "each model is marked not comparable.")] if len(between) else []
+                        "where the interval excludes 0; a massive-activation ablation whose first layer with "
+                        "massive activations differs between the models is marked not comparable.",
+                        index_label="gated")] if len(between) else []
     return Section(
         id="sinks", title=TITLE,
         intro=("What the first token's attention is for, measured by taking it away: the held-out loss "

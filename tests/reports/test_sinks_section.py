@@ -82,8 +82,9 @@ def test_gated_against_ungated_pairs_the_same_sequences(runs):
 
 
 def test_a_massive_ablation_on_other_layers_in_each_model_is_not_compared(runs):
-    """'massive zeroed (where they appear)' in the first layer that has any: another layer in each
-    model is another intervention, so the pair reads 'not comparable', naming both."""
+    """'massive zeroed (where they appear)' in the first layer that has any (ablations.csv layer):
+    another layer in each model is another intervention, so the pair reads 'not comparable',
+    naming both."""
     import copy
 
     from probe.reports.sections.sinks import between_models
@@ -92,8 +93,8 @@ def test_a_massive_ablation_on_other_layers_in_each_model_is_not_compared(runs):
     ab = other.tables["ablations"]
     name = ab.ablation.iloc[0]
     ab.loc[ab.ablation == name, "kind"] = "massive_zero"
-    ab.loc[(ab.ablation == name) & (ab.model == "baseline"), "note"] = "layers 11"
-    ab.loc[(ab.ablation == name) & (ab.model == "headwise"), "note"] = "layers 2"
+    ab.loc[(ab.ablation == name) & (ab.model == "baseline"), "layer"] = 11
+    ab.loc[(ab.ablation == name) & (ab.model == "headwise"), "layer"] = 2
     frame = between_models(other)
-    assert frame.set_index("ablation").loc[name, "reading"] == "not comparable: layers 2 against layers 11"
+    assert frame.set_index("ablation").loc[name, "reading"] == "not comparable: layer 2 against layer 11"
     assert (frame[frame.ablation != name].reading != "").all()
