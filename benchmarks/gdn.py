@@ -20,6 +20,7 @@ the time, as in a real hybrid.
 
     python benchmarks/gdn.py [--lengths 2048 16384] [--repeat 1] [--memory-gb 8] [--width tiny|wide]
     python benchmarks/gdn.py --memory-only --lengths 4096 16384     # peak memory alone (no timing)
+    python benchmarks/gdn.py --memory-only --lengths 16384 --methods gdn_keys --timeout 3600
 """
 from __future__ import annotations
 
@@ -104,12 +105,13 @@ def main() -> None:
     ap.add_argument("--memory-gb", type=float, default=8)
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--width", choices=sorted(WIDTHS), default="tiny")
+    ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     ap.add_argument("--memory-only", action="store_true",
                     help="only the peak memory (one process per method and length), no CPU timing")
     o = ap.parse_args()
     print(f"{'T':>6} {'method':>8} {'cpu s':>8} {'x plain':>8} {'wall s':>8} {'peak MB':>8} {'T x T f32 MB':>12}")
     for T in o.lengths:
-        for method in METHODS:
+        for method in o.methods:
             args = dict(method=method, T=T, repeat=o.repeat, width=o.width)
             r = {"seconds": math.nan, "ratio": math.nan, "wall_seconds": math.nan,
                  "tt_float32_mb": T * T * 4 / 2 ** 20} if o.memory_only else \
