@@ -152,6 +152,13 @@ def between_models(runs: Runs, resamples: int = BETWEEN_RESAMPLES) -> pd.DataFra
                 # "where they appear" (the first layer that has any) is another layer in each
                 # model: two different interventions ("every layer" is one rule in both)
                 reading = f"not comparable: layer {layer_g} against layer {layer_u}"
+            elif str(kind).startswith("massive"):
+                # a sequence whose activations stay below the threshold is left as it was (its nll
+                # unchanged to the bit): where that differs between the models, so do the interventions
+                touched = [set(got["sequence"][got[f"nll_{m}"] != got[f"base_nll_{m}"]]) for m in "gu"]
+                if touched[0] != touched[1]:
+                    reading = (f"not comparable: it changed sequences {_listed(touched[0])} of the gated model, "
+                               f"{_listed(touched[1])} of the ungated")
             rows.append(dict(ungated=ungated, gated=gated, ablation=name, sequences=len(got),
                              tokens=int(got["tokens_g"].sum()), delta_ungated=d["second"], delta_gated=d["first"],
                              difference=d["difference"], lo=d["lo"], hi=d["hi"], reading=reading))
@@ -160,6 +167,10 @@ def between_models(runs: Runs, resamples: int = BETWEEN_RESAMPLES) -> pd.DataFra
                                         "delta_gated", "difference", "lo", "hi", "reading"])
     return frame.sort_values(["ungated", "gated", "ablation"], key=lambda c: c.map(order) if c.name == "ablation"
                              else c, kind="stable").reset_index(drop=True)
+
+
+def _listed(sequences: set) -> str:
+    return ", ".join(map(str, sorted(sequences))) or "none"
 
 
 def _reading(lo: float, hi: float) -> str:
@@ -189,8 +200,9 @@ def sinks(runs: Runs) -> Section:
                         f"without its sink) and its paired {LEVEL:.0%} bootstrap interval over sequences "
                         f"(ablation_sequences.csv; {BETWEEN_RESAMPLES} resamples, each drawing the sequences once for "
                         "both models, so what they share stays out of the interval). A direction is read only "
-                        "where the interval excludes 0; a massive-activation ablation whose first layer with "
-                        "massive activations differs between the models is marked not comparable.",
+                        "where the interval excludes 0; a massive-activation ablation is marked not comparable "
+                        "where it acted on another layer, or on other sequences (those with an activation past "
+                        "the threshold), in the two models.",
                         index_label="gated")] if len(between) else []
     return Section(
         id="sinks", title=TITLE,

@@ -98,3 +98,21 @@ def test_a_massive_ablation_on_other_layers_in_each_model_is_not_compared(runs):
     frame = between_models(other)
     assert frame.set_index("ablation").loc[name, "reading"] == "not comparable: layer 2 against layer 11"
     assert (frame[frame.ablation != name].reading != "").all()
+
+
+def test_a_massive_ablation_that_changed_other_sequences_is_not_compared(runs):
+    """A sequence whose activations stay below the threshold is left as it was (nll == base_nll):
+    where the sequences changed differ between the two models, the pair reads 'not comparable'."""
+    import copy
+
+    from probe.reports.sections.sinks import between_models
+
+    other = copy.deepcopy(runs)
+    ab, seqs = other.tables["ablations"], other.tables["ablation_sequences"]
+    name = ab.ablation.iloc[0]
+    ab.loc[ab.ablation == name, "kind"] = "massive_zero"
+    untouched = (seqs.ablation == name) & (seqs.model == "headwise") & (seqs.sequence == 0)
+    seqs.loc[untouched, "nll"] = seqs.loc[untouched, "base_nll"]
+    frame = between_models(other).set_index("ablation")
+    assert frame.loc[name, "reading"] == ("not comparable: it changed sequences 1, 2, 3 of the gated model, "
+                                          "0, 1, 2, 3 of the ungated")
