@@ -38,10 +38,14 @@ def rows(runs, verdicts: dict, pairs=None) -> list[tuple]:
         # Beside it, its own baseline(s) only: a matched pair (the same tokens; pairs.py).
         bases = [b for b, g in matched if g == model and b in found]
         context = "; ".join(f"{b} (its baseline, no gate): {_text(found[b])}" for b in bases)
-        if any(_negligible(found[b]) for b in bases):
-            context += (f"; the baseline's is inside ±{NEGLIGIBLE:g} too: key 0's keys are not what sets "
-                        "the gated model apart here")
         r = found.get(model)
+        if any(_negligible(found[b]) for b in bases):
+            # "too" only where the gated model's own interval is inside the band as well
+            both = r is not None and _negligible(r)
+            context += (f"; the baseline's is inside ±{NEGLIGIBLE:g} too: key 0's keys are not what sets "
+                        "the gated model apart here" if both else
+                        f"; the baseline's is inside ±{NEGLIGIBLE:g}: without key 0 the ungated model loses "
+                        "next to nothing as well")
         if r is None:
             out.append((model, f"{model}: no key-0 ablation", f"{verdicts['untestable']}: run probe analyze "
                         "--ablate key0", {}))
