@@ -12,6 +12,7 @@ second table: the difference of their loss changes, with a paired interval over 
 from __future__ import annotations
 
 import math
+import textwrap
 from functools import partial
 from typing import Any
 
@@ -51,7 +52,9 @@ def plot_sink_ablations(runs: Any, *, fig: Figure | SubFigure | None = None) -> 
     positions = runs.ablation_positions
     names = list(dict.fromkeys(runs.ablations["ablation"]))
     ran = [n for n in names if n in set(positions["ablation"])]
-    fig = figure_or_new(fig, 2.0 + 3.2 * (len(models) + 1), 4.4 + 0.22 * math.ceil(len(ran) / 4))
+    # tall enough for one labelled bar group per ablation in the last panel (about 0.2 in a row)
+    fig = figure_or_new(fig, 2.0 + 3.2 * (len(models) + 1),
+                        max(4.4, 1.6 + 0.2 * (len(names) + 1)) + 0.22 * math.ceil(len(ran) / 4))
     axes = fig.subplots(1, len(models) + 1, sharey=False)
     cmap = __import__("matplotlib").colormaps["tab20"]
     colors = {n: cmap(i % 20) for i, n in enumerate(ran)}
@@ -72,7 +75,8 @@ def plot_sink_ablations(runs: Any, *, fig: Figure | SubFigure | None = None) -> 
         ax.set_xscale("log", base=2)
         ax.set_xlabel("target position")
         gated = "gated" if runs.is_gated(model) else "ungated"
-        ax.set_title(f"{plain(model)} ({gated})", fontsize=9)
+        # long run names side by side: wrapped (at hyphens first), the gate on a line of its own
+        ax.set_title(textwrap.fill(plain(model), 24) + f"\n({gated})", fontsize=9)
     label = "Δ loss (ablated − unablated)"
     if lows:
         pad = 0.05 * (max(highs) - min(lows) or 1.0)
@@ -81,7 +85,7 @@ def plot_sink_ablations(runs: Any, *, fig: Figure | SubFigure | None = None) -> 
             if max(highs) - min(lows) > SYMLOG_ABOVE:   # one ablation of many nats must not flatten the rest
                 ax.set_yscale("symlog", linthresh=SYMLOG_LINEAR)
         if max(highs) - min(lows) > SYMLOG_ABOVE:
-            label += f", symlog (linear within ±{SYMLOG_LINEAR:g})"
+            label += f"\nsymlog, linear within ±{SYMLOG_LINEAR:g}"
     axes[0].set_ylabel(label)
     _f_attn_panel(axes[-1], runs, models, names)
     found = {}                                  # every panel's ablations, once each
@@ -112,7 +116,8 @@ def _f_attn_panel(ax, runs: Runs, models: list[str], names: list[str]) -> None:
     ax.set_xlabel("F-Attn under the ablation")
     ax.set_title("F-Attn under each ablation", fontsize=9)
     if len(models) > 1:
-        ax.legend(fontsize=7, frameon=False, loc="lower right")
+        # below the panel: inside, it covers the bars of the last ablations
+        ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1)
 
 
 def ablation_display(runs: Runs) -> pd.DataFrame:
@@ -219,7 +224,8 @@ def sinks(runs: Runs) -> Section:
                        "(ablation_positions.csv) by target position bucket [2^k, 2^(k+1)), drawn at the "
                        "bucket's geometric middle; bands: paired 95% bootstrap intervals over sequences. "
                        "Last panel: F-Attn (mean attention on key 0 over queries t ≥ 1) under each "
-                       "ablation, and without one (none)."),
+                       "ablation, and without one (none).",
+                       shrinkable=False),   # a row per ablation in the last panel: squeezed, its labels overlap
             TableItem("sink-ablations-table", "Loss under sink ablations", ablation_display(runs),
                       "ablations.csv: Δ loss = loss under the ablation − the unablated model's on the same "
                       "target tokens, its paired 95% interval, the effect (a direction only where the interval "
