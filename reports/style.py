@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from typing import Iterator, TypeVar
@@ -86,9 +87,14 @@ def freeze_layout(figure: Figure, decimals: int = 6) -> Figure:
     engine = figure.get_layout_engine()
     if engine is None:
         return figure
-    engine.execute(figure)
-    if _wrap_long_y_labels(figure):
+    with warnings.catch_warnings():
+        # A figure whose axes were placed by hand (no GridSpec: the layer-axis figures of
+        # axes_level) leaves constrained layout nothing to solve; matplotlib says so in a warning
+        # that a report's reader would take for trouble. The figure is drawn as placed.
+        warnings.filterwarnings("ignore", message="There are no gridspecs with layoutgrids")
         engine.execute(figure)
+        if _wrap_long_y_labels(figure):
+            engine.execute(figure)
     declutter_ticks(figure)  # at the size the figure is saved at, on the real text extents
     for ax in figure.findobj(Axes):
         x0, y0, width, height = ax.get_position().bounds

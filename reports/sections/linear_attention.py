@@ -45,7 +45,7 @@ def per_layer(runs: Runs) -> pd.DataFrame:
                         "SiLU(z)": f"{_mean(g, 'gate_silu'):.3f}", "β": f"{_mean(g, 'beta'):.3f}",
                         "exp(g)": f"{_mean(g, 'decay'):.3f}",
                         "half-life": f"{_mean(g, 'decay', 'half_life'):.3g}",
-                        "key-0 share": _fmt(key["key0_share"], ".3g"), "φ key 0": _fmt(key["phi_first"], ".3g"),
+                        "key-0 share": _fmt(key["key0_share"], ".3g"), "φ key 0": _share(key["phi_first"]),
                         "check": (f"{c['max_rel_error'].max():.1e}" + ("" if c["passed"].all() else " FAIL"))
                         if len(c) else "–"})
     return pd.DataFrame(out).set_index("model") if out else pd.DataFrame()
@@ -98,6 +98,17 @@ def _headline(runs: Runs) -> list[str]:
                             if gdn.get("failed_layers") else ""))
         lines.append(f"{plain(model)}: " + "; ".join(parts) + ".")
     return lines
+
+
+# A state share below this is 0 for a reader: a state that forgets within a token leaves key 0
+# shares such as 2.8e-238 or -4e-202 (float64 cancellation around 0), which read as noise.
+SHARE_FLOOR = 1e-12
+
+
+def _share(value) -> str:
+    if value is None or not np.isfinite(value):
+        return "n/a"
+    return "0" if abs(value) < SHARE_FLOOR else format(value, ".3g")
 
 
 def _fmt(value, spec: str) -> str:
