@@ -42,6 +42,28 @@ def _draw(runs: Runs, model: str):
     return plot_token_strip(runs.token_series[model], model)
 
 
+def _strip_caption(series) -> str:
+    """What the strip's series show (reports/viewer/strip.py, telling), in its order: 'a, b and c'."""
+    from probe.reports.viewer.strip import KEY0_VARIES, shown_tokens, telling
+
+    keys = [key for key, _, _ in telling(series, shown_tokens(series))]
+    softmax = " softmax" if any(key.startswith("gdn_") for key in keys) else ""     # a hybrid's strip
+    about = {
+        "first_token": f"the first-token attention at the{softmax} layer where it varies most across these tokens",
+        "gate": f"the gate score at the{softmax} layer where it varies most",
+        "gdn_key0": ("the key-0 share of a Gated DeltaNet layer's output (the GDN analogue of the first-token "
+                     "attention) at the GDN layer where it varies most after position 0"),
+        "gdn_beta": "the write strength beta at the Gated DeltaNet layer where it varies most after position 0",
+        "max_abs": "the largest |activation| at the layer that holds the largest one",
+        "loss": "the loss",
+    }
+    parts = [about[key] for key in keys]
+    if "gdn_beta" in keys and "gdn_key0" in series.names:
+        parts[keys.index("gdn_beta")] += (" (the key-0 share, stored too, barely varies across these tokens: a standard "
+                                          f"deviation below {KEY0_VARIES:g} at every GDN layer)")
+    return (", ".join(parts[:-1]) + " and " + parts[-1]) if len(parts) > 1 else (parts[0] if parts else "none")
+
+
 def _viewer(runs: Runs, models: list[str]) -> str:
     from probe.reports.viewer import fragment
 
@@ -69,11 +91,8 @@ def tokens(runs: Runs) -> Section | None:
             "token-strip", "The first tokens, shaded", partial(_draw, runs, models[0]),
             "In the HTML report, the viewer of every stored token (the first two runs on the same tokens "
             "side by side, on one colour scale); in the PDF, the first tokens of the first sequence of "
-            + plain(models[0]) + ", each shaded by the "
-            "stored value of a series at one layer: the first-token attention (and gate score) at the "
-            "layer where it varies most across these tokens, the largest |activation| at the layer "
-            "that holds the largest one" + (", the loss" if "gate" not in first.names else "")
-            + ". ↵ is a newline; control and bidi characters are shown as escapes."
+            + plain(models[0]) + ", each shaded by the stored value of a series at one layer: "
+            + _strip_caption(first) + ". ↵ is a newline; control and bidi characters are shown as escapes."
             + (f" The viewer shows {plain(models[1])} beside it." if len(models) > 1 else ""),
             shrinkable=False, interactive=partial(_viewer, runs, models))],
     )
