@@ -29,6 +29,10 @@ Quantisation, by a series' kind (tokens.json `series.<name>.kind`):
 The per-head series and the activations are the coarsest: they are what a viewer page of 16k
 tokens x 30 layers carries most of (SmolLM2's first-token attention per head holds 6 bits of
 entropy per value in steps of 0.01), and the page must stay under 5 MB.
+A hybrid's per-head GDN series (gdn_beta_heads, gdn_gate_heads: span8; gdn_decay_heads: decay8;
+gdn_key0_heads: cent) are 8-bit too, their head means 12-bit (span, decay; gdn_key0 is unit); they
+are still most of a hybrid's page (51% of the shipped trained hybrid's at 16,384 tokens), as a
+value head's beta, decay and SiLU(z) change from token to token (docs/gdn.md, "Token by token").
 
 numpy only (reports/ reads it without torch).
 """

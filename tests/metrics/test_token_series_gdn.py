@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 import probe
 from probe.metrics.token_series import SERIES
+from probe.results.token_series import KINDS as DTYPES
 from probe.results.token_series import LOG_STEPS, SPAN_STEPS, STEPS, TokenSeries
 
 KINDS = ("qwen3_next", "qwen3_5")
@@ -167,6 +168,19 @@ def test_no_gdn_series_without_gdn(loaded):
         cap.observe_logits(lm.model(input_ids=ids, use_cache=False).logits)
     names = set(cap.metrics["token_series"].captured()["series"])
     assert "first_token" in names and not any(n.startswith("gdn_") for n in names)
+
+
+def test_gdn_per_head_series_are_8_bit_and_their_head_means_finer():
+    """The precision probe/results/token_series.py and docs/gdn.md state: every per-head GDN series
+    in one byte per value (they are most of a hybrid's viewer page), the head means of beta, the
+    decay and SiLU(z) in the 12-bit kinds."""
+    heads = {name: kind for name, (_, per_head, kind) in SERIES.items() if name.startswith("gdn_") and per_head}
+    assert heads == {"gdn_gate_heads": "span8", "gdn_beta_heads": "span8", "gdn_decay_heads": "decay8",
+                     "gdn_key0_heads": "cent"}
+    assert all(DTYPES[kind] == np.uint8 for kind in heads.values())
+    means = {name: SERIES[name][2] for name in ("gdn_gate", "gdn_beta", "gdn_decay", "gdn_key0")}
+    assert means == {"gdn_gate": "span", "gdn_beta": "span", "gdn_decay": "decay", "gdn_key0": "unit"}
+    assert {DTYPES[kind] for name, kind in means.items() if name != "gdn_key0"} == {np.uint16}
 
 
 def test_stored_gdn_values_are_the_captured_ones_within_half_a_step(case, tmp_path):
