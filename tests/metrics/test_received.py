@@ -115,6 +115,23 @@ def test_received_equals_column_sums_of_eager_softmax(case, block):
     assert bool((got.score()[:, :, SINK] > 0.3).all())
 
 
+@pytest.mark.parametrize("mask", [None, SlidingWindow(50)], ids=["causal", "window"])
+def test_default_blocks_of_a_long_causal_sequence(mask):
+    """Past CAUSAL_BLOCK queries the default splits a causal or windowed sequence into blocks
+    that start inside the keys (each block masks its own diagonal): still the eager sums."""
+    from probe.metrics.anatomy import received as module
+
+    T_long = 3 * module.CAUSAL_BLOCK + 5
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(1, H, T_long, D, generator=g) for _ in range(3))
+    k, v = k[:, :HKV], v[:, :HKV]
+    _, lse = run_kernel(q, k, v, mask)
+    got = received_attention(q, k, lse, mask, SCALE)
+    total, count = reference_received(eager_probs(q, k, mask), mask, None)
+    torch.testing.assert_close(got.total, total, **TOL)
+    assert torch.equal(got.count, count)
+
+
 @pytest.mark.parametrize("feature", ["softcap", "sinks"])
 def test_softcap_and_gpt_oss_sinks(feature):
     q, k, v = tensors(seed=1)
