@@ -9,6 +9,10 @@ tokens, float32, one thread, each measurement in its own niced process (common.r
   gdn       the same pass with --gdn: the GDN layers' per-token statistics (SiLU(z), beta, decay,
             sparsity, head norms)
   gdn_keys  --gdn --anatomy: also the per-key terms of every GDN layer (and the softmax anatomy)
+  analyze   what a user runs: the whole public probe.analyze(lm, ids, seq_len=T, bos="none",
+            batch_size=1) with every default (tables, summary, intervals at their default
+            resamples, per-token series), the pass above plus everything around it
+  analyze_gdn  the same with gdn=True (`probe analyze --gdn`)
 
 CPU seconds (best of --repeat), the ratio to a plain forward timed in the same process, alternating
 with it (best of --repeat each), and the peak RSS added, beside a T x T float32 matrix's size.
@@ -35,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from common import child_args, clocks, run_child  # noqa: E402
 
-METHODS = ("plain", "probe", "gdn", "gdn_keys")
+METHODS = ("plain", "probe", "gdn", "gdn_keys", "analyze", "analyze_gdn")
 WIDTHS = {
     "tiny": {},
     "wide": dict(hidden_size=1024, intermediate_size=3072, num_attention_heads=8, num_key_value_heads=2,
@@ -78,6 +82,10 @@ def measure(method: str, T: int, repeat: int, width: str = "tiny", part: str = "
             if what == "plain":
                 lm.model(input_ids=ids, use_cache=False)
                 return
+            if what.startswith("analyze"):
+                probe.analyze(lm, ids, seq_len=ids.shape[1], bos="none", batch_size=1, progress=False,
+                              gdn=what == "analyze_gdn")
+                return
             cap = probe.Capture(lm.model, lm.layout, gdn=what.startswith("gdn"), anatomy=what == "gdn_keys",
                                 vocab_size=lm.model.config.vocab_size)
             with cap, cap.batch(ids):
@@ -109,7 +117,7 @@ def main() -> None:
     ap.add_argument("--memory-only", action="store_true",
                     help="only the peak memory (one process per method and length), no CPU timing")
     o = ap.parse_args()
-    print(f"{'T':>6} {'method':>8} {'cpu s':>8} {'x plain':>8} {'wall s':>8} {'peak MB':>8} {'T x T f32 MB':>12}")
+    print(f"{'T':>6} {'method':>11} {'cpu s':>8} {'x plain':>8} {'wall s':>8} {'peak MB':>8} {'T x T f32 MB':>12}")
     for T in o.lengths:
         for method in o.methods:
             args = dict(method=method, T=T, repeat=o.repeat, width=o.width)
@@ -119,10 +127,10 @@ def main() -> None:
             if "error" not in r:
                 r = {**r, **run_child(__file__, dict(args, part="memory"), o.timeout, o.memory_gb, steady_heap=True)}
             if "error" in r:
-                print(f"{T:>6} {method:>8} {r['error']}")
+                print(f"{T:>6} {method:>11} {r['error']}")
                 continue
             ratio = f"{r['ratio']:>8.2f}"
-            print(f"{T:>6} {method:>8} {r['seconds']:>8.2f} {ratio} {r['wall_seconds']:>8.2f} {r['peak_mb']:>8.1f} "
+            print(f"{T:>6} {method:>11} {r['seconds']:>8.2f} {ratio} {r['wall_seconds']:>8.2f} {r['peak_mb']:>8.1f} "
                   f"{r['tt_float32_mb']:>12.0f}", flush=True)
 
 
