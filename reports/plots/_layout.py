@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import matplotlib as mpl
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.colors import Colormap, Normalize
@@ -119,33 +120,51 @@ def model_heatmaps(fig: Figure | SubFigure, runs: Any, models: Sequence[str],
                                    missing_label={layer: "linear attn." for layer in linear})
         panel_title(ax, model, panels=len(models))
         if note is not None:
-            note_hatched_rows(ax, note)
+            note_hatched_rows(ax, note, panels=len(models))
     fig.colorbar(image, ax=list(axes), label=label, shrink=0.9)
 
 
+# The share of a panel's slot (the figure's width over the panels side by side) that its axes
+# get where each panel has its own layer tick labels and axis label and the panels share a colour
+# bar: the F-Attn heatmaps of one to three models measure 0.63-0.70 as drawn. The PDF draws two
+# models' 6-inch figure in a 5.2-inch column (axes 119 pt, 0.55 of the slot as drawn): a note of
+# this width then runs a few points past its axes but stays 20 points clear of the next one.
+HEATMAP_SHARE = 0.68
+
+
+def panel_width(ax: Axes, panels: int = 1, share: float = 0.85) -> float:
+    """Points a panel's text may span: `share` of its slot, the figure's width over `panels`."""
+    return ax.get_figure(root=True).get_figwidth() * 72 / max(panels, 1) * share
+
+
 def panel_title(ax: Axes, text: str, *, panels: int = 1, fontsize: float = 9.0,
-                after: str | None = None) -> None:
+                after: str | None = None, share: float = 0.85) -> None:
     """A panel's title wrapped to the panel's width: long run names (GGUF file stems such as
     "SmolLM2-135M-Instruct.Q4_1") break after "-", "." or "_" instead of running into the
     next panel's title. `panels`: how many panels share the figure's width; `after`: a line
-    under the name (a threshold, a layer)."""
-    figure = ax.get_figure(root=True)
-    width = figure.get_figwidth() * 72 / max(panels, 1) * 0.85        # points, less the gaps
-    lines = break_name(plain(text), width, fontsize) + ([after] if after else [])
+    under the name (a threshold, a layer), wrapped the same way; `share`: the part of a
+    panel's slot its title may span (less than 0.85, the gaps alone, where a colour bar or
+    tick labels sit beside every panel)."""
+    width = panel_width(ax, panels, share)                               # points
+    # Measured in the weight the title is drawn in: the report's titles are bold, about 13% wider.
+    bold = str(mpl.rcParams["axes.titleweight"]) == "bold"
+    lines = [line for part in [text] + ([after] if after else [])
+             for given in plain(part).split("\n")
+             for line in break_name(given, width, fontsize, bold)]
     ax.set_title("\n".join(lines), fontsize=fontsize)
 
 
-def break_name(text: str, width_pt: float, size: float) -> list[str]:
+def break_name(text: str, width_pt: float, size: float, bold: bool = False) -> list[str]:
     """`text` in lines no wider than `width_pt`, broken after spaces, "-", "." or "_" (inside a
     part only where one part alone is too wide)."""
     lines, line = [], ""
     for part in re.split(r"(?<=[-._ ])", text):
-        if line and text_width(line + part, size) > width_pt:
+        if line and text_width(line + part, size, bold) > width_pt:
             lines.append(line.rstrip())
             line = ""
         line += part
     lines.append(line.rstrip())
-    return [piece for line in lines for piece in wrap(line, width_pt, size)]
+    return [piece for line in lines for piece in wrap(line, width_pt, size, bold)]
 
 
 def _with_missing_color(cmap: str | Colormap) -> Colormap:
@@ -176,13 +195,31 @@ def _hatched(x: float, y: float, width: float) -> Rectangle:
                      linewidth=0, gid=NOT_APPLICABLE_GID)
 
 
-def note_hatched_rows(ax: Axes, reason: str) -> None:
-    """Say under the panel what its hatched rows mean.
+def note_hatched_rows(ax: Axes, reason: str, panels: int = 1) -> None:
+    """Say under the panel what its hatched rows mean, wrapped to the panel's width (`panels`
+    side by side): in one line it was wider than the panel and ran into the next panel's note,
+    or off the figure's left edge, once the PDF drew two panels in a column.
 
     Kept inside the axes' own labels rather than in a figure legend: figure-level artists do
     not follow the figure into a subfigure or a PDF page's layout rectangle.
     """
-    ax.set_xlabel(f"{ax.get_xlabel()}\n(hatched: {reason})")
+    size = ax.xaxis.label.get_fontsize()
+    note = wrap_phrases(f"(hatched: {reason})", panel_width(ax, panels, HEATMAP_SHARE), size)
+    ax.set_xlabel("\n".join([ax.get_xlabel(), *note]))
+
+
+def wrap_phrases(text: str, width_pt: float, size: float) -> list[str]:
+    """`text` in lines no wider than `width_pt`, broken after commas where it can ("linear
+    attention," / "no F-Attn" reads better than "linear attention, no" / "F-Attn"), at spaces
+    only inside a phrase too wide alone."""
+    lines: list[str] = []
+    for phrase in re.split(r"(?<=,) ", text):
+        joined = f"{lines[-1]} {phrase}" if lines else phrase
+        if lines and text_width(joined, size) <= width_pt:
+            lines[-1] = joined
+        else:
+            lines.append(phrase)
+    return [piece for line in lines for piece in wrap(line, width_pt, size)]
 
 
 def legend_beside(ax: Axes, title: str | None = "model") -> None:

@@ -21,12 +21,20 @@ from probe.reports.text import plain
 FLOOR = 1e-6
 
 # The per-head quantities of the layer x value-head maps: (table, quantity or metric, label).
+# The labels head their columns broken into lines narrower than a map: in one line they were
+# wider than the map and ran under the colour bar of the column to their left.
 HEAD_MAPS = (
-    ("gdn_gates", "gate_silu", "mean SiLU(z), output gate"),
-    ("gdn_gates", "beta", "mean β, write strength"),
-    ("gdn_gates", "half_life", "decay half-life (tokens)"),
+    ("gdn_gates", "gate_silu", "mean SiLU(z),\noutput gate"),
+    ("gdn_gates", "beta", "mean β,\nwrite strength"),
+    ("gdn_gates", "half_life", "decay half-life\n(tokens)"),
     ("gdn_keys", "key0_share", "key-0 share"),
 )
+# The share of a column's width that its map gets beside its layer labels and colour bar (0.57 as
+# drawn, 0.56 at the PDF's text width): run names above the maps are wrapped to it.
+MAP_SHARE = 0.5
+# A model without a column's table (a run analysed with --gdn but not --anatomy has no per-key
+# terms) gets this note in its panel instead of an empty frame.
+MISSING_NOTE = {"gdn_gates": "not measured", "gdn_keys": "not measured\n(no --anatomy)"}
 
 
 NO_KEYS = ("No run has the GDN layers' per-key terms (gdn_keys.csv): analyse with --gdn --anatomy "
@@ -133,13 +141,21 @@ def plot_gdn_heads(runs: Any, *, fig: Figure | SubFigure | None = None,
     for column, (table, quantity, label) in enumerate(maps):
         found = [head_matrix(runs, model, table, quantity) for model in models]
         norm = shared_norm([matrix for _, matrix in found])
+        image = None
         for row, (model, (layers, matrix)) in enumerate(zip(models, found)):
             ax = axes[row, column]
+            # The quantity heads its column once; each panel under it is named by its model.
+            title = [label] * (row == 0) + [model] * (len(models) > 1)
+            if title:
+                panel_title(ax, "\n".join(title), panels=len(maps), share=MAP_SHARE)
+            if not matrix.size:
+                not_applicable(ax, MISSING_NOTE[table])
+                continue
             image = layer_head_heatmap(ax, matrix, norm=norm, cmap=cmap)
             set_layer_ticks(ax, layers, axis="y", positions=range(len(layers)), label="GDN layer")
             ax.set_xlabel("value head")
-            panel_title(ax, label, panels=len(maps), after=plain(model) if len(models) > 1 else None)
-        fig.colorbar(image, ax=list(axes[:, column]), shrink=0.9)
+        if image is not None:
+            fig.colorbar(image, ax=list(axes[:, column]), shrink=0.9)
     return fig
 
 
