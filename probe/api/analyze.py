@@ -69,7 +69,8 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
         ablation_plan = ablations.prepare(loaded, dataset, o)
     groups = token_group_table(layout, source.tokenizer, source.config, dataset, o.token_groups)
     cap = source.capture(o, token_groups=groups, sequences=len(dataset.sequences),
-                         vocab_size=vocab_size(source.config, dataset) if o.anatomy else None)
+                         vocab_size=vocab_size(source.config, dataset) if o.anatomy else None,
+                         token_ids=data_token_ids(dataset) if o.anatomy else None)
     saver = None
     if o.partial is not None:
         from ..run.resume import PassCheckpoint, fingerprint
@@ -109,6 +110,12 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
     if saver:
         saver.finish()
     return analysis
+
+
+def data_token_ids(dataset: Dataset) -> torch.Tensor:
+    """(U,) int64: the distinct token ids of the data, sorted: the rows of the by-token tables
+    (probe/metrics/token_index.py), the same in every torchrun process and on --resume."""
+    return torch.unique(torch.cat([torch.as_tensor(s, dtype=torch.int64).reshape(-1) for s in dataset.sequences]))
 
 
 def vocab_size(config, dataset: Dataset) -> int:

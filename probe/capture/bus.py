@@ -70,17 +70,18 @@ class Pass:
     """
 
     def __init__(self, layout, options=None, *, vocab_size: int | None = None, sequences: int | None = None,
-                 token_groups=None):
+                 token_groups=None, token_ids=None):
         """options: the AnalysisOptions of the pass (None: every default; the metrics read what
         they need: thresholds, anatomy, loss_by_position); vocab_size: the model's vocabulary
         (sink anatomy needs it); sequences: the dataset's row count (the per-sequence state's
         size, metrics/per_sequence/); token_groups: the data's token groups
-        (pipeline.token_group_table: built from the tokenizer and the data, not an option)."""
+        (pipeline.token_group_table: built from the tokenizer and the data, not an option);
+        token_ids: every token id of the data, when known (the by-token tables' rows)."""
         self.layout = layout
         self.token_groups = token_groups
         self.options = AnalysisOptions() if options is None else options
         self.metrics = build_metrics(layout, self.options, vocab_size=vocab_size, sequences=sequences,
-                                     token_groups=token_groups)
+                                     token_groups=token_groups, token_ids=token_ids)
         self._subscribers: dict[str, list] = {}
         # Each metric's declared events (probe/metrics/<m>/__init__.py), those it listens to in
         # this pass, in the metrics' order: the order in which every event reaches them.

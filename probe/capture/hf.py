@@ -40,15 +40,18 @@ def _first(output):
 class Capture(Pass):
     def __init__(self, model: nn.Module, layout: ModelLayout, options: AnalysisOptions | None = None, *,
                  token_groups=None, vocab_size: int | None = None, sequences: int | None = None,
-                 **overrides):
+                 token_ids=None, **overrides):
         """options: the AnalysisOptions of the pass, whole (its thresholds: the sparsity sweep,
         counted exactly as the pass goes, metrics/sparsity/; anatomy: also sink anatomy,
         metrics/anatomy/; loss_by_position), default every field's default, with `overrides`
         of its fields (Capture(model, layout, anatomy=True, vocab_size=V)), checked.
         token_groups: the TokenGroups table of gates_by_token_type (pipeline.token_group_table);
-        vocab_size: sink anatomy's token table's size; sequences: the dataset's row count."""
+        vocab_size: sink anatomy's token table's size; sequences: the dataset's row count;
+        token_ids: every token id of the data, when known (the token tables then have a row per
+        id of the data instead of one per id of the vocabulary)."""
         o = AnalysisOptions.of(options, **overrides)
-        super().__init__(layout, o, vocab_size=vocab_size, sequences=sequences, token_groups=token_groups)
+        super().__init__(layout, o, vocab_size=vocab_size, sequences=sequences, token_groups=token_groups,
+                         token_ids=token_ids)
         self.model = model
         self._mixer_layer = {id(p.mixer): p.index for p in layout.layers}
         self._handles: list = []

@@ -18,7 +18,7 @@ reports/) and its `Metric` (the reducers fed by events, the tables read from the
                          (probe.results.schema.OPTIONAL_TABLES) and it writes nothing when the option is off
         counts           table -> its float columns that hold counts (compared exactly in the gold)
 
-    class Metric(layout, options, *, vocab_size=None, sequences=None, token_groups=None):
+    class Metric(layout, options, *, vocab_size=None, sequences=None, token_groups=None, token_ids=None):
         setup()              its reducers, made once the constructor (written once, in the
                              base class) has set layout, options and context
         listens(event)       whether it subscribes to a declared event in this pass (default yes)
@@ -61,6 +61,8 @@ class PassContext:
     vocab_size: int | None = None        # the model's vocabulary (sink anatomy needs it)
     sequences: int | None = None         # the dataset's row count (the per-sequence state's size)
     token_groups: object = None          # the data's token groups (data.token_types.TokenGroups)
+    token_ids: object = None             # every token id of the data (an int64 tensor), when known:
+                                         # the by-token tables' rows (metrics/token_index.py)
 
 
 @dataclass
@@ -92,16 +94,18 @@ class Metric:
             cls.name, cls.TABLES, cls.SUMMARY_KEYS, cls.OPTION = d.name, d.tables, d.summary_keys, d.option
 
     def __init__(self, layout, options, *, vocab_size: int | None = None, sequences: int | None = None,
-                 token_groups=None):
+                 token_groups=None, token_ids=None):
         """options: the AnalysisOptions of the pass (probe/core/options.py); vocab_size: the
         model's vocabulary; sequences: the dataset's row count (the per-sequence state's size);
-        token_groups: the data's token groups (probe.data.token_types.TokenGroups), None without a gate.
+        token_groups: the data's token groups (probe.data.token_types.TokenGroups), None without a gate;
+        token_ids: the data's token ids, when known (the by-token tables then hold a row per id
+        of the data, not of the vocabulary: metrics/token_index.py).
 
         Written once, here, for every metric: a metric makes its reducers in `setup`, reading
         self.layout, self.options and self.context."""
         self.layout = layout
         self.options = options
-        self.context = PassContext(vocab_size, sequences, token_groups)
+        self.context = PassContext(vocab_size, sequences, token_groups, token_ids)
         self.stats: dict = {}
         self.setup()
 

@@ -2,7 +2,7 @@
 one `probe.analyze` (analyze.py).
 
     source = source_for(model, options)         # loaded, checked and named
-    cap = source.capture(options, token_groups=..., vocab_size=..., sequences=...)
+    cap = source.capture(options, token_groups=..., vocab_size=..., sequences=..., token_ids=...)
     with source.forwarding(cap, dataset, options) as forward:
         pipeline.run_pass(cap, forward, dataset, options, dev=source.device, ...)
 
@@ -57,7 +57,7 @@ class Source(Protocol):
     @property
     def desc(self) -> str: ...                         # the progress bar's label
     def capture(self, options: AnalysisOptions, *, token_groups, vocab_size: int | None,
-                sequences: int):  ...                  # the Pass whose context installs its hooks
+                sequences: int, token_ids=None):  ...                  # the Pass whose context installs its hooks
     def forwarding(self, cap, dataset, options: AnalysisOptions) -> ContextManager[Callable]: ...
     def check_fired(self, cap) -> None: ...            # after the pass: every hook saw data
     def display_patterns(self, dataset, n: int, cap=None) -> pd.DataFrame: ...
@@ -143,12 +143,12 @@ class HFSource(_Common):
     def desc(self) -> str:
         return f"analyse {self.name}"
 
-    def capture(self, options, *, token_groups, vocab_size, sequences):
+    def capture(self, options, *, token_groups, vocab_size, sequences, token_ids=None):
         from ..capture.display import DisplayPatterns
         from ..capture.hf import Capture
 
         cap = Capture(self.loaded.model, self.layout, options, token_groups=token_groups,
-                      vocab_size=vocab_size, sequences=sequences)
+                      vocab_size=vocab_size, sequences=sequences, token_ids=token_ids)
         if self.world == 1:         # under torchrun every rank forms them alike: display_patterns
             cap.display = DisplayPatterns(options.display_len)
         return cap
@@ -308,7 +308,7 @@ class BridgeSource(_Common):
         # behind their back, so a dtype or device asked for must be what it holds.
         check_model_as_is(hf, dtype=o.dtype, device=o.device, device_map=None)
 
-    def capture(self, options, *, token_groups, vocab_size, sequences):
+    def capture(self, options, *, token_groups, vocab_size, sequences, token_ids=None):
         from ..capture.bridge import BridgeCapture
 
         return BridgeCapture(self.bridge, self.layout, options, gate_dim=self.gate_dim,

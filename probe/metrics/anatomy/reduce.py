@@ -54,14 +54,17 @@ class Anatomy(Metric):
         if self.enabled:
             # Imported here: probe.metrics.anatomy.received needs the attention back-end (transformers), and
             # reports/ reads this module's TABLES without loading a model library.
+            from ..token_index import TokenIndex
             from .stats import EPSILON, AnatomyStats
 
             if not vocab_size:
                 raise ValueError("sink anatomy needs the vocabulary size (vocab_size=)")
             from .sequences import SequenceAnatomy
 
+            index = TokenIndex.of(self.context.token_ids, vocab_size)      # the by-token tables' rows
             self.stats = {i: AnatomyStats(i, layout.num_heads, vocab_size, epsilon=EPSILON,
-                                          min_queries=MIN_QUERIES, sink_min_queries=SINK_MIN_QUERIES)
+                                          min_queries=MIN_QUERIES, sink_min_queries=SINK_MIN_QUERIES,
+                                          index=index)
                           for i in layout.attention_layers}
             self.column = {layer: a for a, layer in enumerate(layout.attention_layers)}
             # The per-sequence values behind the intervals (per_sequence.csv, sequences.py).
@@ -160,13 +163,14 @@ class Anatomy(Metric):
         if not self.stats:
             return []
         st = next(iter(self.stats.values()))
-        score = sum(s.token_score for s in self.stats.values())                   # (V,)
-        cells = sum(s.token_cells for s in self.stats.values())                   # (V,) cell-layers
-        sinks = sum(s.token_sinks for s in self.stats.values())                   # (V,)
+        score = sum(s.token_score for s in self.stats.values())                   # (U,) rows of st.index
+        cells = sum(s.token_cells for s in self.stats.values())                   # (U,) cell-layers
+        sinks = sum(s.token_sinks for s in self.stats.values())                   # (U,)
         seen = (cells > 0).nonzero()[:, 0]
         mean = (score[seen] / (cells[seen].double() * st.heads)).tolist()
+        # Rows are in increasing token id order: ties by row are ties by id.
         order = sorted(range(len(seen)), key=lambda i: (-mean[i], int(seen[i])))[:k]
-        return [{"token": int(seen[i]), "cells": int(cells[seen[i]]), "score": mean[i],
+        return [{"token": st.index.id(seen[i]), "cells": int(cells[seen[i]]), "score": mean[i],
                  "sink_share": int(sinks[seen[i]]) / (int(cells[seen[i]]) * st.heads)} for i in order]
 
     def top_tokens(self, tokenizer, k: int = SUMMARY_TOKENS) -> list[dict]:

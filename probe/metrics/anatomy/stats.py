@@ -34,6 +34,7 @@ import torch
 
 from .received import ReceivedAttention, ValueDrains
 from ..reducers import F64, I64, Reducer
+from ..token_index import TokenIndex
 
 EXACT_POSITIONS = 16
 # Bucket b holds key positions [EDGES[b], EDGES[b + 1]), the last one [2^20, inf).
@@ -60,9 +61,13 @@ class AnatomyStats(Reducer):
 
     def __init__(self, layer: int, heads: int, vocab_size: int, *, epsilon: float = EPSILON,
                  top: int = 100, min_queries: int = 16, sink_min_queries: int | None = None,
-                 device="cpu"):
+                 index: TokenIndex | None = None, device="cpu"):
+        """index: the rows of the by-token tables (token_index.py; shared by every layer), default
+        one per id of the vocabulary."""
         nb = len(EDGES)
         self.layer, self.heads, self.vocab_size = layer, heads, vocab_size
+        self.index = TokenIndex.of(None, vocab_size) if index is None else index
+        rows = len(self.index)
         self.epsilon, self.top_n, self.min_queries = float(epsilon), top, min_queries
         # Secondary sinks: cells seen by this many queries at least (None: min_queries).
         self.sink_min_queries = min_queries if sink_min_queries is None else sink_min_queries
@@ -72,9 +77,9 @@ class AnatomyStats(Reducer):
         self.pos_sinks = z(nb, heads, dtype=I64)    # cells with score > epsilon
         self.pos_prob = z(nb, heads)                # sum of P[t, k] over the queries that see k
         self.pos_queries = z(nb, dtype=I64)         # those queries
-        self.token_score = z(vocab_size)            # over heads
-        self.token_cells = z(vocab_size, dtype=I64)  # (sequence, key) cells, each for every head
-        self.token_sinks = z(vocab_size, dtype=I64)  # (sequence, key, head) cells > epsilon
+        self.token_score = z(rows)                  # (U,) over heads, a row per token id (index)
+        self.token_cells = z(rows, dtype=I64)       # (sequence, key) cells, each for every head
+        self.token_sinks = z(rows, dtype=I64)       # (sequence, key, head) cells > epsilon
         self.secondary_cells = z(heads, dtype=I64)  # every cell of the secondary-sink list's kind
         self.excluded = z((), dtype=I64)            # queries left out: non-finite lse
         self.gate_sum = z(GATE_BINS, heads)
@@ -110,7 +115,7 @@ class AnatomyStats(Reducer):
         self.pos_queries.index_add_(0, bucket, count.sum(0))
         # By token and the secondary sinks: cells seen by enough queries.
         firm = count >= max(1, self.min_queries)                                  # (B, S)
-        tok = input_ids.to(device).long()[firm]                                   # (N,)
+        tok = self.index.slots(input_ids.to(device).long()[firm])                 # (N,) rows
         self.token_score.index_add_(0, tok, (score * firm[:, None]).sum(1)[firm])
         self.token_cells.index_add_(0, tok, torch.ones_like(tok))
         self.token_sinks.index_add_(0, tok, (sink & firm[:, None]).sum(1)[firm])
@@ -216,7 +221,7 @@ class AnatomyStats(Reducer):
         seen = (cells > 0).nonzero()[:, 0]
         mean = self.token_score[seen] / (cells[seen].double() * self.heads)
         order = sorted(range(len(seen)), key=lambda i: (-float(mean[i]), int(seen[i])))[:k]
-        return [{"token": int(seen[i]), "cells": int(cells[seen[i]]), "score": float(mean[i]),
+        return [{"token": self.index.id(seen[i]), "cells": int(cells[seen[i]]), "score": float(mean[i]),
                  "sink_share": int(self.token_sinks[seen[i]]) / (int(cells[seen[i]]) * self.heads)}
                 for i in order]
 

@@ -19,6 +19,7 @@ import heapq
 import torch
 
 from ..reducers import F64, I64, Reducer, grown
+from ..token_index import TokenIndex
 
 TOP = 10                     # secondary state sinks kept per head
 # Queries a key needs before it can be named a state sink: the last keys of a sequence are read
@@ -35,13 +36,17 @@ class ReceivedStats(Reducer):
     summed = ("by_key", "seen", "token_total", "token_cells")
     gathered = ("sinks",)
 
-    def __init__(self, heads: int, positions: int, vocab_size: int | None = None, device="cpu"):
+    def __init__(self, heads: int, positions: int, vocab_size: int | None = None, device="cpu",
+                 index: TokenIndex | None = None):
+        """index: the rows of the by-token tables (token_index.py: the data's ids), default a
+        row per vocabulary id (vocab_size, or grown to the largest id read)."""
         z = dict(device=device)
         self.heads = heads
+        self.index = TokenIndex.of(None, vocab_size) if index is None else index
         self.by_key = torch.zeros(heads, positions, dtype=F64, **z)          # (H, S)
         self.seen = torch.zeros(heads, positions, dtype=I64, **z)            # (H, S)
-        self.token_total = torch.zeros(vocab_size or 0, dtype=F64, **z)      # (V,)
-        self.token_cells = torch.zeros(vocab_size or 0, dtype=I64, **z)      # (V,)
+        self.token_total = torch.zeros(len(self.index), dtype=F64, **z)      # (U,) a row per token id
+        self.token_cells = torch.zeros(len(self.index), dtype=I64, **z)      # (U,)
         # per head: (score, sequence, position, token id) of the sequences' top keys s >= 1
         self.sinks: list[list[tuple]] = [[] for _ in range(heads)]
 
@@ -75,11 +80,12 @@ class ReceivedStats(Reducer):
         self.by_key[:, :L] += total.to(self.by_key.device)
         self.seen[:, :L] += seen.to(self.seen.device)
         ids = ids[:L].to(self.token_total.device).long()
-        top = int(ids.max()) + 1
-        if top > len(self.token_total):
+        rows = self.index.slots(ids)                                                    # (L,)
+        top = int(rows.max()) + 1
+        if top > len(self.token_total):       # a vocabulary-wide table without its size: grow
             self.token_total, self.token_cells = grown(self.token_total, top, 0.0), grown(self.token_cells, top, 0)
-        self.token_total.index_add_(0, ids, total.sum(0).to(self.token_total.device))
-        self.token_cells.index_add_(0, ids, seen.sum(0).to(self.token_cells.device))
+        self.token_total.index_add_(0, rows, total.sum(0).to(self.token_total.device))
+        self.token_cells.index_add_(0, rows, seen.sum(0).to(self.token_cells.device))
         score = total / seen.clamp_min(1)                                               # (H, L)
         score = score.where(seen >= SINK_MIN_QUERIES, torch.nan)
         for h in range(score.shape[0]):
@@ -115,7 +121,8 @@ class ReceivedStats(Reducer):
         seen = (cells >= TOKEN_MIN_CELLS).nonzero()[:, 0]
         score = self.token_total[seen] / cells[seen].double()
         order = torch.argsort(score, descending=True, stable=True)[:k]
-        return [dict(token_id=int(seen[i]), cells=int(cells[seen[i]]), score=float(score[i])) for i in order]
+        return [dict(token_id=self.index.id(seen[i]), cells=int(cells[seen[i]]), score=float(score[i]))
+                for i in order]
 
 
 def _best(cands: list) -> list:

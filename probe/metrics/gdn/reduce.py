@@ -21,6 +21,7 @@ from ..bins import Bins
 from ..first_token import SINK_EPSILON
 from ..massive.reduce import token_text
 from ..reducers import F64
+from ..token_index import TokenIndex
 from . import CHECK_SITES, DECLARATION, QUANTITIES, SPARSITY_VARIANTS
 from .keys import BUCKETS, KEY0_SHARES, KeyStats, tolerance
 from .received import ReceivedStats
@@ -49,6 +50,8 @@ class GatedDeltaNet(Metric):
         self.tokens, self.outputs, self.keys, self.received = {}, {}, {}, {}
         if not self.enabled:
             return
+        # The received shares' by-token tables: a row per token id of the data when known.
+        index = TokenIndex.of(self.context.token_ids, self.context.vocab_size) if self.per_key else None
         for p in layout.layers:
             if p.layer_type != "linear_attention":
                 continue
@@ -61,7 +64,8 @@ class GatedDeltaNet(Metric):
             self.outputs[p.index] = OutputStats(len(self.names), H, options.thresholds)
             if self.per_key:
                 self.keys[p.index] = KeyStats(H, self.context.sequences)
-                self.received[p.index] = ReceivedStats(H, _longest(options.seq_len), self.context.vocab_size)
+                self.received[p.index] = ReceivedStats(H, _longest(options.seq_len), self.context.vocab_size,
+                                                       index=index)
         if self.refused:
             warnings.warn(describe_refused(self.refused))
 
