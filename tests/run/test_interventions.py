@@ -188,9 +188,17 @@ def test_massive_zero_skips_layers_without_massive_activations(official, dataset
 def test_baseline_model_gets_only_massive_interventions(loaded):
     lm = loaded("qwen3")
     data = build_dataset(None, lm.tokenizer, texts=[TEXT], seq_len=16, max_sequences=2)
-    with pytest.warns(UserWarning, match="^interventions='mean_gate,gate_one,gate_zero': not applicable: "
-                                         "the model has no gate"):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
         frame = interventions.run(lm, data, batch_size=2, massive_min_abs=0.0, massive_ratio=6.0)
+    said = [str(w.message) for w in seen]
+    assert any(m.startswith("interventions='mean_gate,gate_one,gate_zero': not applicable: the model has no gate")
+               for m in said), said
+    # The only other thing it may say: a layer whose activations stay below the threshold (this
+    # random model's layer 3 on some CPUs), which interventions.csv marks.
+    assert all("not applicable" in m or "zeroed nothing in layer(s)" in m for m in said), said
     measured = frame[frame.note == ""]
     assert set(measured.intervention) == {"none", "massive_zero"}
     skipped = frame[frame.note == interventions.NO_GATE]           # asked for, and marked
