@@ -11,7 +11,7 @@ import torch
 
 from ..data.sequences import Dataset, read_data
 from ..core.options import AnalysisOptions
-from ..run.pipeline import assemble, dataset_for, run_pass, token_group_table
+from ..run.pipeline import assemble, data_token_ids, dataset_for, run_pass, token_group_table
 from ..results.analysis import Analysis
 from ..run.source import source_for
 
@@ -110,12 +110,6 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
     if saver:
         saver.finish()
     return analysis
-
-
-def data_token_ids(dataset: Dataset) -> torch.Tensor:
-    """(U,) int64: the distinct token ids of the data, sorted: the rows of the by-token tables
-    (probe/metrics/token_index.py), the same in every torchrun process and on --resume."""
-    return torch.unique(torch.cat([torch.as_tensor(s, dtype=torch.int64).reshape(-1) for s in dataset.sequences]))
 
 
 def vocab_size(config, dataset: Dataset) -> int:

@@ -93,6 +93,13 @@ def check_vocab(dataset: Dataset, config) -> None:
                          "the data was tokenized for another model")
 
 
+def data_token_ids(dataset) -> torch.Tensor:
+    """(U,) int64: the distinct token ids of the data, sorted: the ids the token groups classify
+    and the rows of the by-token tables (probe/metrics/token_index.py), the same in every
+    torchrun process and on --resume."""
+    return torch.cat(dataset.sequences).unique()
+
+
 def token_group_table(layout, tokenizer, config, dataset, token_groups):
     """Token groups for gates_by_token_type, or None for an ungated model.
 
@@ -103,7 +110,7 @@ def token_group_table(layout, tokenizer, config, dataset, token_groups):
         return None
     from ..data.token_types import TokenGroups
 
-    present = torch.cat(dataset.sequences).unique()                                  # (U,)
+    present = data_token_ids(dataset)                                                # (U,)
     vocab = getattr(config, "vocab_size", None) or int(present.max()) + 1
     return TokenGroups.build(tokenizer, vocab, token_groups, ids=present.tolist())
 
