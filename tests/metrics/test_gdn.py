@@ -1,6 +1,7 @@
 """probe/metrics/gdn/ and probe/capture/gdn.py on the tiny hybrids (Qwen3-Next: fused
 projections; Qwen3.5: separate ones; OLMo-Hybrid: every projection apart, a g_proj gate and beta
-up to 2; all 4 value heads over 2 key heads), in float32:
+up to 2; all 4 value heads over 2 key heads), random and trained (the shipped hybrid-gated arm, a
+Qwen3.5 model, and the same weights as a Qwen3-Next one: trained_hybrids.py), in float32:
 
 - beta, g, SiLU(z), q, k and v as the event carries them equal the model's own: the arguments
   transformers' module passes its gated-delta-rule kernel (recorded by wrapping the kernel
@@ -27,10 +28,41 @@ import probe
 from probe.core.events import GDN
 from probe.families.gdn import describe_refused, gdn_parts
 from probe.metrics.gdn.decompose import KeyTerms, state_share, written_values
+from probe.metrics.gdn.keys import tolerance
+from tests.metrics.trained_hybrids import TRAINED_KINDS, trained_checkpoint
 from tests.samples import TEXT
 
 KINDS = ("qwen3_next", "qwen3_5", "olmo_hybrid")
+# The terms against the layer's own float32 output, relative per head (as gdn_check.csv): 1e-5 for
+# the trained arms on every ATen CPU path (scalar, AVX2, AVX-512). The random tiny Qwen3-Next decays
+# by e^g ~ 0.03 a token, and there the float32 chunk kernel itself lands up to 4.3e-5 from the
+# exact value under AVX2 and the scalar path (1e-6 under AVX-512): the terms equal the float64
+# recurrence to 1e-10, so that gap is the kernel's rounding; random kinds are held to the
+# float32 tolerance that gdn_check applies (1e-4).
 RTOL = 1e-5
+
+
+def rtol(kind: str) -> float:
+    return RTOL if kind in TRAINED_KINDS else tolerance(torch.float32)
+
+
+@pytest.fixture(scope="module")
+def hybrid(checkpoint, tmp_path_factory):
+    """hybrid(kind) -> the checkpoint of a tiny hybrid of KINDS (random) or TRAINED_KINDS."""
+    root = tmp_path_factory.mktemp("trained")
+    return lambda kind: trained_checkpoint(kind, root) if kind in TRAINED_KINDS else checkpoint(kind)
+
+
+def test_the_trained_qwen3_next_is_the_trained_qwen3_5(hybrid):
+    """The converted arm computes what the arm computes: the same logits, bit for bit here (the
+    same operations on the same numbers; 1e-6 allows another CPU's kernels)."""
+    import transformers as tf
+
+    ids = torch.randint(3, 1000, (2, 96), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        a = tf.Qwen3_5ForCausalLM.from_pretrained(hybrid("trained_qwen3_5"))(input_ids=ids, use_cache=False).logits
+        b = tf.Qwen3NextForCausalLM.from_pretrained(hybrid("trained_qwen3_next"))(input_ids=ids, use_cache=False).logits
+    assert float((a - b).abs().max()) <= 1e-6 * float(a.abs().max())
 
 
 def _modeling(lm):
@@ -38,11 +70,11 @@ def _modeling(lm):
     return importlib.import_module(type(lm.layout.layers[0].mixer).__module__)
 
 
-@pytest.fixture(scope="module", params=KINDS)
-def recorded(request, loaded, monkeypatch_module):
+@pytest.fixture(scope="module", params=KINDS + TRAINED_KINDS)
+def recorded(request, hybrid, monkeypatch_module):
     """One forward pass of a tiny hybrid: probe's GDN events, and the model's own kernel
     arguments and output-norm inputs, recorded apart."""
-    lm = loaded(request.param)
+    lm = probe.load(hybrid(request.param))
     module = _modeling(lm)
     kernel_args, norm_args = {}, {}
     original = module.torch_chunk_gated_delta_rule
@@ -69,7 +101,7 @@ def recorded(request, loaded, monkeypatch_module):
         for h in handles:
             h.remove()
     gdn_layers = [p.index for p in lm.layout.layers if p.layer_type == "linear_attention"]
-    return lm, calls, dict(zip(gdn_layers, kernel_args.values())), norm_args
+    return lm, calls, dict(zip(gdn_layers, kernel_args.values())), norm_args, request.param
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +112,7 @@ def monkeypatch_module():
 
 
 def test_beta_decay_and_gate_are_the_models_own(recorded):
-    lm, calls, kernel, norm = recorded
+    lm, calls, kernel, norm, _ = recorded
     assert sorted(calls) == sorted(kernel) == [0, 1, 2]
     for layer, call in calls.items():
         own = kernel[layer]
@@ -117,7 +149,7 @@ def _terms_by_recurrence(q, k, v, beta, g):
 
 
 def test_terms_sum_to_the_kernel_and_match_an_independent_recurrence(recorded):
-    lm, calls, kernel, norm = recorded
+    lm, calls, kernel, norm, kind = recorded
     for layer, call in calls.items():
         for row in range(call.q.shape[0]):
             H = lambda x: x[row].transpose(0, 1).double()
@@ -125,11 +157,15 @@ def test_terms_sum_to_the_kernel_and_match_an_independent_recurrence(recorded):
             u, S = written_values(k, v, beta, g, chunk=32)          # several chunks at T = 150
             terms = KeyTerms(q, k, u, g, block_elements=4 * 150 * 40)
             c, parts = _terms_by_recurrence(q, k, v, beta, g)
-            ref = H(call.o)
+            ref = H(call.o)                                          # (H, T, dv) the kernel's float32 output
+            recons = []
             for t0, t1, P, recon in terms.blocks():
                 mine = P[..., None] * u[:, None, :t1]                 # (H, Bq, t1, dv)
                 assert torch.allclose(mine, c[:, t0:t1, :t1], rtol=0, atol=1e-10)
-                assert float((recon - ref[:, t0:t1]).norm() / ref[:, t0:t1].norm()) < RTOL
+                recons.append(recon)
+            # As gdn_check.csv measures it: per head, relative to the norm of its whole output.
+            recon = torch.cat(recons, 1)
+            assert float(((recon - ref).norm(dim=(1, 2)) / ref.norm(dim=(1, 2))).max()) < rtol(kind), (kind, layer)
             phi = state_share(k, u, g, S)
             S_T = parts.sum(1)
             expect = torch.einsum("hskd,hkd->hs", parts, S_T) / (S_T * S_T).sum((1, 2))[:, None]
@@ -157,9 +193,9 @@ def test_terms_against_transformers_chunk_kernel_on_random_grouped_inputs():
 
 
 @pytest.fixture(scope="module")
-def run(checkpoint):
-    return {kind: probe.analyze(checkpoint(kind), texts=[TEXT[:500]], seq_len=48, batch_size=2, max_sequences=3,
-                                progress=False, gdn=True, anatomy=True, resamples=0) for kind in KINDS}
+def run(hybrid):
+    return {kind: probe.analyze(hybrid(kind), texts=[TEXT[:500]], seq_len=48, batch_size=2, max_sequences=3,
+                                progress=False, gdn=True, anatomy=True, resamples=0) for kind in KINDS + TRAINED_KINDS}
 
 
 def test_the_run_checks_its_terms_and_writes_every_table(run):
@@ -167,7 +203,7 @@ def test_the_run_checks_its_terms_and_writes_every_table(run):
         check = a.tables["gdn_check"]
         assert sorted(set(check.layer)) == [0, 1, 2] and bool(check.passed.all()), kind
         main = check[check.site.isin(["kernel_output", "out_proj"])]
-        assert float(main.max_rel_error.max()) < RTOL, kind
+        assert float(main.max_rel_error.max()) < rtol(kind), kind
         for table, columns in probe.metrics.BY_NAME["gdn"].tables.items():
             assert list(a.tables[table].columns) == list(columns), (kind, table)
             # 48 tokens: no key is read by the 128 queries a state sink needs (test_gdn_received.py)
@@ -258,3 +294,17 @@ def test_key0_share_interval_resamples_each_sequences_own_shares(checkpoint):
     assert s["key0_share"] == pytest.approx(float(((share * n).sum(0) / n.sum(0)).mean()), rel=1e-9)
     assert (s["key0_share_lo"], s["key0_share_hi"]) == pytest.approx((float(lo), float(hi)), rel=1e-9)
     assert s["key0_share_lo"] < s["key0_share"] < s["key0_share_hi"]
+
+
+def test_fused_and_separate_projections_give_the_same_tables(run):
+    """The trained arm as Qwen3.5 (separate projections) and as Qwen3-Next (fused, grouped by key
+    head): the same function, so every GDN table holds the same numbers, head by head."""
+    a, b = run["trained_qwen3_5"], run["trained_qwen3_next"]
+    for table in ("gdn_gates", "gdn_gate_hist", "gdn_sparsity", "gdn_head_norms", "gdn_keys", "gdn_key0_buckets",
+                  "gdn_received"):
+        x, y = a.tables[table], b.tables[table]
+        assert len(x) == len(y) > 0, table
+        numeric = [c for c in x.columns if c != "model" and x[c].dtype.kind == "f"]
+        keys = [c for c in x.columns if c not in numeric and c != "model"]
+        assert x[keys].equals(y[keys]), table
+        np.testing.assert_allclose(x[numeric].to_numpy(), y[numeric].to_numpy(), rtol=1e-5, atol=1e-7, err_msg=table)
