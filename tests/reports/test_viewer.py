@@ -2,7 +2,8 @@
 values, in a real browser (headless Chromium, driven through tests/reports/headless_chromium.py):
 the tooltip of a hovered token against TokenSeries.values, the largest value of a range kept when
 zoomed out, no network request, token texts escaped; its size and opening time at 16,384 tokens x
-30 layers with every series; `probe view`; `analysis.view()`."""
+30 layers with every series; `probe view`; `analysis.view()`, also as VS Code's notebook renderer
+inserts an output."""
 from __future__ import annotations
 
 import re
@@ -286,3 +287,69 @@ def test_the_report_has_a_tokens_section(tiny_runs, tmp_path):
     assert html.count("<iframe") == 1 and "srcdoc=" in html
     without = build_sections(load_runs([tiny_runs["llama"]]), None)
     assert any(s.id == "tokens" for s in without)
+
+
+# How VS Code's built-in notebook renderer shows a text/html output (extensions/notebook-renderers,
+# renderHTML and domEval): the HTML goes into a new div through innerHTML, the div into the
+# output's container, and each <script> in it is re-created (text and type, src, nonce, noModule,
+# async; no other attribute), appended to the container and removed at once. JupyterLab's
+# trusted-output renderer does the same: innerHTML, then scripts re-created. Two outputs share
+# the one document, as the cells of a notebook share VS Code's output webview.
+NOTEBOOK_HOST = """<!DOCTYPE html><html><head><meta charset="utf-8"><link rel="icon" href="data:,"></head>
+<body><div id="cell1" class="output"></div><div id="cell2" class="output"></div><script>
+const outputs = %s;
+function renderHTML(html, container) {
+  const element = document.createElement('div');
+  element.innerHTML = html;
+  container.appendChild(element);
+  for (const node of Array.from(element.getElementsByTagName('script'))) {
+    const tag = document.createElement('script');
+    tag.text = node.innerText;
+    for (const key of ['type', 'src', 'nonce', 'noModule', 'async']) {
+      const val = node[key] || node.getAttribute(key);
+      if (val) tag.setAttribute(key, val);
+    }
+    element.appendChild(tag).parentNode.removeChild(tag);
+  }
+}
+renderHTML(outputs[0], document.getElementById('cell1'));
+renderHTML(outputs[1], document.getElementById('cell2'));
+</script></body></html>"""
+
+
+def test_view_shown_as_vs_code_inserts_a_notebook_output(browser, tmp_path):
+    """analysis.view() of two runs, each shown as VS Code's notebook renderer inserts an output:
+    both viewers draw, each in its own frame, and a hovered token's tooltip gives its run's stored
+    values; no request leaves the page, no script error."""
+    import json
+
+    a, b = _pair()
+    shown = [View([("gated", a)], height=500)._repr_html_(), View([("base", b)], height=500)._repr_html_()]
+    path = tmp_path / "notebook.html"
+    path.write_text(NOTEBOOK_HOST % json.dumps(shown).replace("</", "<\\/"), encoding="utf-8")
+    browser.log.errors.clear()
+    browser.log.requests.clear()
+    browser.open(path)
+    frames = "Array.from(document.querySelectorAll('iframe.probe-tokens')).map(f => f.contentWindow)"
+    start = time.monotonic()
+    while not browser.evaluate(f"(() => {{ const w = {frames}; return w.length == 2 && "
+                               "w.every(x => x.probeViewer && x.probeViewer.ready); })()"):
+        assert time.monotonic() - start < 30, browser.log.errors
+        time.sleep(0.05)
+    for index, series in enumerate((a, b)):
+        frame = f"document.querySelectorAll('iframe.probe-tokens')[{index}]"
+        browser.evaluate(f"{frame}.scrollIntoView(); {frame}.contentWindow.probeViewer.select('first_token', 1, -1);"
+                         f" {frame}.contentWindow.probeViewer.setView(0, 300)")
+        # The token's centre in the top page: the frame's offset plus the token's box inside it.
+        x, y = browser.evaluate(f"(() => {{ const f = {frame}.getBoundingClientRect();"
+                                f" const r = {frame}.contentDocument.querySelector('.ptv-text [data-t=\"40\"]')"
+                                ".getBoundingClientRect(); return [f.x + 1 + r.x + r.width / 2,"
+                                " f.y + 1 + r.y + r.height / 2]; })()")
+        browser.call("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
+        cells = browser.evaluate(f"Array.from({frame}.contentDocument.querySelectorAll('.ptv-tip td')).map(td =>"
+                                 " [+td.dataset.run, +td.dataset.layer, td.dataset.head, td.textContent])")
+        assert browser.evaluate(f"!{frame}.contentDocument.querySelector('.ptv-tip').hidden"), index
+        assert len(cells) == 4 * (1 + 3)                       # layers x (mean + heads), one run per frame
+        _check_tip(cells, [series], "first_token", 40)
+    assert browser.log.errors == []
+    assert browser.log.requests == [path.resolve().as_uri()]
