@@ -30,7 +30,7 @@ The per-head series and the activations are the coarsest: they are what a viewer
 tokens x 30 layers carries most of (SmolLM2's first-token attention per head holds 6 bits of
 entropy per value in steps of 0.01), and the page must stay under 5 MB.
 A hybrid's per-head GDN series (gdn_beta_heads, gdn_gate_heads: span8; gdn_decay_heads: decay8;
-gdn_key0_heads: cent) are 8-bit too, their head means 12-bit (span, decay; gdn_key0 is unit); they
+gdn_key0_heads: share8) are 8-bit too, their head means 12-bit (span, decay, share); they
 are still most of a hybrid's page (51% of the shipped trained hybrid's at 16,384 tokens), as a
 value head's beta, decay and SiLU(z) change from token to token (docs/gdn.md, "Token by token").
 
@@ -53,10 +53,16 @@ HEADER_FILE = "tokens.json"
 ARRAYS_FILE = "tokens.npz"
 FORMAT = "probe token series 1"
 KINDS = {"unit": np.uint8, "cent": np.uint8, "log": np.uint16, "log8": np.uint8, "index": np.uint16,
-         "span": np.uint16, "span8": np.uint8, "decay": np.uint16, "decay8": np.uint8}
+         "span": np.uint16, "span8": np.uint8, "decay": np.uint16, "decay8": np.uint8,
+         "share": np.uint16, "share8": np.uint8}
 NONE = {k: int(np.iinfo(t).max) for k, t in KINDS.items()}
 STEPS = {"unit": 254, "cent": 100}          # linear kinds: value = code / steps
-LOG_STEPS = {"log": 4093, "log8": 253, "decay": 4093, "decay8": 253}   # log kinds: steps between lo and hi
+LOG_STEPS = {"log": 4093, "log8": 253, "decay": 4093, "decay8": 253,   # log kinds: steps between lo and hi
+             "share": 4093, "share8": 253}
+# Shares (share kinds: log kinds otherwise) below this are stored as 0: a GDN key-0 share decays
+# geometrically with the query's distance and reaches 1e-40 within a few hundred tokens, which
+# would stretch the log scale over dozens of decades nobody reads (coarser steps, a paler page).
+SHARE_FLOOR = 1e-9
 SPAN_STEPS = {"span": 4093, "span8": 253}   # value = lo + code * (hi - lo) / steps
 DECAYS = ("decay", "decay8")                # log kinds of d = -ln(value)
 
@@ -76,6 +82,8 @@ def quantise(values: np.ndarray, kind: str) -> tuple[np.ndarray, dict]:
         scaled = (np.nan_to_num(v) - lo) / (hi - lo) * SPAN_STEPS[kind] if hi > lo else np.zeros_like(v)
         codes = np.rint(np.clip(scaled, 0, SPAN_STEPS[kind]))
         return np.where(missing, NONE[kind], codes).astype(KINDS[kind]), {"lo": lo, "hi": hi}
+    if kind in ("share", "share8"):
+        v = np.where(v < SHARE_FLOOR, 0.0, v)                 # NaN stays NaN (missing)
     if kind in DECAYS:
         # d = -ln(value) >= 0 on the log scale (a decay that underflowed to 0: the largest d).
         with np.errstate(divide="ignore"):
@@ -91,7 +99,8 @@ def quantise(values: np.ndarray, kind: str) -> tuple[np.ndarray, dict]:
 
 def decode(codes: np.ndarray, kind: str, lo: float = 0.0, hi: float = 0.0) -> np.ndarray:
     """float64 values of `codes`, NaN where there is no value (the viewer's decode, in numpy)."""
-    c = np.asarray(codes).astype(np.float64)
+    missing = np.asarray(codes) == NONE[kind]
+    c = np.where(missing, 0, codes).astype(np.float64)      # the no-value code never reaches exp()
     if kind in STEPS:
         out = c / STEPS[kind]
     elif kind == "index":
@@ -102,7 +111,7 @@ def decode(codes: np.ndarray, kind: str, lo: float = 0.0, hi: float = 0.0) -> np
         out = np.where(c == 0, 0.0, np.exp(lo + (c - 1) * ((hi - lo) / LOG_STEPS[kind])))
         if kind in DECAYS:
             out = np.exp(-out)
-    return np.where(np.asarray(codes) == NONE[kind], np.nan, out)
+    return np.where(missing, np.nan, out)
 
 
 @dataclass

@@ -5,13 +5,14 @@
 // (probe/results/token_series.py): what the tooltip shows is what the run holds.
 "use strict";
 (function () {
-  const STEPS = { unit: 254, cent: 100 }, LOG_STEPS = { log: 4093, log8: 253, decay: 4093, decay8: 253 };
+  const STEPS = { unit: 254, cent: 100 }, LOG_STEPS = { log: 4093, log8: 253, decay: 4093, decay8: 253,
+                                             share: 4093, share8: 253 };
   const SPAN_STEPS = { span: 4093, span8: 253 }, DECAYS = new Set(["decay", "decay8"]);
-  const EIGHT = new Set(["unit", "cent", "log8", "span8", "decay8"]), MAX_TEXT = 2000, ZOOM_TO = 400;
+  const EIGHT = new Set(["unit", "cent", "log8", "span8", "decay8", "share8"]), MAX_TEXT = 2000, ZOOM_TO = 400;
   // The GDN series (hybrids, --gdn) hold values on their linear-attention layers only.
   const MAIN = ["first_token", "gate", "max_abs", "loss", "received", "max_abs_dim",
                 "gdn_gate", "gdn_beta", "gdn_decay", "gdn_key0"];
-  const LOG_COLOUR = new Set(["max_abs"]);
+  const LOG_COLOUR = new Set(["max_abs", "gdn_key0"]);
   const STOPS = [[255, 255, 255], [254, 232, 200], [253, 187, 132], [227, 74, 51], [127, 0, 0]];
   const root = document.getElementById("ptv");
   const meta = JSON.parse(document.getElementById("ptv-meta").textContent);
@@ -109,7 +110,7 @@
     if (s.kind === "index") return String(v);
     if (s.kind === "unit") return v.toFixed(4);
     if (s.kind === "cent") return v.toFixed(2);
-    if (s.kind === "log8" || s.kind === "decay8") return v.toPrecision(4);
+    if (s.kind === "log8" || s.kind === "decay8" || s.kind === "share8") return v.toPrecision(4);
     if (s.kind === "span8") return v.toPrecision(3);
     if (s.kind === "decay") return v.toPrecision(6);
     return v.toPrecision(5);

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 import probe
 from probe.metrics.token_series import SERIES
 from probe.results.token_series import KINDS as DTYPES
-from probe.results.token_series import LOG_STEPS, SPAN_STEPS, STEPS, TokenSeries
+from probe.results.token_series import DECAYS, LOG_STEPS, SHARE_FLOOR, SPAN_STEPS, STEPS, TokenSeries
 
 KINDS = ("qwen3_next", "qwen3_5")
 B, T = 2, 40
@@ -172,15 +172,15 @@ def test_no_gdn_series_without_gdn(loaded):
 
 def test_gdn_per_head_series_are_8_bit_and_their_head_means_finer():
     """The precision probe/results/token_series.py and docs/gdn.md state: every per-head GDN series
-    in one byte per value (they are most of a hybrid's viewer page), the head means of beta, the
-    decay and SiLU(z) in the 12-bit kinds."""
+    in one byte per value (they are most of a hybrid's viewer page), the head means in the 12-bit
+    kinds; the key-0 shares on a log scale (a trained hybrid's are 1e-5 .. 1e-3)."""
     heads = {name: kind for name, (_, per_head, kind) in SERIES.items() if name.startswith("gdn_") and per_head}
     assert heads == {"gdn_gate_heads": "span8", "gdn_beta_heads": "span8", "gdn_decay_heads": "decay8",
-                     "gdn_key0_heads": "cent"}
+                     "gdn_key0_heads": "share8"}
     assert all(DTYPES[kind] == np.uint8 for kind in heads.values())
     means = {name: SERIES[name][2] for name in ("gdn_gate", "gdn_beta", "gdn_decay", "gdn_key0")}
-    assert means == {"gdn_gate": "span", "gdn_beta": "span", "gdn_decay": "decay", "gdn_key0": "unit"}
-    assert {DTYPES[kind] for name, kind in means.items() if name != "gdn_key0"} == {np.uint16}
+    assert means == {"gdn_gate": "span", "gdn_beta": "span", "gdn_decay": "decay", "gdn_key0": "share"}
+    assert {DTYPES[kind] for kind in means.values()} == {np.uint16}
 
 
 def test_stored_gdn_values_are_the_captured_ones_within_half_a_step(case, tmp_path):
@@ -196,6 +196,12 @@ def test_stored_gdn_values_are_the_captured_ones_within_half_a_step(case, tmp_pa
         elif s["kind"] in SPAN_STEPS:
             assert s["lo"] == v[ok].min() and s["hi"] == v[ok].max(), name
             assert np.abs(stored[ok] - v[ok]).max() <= 0.5 * (s["hi"] - s["lo"]) / SPAN_STEPS[s["kind"]] + 1e-12, name
+        elif s["kind"] not in DECAYS:      # share: the value within half a step of its log scale,
+            floor = SHARE_FLOOR if s["kind"].startswith("share") else 0.0          # 0 below the floor
+            assert (stored[ok][v[ok] < floor] == 0).all() and (stored[ok][v[ok] == 0] == 0).all(), name
+            half = 0.5 * (s["hi"] - s["lo"]) / LOG_STEPS[s["kind"]]
+            positive = v[ok] >= max(floor, np.finfo(np.float64).tiny)
+            assert np.abs(np.log(stored[ok][positive]) - np.log(v[ok][positive])).max() <= half + 1e-9, name
         else:                  # decay: d = -ln(value) within half a step of its log scale
             d, d_stored = -np.log(v[ok]), -np.log(stored[ok])
             assert s["lo"] == pytest.approx(np.log(d[d > 0].min())) and s["hi"] == pytest.approx(np.log(d.max()))
@@ -212,9 +218,12 @@ def half_step(series: TokenSeries, name: str) -> float:
         return 0.5 / STEPS[kind]
     if kind in SPAN_STEPS:
         return 0.5 * (s["hi"] - s["lo"]) / SPAN_STEPS[kind]
+    half = 0.5 * (s["hi"] - s["lo"]) / LOG_STEPS[kind]
+    if kind not in DECAYS:   # share: within a relative half step (values up to e^hi), or 0 below the floor
+        return math.exp(s["hi"]) * math.expm1(half) + SHARE_FLOOR
     # decay: d = -ln(value) within a relative half step, so |value change| <= value * d * (e^x - 1)
     # with x the half step in ln d; value * d = d e^-d <= 1/e.
-    return math.expm1(0.5 * (s["hi"] - s["lo"]) / LOG_STEPS[kind]) / math.e
+    return math.expm1(half) / math.e
 
 
 @pytest.mark.parametrize("kind", KINDS)

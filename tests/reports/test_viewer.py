@@ -111,7 +111,8 @@ def _hover(browser, t: int) -> list:
 
 # How closely the tooltip's text gives the stored value, by the series' kind (its format).
 SHOWN = {"unit": dict(abs=0.5e-4), "cent": dict(abs=0.5e-2), "span": dict(rel=0.5e-4), "span8": dict(rel=0.5e-2),
-         "decay": dict(rel=0.5e-5), "decay8": dict(rel=0.5e-3)}
+         "decay": dict(rel=0.5e-5), "decay8": dict(rel=0.5e-3), "log": dict(rel=0.5e-4), "log8": dict(rel=0.5e-3),
+         "share": dict(rel=0.5e-4), "share8": dict(rel=0.5e-3)}
 
 
 def _check_tip(cells, runs, name: str, t: int) -> None:

@@ -33,9 +33,11 @@ SERIES = {
     "gdn_beta_heads": ("GDN write strength beta per value head", True, "span8"),
     "gdn_decay": ("GDN decay exp(g), mean over value heads (--gdn)", False, "decay"),
     "gdn_decay_heads": ("GDN decay exp(g) per value head", True, "decay8"),
+    # On a log scale down to 1e-9 (share kinds): a trained hybrid's shares after position 0 are
+    # 1e-5 .. 1e-3 (docs/gdn.md), which steps of 1/254 or 0.01 would store as 0.
     "gdn_key0": ("GDN key-0 share of the query's output |c_t0| / sum_s |c_ts|, mean over value heads "
-                 "(--gdn --anatomy)", False, "unit"),
-    "gdn_key0_heads": ("GDN key-0 share per value head", True, "cent"),
+                 "(--gdn --anatomy)", False, "share"),
+    "gdn_key0_heads": ("GDN key-0 share per value head", True, "share8"),
 }
 
 DECLARATION = Declaration(
