@@ -38,7 +38,10 @@ test: setup
 # The numbers that are compared with stored or independent ones (the gold runs, the real-model
 # tier) again on the other ATen CPU kernels: scalar (default), and AVX2 where the CPU has
 # AVX-512 (then AVX-512 is what the suite ran). The tolerances must hold on any CPU.
-KERNEL_TESTS := tests/run/test_pipeline_gold.py tests/reports/test_gold.py tests/test_real_models.py
+# The GDN split's checks too: they compare with the float32 chunk kernel, whose rounding depends on
+# these kernels (docs/gdn.md, "The reconstruction check").
+KERNEL_TESTS := tests/run/test_pipeline_gold.py tests/reports/test_gold.py tests/test_real_models.py \
+                tests/metrics/test_gdn.py
 test-kernels: setup
 	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -p no:cacheprovider $(KERNEL_TESTS)
 	@if grep -q avx512f /proc/cpuinfo 2>/dev/null; then \
