@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ..core.errors import ProbeError, flag
 from ..core.registry import unique
 from .gates import GateSpec
 from . import gemma, grafted, official, qwen_next
@@ -87,17 +86,6 @@ def supported_model_types() -> list[str]:
 
 def registered(model_type: str) -> Adapter | None:
     return BY_MODEL_TYPE.get(model_type)
-
-
-def adapter_for(model_type: str) -> Adapter:
-    adapter = BY_MODEL_TYPE.get(model_type)
-    if adapter is None:
-        raise ProbeError(
-            f"unsupported architecture {model_type!r}; probe knows {', '.join(supported_model_types())}. "
-            f"For another model declare its gate with {flag('gate', metavar='MODULE:LAYOUT:GRANULARITY[:ACTIVATION]')} "
-            f"(e.g. g_proj:plain:elementwise), or {flag('gate', 'none')} for a model without one"
-        )
-    return adapter
 
 
 def text_config(config):
