@@ -29,7 +29,7 @@ def _softmax_most_varied(series, name: str, n: int) -> int:
     return max(spreads, key=spreads.get)
 
 
-TOP = {"unit": 254, "span": 4093}       # the largest code of these kinds (probe/results/token_series.py)
+TOP = {"unit": 254, "span": 4093, "share": 4094}   # the largest code of these kinds (probe/results/token_series.py)
 
 
 def _titles(series, name: str) -> list[str]:
