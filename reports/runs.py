@@ -93,6 +93,13 @@ class Runs:
         return [model for model in self.models if not self.is_gated(model)]
 
 
+def same_token_pairs(runs: Runs) -> list[tuple[str, str]]:
+    """(baseline, gated) runs that read the same token ids (equal meta.json tokens_sha256)."""
+    digest = {model: runs.meta[model].get("tokens_sha256") for model in runs.models}
+    return [(baseline, gated) for gated in runs.gated_models for baseline in runs.ungated_models
+            if digest[gated] and digest[gated] == digest[baseline]]
+
+
 def load_runs(source: Any) -> Runs:
     """Read runs from a run directory, an Analysis-like object, a `Runs`, or a list of those.
 

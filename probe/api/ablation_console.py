@@ -1,10 +1,15 @@
-"""The sink ablations as `probe analyze --ablate` prints them: one line per ablation, Δloss with
-its paired 95% interval, what it means, and F-Attn under the ablation (ablations.csv)."""
+"""The sink ablations as the console prints them: per run one line per ablation, Δloss with its
+paired 95% interval, what it means, and F-Attn under the ablation (ablations.csv; `probe analyze
+--ablate`, `probe compare --ablate`); and, where a gated and an ungated run read the same token
+ids, the difference of their Δloss with its paired interval (laid out here; report_args.print_between
+prints it for `probe compare` and `probe report`)."""
 from __future__ import annotations
 
 import math
 
 import pandas as pd
+
+from ..core.errors import printable
 
 
 def ablation_lines(frame: pd.DataFrame) -> list[str]:
@@ -34,3 +39,26 @@ def print_ablations(analyses) -> None:
         if lines:
             print(f"\n{a.meta.get('name', '')}: loss under sink ablations, against the model on the same tokens")
             print("\n".join(lines))
+
+
+def between_lines(frame: pd.DataFrame) -> list[str]:
+    """The gated − ungated table (probe.reports.ablation_pairs.between_models), one block per
+    pair of runs: each model's Δloss, the difference, its paired 95% interval and the reading
+    (a direction only where the interval excludes 0); none for an empty frame."""
+    if frame is None or frame.empty:
+        return []
+    lines = []
+    for (ungated, gated), rows in frame.groupby(["ungated", "gated"], sort=False):
+        width = max(26, *(len(a) for a in rows.ablation))
+        sequences = sorted(set(rows.sequences))
+        over = f"{sequences[0]}" if len(sequences) == 1 else f"{sequences[0]}-{sequences[-1]}"
+        lines += ["", f"{printable(gated)} against {printable(ungated)}, the same {over} sequences: the change of "
+                  "loss under each sink ablation, gated − ungated, with its paired 95% interval",
+                  f"{'sink ablation':<{width}}{'Δ ungated':>10}{'Δ gated':>10}{'gated − ungated':>17}  "
+                  f"{'95% interval':<21}reading"]
+        for r in rows.itertuples():
+            interval = f"[{r.lo:+.4f}, {r.hi:+.4f}]" if math.isfinite(r.lo) else "-"
+            lines.append(f"{r.ablation:<{width}}{r.delta_ungated:>+10.4f}{r.delta_gated:>+10.4f}"
+                         f"{r.difference:>+17.4f}  {interval:<21}{r.reading}")
+    return lines
+

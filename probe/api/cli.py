@@ -11,8 +11,8 @@ from ..core import errors
 from ..core.errors import ProbeError
 from ..core.options import DEVICE, DTYPE, DTYPE_NAMES, seed_argument
 from ..core.owned import FORCE_HELP
-from .report_args import (GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_claims, print_differences,
-                          print_intervals)
+from .report_args import (GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_between, print_claims,
+                          print_differences, print_intervals)
 from .cli_names import _run_name, compare_names, print_summary, unique_names, warn_repeated  # noqa: F401
 from .view_cli import cmd_view
 
@@ -260,6 +260,7 @@ def cmd_report(args, command_line) -> int:
                              figures=args.figures, pairs=pairs, groups=groups).values():
         print(f"wrote {errors.printable(path)}")
     print_claims(runs, pairs)
+    print_between(runs)
     return 0
 
 
@@ -276,6 +277,7 @@ def _check_figures_dir(figures: str | None, force: bool) -> None:
 
 def cmd_compare(args, command_line) -> int:
     from ..core.atomic import check_output_dir, check_writable
+    from .ablation_console import print_ablations
     from ..run.distributed import is_main
     from .outputs import write_runs
     from ..core.owned import inputs_of
@@ -311,6 +313,8 @@ def cmd_compare(args, command_line) -> int:
               "to compare on identical input", file=sys.stderr)
     print_claims(analyses, pairs)
     print_differences(analyses)
+    print_ablations(analyses)
+    print_between(analyses)
     print(f"wrote {errors.printable(out)}/")                     # the run folders first, as probe analyze prints them
     for path in reports.values():
         print(f"wrote {errors.printable(path)}")

@@ -64,6 +64,18 @@ def print_differences(analyses) -> None:
         print(text)
 
 
+def print_between(runs) -> None:
+    """The gated − ungated table of every gated run and ungated run that read the same token ids
+    and ran the same sink ablations (Analysis objects, run directories or a Runs):
+    reports/ablation_pairs.py computes it, probe/api/ablation_console.py lays it out."""
+    from probe.reports.ablation_pairs import between_models
+    from .ablation_console import between_lines
+
+    lines = between_lines(between_models(runs))
+    if lines:
+        print("\n".join(lines))
+
+
 def print_intervals(analyses) -> None:
     """One line per run: the 95% intervals beside the summary's numbers (summary.json *_lo / *_hi)."""
     from ..results.number_text import fmt     # not probe.reports: it loads matplotlib

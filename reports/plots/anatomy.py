@@ -19,7 +19,7 @@ from matplotlib.patches import Rectangle
 
 from probe.reports.plots._layout import (figure_or_new, legend_outside, not_applicable, panel_title,
                                          set_layer_ticks)
-from probe.reports.runs import Runs, load_runs
+from probe.reports.runs import Runs, load_runs, same_token_pairs
 from probe.reports.labels import SINK_MIN_QUERIES
 from probe.reports.style import HATCH_COLOR, MISSING_COLOR, REFERENCE_COLOR, model_colors, styled
 from probe.reports.text import plain
@@ -101,13 +101,6 @@ def gate_sink_by_layer(runs: Runs) -> pd.DataFrame:
     ordered = _in_model_order(sums, runs).sort_values(["model", "layer", "attention_lo"],
                                                       kind="stable")
     return ordered[columns].reset_index(drop=True)
-
-
-def same_token_pairs(runs: Runs) -> list[tuple[str, str]]:
-    """(baseline, gated) runs that read the same token ids (equal meta.json tokens_sha256)."""
-    digest = {model: runs.meta[model].get("tokens_sha256") for model in runs.models}
-    return [(baseline, gated) for gated in runs.gated_models for baseline in runs.ungated_models
-            if digest[gated] and digest[gated] == digest[baseline]]
 
 
 def f_attn_vs_gate(runs: Runs, baseline: str, gated: str) -> pd.DataFrame:

@@ -16,8 +16,8 @@ from probe.reports import plots
 from probe.reports.tables import anatomy as tables_anatomy
 from probe.reports.sections.items import FigureItem, Item, Section, TableItem
 from probe.reports.plots.anatomy import (anatomy_models, few_query_columns, key_label, log_norm,
-                                         received_buckets, received_matrix, same_token_pairs, sink_bar)
-from probe.reports.runs import Runs
+                                         received_buckets, received_matrix, sink_bar)
+from probe.reports.runs import Runs, same_token_pairs
 from probe.reports.labels import SINK_EPSILON
 from probe.reports.text import plain
 

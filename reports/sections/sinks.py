@@ -21,9 +21,8 @@ import pandas as pd
 from matplotlib.figure import Figure, SubFigure
 
 from probe.intervals.bootstrap import LEVEL
-from probe.intervals.paired_loss import paired_difference
 from probe.reports.plots._layout import figure_or_new
-from probe.reports.plots.anatomy import same_token_pairs
+from probe.reports.ablation_pairs import BETWEEN_RESAMPLES, between_models
 from probe.reports.runs import Runs, load_runs
 from probe.reports.sections.items import FigureItem, Section, TableItem, needing
 from probe.reports.style import REFERENCE_COLOR, model_colors, styled
@@ -35,7 +34,6 @@ AFTER = "interventions"
 SYMLOG_ABOVE = 3.0
 SYMLOG_LINEAR = 0.05
 TITLE = "What the sink does"
-BETWEEN_RESAMPLES = 2000     # the paired intervals of gated − ungated (fixed seed: the same runs, the same interval)
 
 
 def _models(runs: Runs) -> list[str]:
@@ -133,57 +131,6 @@ def ablation_display(runs: Runs) -> pd.DataFrame:
                                   and r.top_keys else "–"),
                      "tokens": f"{int(r.tokens)}"})
     return pd.DataFrame(rows).set_index("model") if rows else pd.DataFrame()
-
-
-def between_models(runs: Runs, resamples: int = BETWEEN_RESAMPLES) -> pd.DataFrame:
-    """Per (ungated, gated) pair of runs that read the same token ids (meta.json tokens_sha256) and
-    per ablation both ran on the same tokens of each sequence: ungated, gated, ablation, sequences,
-    tokens, delta_ungated, delta_gated, difference (gated − ungated), lo, hi (its paired interval,
-    the sequences resampled together for both models) and reading."""
-    seqs = runs.ablation_sequences
-    layer_of = {(r.model, r.ablation): (r.kind, r.layer) for r in runs.ablations.itertuples()}
-    rows = []
-    for ungated, gated in same_token_pairs(runs):
-        mine, theirs = (seqs[seqs["model"] == m] for m in (gated, ungated))
-        both = mine.merge(theirs, on=["ablation", "sequence"], suffixes=("_g", "_u"))
-        for name, got in both.groupby("ablation", sort=False):
-            if not (got["tokens_g"] == got["tokens_u"]).all():      # not the same targets: no pairing
-                continue
-            d = paired_difference(got["nll_g"], got["base_nll_g"], got["nll_u"], got["base_nll_u"],
-                                  got["tokens_g"], resamples)
-            reading = _reading(d["lo"], d["hi"])
-            (kind, layer_g), (_, layer_u) = layer_of.get((gated, name), ("", -1)), layer_of.get((ungated, name), ("", -1))
-            if str(kind).startswith("massive") and layer_g != layer_u:
-                # "where they appear" (the first layer that has any) is another layer in each
-                # model: two different interventions ("every layer" is one rule in both)
-                reading = f"not comparable: layer {layer_g} against layer {layer_u}"
-            elif str(kind).startswith("massive"):
-                # a sequence whose activations stay below the threshold is left as it was (its nll
-                # unchanged to the bit): where that differs between the models, so do the interventions
-                touched = [set(got["sequence"][got[f"nll_{m}"] != got[f"base_nll_{m}"]]) for m in "gu"]
-                if touched[0] != touched[1]:
-                    reading = (f"not comparable: it changed sequences {_listed(touched[0])} of the gated model, "
-                               f"{_listed(touched[1])} of the ungated")
-            rows.append(dict(ungated=ungated, gated=gated, ablation=name, sequences=len(got),
-                             tokens=int(got["tokens_g"].sum()), delta_ungated=d["second"], delta_gated=d["first"],
-                             difference=d["difference"], lo=d["lo"], hi=d["hi"], reading=reading))
-    order = {n: i for i, n in enumerate(dict.fromkeys(runs.ablations["ablation"]))}
-    frame = pd.DataFrame(rows, columns=["ungated", "gated", "ablation", "sequences", "tokens", "delta_ungated",
-                                        "delta_gated", "difference", "lo", "hi", "reading"])
-    return frame.sort_values(["ungated", "gated", "ablation"], key=lambda c: c.map(order) if c.name == "ablation"
-                             else c, kind="stable").reset_index(drop=True)
-
-
-def _listed(sequences: set) -> str:
-    return ", ".join(map(str, sorted(sequences))) or "none"
-
-
-def _reading(lo: float, hi: float) -> str:
-    """A direction only where the paired interval excludes 0."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return "no interval (one sequence)"
-    return ("the gated model loses less" if hi < 0 else "the gated model loses more" if lo > 0
-            else "no measurable difference")
 
 
 def between_display(frame: pd.DataFrame) -> pd.DataFrame:

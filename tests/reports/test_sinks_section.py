@@ -61,58 +61,10 @@ def test_without_ablations_the_section_is_left_out_and_claim_5_has_no_row(checkp
     assert 5 not in set(reports.claims_table(plain)["claim"])
 
 
-def test_gated_against_ungated_pairs_the_same_sequences(runs):
-    """The difference of the two models' loss changes: each Δ equals ablations.csv's (1e-12, the
-    same float64 sums pooled), the reading follows the paired interval, and the table is shown."""
-    from probe.reports.sections.sinks import between_models
+def test_the_section_shows_the_gated_against_ungated_table(runs):
+    """The pairing itself is tests/reports/test_ablation_pairs.py; here: the section shows it whole."""
+    from probe.reports.ablation_pairs import between_models
 
-    frame = between_models(runs)
-    assert list(frame.ablation) == list(dict.fromkeys(runs.ablations.ablation))
-    assert set(zip(frame.ungated, frame.gated)) == {("baseline", "headwise")}
-    deltas = runs.ablations.set_index(["model", "ablation"])["delta_loss"]
-    for r in frame.itertuples():
-        assert abs(r.delta_gated - deltas[("headwise", r.ablation)]) <= 1e-12
-        assert abs(r.delta_ungated - deltas[("baseline", r.ablation)]) <= 1e-12
-        assert abs(r.difference - (r.delta_gated - r.delta_ungated)) <= 1e-12
-        assert r.lo <= r.difference <= r.hi
-        assert (r.reading == "no measurable difference") == (r.lo <= 0 <= r.hi)
     section = next(s for s in build_sections(runs) if s.id == "sinks")
     assert section.items[-1].title == "Gated against ungated, the same sequences"
-    assert len(section.items[-1].frame) == len(frame)
-
-
-def test_a_massive_ablation_on_other_layers_in_each_model_is_not_compared(runs):
-    """'massive zeroed (where they appear)' in the first layer that has any (ablations.csv layer):
-    another layer in each model is another intervention, so the pair reads 'not comparable',
-    naming both."""
-    import copy
-
-    from probe.reports.sections.sinks import between_models
-
-    other = copy.deepcopy(runs)
-    ab = other.tables["ablations"]
-    name = ab.ablation.iloc[0]
-    ab.loc[ab.ablation == name, "kind"] = "massive_zero"
-    ab.loc[(ab.ablation == name) & (ab.model == "baseline"), "layer"] = 11
-    ab.loc[(ab.ablation == name) & (ab.model == "headwise"), "layer"] = 2
-    frame = between_models(other)
-    assert frame.set_index("ablation").loc[name, "reading"] == "not comparable: layer 2 against layer 11"
-    assert (frame[frame.ablation != name].reading != "").all()
-
-
-def test_a_massive_ablation_that_changed_other_sequences_is_not_compared(runs):
-    """A sequence whose activations stay below the threshold is left as it was (nll == base_nll):
-    where the sequences changed differ between the two models, the pair reads 'not comparable'."""
-    import copy
-
-    from probe.reports.sections.sinks import between_models
-
-    other = copy.deepcopy(runs)
-    ab, seqs = other.tables["ablations"], other.tables["ablation_sequences"]
-    name = ab.ablation.iloc[0]
-    ab.loc[ab.ablation == name, "kind"] = "massive_zero"
-    untouched = (seqs.ablation == name) & (seqs.model == "headwise") & (seqs.sequence == 0)
-    seqs.loc[untouched, "nll"] = seqs.loc[untouched, "base_nll"]
-    frame = between_models(other).set_index("ablation")
-    assert frame.loc[name, "reading"] == ("not comparable: it changed sequences 1, 2, 3 of the gated model, "
-                                          "0, 1, 2, 3 of the ungated")
+    assert len(section.items[-1].frame) == len(between_models(runs)) > 0
