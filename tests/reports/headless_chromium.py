@@ -37,7 +37,7 @@ class HeadlessChromium:
     """`with HeadlessChromium(binary, profile_dir) as browser: browser.open(path)`."""
 
     def __init__(self, binary: str, profile: Path, width: int = 1280, height: int = 900,
-                 timeout: float = 30.0):
+                 timeout: float = 30.0, extra_args: tuple[str, ...] = ()):
         self.timeout = timeout
         self.log = PageLog()
         self._ids = itertools.count(1)
@@ -47,7 +47,7 @@ class HeadlessChromium:
             [binary, "--headless=new", "--no-sandbox", "--disable-gpu",
              "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
              "--hide-scrollbars", f"--window-size={width},{height}",
-             "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
+             "--remote-debugging-port=0", f"--user-data-dir={profile}", *extra_args, "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             port = self._wait_for_port(profile / "DevToolsActivePort")
