@@ -116,7 +116,7 @@ def interleaved(q, k, v, repeat: int) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--window", type=int, default=None, help="also time a sliding window of W keys")

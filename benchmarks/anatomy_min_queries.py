@@ -72,7 +72,7 @@ def measure(name: str, T: int, ref: int) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--models", nargs="+", default=["smollm2", "gemma3"])
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--ref", type=int, default=512)

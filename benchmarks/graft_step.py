@@ -37,7 +37,7 @@ def step_times(model, ids: torch.Tensor, steps: int) -> list[float]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--grafted", help="a probe graft folder (default: graft SmolLM2 into /tmp)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batch", type=int, default=4)

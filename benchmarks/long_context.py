@@ -145,7 +145,7 @@ def child(args: dict) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--lengths", type=int, nargs="+", default=[32768])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))

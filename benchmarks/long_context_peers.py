@@ -63,7 +63,7 @@ def predicted(method: str, config, params: int, T: int) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048, 8192, 16384, 32768])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--memory-gb", type=float, default=8, help="cap per process (and the prediction's limit)")

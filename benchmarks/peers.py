@@ -208,7 +208,7 @@ def agreement(row: dict, probe_row: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--lengths", type=int, nargs="+", default=[512, 2048, 8192, 32768])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--repeat", type=int, default=3, help="timed runs at T < 8192")

@@ -60,7 +60,7 @@ def child(what: str, T: int, window: int, sinks: int, layers: int | None) -> dic
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--T", type=int, default=8192)
     parser.add_argument("--window", type=int, default=1024)
     parser.add_argument("--sinks", type=int, default=4)

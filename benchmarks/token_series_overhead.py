@@ -75,7 +75,7 @@ def measure(T: int, repeat: int, anatomy: bool, hybrid: str | None = None) -> di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--lengths", type=int, nargs="+", default=[2048])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--anatomy", action="store_true")

@@ -253,7 +253,7 @@ def stage_lines(result: dict) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 2048, 8192])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-anatomy", action="store_true", help="leave the --anatomy analysis out")

@@ -55,7 +55,7 @@ CLEAR_SINK = 0.3                 # Gu et al.'s epsilon: a head "sinks" when F-At
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--out", default=str(ROOT / "demo-out"), help="output folder (default demo-out/)")
     parser.add_argument("--checkpoints", default=str(SHIPPED),
                         help="folder with none/, headwise/, elementwise/ from probe train --arm all and "

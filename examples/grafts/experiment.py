@@ -283,7 +283,7 @@ TRAJECTORY_METRICS = ("loss", "f_attn", "f_attn_sink_layers", "sink_rate", "m_ac
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--root", default="graft-exp", help="where the arms go (outside git)")
     p.add_argument("--scale", type=float, default=1.0, help="train every arm to this multiple of its steps")
     p.add_argument("--arms", nargs="+", help="only these arms (default: all, in order)")

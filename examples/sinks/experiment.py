@@ -46,7 +46,7 @@ def analyse(path, name: str, out: Path, spec: str, seq_len: int, sequences: int,
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("part", choices=("tiny", "smollm2"))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--seq-len", type=int, default=None)
