@@ -183,3 +183,25 @@ def test_the_demo_writes_a_pdf_for_its_real_part_too():
         sys.path.remove(str(EXAMPLES))
     assert set(_demo_real.REPORT_FORMATS.split(",")) == {"html", "pdf"}
     assert "report.pdf" in (EXAMPLES / "demo.py").read_text()
+
+
+def test_the_sink_experiment_runs_each_tiny_arm_and_keeps_finished_runs(tmp_path, capsys):
+    """examples/sinks/experiment.py, cut down: each tiny arm under one ablation with --anatomy
+    (top receiving keys measured), saved as a run directory; run again, each run is kept."""
+    sys.path.insert(0, str(ROOT / "examples" / "sinks"))
+    try:
+        import experiment
+    finally:
+        sys.path.pop(0)
+    import probe
+
+    argv = ["tiny", "--out", str(tmp_path), "--sequences", "2", "--spec", "key0", "--anatomy"]
+    assert experiment.main(argv) == 0
+    for arm in ("none", "headwise", "elementwise"):
+        ablations = probe.Analysis.load(tmp_path / "runs" / f"tiny-{arm}").ablations
+        (row,) = ablations.itertuples()
+        # unablated, key 0 receives the most; masked, it leaves the top keys (only query 0 still sees it)
+        assert row.kind == "key0_mask" and row.base_top_keys.startswith("0:")
+        assert re.fullmatch(r"(\d+:0\.\d+ ?){3}", row.top_keys) and not re.search(r"(^| )0:", row.top_keys)
+    assert experiment.main(argv) == 0
+    assert capsys.readouterr().out.count("exists, kept") == 3

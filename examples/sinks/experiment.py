@@ -3,7 +3,7 @@ CPU runs in minutes: the three tiny arms that ship with probe, then SmolLM2-135M
 arm (the shipped trained gate file), each under the same --ablate spec on the same tokens.
 
     python examples/sinks/experiment.py --out sinks-out tiny          # ~1 minute
-    python examples/sinks/experiment.py --out sinks-out smollm2 --seq-len 2048 --sequences 4
+    python examples/sinks/experiment.py --out sinks-out smollm2 --seq-len 2048 --sequences 16 --anatomy
     python examples/sinks/experiment.py --out sinks-out smollm2 --models base \
         --also SmolLM2-135M-gates-random=ARM_FOLDER       # any other checkpoint on the same tokens
     probe report sinks-out/runs/* --out sinks-out/report              # "What the sink does"
@@ -57,11 +57,13 @@ def main(argv=None) -> int:
     parser.add_argument("--also", action="append", default=[], metavar="NAME=CHECKPOINT",
                         help="smollm2: one more checkpoint measured on the same tokens (a trained graft arm)")
     parser.add_argument("--force", action="store_true", help="measure again runs whose directory exists")
+    parser.add_argument("--anatomy", action="store_true",
+                        help="also measure where the attention on key 0 goes under each ablation (top receiving keys)")
     args = parser.parse_args(argv)
     if args.part == "tiny":              # the arms were trained on 128-token rows with a BOS first
         for arm in ("none", "headwise", "elementwise"):
             analyse(HERE.parent / "checkpoints" / arm, f"tiny-{arm}", args.out, args.spec or TINY_SPEC,
-                    args.seq_len or 128, args.sequences or 64, force=args.force)
+                    args.seq_len or 128, args.sequences or 64, force=args.force, anatomy=args.anatomy)
         return 0
     from probe.load import real_models
     from probe.train.graft import graft
@@ -75,7 +77,7 @@ def main(argv=None) -> int:
     todo += [(Path(path), name) for name, _, path in (also.partition("=") for also in args.also)]
     for path, name in todo:
         analyse(path, name, args.out, args.spec or REAL_SPEC, args.seq_len or 2048, args.sequences or 4,
-                force=args.force, bos="none")
+                force=args.force, bos="none", anatomy=args.anatomy)
     return 0
 
 
