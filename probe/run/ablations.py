@@ -175,7 +175,11 @@ def run(prepared: Prepared, *, name: str, reference) -> tuple[pd.DataFrame, pd.D
     S = len(dataset.sequences)
     dev = next(model.parameters()).device
     thresholds = massive_thresholds(reference, layout, MASSIVE_MIN_ABS, MASSIVE_RATIO)
-    bar = _bar(len(todo) + 1, name) if options.progress else None
+    # Passes: the unablated one, one per ablation, and one measuring the massive activations'
+    # means, shared by the massive_mean ablations (a skipped ablation advances the bar as well).
+    means_pass = any(ab.kind == "massive_mean" for ab, _, _ in todo)
+    bar = _bar(len(todo) + 1 + means_pass, name) if options.progress else None
+    channel_means: dict = {}          # layer -> (C,) mean of its massive values (measured once)
     with using_probe_attention(model, observer := _FirstKey(options.anatomy)):
         def one(data, offset, regs=(), masks=None):
             observer.reset()
@@ -199,8 +203,11 @@ def run(prepared: Prepared, *, name: str, reference) -> tuple[pd.DataFrame, pd.D
                                   zero_first_value=ab.kind == "key0_value")
                 got = one(data, offset, masks={layout.layers[i].mixer: key for i in layers})
             elif ab.kind.startswith("massive"):
-                scope, regs, note = _massive(ab, layout, thresholds, reference, lambda r: one(dataset, 0, r))
+                scope, regs, note = _massive(ab, layout, thresholds, reference, lambda r: one(dataset, 0, r),
+                                             channel_means)
                 got = None if regs is None else one(dataset, 0, regs)
+                if regs is None and bar is not None:
+                    bar.update()
             else:
                 got = one(data, offset)
             label = ALL_LAYERS if scope is None or len(scope) != 1 or ab.kind.startswith("massive") and ab.scope == "all" \
@@ -322,15 +329,20 @@ def replacement_id(token: str, tokenizer) -> int:
     return int(ids[0])
 
 
-def _massive(ab: Ablation, layout, thresholds: dict, reference, measure):
-    """(layers, hooks or None when nothing reaches a threshold, note)."""
+def _massive(ab: Ablation, layout, thresholds: dict, reference, measure, channel_means: dict):
+    """(layers, hooks or None when nothing reaches a threshold, note). channel_means: the means
+    measured so far, layer -> (C,); the first massive_mean ablation measures them for every layer
+    with a massive activation, in one pass (the pass only reads the outputs, so each layer's
+    means are the same whichever layers are measured with it), and the others reuse them."""
     hit = [i for i in sorted(thresholds) if reference.massive[(i, "resid_post")].max_abs() >= thresholds[i]]
     if not hit:
         return list(thresholds), None, "no activation reached the threshold: nothing to ablate"
     layers = hit[:1] if ab.scope == "first" else hit
     means = None
     if ab.kind == "massive_mean":
-        means = _means(layout, {i: thresholds[i] for i in layers}, measure)
+        if not set(layers) <= channel_means.keys():
+            channel_means.update(_means(layout, {i: thresholds[i] for i in hit}, measure))
+        means = {i: channel_means[i] for i in layers}
     return layers, _set_massive(layout, {i: thresholds[i] for i in layers}, means), \
         f"layers {','.join(map(str, layers))}"
 

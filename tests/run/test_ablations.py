@@ -215,3 +215,44 @@ def test_paired_difference_equals_both_models_resampled_together_by_hand():
     assert abs(got["difference"] - ((a.sum() - b.sum()) - (c.sum() - d.sum())) / n.sum()) <= 1e-12
     assert abs(got["lo"] - np.quantile(diffs, 0.025)) <= 1e-12 and abs(got["hi"] - np.quantile(diffs, 0.975)) <= 1e-12
     assert math.isnan(paired_difference(a[:1], b[:1], c[:1], d[:1], n[:1], 60)["lo"])   # one sequence: no interval
+
+
+def test_massive_means_are_measured_once_for_both_scopes(checkpoint, monkeypatch):
+    """'massive=mean' ablates in the first layer with a massive activation and in every such
+    layer: one measuring pass serves both (the pass only reads the outputs), and the progress
+    bar counts every pass. Thresholds lowered so that the tiny model has massive activations."""
+    from probe.run import ablations
+
+    monkeypatch.setattr(ablations, "MASSIVE_MIN_ABS", 0.0)
+    monkeypatch.setattr(ablations, "MASSIVE_RATIO", 3.0)
+    measured, real = [], ablations._means
+    monkeypatch.setattr(ablations, "_means", lambda layout, thresholds, measure:
+                        measured.append(sorted(thresholds)) or real(layout, thresholds, measure))
+    bars, real_bar = [], ablations._bar
+    monkeypatch.setattr(ablations, "_bar", lambda total, name: bars.append(real_bar(total, name)) or bars[-1])
+    a = probe.analyze(checkpoint("official_headwise"), texts=[TEXT], seq_len=24, max_sequences=3,
+                      ablate="massive=mean", resamples=100, progress=True)
+    rows = a.ablations.set_index("kind")
+    first, every = (a.ablations.iloc[i] for i in range(2))
+    assert list(a.ablations.kind) == ["massive_mean", "massive_mean"] and rows.delta_loss.notna().all()
+    hit = [int(x) for x in every.note.removeprefix("layers ").split(",")]
+    assert len(hit) > 1 and first.note == f"layers {hit[0]}"             # two different interventions
+    assert measured == [hit]                                            # one measuring pass, every hit layer
+    assert bars[0].n == bars[0].total == 1 + 2 + 1                      # unablated, two ablations, the means
+
+
+def test_a_layers_means_do_not_depend_on_the_layers_measured_with_it(loaded):
+    """What lets one measuring pass serve both scopes: layer 1's means measured alone equal
+    layer 1's means measured with layers 0 and 2, bit for bit."""
+    from probe.capture.hooks import installed
+    from probe.run.ablations import _means
+
+    lm = loaded("official_headwise")
+    ids = torch.randint(3, 256, (2, 16), generator=torch.Generator().manual_seed(3))
+
+    def measure(regs):
+        with installed(regs), torch.no_grad():
+            lm.model(input_ids=ids, use_cache=False)
+    alone = _means(lm.layout, {1: 0.5}, measure)
+    together = _means(lm.layout, {0: 0.5, 1: 0.5, 2: 0.5}, measure)
+    assert torch.equal(alone[1], together[1])
