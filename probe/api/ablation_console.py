@@ -50,15 +50,16 @@ def between_lines(frame: pd.DataFrame) -> list[str]:
     lines = []
     for (ungated, gated), rows in frame.groupby(["ungated", "gated"], sort=False):
         width = max(26, *(len(a) for a in rows.ablation))
+        intervals = [f"[{r.lo:+.4f}, {r.hi:+.4f}]" if math.isfinite(r.lo) else "-" for r in rows.itertuples()]
+        room = max(19, *map(len, intervals)) + 2
         sequences = sorted(set(rows.sequences))
         over = f"{sequences[0]}" if len(sequences) == 1 else f"{sequences[0]}-{sequences[-1]}"
         lines += ["", f"{printable(gated)} against {printable(ungated)}, the same {over} sequences: the change of "
                   "loss under each sink ablation, gated − ungated, with its paired 95% interval",
                   f"{'sink ablation':<{width}}{'Δ ungated':>10}{'Δ gated':>10}{'gated − ungated':>17}  "
-                  f"{'95% interval':<21}reading"]
-        for r in rows.itertuples():
-            interval = f"[{r.lo:+.4f}, {r.hi:+.4f}]" if math.isfinite(r.lo) else "-"
+                  f"{'95% interval':<{room}}reading"]
+        for r, interval in zip(rows.itertuples(), intervals):
             lines.append(f"{r.ablation:<{width}}{r.delta_ungated:>+10.4f}{r.delta_gated:>+10.4f}"
-                         f"{r.difference:>+17.4f}  {interval:<21}{r.reading}")
+                         f"{r.difference:>+17.4f}  {interval:<{room}}{r.reading}")
     return lines
 

@@ -120,3 +120,13 @@ def test_probe_compare_prints_each_models_ablations_and_the_pair(checkpoint, tex
     lines = between_lines(between_models(out))
     assert lines and "\n".join(lines) in printed
     assert printed.index(lines[1]) < printed.index(f"wrote {out}/")
+
+
+def test_the_console_columns_stay_aligned_for_wide_intervals(runs):
+    """An interval of two-digit nats (massive activations zeroed: ~14) keeps the reading column
+    where the header puts it."""
+    frame = between_models(runs).copy()
+    frame.loc[0, ["lo", "hi"]] = [-14.5616, -13.7648]
+    lines = between_lines(frame)
+    column = lines[2].index("reading")
+    assert all(line[column - 2:column] == "  " and line[column] != " " for line in lines[3:])
