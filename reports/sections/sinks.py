@@ -2,9 +2,9 @@
 ablation_positions.csv; probe analyze --ablate, probe/run/ablations.py), gated and ungated
 models side by side.
 
-Found by reports.sections (SECTION, AFTER). One figure: per model a panel of Δloss against the
-target position for each ablation, with its paired 95% band, on one y scale, and a last panel
-of F-Attn under each ablation next to the model's own. One table: each ablation's Δloss, its
+Found by reports.sections (SECTION, AFTER). One figure: Δloss against the target position for
+each ablation, with its paired 95% band, a row per family of ablations and a panel per model
+(one y scale per row), and a last column of F-Attn under each ablation next to the model's own. One table: each ablation's Δloss, its
 interval, what it means and F-Attn. Where a gated and an ungated run read the same token ids, a
 second table: the difference of their loss changes, with a paired interval over the sequences
 (ablation_sequences.csv): does the gate make the model any less dependent on its sink?
@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import seaborn as sns
 from matplotlib.figure import Figure, SubFigure
 
 from probe.intervals.bootstrap import LEVEL
@@ -41,60 +42,95 @@ def _models(runs: Runs) -> list[str]:
     return [model for model in runs.models if model in found]
 
 
+# The figure's rows: ablations that answer one question share a row, so a row holds a handful of
+# lines in distinct colours and its own y scale (the massive activations zeroed cost ~15 nats,
+# a window plus a sink hundredths: on one axis the second would be flat).
+FAMILIES = (
+    ("windows, no sink", lambda r: r.kind == "window" and not r.sinks),
+    ("windows + first keys", lambda r: r.kind == "window" and bool(r.sinks)),
+    ("key 0", lambda r: r.kind.startswith("key0")),
+    ("first token", lambda r: r.kind.startswith("first")),
+    ("massive activations", lambda r: r.kind.startswith("massive")),
+)
+
+
+def ablation_families(ablations: pd.DataFrame) -> list[tuple[str, list[str]]]:
+    """[(family, [ablation names in the run's order])] for the families these runs hold.
+    ablations: ablations.csv rows (kind, sinks, ablation)."""
+    rows = ablations.drop_duplicates("ablation")
+    rows = rows.assign(sinks=rows["sinks"].fillna(0))
+    out = []
+    for family, member in FAMILIES:
+        names = [r.ablation for r in rows.itertuples() if member(r)]
+        if names:
+            out.append((family, names))
+    return out
+
+
 @styled
 def plot_sink_ablations(runs: Any, *, fig: Figure | SubFigure | None = None) -> Figure | SubFigure:
-    """Δloss (ablated − unablated, same tokens) by target position for each sink ablation, one
-    panel per model (shared y), and F-Attn under each ablation per model in the last panel."""
+    """Δloss (ablated − unablated, same tokens) by target position: a row per family of
+    ablations (windows, windows with the first keys, key 0, the first token, massive
+    activations), a panel per model in each row on the row's own y scale, the row's legend
+    beside it; F-Attn under each ablation per model in the last column."""
     runs = load_runs(runs)
     models = _models(runs)
     positions = runs.ablation_positions
+    ran = set(positions["ablation"])
+    families = [(f, [n for n in names if n in ran]) for f, names in ablation_families(runs.ablations)]
+    families = [(f, names) for f, names in families if names] or [("", [])]
     names = list(dict.fromkeys(runs.ablations["ablation"]))
-    ran = [n for n in names if n in set(positions["ablation"])]
-    # tall enough for one labelled bar group per ablation in the last panel (about 0.2 in a row)
-    fig = figure_or_new(fig, 2.0 + 3.2 * (len(models) + 1),
-                        max(4.4, 1.6 + 0.2 * (len(names) + 1)) + 0.22 * math.ceil(len(ran) / 4))
-    axes = fig.subplots(1, len(models) + 1, sharey=False)
-    cmap = __import__("matplotlib").colormaps["tab20"]
-    colors = {n: cmap(i % 20) for i, n in enumerate(ran)}
-    lows, highs = [], []
-    for ax, model in zip(axes, models):
-        mine = positions[positions["model"] == model]
-        for name in ran:
-            rows = mine[mine["ablation"] == name].sort_values("bucket_lo")
-            if rows.empty:
-                continue
-            x = np.sqrt(rows["bucket_lo"].to_numpy() * rows["bucket_hi"].to_numpy())   # bucket's geometric middle
-            ax.plot(x, rows["delta_loss"], marker="o", markersize=2.5, linewidth=1.1, color=colors[name], label=name)
-            if rows["delta_lo"].notna().any():
-                ax.fill_between(x, rows["delta_lo"], rows["delta_hi"], color=colors[name], alpha=0.12, linewidth=0)
-            lows.append(np.nanmin(rows[["delta_loss", "delta_lo"]].to_numpy()))
-            highs.append(np.nanmax(rows[["delta_loss", "delta_hi"]].to_numpy()))
-        ax.axhline(0.0, color=REFERENCE_COLOR, linewidth=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("target position")
-        gated = "gated" if runs.is_gated(model) else "ungated"
-        # long run names side by side: wrapped (at hyphens first), the gate on a line of its own
-        ax.set_title(textwrap.fill(plain(model), 24) + f"\n({gated})", fontsize=9)
-    label = "Δ loss (ablated − unablated)"
-    if lows:
-        pad = 0.05 * (max(highs) - min(lows) or 1.0)
-        for ax in axes[:-1]:
-            ax.set_ylim(min(lows) - pad, max(highs) + pad)
-            if max(highs) - min(lows) > SYMLOG_ABOVE:   # one ablation of many nats must not flatten the rest
-                ax.set_yscale("symlog", linthresh=SYMLOG_LINEAR)
-        if max(highs) - min(lows) > SYMLOG_ABOVE:
-            label += f"\nsymlog, linear within ±{SYMLOG_LINEAR:g}"
-    axes[0].set_ylabel(label)
-    _f_attn_panel(axes[-1], runs, models, names)
-    found = {}                                  # every panel's ablations, once each
-    for ax in axes[:-1]:
-        for handle, name in zip(*ax.get_legend_handles_labels()):
-            found.setdefault(name, handle)
-    labels = [n for n in ran if n in found]
-    handles = [found[n] for n in labels]
-    if handles:             # below every panel: the lines are the same ablations in each
-        fig.legend(handles, labels, loc="outside lower center", ncol=min(4, len(labels)), fontsize=7,
-                   frameon=False)
+    fig = figure_or_new(fig, 1.2 + 2.9 * len(models) + 1.9 + 3.4,
+                        max(1.0 + 0.2 * (len(names) + 1), 0.6 + 2.1 * len(families)))
+    grid = fig.add_gridspec(len(families), len(models) + 2, width_ratios=[2.9] * len(models) + [1.9, 3.4])
+    palette = sns.color_palette("colorblind", 10)
+    label = "Δ loss"
+    for row, (family, members) in enumerate(families):
+        axes = [fig.add_subplot(grid[row, col]) for col in range(len(models))]
+        lows, highs = [], []
+        for ax, model in zip(axes, models):
+            mine = positions[positions["model"] == model]
+            for i, name in enumerate(members):
+                rows = mine[mine["ablation"] == name].sort_values("bucket_lo")
+                if rows.empty:
+                    continue
+                x = np.sqrt(rows["bucket_lo"].to_numpy() * rows["bucket_hi"].to_numpy())   # bucket's geometric middle
+                color = palette[i % len(palette)]
+                ax.plot(x, rows["delta_loss"], marker="o", markersize=2.5, linewidth=1.1, color=color, label=name)
+                if rows["delta_lo"].notna().any():
+                    ax.fill_between(x, rows["delta_lo"], rows["delta_hi"], color=color, alpha=0.15, linewidth=0)
+                lows.append(np.nanmin(rows[["delta_loss", "delta_lo"]].to_numpy()))
+                highs.append(np.nanmax(rows[["delta_loss", "delta_hi"]].to_numpy()))
+            ax.axhline(0.0, color=REFERENCE_COLOR, linewidth=0.8)
+            ax.set_xscale("log", base=2)
+            if row == len(families) - 1:
+                ax.set_xlabel("target position")
+            if row == 0:
+                gated = "gated" if runs.is_gated(model) else "ungated"
+                # long run names side by side: wrapped (at hyphens first), the gate on a line of its own
+                ax.set_title(textwrap.fill(plain(model), 24) + f"\n({gated})", fontsize=9)
+        text = f"{family}\n{label}" if family else label
+        if lows:
+            pad = 0.05 * (max(highs) - min(lows) or 1.0)
+            for ax in axes:                 # one y scale per row: the models compare at a glance
+                ax.set_ylim(min(lows) - pad, max(highs) + pad)
+                if max(highs) - min(lows) > SYMLOG_ABOVE:   # one ablation of many nats must not flatten the rest
+                    ax.set_yscale("symlog", linthresh=SYMLOG_LINEAR)
+            if max(highs) - min(lows) > SYMLOG_ABOVE:
+                text += ", symlog"               # linear within ±SYMLOG_LINEAR: the caption says so
+        for ax in axes[1:]:
+            ax.tick_params(labelleft=False)
+        axes[0].set_ylabel(text, fontsize=8)
+        found = {}                              # the row's ablations, once each
+        for ax in axes:
+            for handle, name in zip(*ax.get_legend_handles_labels()):
+                found.setdefault(name, handle)
+        side = fig.add_subplot(grid[row, len(models)])
+        side.axis("off")
+        if found:                               # beside the row: the lines are the same in each panel
+            side.legend(list(found.values()), [textwrap.fill(n, 26) for n in found], loc="center left",
+                        fontsize=7, frameon=False, borderaxespad=0)
+    _f_attn_panel(fig.add_subplot(grid[:, -1]), runs, models, names)
     return fig
 
 
@@ -115,7 +151,7 @@ def _f_attn_panel(ax, runs: Runs, models: list[str], names: list[str]) -> None:
     ax.set_title("F-Attn under each ablation", fontsize=9)
     if len(models) > 1:
         # below the panel: inside, it covers the bars of the last ablations
-        ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1)
+        ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, 0), borderaxespad=4.5, ncol=1)
 
 
 def ablation_display(runs: Runs) -> pd.DataFrame:
@@ -167,9 +203,12 @@ def sinks(runs: Runs) -> Section:
         items=[
             FigureItem("sink-ablations", "Loss change by position under each sink ablation",
                        partial(plot_sink_ablations, runs),
-                       "Per model (" + ", ".join(plain(m) for m in models) + "): Δ loss of each ablation "
-                       "(ablation_positions.csv) by target position bucket [2^k, 2^(k+1)), drawn at the "
-                       "bucket's geometric middle; bands: paired 95% bootstrap intervals over sequences. "
+                       "A row per family of ablations, a panel per model (" + ", ".join(plain(m) for m in models)
+                       + "): Δ loss of each ablation (ablation_positions.csv) by target position bucket "
+                       "[2^k, 2^(k+1)), drawn at the bucket's geometric middle; bands: paired 95% bootstrap "
+                       "intervals over sequences. The panels of a row share its y scale; a row whose Δ loss "
+                       f"spans more than {SYMLOG_ABOVE:g} nats is drawn on a symlog scale, linear within "
+                       f"±{SYMLOG_LINEAR:g}. "
                        "Last panel: F-Attn (mean attention on key 0 over queries t ≥ 1) under each "
                        "ablation, and without one (none).",
                        shrinkable=False),   # a row per ablation in the last panel: squeezed, its labels overlap

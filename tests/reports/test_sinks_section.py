@@ -24,12 +24,28 @@ def runs(checkpoint):
     return load_runs(out)
 
 
-def test_the_figure_has_a_panel_per_model_and_the_f_attn_panel(runs):
+def test_the_figure_has_a_row_per_family_a_panel_per_model_and_the_f_attn_panel(runs):
+    from probe.reports.sections.sinks import ablation_families
+
+    families = ablation_families(runs.ablations)
+    assert [f for f, _ in families] == ["windows, no sink", "windows + first keys", "key 0"]
+    assert [names for _, names in families] == [["window 4"], ["window 4 + 1 sink"], ["key 0 masked"]]
     fig = plot_sink_ablations(runs)
     axes = fig.get_axes()
-    assert len(axes) == 3 and axes[-1].get_xlabel() == "F-Attn under the ablation"
-    # one line per ablation in each model's panel, drawn at its Δ loss
-    assert len(axes[0].get_lines()) == 3 + 1                       # + the zero line
+    # per family: a panel per model and the legend's cell; then the F-Attn column
+    assert len(axes) == 3 * (2 + 1) + 1 and axes[-1].get_xlabel() == "F-Attn under the ablation"
+    positions = runs.ablation_positions
+    for row, (family, names) in enumerate(families):
+        panels = axes[3 * row:3 * row + 2]
+        assert family in panels[0].get_ylabel()
+        assert panels[0].get_ylim() == panels[1].get_ylim()          # one y scale per row
+        for panel, model in zip(panels, ["baseline", "headwise"]):
+            lines = panel.get_lines()
+            assert len(lines) == len(names) + 1                      # + the zero line
+            want = positions.query("model == @model and ablation == @names[0]").sort_values("bucket_lo")
+            assert list(lines[0].get_ydata()) == list(want["delta_loss"])   # drawn at its Δ loss
+        legend = axes[3 * row + 2].get_legend()
+        assert [t.get_text() for t in legend.get_texts()] == names
 
 
 def test_the_section_and_its_table(runs):
