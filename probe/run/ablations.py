@@ -32,12 +32,14 @@ import torch
 from . import distributed
 from .batches import for_each_batch
 from ..capture.hooks import first_output, installed, replace_first, using_probe_attention
+from ..capture.logits import forward_for
 from ..capture.key_ablation import ablating
 from ..capture import attention
 from ..core.ablation_kinds import ALL_LAYERS, Ablation, parse_plan
 from ..core.errors import ProbeError, flag
 from ..families.key_masks import KeyAblation
 from ..intervals.paired_loss import bucket_edges, paired_deltas
+from ..metrics.loss.reduce import next_token_nll
 from .interventions import MASSIVE_MIN_ABS, MASSIVE_RATIO, massive_thresholds
 
 
@@ -94,10 +96,9 @@ class _PositionLoss:
         self.n = np.zeros((sequences, len(self.edges) - 1), dtype=np.int64)
 
     def update(self, logits, ids, valid, seq_index, offset: int) -> None:
-        """logits (B, T, V); target t + 1 of the fed ids is the original's t + 1 + offset."""
-        target = ids[:, 1:].to(logits.device)
-        x = logits[:, :-1].float()
-        nll = (torch.logsumexp(x, -1) - x.gather(-1, target[..., None])[..., 0]).double().cpu()   # (B, T-1)
+        """logits (B, T, V), or LazyLogits (long sequences, large vocabularies: capture/logits.py);
+        target t + 1 of the fed ids is the original's t + 1 + offset."""
+        nll = next_token_nll(logits, ids).double().cpu()                              # (B, T-1)
         where = torch.arange(1, ids.shape[1]) + offset                                # original positions
         keep = valid[:, 1:].bool() & (where >= 1)[None] & torch.isfinite(nll)
         bucket = np.searchsorted(self.edges, where.clamp_min(1).numpy(), side="right") - 1
@@ -180,7 +181,11 @@ def run(prepared: Prepared, *, name: str, reference) -> tuple[pd.DataFrame, pd.D
     means_pass = any(ab.kind == "massive_mean" for ab, _, _ in todo)
     bar = _bar(len(todo) + 1 + means_pass, name) if options.progress else None
     channel_means: dict = {}          # layer -> (C,) mean of its massive values (measured once)
-    with using_probe_attention(model, observer := _FirstKey(options.anatomy)):
+    # Past LAZY_BYTES of logits (Gemma's 262,144-token vocabulary at 8,192 tokens: 8.6 GB, and as
+    # much again for a log-sum-exp over them) the head runs a block of rows at a time, as in the
+    # analysis pass: every ablation pass stays within the pass's memory.
+    with using_probe_attention(model, observer := _FirstKey(options.anatomy)), \
+            forward_for(model, batch=options.batch_size, length=T) as forward:
         def one(data, offset, regs=(), masks=None):
             observer.reset()
             loss = _PositionLoss(S, T)
@@ -188,7 +193,7 @@ def run(prepared: Prepared, *, name: str, reference) -> tuple[pd.DataFrame, pd.D
                 for ids, valid, seq_index in for_each_batch(data, options.batch_size, rank=0, world=1,
                                                             progress=False):
                     observer.valid = valid
-                    logits = model(input_ids=ids.to(dev), use_cache=False).logits     # (B, T, V)
+                    logits = forward(ids.to(dev))                                     # (B, T, V), maybe lazy
                     loss.update(logits, ids, valid, seq_index, offset)
             if bar is not None:
                 bar.update()

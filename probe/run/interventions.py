@@ -42,6 +42,7 @@ from ..core.errors import ProbeError, flag
 # and analyze.py import these names from here.
 from ..capture.gate_logits import gate_channels, gate_logit, set_gate_logits, validate_gate  # noqa: F401
 from ..capture.hooks import first_output, installed, replace_first, using_probe_attention  # noqa: F401
+from ..capture.logits import forward_for
 # The names and their parsing (intervention_kinds.py, which options.py reads without torch).
 from ..core.intervention_kinds import ALL_LAYERS, GATE_INTERVENTIONS, INTERVENTIONS, parse_kinds  # noqa: F401
 from .batches import for_each_batch
@@ -120,12 +121,14 @@ def shard_pass(model: nn.Module, dataset, batch_size: int, state: _PassState, ou
     through the model with whatever hooks are installed, adding the loss and tokens into `out`
     (no bar of its own: run() shows one over the passes)."""
     dev = next(model.parameters()).device
+    length = max((len(s) for s in dataset.sequences), default=0)
     try:
-        with torch.inference_mode():
+        # Logits past LAZY_BYTES a block of rows at a time, as in the analysis pass (capture/logits.py)
+        with torch.inference_mode(), forward_for(model, batch=batch_size, length=length) as forward:
             for ids, valid, _ in for_each_batch(dataset, batch_size, rank=out.rank, world=out.world, progress=False):
                 state.valid = valid                                     # (B, T), for the hooks
                 ids = ids.to(dev)
-                logits = model(input_ids=ids, use_cache=False).logits   # (B, T, V)
+                logits = forward(ids)                                   # (B, T, V), maybe lazy
                 out.loss.update(logits, ids, valid.to(dev))
                 out.tokens[out.rank] += int(valid.sum())
     finally:
@@ -173,8 +176,10 @@ def run(loaded, dataset, options: AnalysisOptions | None = None, *, name: str | 
         # The statistics the interventions need (mean gates, activation medians, the loss), not
         # sink anatomy; sequences: one shape of the per-sequence state in every process.
         reference = Capture(model, layout, o.replace(anatomy=False, token_series=0), sequences=len(dataset.sequences))
-        run_pass(reference, lambda ids: model(input_ids=ids, use_cache=False).logits, dataset, o,
-                 dev=next(model.parameters()).device, desc=f"reference pass {name}", rank=rank, world=world)
+        length = max((len(s) for s in dataset.sequences), default=0)
+        with forward_for(model, batch=batch_size, length=length) as forward:
+            run_pass(reference, forward, dataset, o, dev=next(model.parameters()).device,
+                     desc=f"reference pass {name}", rank=rank, world=world)
         distributed.merge_reducers(reference.reducers())    # global statistics; no-op in one process
     else:
         _check_reference(reference, dataset, batch_size)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -87,3 +88,44 @@ def test_prediction_parts(checkpoint):
     blocked = memory.predict(config, batch=2, length=4096, params=1000, logits_rows=10)
     assert blocked["logits"] == 10 * config.vocab_size * 4
     assert memory.parameter_count(config) == sum(p.numel() for p in probe.load(checkpoint("qwen3")).model.parameters())
+
+
+def test_ablation_and_intervention_passes_read_the_logits_block_by_block(checkpoint, monkeypatch):
+    """Every pass over the data, not only the analysis pass: the sink ablations' and the
+    interventions' passes once computed the whole (B, T, V) logits and a log-sum-exp as large
+    (17 GB for Gemma 3 at 8,192 tokens). Lazy, the head never sees more than one block of rows
+    and every loss is the full logits' (float32 head over fewer rows: rel 1e-6)."""
+    from probe.metrics.loss.reduce import LossStats
+
+    path = checkpoint("official_headwise")
+    opts = dict(OPTIONS, max_sequences=4, resamples=100, ablate="windows=16 sinks=0,1 key0 first=remove",
+                interventions="mean_gate,gate_one")
+    full = probe.analyze(path, texts=[TEXT], **opts)
+    monkeypatch.setattr(probe.capture.logits, "LAZY_BYTES", 0)
+    loaded = probe.load(path)
+    head = loaded.model.get_output_embeddings()
+    rows = []
+    head.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[:-1].numel()))
+    lazy = probe.analyze(loaded, texts=[TEXT], **opts)
+    most = max(1, LossStats.BLOCK // head.out_features)
+    # one row per pass from the model itself (logits_to_keep=1, the check), else blocks of at most `most`
+    assert rows and max(rows) <= max(most, OPTIONS["batch_size"])
+    passes = 1 + len(full.ablations) + 1 + len(full.interventions)    # + the ablations' own reference pass
+    assert sum(r <= OPTIONS["batch_size"] for r in rows) >= passes
+    for frame, key, columns in ((lazy.ablations, "ablation", ["loss", "base_loss", "delta_loss"]),
+                                (lazy.interventions, ["intervention", "layer"], ["loss", "delta_loss"])):
+        want = (full.ablations if key == "ablation" else full.interventions).set_index(key)[columns]
+        got = frame.set_index(key)[columns]
+        assert len(got) == len(want) > 1
+        np.testing.assert_allclose(got.to_numpy(float), want.to_numpy(float), rtol=1e-6, atol=1e-6)
+
+
+def test_the_block_by_block_nll_is_the_whole_tensors_to_the_bit():
+    from probe.metrics.loss.reduce import next_token_nll
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 37, 50) * 4
+    ids = torch.randint(0, 50, (2, 37))
+    whole = torch.logsumexp(logits[:, :-1], -1) - logits[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]
+    for block in (50, 7 * 50, 1 << 20):               # one row, seven rows, every row at a time
+        assert torch.equal(next_token_nll(logits, ids, block=block), whole)

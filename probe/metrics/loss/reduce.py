@@ -14,6 +14,24 @@ from ..base import Metric
 PER_TOKEN = "token_loss"     # Batch.derived: batch row -> (T - 1,) loss per target (metrics/token_series/)
 
 
+def next_token_nll(logits, input_ids: torch.Tensor, block: int | None = None) -> torch.Tensor:
+    """(B, T - 1) float32: -log p(token t + 1 | tokens <= t) for every pair, from logits (B, T, V)
+    or probe.capture.logits.LazyLogits, a block of rows at a time (float32 temporaries of about
+    `block` elements, LossStats.BLOCK by default): never a (T, V) copy, nor all the logits of a
+    lazy head at once. Each row's log-sum-exp is its own reduction, so the numbers are those of
+    one logsumexp over the whole tensor."""
+    B, T, V = logits.shape
+    target = input_ids[:, 1:].to(logits.device)
+    rows = max(1, (block or LossStats.BLOCK) // max(V, 1))
+    out = torch.empty(B, max(T - 1, 0), dtype=torch.float32, device=logits.device)
+    for b in range(B):
+        for start in range(0, T - 1, rows):
+            end = min(start + rows, T - 1)
+            x = logits[b, start:end].float()                                  # (rows, V)
+            out[b, start:end] = torch.logsumexp(x, dim=-1) - x.gather(-1, target[b, start:end, None])[:, 0]
+    return out
+
+
 class LossStats(Reducer):
     """Next-token negative log-likelihood over valid (input, target) pairs, in all and by the
     target's position in powers of two ([1, 2), [2, 4), ...: how the loss holds up along a long
