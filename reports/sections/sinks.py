@@ -46,11 +46,11 @@ def _models(runs: Runs) -> list[str]:
 # lines in distinct colours and its own y scale (the massive activations zeroed cost ~15 nats,
 # a window plus a sink hundredths: on one axis the second would be flat).
 FAMILIES = (
-    ("windows, no sink", lambda r: r.kind == "window" and not r.sinks),
-    ("windows + first keys", lambda r: r.kind == "window" and bool(r.sinks)),
+    ("windows", lambda r: r.kind == "window" and not r.sinks),
+    ("windows + sinks", lambda r: r.kind == "window" and bool(r.sinks)),
     ("key 0", lambda r: r.kind.startswith("key0")),
     ("first token", lambda r: r.kind.startswith("first")),
-    ("massive activations", lambda r: r.kind.startswith("massive")),
+    ("massive", lambda r: r.kind.startswith("massive")),
 )
 
 
@@ -70,8 +70,8 @@ def ablation_families(ablations: pd.DataFrame) -> list[tuple[str, list[str]]]:
 @styled
 def plot_sink_ablations(runs: Any, *, fig: Figure | SubFigure | None = None) -> Figure | SubFigure:
     """Δloss (ablated − unablated, same tokens) by target position: a row per family of
-    ablations (windows, windows with the first keys, key 0, the first token, massive
-    activations), a panel per model in each row on the row's own y scale, the row's legend
+    ablations (windows without and with the first keys as sinks, key 0, the first
+    token, massive activations), a panel per model in each row on the row's own y scale, the row's legend
     beside it; F-Attn under each ablation per model in the last column."""
     runs = load_runs(runs)
     models = _models(runs)
@@ -80,9 +80,9 @@ def plot_sink_ablations(runs: Any, *, fig: Figure | SubFigure | None = None) -> 
     families = [(f, [n for n in names if n in ran]) for f, names in ablation_families(runs.ablations)]
     families = [(f, names) for f, names in families if names] or [("", [])]
     names = list(dict.fromkeys(runs.ablations["ablation"]))
-    fig = figure_or_new(fig, 1.2 + 2.9 * len(models) + 1.9 + 3.4,
+    fig = figure_or_new(fig, 1.2 + 2.9 * len(models) + 2.6 + 3.4,
                         max(1.0 + 0.2 * (len(names) + 1), 0.6 + 2.1 * len(families)))
-    grid = fig.add_gridspec(len(families), len(models) + 2, width_ratios=[2.9] * len(models) + [1.9, 3.4])
+    grid = fig.add_gridspec(len(families), len(models) + 2, width_ratios=[2.9] * len(models) + [2.6, 3.4])
     palette = sns.color_palette("colorblind", 10)
     label = "Δ loss"
     for row, (family, members) in enumerate(families):
@@ -128,8 +128,11 @@ def plot_sink_ablations(runs: Any, *, fig: Figure | SubFigure | None = None) -> 
         side = fig.add_subplot(grid[row, len(models)])
         side.axis("off")
         if found:                               # beside the row: the lines are the same in each panel
-            side.legend(list(found.values()), [textwrap.fill(n, 26) for n in found], loc="center left",
-                        fontsize=7, frameon=False, borderaxespad=0)
+            legend = side.legend(list(found.values()), [textwrap.fill(n, 20) for n in found], loc="center left",
+                                 fontsize=6.5, frameon=False, borderaxespad=0, handlelength=1.5, labelspacing=0.3)
+            # Out of the layout: else a legend taller than its row (a page-high figure in the PDF)
+            # makes constrained layout squeeze every panel of the row to a strip.
+            legend.set_in_layout(False)
     _f_attn_panel(fig.add_subplot(grid[:, -1]), runs, models, names)
     return fig
 

@@ -28,7 +28,7 @@ def test_the_figure_has_a_row_per_family_a_panel_per_model_and_the_f_attn_panel(
     from probe.reports.sections.sinks import ablation_families
 
     families = ablation_families(runs.ablations)
-    assert [f for f, _ in families] == ["windows, no sink", "windows + first keys", "key 0"]
+    assert [f for f, _ in families] == ["windows", "windows + sinks", "key 0"]
     assert [names for _, names in families] == [["window 4"], ["window 4 + 1 sink"], ["key 0 masked"]]
     fig = plot_sink_ablations(runs)
     axes = fig.get_axes()
