@@ -4,10 +4,11 @@ models side by side.
 
 Found by reports.sections (SECTION, AFTER). One figure: Δloss against the target position for
 each ablation, with its paired 95% band, a row per family of ablations and a panel per model
-(one y scale per row), and a last column of F-Attn under each ablation next to the model's own. One table: each ablation's Δloss, its
-interval, what it means and F-Attn. Where a gated and an ungated run read the same token ids, a
-second table: the difference of their loss changes, with a paired interval over the sequences
-(ablation_sequences.csv): does the gate make the model any less dependent on its sink?
+(one y scale per row), and a last column of F-Attn under each ablation next to the model's own.
+One table: each ablation's Δloss, its interval, what it means and F-Attn. Where a gated and an
+ungated run read the same token ids, a second table: the difference of their loss changes, with
+a paired interval over the sequences (ablation_sequences.csv): does the gate make the model any
+less dependent on its sink?
 """
 from __future__ import annotations
 
@@ -70,9 +71,9 @@ def ablation_families(ablations: pd.DataFrame) -> list[tuple[str, list[str]]]:
 @styled
 def plot_sink_ablations(runs: Any, *, fig: Figure | SubFigure | None = None) -> Figure | SubFigure:
     """Δloss (ablated − unablated, same tokens) by target position: a row per family of
-    ablations (windows without and with the first keys as sinks, key 0, the first
-    token, massive activations), a panel per model in each row on the row's own y scale, the row's legend
-    beside it; F-Attn under each ablation per model in the last column."""
+    ablations (windows without and with the first keys as sinks, key 0, the first token,
+    massive activations), a panel per model in each row on the row's own y scale, the row's
+    legend beside it; F-Attn under each ablation per model in the last column."""
     runs = load_runs(runs)
     models = _models(runs)
     positions = runs.ablation_positions
