@@ -13,7 +13,8 @@ it: a niced process on a shared machine waits for the CPU). Three more fresh pro
 method, measure the peak resident memory each call adds (warm-up call at 64 tokens first,
 high-water mark reset after it, glibc's heap held steady: common.clocks, common.STEADY_HEAP).
 One more process times the stages of one analysis (stage_clocks: CPU time inside each named
-function, inclusive; the pass's own overhead is "pass" less the plain forward). Then the README
+function, inclusive; the pass's own overhead is "pass" less the plain forward), then, in a second
+analysis, the metrics on the events by metric (metric_clocks). Then the README
 quickstart's `probe analyze` (tiny elementwise arm, 8 x 128 tokens), wall time, imports included.
 The load average (`uptime`) is printed first and last.
 
@@ -137,8 +138,10 @@ def measure(spec: dict) -> dict:
     if what == "stages":
         clock = time.process_time if device == "cpu" else gpu_clock
         plain = clocks(fns["plain"], 1)["seconds" if device == "cpu" else "wall_seconds"]
-        return {"T": T, "stages": stage_clocks(lambda: fns["analyze"](anatomy=spec.get("anatomy", False)), clock=clock),
-                "plain": plain}
+        def run():
+            return fns["analyze"](anatomy=spec.get("anatomy", False))
+        return {"T": T, "stages": stage_clocks(run, clock=clock), "plain": plain,
+                "metrics": metric_clocks(run, clock=clock)}        # a second analysis: each timer alone
     if what != "time":
         if device != "cpu":
             import torch
@@ -204,6 +207,47 @@ def stage_clocks(fn, stages=STAGES, clock=time.process_time) -> list[tuple[str, 
     return [(label, s, n) for label, (s, n) in spent.items()] + [("total", total, 1)]
 
 
+def metric_of(fn) -> str:
+    """The metric a bus subscriber belongs to: the class of a bound method (HeadNorms.update), or
+    the class whose method made the closure (Sparsity._updater.<locals>.update: Sparsity)."""
+    owner = getattr(fn, "__self__", None)
+    if owner is not None:
+        return type(owner).__name__
+    parts = [p for p in getattr(fn, "__qualname__", type(fn).__name__).split(".") if p != "<locals>"]
+    return parts[-3] if len(parts) >= 3 else parts[0]              # Class, method, closure
+
+
+def metric_clocks(fn, clock=time.process_time) -> list[tuple[str, float, int]]:
+    """fn() with every subscriber of the analysis's event bus (probe.capture.bus.Pass.on) timed:
+    [(metric, seconds, events)], largest first. Where the "metrics on events" stage goes, by
+    metric; a metric reading a binning another made first in the same event (bins.batch_bins)
+    does not pay for it, so the split between those two depends on the order they subscribed."""
+    from probe.capture import bus
+
+    spent: dict[str, list] = {}
+    original = bus.Pass.__dict__["on"]
+
+    def on(self, event, f):
+        name = metric_of(f)
+        spent.setdefault(name, [0.0, 0])
+
+        def timed(*args, **kwargs):
+            start = clock()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                spent[name][0] += clock() - start
+                spent[name][1] += 1
+        return original(self, event, timed)
+
+    bus.Pass.on = on
+    try:
+        fn()
+    finally:
+        bus.Pass.on = original
+    return sorted(((m, s, n) for m, (s, n) in spent.items() if n), key=lambda r: -r[1])
+
+
 # -- the parent ----------------------------------------------------------------------------------
 
 def quickstart_seconds(repeat: int = 1) -> float:
@@ -249,6 +293,10 @@ def stage_lines(result: dict) -> list[str]:
     if "the pass" in total:
         lines.append(f"  {'the pass less the plain forward':<34} {total['the pass'] - plain:>7.3f} s")
         lines.append(f"  {'beyond the forward in all':<34} {total['total'] - plain:>7.3f} s")
+    if result.get("metrics"):
+        lines.append("  metrics on events, by metric (a second analysis):")
+        for metric, seconds, n in result["metrics"]:
+            lines.append(f"    {metric:<32} {seconds:>7.3f} s  {n} events")
     return lines
 
 

@@ -94,6 +94,40 @@ def test_stage_clocks_time_each_stage_inclusive_and_put_the_functions_back(monke
     assert module.inner is inner and module.outer is outer
 
 
+def test_metric_clocks_time_each_subscriber_by_its_metric_and_put_the_bus_back():
+    import whole_analysis as wa
+    from probe.capture import bus
+    from probe.core.events import EVENTS
+
+    class Spinning:
+        def update(self, layer, x, b):
+            sum(range(100_000))                 # CPU
+
+        def _updater(self):
+            def update(layer, x, b):
+                sum(range(300_000))
+            return update
+
+    on = bus.Pass.__dict__["on"]
+    event = EVENTS[0]
+
+    def analysis():
+        p = bus.Pass.__new__(bus.Pass)          # the bus alone: no layout, no metrics
+        p._subscribers = {}
+        metric = Spinning()
+        p.on(event, metric.update)
+        p.on(event, metric._updater())
+        for _ in range(3):
+            for f in p._subscribers[event]:
+                f(0, None, None)
+
+    spent = {m: (s, n) for m, s, n in wa.metric_clocks(analysis)}
+    assert set(spent) == {"Spinning"} and spent["Spinning"][1] == 6
+    assert spent["Spinning"][0] > 0
+    assert bus.Pass.__dict__["on"] is on
+    assert wa.metric_of(Spinning()._updater()) == "Spinning" and wa.metric_of(Spinning().update) == "Spinning"
+
+
 def test_every_stage_of_the_breakdown_names_a_function_probe_has():
     """A moved or renamed function would drop out of the breakdown without a word."""
     import importlib
