@@ -161,6 +161,18 @@ def measure(spec: dict) -> dict:
     return {"T": T, **best}
 
 
+def clocked(f, cell: list, clock):
+    """f, adding each call's `clock` time and one call to cell [seconds, calls]."""
+    def wrapper(*args, **kwargs):
+        start = clock()
+        try:
+            return f(*args, **kwargs)
+        finally:
+            cell[0] += clock() - start
+            cell[1] += 1
+    return wrapper
+
+
 def stage_clocks(fn, stages=STAGES, clock=time.process_time) -> list[tuple[str, float, int]]:
     """fn() with each stage's function wrapped in `clock` (CPU time; on a GPU, wall time after
     waiting for its queue): [(label, seconds, calls)], "total" last. A stage whose function is
@@ -169,16 +181,6 @@ def stage_clocks(fn, stages=STAGES, clock=time.process_time) -> list[tuple[str, 
 
     spent: dict[str, list] = {}
     undo = []
-
-    def clocked(label, f):
-        def wrapper(*args, **kwargs):
-            start = clock()
-            try:
-                return f(*args, **kwargs)
-            finally:
-                spent[label][0] += clock() - start
-                spent[label][1] += 1
-        return wrapper
 
     for label, where, name in stages:
         owner = None
@@ -195,7 +197,7 @@ def stage_clocks(fn, stages=STAGES, clock=time.process_time) -> list[tuple[str, 
             continue
         original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
         spent[label] = [0.0, 0]
-        setattr(owner, name, clocked(label, original))
+        setattr(owner, name, clocked(original, spent[label], clock))
         undo.append((owner, name, original))
     start = clock()
     try:
@@ -228,17 +230,7 @@ def metric_clocks(fn, clock=time.process_time) -> list[tuple[str, float, int]]:
     original = bus.Pass.__dict__["on"]
 
     def on(self, event, f):
-        name = metric_of(f)
-        spent.setdefault(name, [0.0, 0])
-
-        def timed(*args, **kwargs):
-            start = clock()
-            try:
-                return f(*args, **kwargs)
-            finally:
-                spent[name][0] += clock() - start
-                spent[name][1] += 1
-        return original(self, event, timed)
+        return original(self, event, clocked(f, spent.setdefault(metric_of(f), [0.0, 0]), clock))
 
     bus.Pass.on = on
     try:
