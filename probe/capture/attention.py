@@ -30,6 +30,7 @@ from transformers.masking_utils import AttentionMaskInterface
 # without reaching up into capture/.
 from ..families.attention_terms import KeyAblation, SlidingWindow, band_mask, cap_logits, softmax_terms  # noqa: F401
 from . import key_ablation
+from ..metrics.anatomy import fused
 from .masks import probe_mask
 
 NAME = "probe"
@@ -296,6 +297,8 @@ def probe_attention(module, query, key, value, attention_mask, scaling=None, dro
                          "bidirectional attention without a mask")
     softcap, sinks = softmax_terms(kwargs)              # Gemma 2's cap, gpt-oss's sinks
     ablation = key_ablation.ablation_of(module)
+    observer = _OBSERVERS.get().get(id(module))
+    received = None             # the keys' column sums, when sink anatomy has them made with the output
     if ablation is not None:            # a sink ablation (key_ablation.py): the observer sees it as the mask
         key_ablation.check_layer(ablation, mask, layer_window(module, kwargs), query.shape[2],
                                  getattr(module, "layer_idx", "?"))
@@ -303,14 +306,25 @@ def probe_attention(module, query, key, value, attention_mask, scaling=None, dro
                                                            attention_with_lse)
         if not ablation.masks_nothing(query.shape[2]):
             mask = ablation             # else every query sees its causal keys: the plain mask
+    elif (sinks is None and fused.fusable(query, key, mask, softcap)
+          and (wanted := _received_wanted(observer, module)) is not None):
+        out, lse, received = fused.attention_with_received(query, key, value, scale, **wanted)
     else:
         out, lse = attention_with_lse(query, key, value, mask, scale, softcap)
     if sinks is not None:
         out, lse = add_sink(out, lse, sinks)
-    observer = _OBSERVERS.get().get(id(module))
     if observer is not None:
-        observer.on_attention(module, query, key, out, lse, mask, scale, softcap=softcap, value=value)
+        extra = {} if received is None else {"received": received}
+        observer.on_attention(module, query, key, out, lse, mask, scale, softcap=softcap, value=value, **extra)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _received_wanted(observer, module) -> dict | None:
+    """observer.received_wanted(module) where the observer has it (a Capture with sink anatomy):
+    the keyword arguments of fused.attention_with_received ({"valid": ...}) when it will read
+    the attention each key of this call receives; None otherwise."""
+    ask = getattr(observer, "received_wanted", None)
+    return None if ask is None else ask(module)
 
 
 AttentionInterface.register(NAME, probe_attention)

@@ -45,6 +45,11 @@ class Batch:
             seen = self._derived[name] = (x, make())
         return seen[1]
 
+    def provide(self, name: str, x: torch.Tensor, value) -> None:
+        """Hand the next event's metrics a derived value made already (sink anatomy's column sums,
+        made by the attention back-end with the output): derived(name, x, ...) returns it."""
+        self._derived[name] = (x, value)
+
     def rows(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...) keeping valid positions only."""
         return x.reshape(-1, *x.shape[2:]) if self.all_valid else x[self.valid.to(x.device)]

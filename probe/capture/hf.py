@@ -31,6 +31,7 @@ from ..families.layout import ModelLayout
 from .bus import Pass
 from ..core.events import ATTENTION, FIRST_KEY, GATE, GDN, SDPA, SITE_EVENTS, SITES, Z  # noqa: F401  (SITES: re-exported)
 from ..core.options import AnalysisOptions
+from ..metrics.anatomy.received import RECEIVED
 
 
 def _first(output):
@@ -130,12 +131,29 @@ class Capture(Pass):
             self.emit(Z, layer, args[0])
         return hook
 
-    @torch.no_grad()
-    def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None, value=None) -> None:
-        """Called by the `probe` attention back-end. query (B, H, T, D), key / value (B, KV, S, D),
-        out (B, H, T, D), lse (B, H, T)."""
+    def _observed_layer(self, module) -> int | None:
+        """The layer of an attention module whose calls feed this pass's metrics now, else None."""
         layer = self._mixer_layer.get(id(module), getattr(module, "layer_idx", None))
-        if self._batch is None or layer not in self.first_token:
+        return layer if self._batch is not None and layer in self.first_token else None
+
+    def received_wanted(self, module) -> dict | None:
+        """Asked by the `probe` back-end before it computes the attention of `module`: when sink
+        anatomy will read the attention every key of this call receives, the valid queries of the
+        batch ({"valid": (B, T) bool, or None for all}), so that the back-end makes those column
+        sums with the output (probe/metrics/anatomy/fused.py) instead of the metric making them
+        again after it; None when no metric reads them."""
+        if self._observed_layer(module) is None or not self.wants(ATTENTION):
+            return None
+        return {"valid": None if self._batch.all_valid else self._batch.valid}
+
+    @torch.no_grad()
+    def on_attention(self, module, query, key, out, lse, mask, scale, softcap=None, value=None,
+                     received=None) -> None:
+        """Called by the `probe` attention back-end. query (B, H, T, D), key / value (B, KV, S, D),
+        out (B, H, T, D), lse (B, H, T); received: the call's ReceivedAttention when the back-end
+        made it with the output (received_wanted)."""
+        layer = self._observed_layer(module)
+        if layer is None:
             return
         if self.display is not None:
             self.display.observe(layer, self._batch, query, key, lse, mask, scale, softcap)
@@ -148,5 +166,7 @@ class Capture(Pass):
         # (B, T, H, D) is the kernels' memory order, so this view is contiguous: no copy.
         self.emit(SDPA, layer, out.transpose(1, 2))
         if self.wants(ATTENTION):             # sink anatomy only: no work for it otherwise
+            if received is not None:          # what shared_received_attention would make, made already
+                self._batch.provide(RECEIVED, query, received)
             self.emit(ATTENTION, layer, query, key=key, value=value, out=out, lse=lse, mask=mask,
                       scale=scale, softcap=softcap)

@@ -38,6 +38,8 @@ BLOCK_ELEMENTS = 1 << 21
 # the upper half. 48 was the fastest of 32 .. 128 on SmolLM2's shape (9 query / 3 KV heads,
 # head_dim 64, one thread): at T = 512 3.2 ms a layer against 9.8 ms for one 455-query block.
 CAUSAL_BLOCK = 48
+# Batch.derived's name for one attention event's ReceivedAttention (shared_received_attention).
+RECEIVED = "received_attention"
 
 
 @dataclass
@@ -214,7 +216,7 @@ def shared_received_attention(b, query, key, lse, mask, scale, softcap=None) -> 
     """received_attention of one attention event, made once for every metric that reads it
     (sink anatomy, the per-token series: bus.Batch.derived), over batch `b`'s valid queries."""
     valid = None if b.all_valid else b.valid.to(query.device)
-    return b.derived("received_attention", query, lambda: received_attention(
+    return b.derived(RECEIVED, query, lambda: received_attention(
         query, key, lse, mask, scale, softcap=softcap, valid=valid))
 
 
