@@ -55,11 +55,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace an existing --out")
 
 
-def base_fingerprint(model) -> str:
-    """The base's embedding fingerprint (probe/load/fingerprint.py): which weights a graft was made on."""
+def base_fingerprint(model, like: str | None = None) -> str:
+    """The base's embedding fingerprint (probe/load/fingerprint.py): which weights a graft was made
+    on; in the scheme of the recorded fingerprint `like` when given (older files hold SHA-256)."""
     from ..load.fingerprint import embedding_fingerprint
 
-    return embedding_fingerprint(model)
+    return embedding_fingerprint(model, like=like)
 
 
 def grafted_config(base_config, *, gate: str, init: str, base: str, digest: str | None, seed: int,
@@ -192,10 +193,10 @@ def read_gate_weights(file, loaded) -> tuple[dict, dict]:
     except Exception as err:                                      # not a safetensors file
         raise ProbeError(f"cannot read --gate-weights {file} ({str(err).splitlines()[0][:120]})") from None
     check_gate_record(file, record)
-    if record["base_fingerprint"] != base_fingerprint(loaded.model):
+    found = base_fingerprint(loaded.model, like=record["base_fingerprint"])
+    if record["base_fingerprint"] != found:
         raise ProbeError(f"--gate-weights {file} were trained on {printable(str(record.get('base')))} (embedding "
-                         f"fingerprint {record['base_fingerprint']}), not on this base "
-                         f"({base_fingerprint(loaded.model)})")
+                         f"fingerprint {printable(record['base_fingerprint'])[:60]}), not on this base ({found})")
     bad = sorted(k for k, v in tensors.items() if not v.is_floating_point() or not bool(v.isfinite().all()))
     if bad:
         raise ProbeError(f"--gate-weights {file}: {printable(bad[0])} holds values that are not finite (NaN or "

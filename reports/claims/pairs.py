@@ -47,8 +47,11 @@ def _grafted_onto(runs: Runs, base: str, gated: str) -> bool:
     meta = runs.meta[base]
     # The embedding's fingerprint tells the graft's own base from any other model, in memory
     # or on disk; the config hash and the file name are the fallbacks of older records.
-    if graft.get("base_fingerprint") and meta.get("embedding_fingerprint"):
-        return graft["base_fingerprint"] == meta["embedding_fingerprint"]
+    # Fingerprints of two schemes (XXH3 "xxh3:..." now, 16 hex digits of SHA-256 before) say
+    # nothing of each other: then the fallbacks decide.
+    recorded, own = str(graft.get("base_fingerprint") or ""), str(meta.get("embedding_fingerprint") or "")
+    if recorded and own and recorded.startswith("xxh3:") == own.startswith("xxh3:"):
+        return recorded == own
     if graft.get("base_digest") and meta.get("config_hash"):
         return graft["base_digest"] == meta["config_hash"]
     checkpoint = meta.get("checkpoint")

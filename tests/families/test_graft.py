@@ -159,6 +159,27 @@ def test_trained_gate_weights_rebuild_the_trained_model_from_the_base(grafts, tm
         graft(other, gate="headwise", init="identity", out=tmp_path / "z", gate_weights=file, say=lambda s: None)
 
 
+def test_a_gate_file_of_the_earlier_sha256_fingerprint_is_checked_in_its_own_scheme(grafts, gate_file, tmp_path):
+    """Gate-weights files written before the XXH3 fingerprint hold 16 hex digits of SHA-256: such a
+    file still grafts onto its own base (and the new checkpoint records the base's XXH3
+    fingerprint, which its runs' meta.json will carry) and is still refused on another base."""
+    from safetensors import safe_open
+
+    from probe.load.fingerprint import embedding_fingerprint
+
+    with safe_open(str(gate_file), "pt") as f:
+        record = json.loads(f.metadata()["graft"])
+    base = probe.load(grafts["base"]).model
+    old = embedding_fingerprint(base, like="0" * 16)
+    assert len(old) == 16 and record["base_fingerprint"] == embedding_fingerprint(base)
+    earlier = _rewrite(gate_file, tmp_path / "earlier.safetensors", record={**record, "base_fingerprint": old})
+    graft(grafts["base"], gate="headwise", init="identity", out=tmp_path / "g", gate_weights=earlier, say=lambda s: None)
+    assert probe.load(tmp_path / "g").config.graft["base_fingerprint"] == embedding_fingerprint(base)
+    other = tiny.make_checkpoint("llama", tmp_path / "other", seed=5, num_hidden_layers=2)
+    with pytest.raises(ProbeError, match="were trained on"):
+        graft(other, gate="headwise", init="identity", out=tmp_path / "z", gate_weights=earlier, say=lambda s: None)
+
+
 def test_a_graft_analysed_in_memory_pairs_with_its_base_and_with_no_other(grafts, tmp_path):
     """A graft being trained is analysed as a model object, with no folder to read its record
     from: meta.json takes the record from the model's config and every run's embedding

@@ -484,3 +484,23 @@ def test_summary_numbers_stand_in_for_a_missing_table(run_dirs):
     got = verdict(claims_table(base, gated), 4, "baseline vs headwise")
     assert got == ("not testable: no M-Act of the layer output for headwise "
                    "(massive.csv, summary.json m_act)")
+
+
+def test_a_graft_fingerprint_of_the_other_scheme_leaves_the_pairing_to_the_config_hash():
+    """XXH3 fingerprints (now) and 16-hex-digit SHA-256 ones (earlier grafts) of the same weights
+    differ as text: then the graft's base_digest against the base's config hash decides, while
+    two fingerprints of one scheme decide alone."""
+    from types import SimpleNamespace
+
+    from probe.reports.claims.pairs import _grafted_onto
+
+    def runs(recorded, own, digest="d1", config_hash="d1"):
+        return SimpleNamespace(meta={"base": {"embedding_fingerprint": own, "config_hash": config_hash},
+                                     "gated": {"graft": {"base_fingerprint": recorded, "base_digest": digest}}})
+
+    new, other, old = "xxh3:" + "a" * 32, "xxh3:" + "b" * 32, "0123456789abcdef"
+    assert _grafted_onto(runs(new, new), "base", "gated")
+    assert not _grafted_onto(runs(other, new), "base", "gated")                  # one scheme: decides
+    assert _grafted_onto(runs(old, new), "base", "gated")                        # schemes differ: digests equal
+    assert not _grafted_onto(runs(old, new, config_hash="d2"), "base", "gated")
+    assert _grafted_onto(runs(old, old), "base", "gated") and not _grafted_onto(runs(old, "fedcba9876543210"), "base", "gated")

@@ -3,7 +3,9 @@ against the model's own outputs on the changed input, and the spec's refusals.
 
 Tolerances: the loss of a tiny float32 model recomputed with a plain forward (SDPA) on the same
 input: 1e-6 (float32 logits, two kernels; measured 1e-7); the unablated pass against the
-analysis pass's own loss: 1e-9 (the same logits, float64 sums in another order).
+analysis pass's own loss: 1e-9 with the same kernel (the same logits, float64 sums in another
+order), 1e-6 here, where the analysis runs sink anatomy, whose attention comes from its own fused
+kernel (probe/metrics/anatomy/fused.py: float32 rounded another way; measured 4.5e-8).
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ def _plain_loss(model, seqs, first_target: int) -> float:
 
 def test_the_reference_is_the_analysis_pass_and_windows_come_first(ablated):
     rows = ablated.ablations.set_index("ablation")
-    assert (rows.base_loss[rows.kind != "first_remove"] - ablated.summary["loss"]).abs().max() <= 1e-9
+    assert (rows.base_loss[rows.kind != "first_remove"] - ablated.summary["loss"]).abs().max() <= 1e-6
     assert list(rows.index) == ["window 4", "window 4 + 1 sink", "key 0 masked", "key 0 value zeroed",
                                 "first token removed", "first token -> 'id:7'"]
 
