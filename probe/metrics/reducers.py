@@ -173,6 +173,7 @@ class LogHistogram(Reducer):
         self._lo = 1                                                  # bins [_lo, _lo + len(_stored))
         self._stored = torch.zeros(0, dtype=torch.int32, device=device)
         self._counted = 0                                             # values added: bounds any bin
+        self._running = None                                          # _cumulative(), while counts stay
 
     @property
     def device(self) -> torch.device:
@@ -194,6 +195,7 @@ class LogHistogram(Reducer):
 
     def _add(self, counts: torch.Tensor, n: int) -> None:
         """Adds counts (BINS,) int64, non-finite bins already 0; n: the values they hold."""
+        self._running = None
         self._zero += counts[0].to(self._zero.device)
         seen = counts[1:self.NONFINITE].nonzero()                     # (K, 1) bins holding values
         if len(seen) == 0:
@@ -239,13 +241,22 @@ class LogHistogram(Reducer):
             found = bins.in_bin(self._inside).sum(0)                   # (len(_inside),)
             self.in_bin[[k for k, _, _ in self._inside]] += found.to(self.in_bin.device)
 
+    def _cumulative(self) -> torch.Tensor:
+        """(len(_stored),) int64 running counts of the stored bins, made once while the counts stay
+        as they are: the tables and the meta read a dozen shares of each histogram."""
+        if self._running is None:
+            self._running = torch.cumsum(self._stored, 0, dtype=I64)
+        return self._running
+
     @property
     def total(self) -> int:
-        return int(self._zero) + int(self._stored.sum())
+        running = self._cumulative()
+        return int(self._zero) + (int(running[-1]) if len(running) else 0)
 
     def _below(self, j: int) -> int:
         """The values in bins < j (counts[:j].sum(), from the stored range: no (BINS,) copy)."""
-        return (int(self._zero) if j > 0 else 0) + int(self._stored[:min(max(j - self._lo, 0), len(self._stored))].sum())
+        k = min(max(j - self._lo, 0), len(self._stored))                  # stored bins below j
+        return (int(self._zero) if j > 0 else 0) + (int(self._cumulative()[k - 1]) if k else 0)
 
     def _in(self, j: int) -> int:
         """The values in bin j (counts[j])."""

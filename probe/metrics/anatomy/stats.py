@@ -201,11 +201,13 @@ class AnatomyStats(Reducer):
         rate there is Gu et al.'s share of heads above epsilon)."""
         out = []
         edges = (*EDGES, math.inf)
+        all_cells, all_queries = self.pos_cells.tolist(), self.pos_queries.tolist()
+        all_score, all_prob, all_sinks = self.pos_score.tolist(), self.pos_prob.tolist(), self.pos_sinks.tolist()
         for b in range(len(EDGES)):
-            cells, queries = int(self.pos_cells[b]), int(self.pos_queries[b])
+            cells, queries = int(all_cells[b]), int(all_queries[b])
             if cells == 0:
                 continue
-            score, prob, sinks = self.pos_score[b].tolist(), self.pos_prob[b].tolist(), self.pos_sinks[b].tolist()
+            score, prob, sinks = all_score[b], all_prob[b], all_sinks[b]
             rows = [*zip(range(self.heads), score, prob, sinks),
                     (-1, sum(score) / self.heads, sum(prob) / self.heads, sum(sinks) / self.heads)]
             for head, s, p, k in rows:
@@ -219,11 +221,11 @@ class AnatomyStats(Reducer):
         token, cells, mean score, share of (cell, head) pairs above epsilon."""
         cells = self.token_cells
         seen = (cells > 0).nonzero()[:, 0]
-        mean = self.token_score[seen] / (cells[seen].double() * self.heads)
-        order = sorted(range(len(seen)), key=lambda i: (-float(mean[i]), int(seen[i])))[:k]
-        return [{"token": self.index.id(seen[i]), "cells": int(cells[seen[i]]), "score": float(mean[i]),
-                 "sink_share": int(self.token_sinks[seen[i]]) / (int(cells[seen[i]]) * self.heads)}
-                for i in order]
+        mean = (self.token_score[seen] / (cells[seen].double() * self.heads)).tolist()
+        rows, n, sinks = seen.tolist(), cells[seen].tolist(), self.token_sinks[seen].tolist()
+        order = sorted(range(len(rows)), key=lambda i: (-mean[i], rows[i]))[:k]
+        return [{"token": self.index.id(rows[i]), "cells": n[i], "score": mean[i],
+                 "sink_share": sinks[i] / (n[i] * self.heads)} for i in order]
 
     def secondary_sinks(self) -> list[dict]:
         return [dict(zip(("score", "layer", "head", "sequence", "position", "token"), c)) for c in self.top]
