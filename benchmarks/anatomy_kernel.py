@@ -9,7 +9,10 @@ sinks, the kernel's out and lse, computed in the kernel's process and loaded fro
   received  probe.metrics.anatomy.received.received_attention from that lse: one extra Q.K^T pass over query
             blocks, never T x T (what every layer costs under anatomy);
   sinks     received, then the top key per head (top_keys), P on it for every query
-            (key_probability) and the value drains (value_drains): the extras are O(T D).
+            (key_probability) and the value drains (value_drains): the extras are O(T D);
+  fused     probe.metrics.anatomy.fused.attention_with_received: the attention output, its lse
+            and the column sums in one pass, what the `probe` back-end runs instead of kernel +
+            received on plain causal float32 CPU attention (no window).
 --window W adds the same on a sliding window of W keys (banded blocks; SDPA then gets the
 (1, 1, T, T) mask transformers builds for it). Without a window, SDPA and received are also
 timed alternately in one process, the steadier ratio on a shared machine.
@@ -31,7 +34,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).
 from common import child_args, run_child, timed  # noqa: E402
 
 SHAPE = dict(heads=9, kv_heads=3, head_dim=64)
-METHODS = ("sdpa", "kernel", "received", "sinks")
+METHODS = ("sdpa", "kernel", "received", "sinks", "fused")
 
 
 def child(args: dict) -> dict:
@@ -65,6 +68,9 @@ def child(args: dict) -> dict:
                                                                 enable_gqa=True)
 
     def run(q, k, v, out, lse):
+        if method == "fused":
+            from probe.metrics.anatomy.fused import attention_with_received
+            return attention_with_received(q, k, v, scale, block=args.get("block"))
         if method == "sdpa":
             return sdpa(q, k, v)
         if method == "kernel":
@@ -130,6 +136,8 @@ def main() -> int:
         for T in args.lengths:
             rows = {}
             for method in METHODS:
+                if method == "fused" and window:          # the fused pass is plain causal attention only
+                    continue
                 spec = {"method": method, "T": T, "repeat": args.repeat, "window": window,
                         "block": args.block, "saved": str(saved)}
                 rows[method] = run_child(__file__, spec, timeout=1800, memory_gb=16)
@@ -138,12 +146,18 @@ def main() -> int:
                     print(f"{T:>6} {window or '-':>6} {method:>9} {r['error']}")
                     continue
                 print(f"{T:>6} {window or '-':>6} {method:>9} {r['seconds']:>9.3f} {r['peak_mb']:>9.1f}")
-            if all("error" not in rows[m] for m in METHODS):
+            if all("error" not in r for r in rows.values()):
                 base = rows["sdpa"]
-                for m in ("kernel", "received", "sinks"):
+                for m in ("kernel", "received", "sinks", "fused"):
+                    if m not in rows:
+                        continue
                     t = rows[m]["seconds"] / base["seconds"]
                     mem = rows[m]["peak_mb"] / base["peak_mb"] if base["peak_mb"] > 0 else float("nan")
                     print(f"{'':>6} {'':>6} {m + '/sdpa':>16}  time {t:.2f}x  peak memory {mem:.2f}x")
+                if "fused" in rows:     # what anatomy adds to a layer's attention, before and after fusing
+                    two = rows["kernel"]["seconds"] + rows["received"]["seconds"]
+                    print(f"{'':>6} {'':>6} {'fused/(kernel+received)':>16}  time "
+                          f"{rows['fused']['seconds'] / two:.2f}x ({rows['fused']['seconds']:.3f} s / {two:.3f} s)")
             if window is None:
                 r = run_child(__file__, {"method": "interleaved", "T": T, "repeat": 2 * args.repeat},
                               timeout=1800, memory_gb=16)

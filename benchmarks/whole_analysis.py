@@ -56,6 +56,7 @@ STAGES = (
     ("  metrics on events (hooks)", "probe.capture.bus.Pass", "emit"),
     ("    loss", "probe.metrics.loss.reduce.LossStats", "update"),
     ("  probe attention kernel", "probe.capture.attention", "attention_with_lse"),
+    ("  the same with anatomy's column sums", "probe.metrics.anatomy.fused", "attention_with_received"),
     ("  first-key and events", "probe.capture.hf.Capture", "on_attention"),
     ("display patterns", "probe.run.source.HFSource", "display_patterns"),
     ("tables, meta, summary", "probe.api.analyze", "assemble"),

@@ -11,8 +11,9 @@ takes the column sums from the same probabilities:
 
 (w_t = 0 for a query that does not count). r_t comes out of the P.V product (V with a column
 of ones) and the column sums are one matrix-vector product per block, so the pass over the
-logits is the one attention makes anyway: the layer costs 1.0-1.3x the flash kernel instead of
-1.8x (benchmarks/anatomy_kernel.py). Numbers agree with the flash kernel and received_attention
+logits is the one attention makes anyway: on SmolLM2's layer shape the layer costs 0.66x (T =
+512) and 0.74x (2048) of the flash kernel and received_attention after it
+(benchmarks/anatomy_kernel.py). Numbers agree with the flash kernel and received_attention
 within float32 rounding (tests/metrics/test_anatomy_fused.py).
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .received import BLOCK_ELEMENTS, ReceivedAttention, counted_queries, receiv
 # Queries per block: the (B H block, keys) logits are read four times (max, exp, P.V, column
 # sums), so a block that stays near the core's cache is worth more than a larger matmul; 32 was
 # the fastest of 8 .. 128 at T = 2048 .. 8192 on SmolLM2's shape (9 query / 3 KV heads, head_dim
-# 64, one thread): 0.96 s a layer at 8192 against 1.23 s for the flash kernel and received_attention.
+# 64, one thread): 0.89-0.97 s a layer at 8192 against 1.26 s for the flash kernel and received_attention.
 FUSED_BLOCK = 32
 
 
