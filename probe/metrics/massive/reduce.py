@@ -71,8 +71,10 @@ class MaxAbsStats(Reducer):
         else:
             rows, dims, vals = rows[: self.k], dims[: self.k], vals[: self.k]
         signed = h[rows, dims].float()
-        new = [(v, s, int(seq[r]), int(pos[r]), int(d), int(tok[r]))
-               for v, s, r, d in zip(vals.tolist(), signed.tolist(), rows.tolist(), dims.tolist()) if v >= 0]
+        # Where each sits, gathered per column: a few tensor reads, not one per entry and column.
+        at = rows.to(seq.device)
+        new = [entry for entry in zip(vals.tolist(), signed.tolist(), seq[at].tolist(), pos[at].tolist(),
+                                      dims.tolist(), tok[at].tolist()) if entry[0] >= 0]
         self.top = self._best(self.top + new)
 
     def _ties(self, a, kth: float, seq, pos):
