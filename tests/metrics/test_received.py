@@ -205,6 +205,20 @@ def test_top_keys_skip_keys_seen_by_too_few_queries():
     assert top_keys(r, 2, min_queries=2).tolist() == [[[0, 1]]]
 
 
+def test_the_top_key_is_the_first_of_tied_maxima_as_the_stable_sort_names_it():
+    """k = 1 reads an argmax: on ties (the first of the tied keys), keys seen by too few queries
+    and a head where no key qualifies (every score -inf: key 0), the key a stable descending
+    sort puts first."""
+    g = torch.Generator().manual_seed(0)
+    total = torch.randint(0, 3, (2, 3, 9), generator=g).double()               # many ties
+    count = torch.ones(2, 9, dtype=torch.int64)
+    count[1] = 0                                                            # no key qualifies
+    r = ReceivedAttention(total, count, torch.zeros(2, 9, dtype=torch.bool))
+    score = torch.where((count > 0)[:, None, :], r.score(), -math.inf)
+    want = torch.sort(score, dim=-1, descending=True, stable=True).indices[..., :1]
+    assert torch.equal(top_keys(r, 1), want) and bool((want[1] == 0).all())
+
+
 def direct_drains(p, v, out, keys, valid):
     """Value-drain shares from the explicit P (B, H, T, S) and value vectors, one query at a time
     in spirit: c_t = sum_j P[t, k_j] v_k_j formed as a tensor."""

@@ -227,6 +227,8 @@ def top_keys(received: ReceivedAttention, k: int = 1, min_queries: int = 1) -> t
     score = received.score()                                                  # (B, H, S)
     enough = (received.count >= min_queries)[:, None, :]
     score = torch.where(enough & ~torch.isnan(score), score, -math.inf)
+    if k == 1:              # argmax names the first of tied maxima: the same key, without a sort
+        return score.argmax(-1, keepdim=True)
     # A stable descending sort breaks ties by position; topk would not promise an order.
     return torch.sort(score, dim=-1, descending=True, stable=True).indices[..., :k]
 
