@@ -60,6 +60,11 @@ class Dataset:
         return h.hexdigest()
 
     @property
+    def longest(self) -> int:
+        """The longest sequence's length, 0 for no sequence: what a pass's memory and masks are sized for."""
+        return max((len(s) for s in self.sequences), default=0)
+
+    @property
     def tokens(self) -> int:
         """Tokens that count (context positions of sliding windows excluded)."""
         return sum(len(s) for s in self.sequences) - sum(hi - lo for lo, hi in self.context)

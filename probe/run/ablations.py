@@ -124,7 +124,7 @@ def prepare(loaded, dataset, options) -> Prepared:
     if distributed.group()[1] > 1:
         raise ProbeError(f"{flag('ablate')} runs in one process; run it without torchrun")
     plan = parse_plan(options.ablate, options.seq_len)
-    layers = _mask_layers(loaded.model.config, loaded.layout, plan.layers, max(len(s) for s in dataset.sequences))
+    layers = _mask_layers(loaded.model.config, loaded.layout, plan.layers, dataset.longest)
     todo = [(a, *_inputs(a, dataset, loaded.tokenizer)) for a in plan.ablations]
     return Prepared(loaded, dataset, options, layers, todo)
 
@@ -172,7 +172,7 @@ def run(prepared: Prepared, *, name: str, reference) -> tuple[pd.DataFrame, pd.D
     loaded, dataset, options, layers, todo = (prepared.loaded, prepared.dataset, prepared.options,
                                               prepared.layers, prepared.todo)
     model, layout = loaded.model, loaded.layout
-    T = max(len(s) for s in dataset.sequences) + 1                          # + 1: a prepended BOS
+    T = dataset.longest + 1         # + 1: a prepended BOS
     S = len(dataset.sequences)
     dev = next(model.parameters()).device
     thresholds = massive_thresholds(reference, layout, MASSIVE_MIN_ABS, MASSIVE_RATIO)

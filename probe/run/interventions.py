@@ -121,7 +121,7 @@ def shard_pass(model: nn.Module, dataset, batch_size: int, state: _PassState, ou
     through the model with whatever hooks are installed, adding the loss and tokens into `out`
     (no bar of its own: run() shows one over the passes)."""
     dev = next(model.parameters()).device
-    length = max((len(s) for s in dataset.sequences), default=0)
+    length = dataset.longest
     try:
         # Logits past LAZY_BYTES a block of rows at a time, as in the analysis pass (capture/logits.py)
         with torch.inference_mode(), forward_for(model, batch=batch_size, length=length) as forward:
@@ -176,7 +176,7 @@ def run(loaded, dataset, options: AnalysisOptions | None = None, *, name: str | 
         # The statistics the interventions need (mean gates, activation medians, the loss), not
         # sink anatomy; sequences: one shape of the per-sequence state in every process.
         reference = Capture(model, layout, o.replace(anatomy=False, token_series=0), sequences=len(dataset.sequences))
-        length = max((len(s) for s in dataset.sequences), default=0)
+        length = dataset.longest
         with forward_for(model, batch=batch_size, length=length) as forward:
             run_pass(reference, forward, dataset, o, dev=next(model.parameters()).device,
                      desc=f"reference pass {name}", rank=rank, world=world)

@@ -90,7 +90,7 @@ def before_pass(loaded, dataset, o) -> tuple[int, int]:
     from ..families.registry import text_config
 
     batch = min(o.batch_size, len(dataset.sequences))
-    length = max(len(s) for s in dataset.sequences)
+    length = dataset.longest
     model = loaded.model
     size = next(model.parameters()).element_size()
     vocab = getattr(text_config(model.config), "vocab_size", 0) or 0
