@@ -243,15 +243,16 @@ class LogHistogram(Reducer):
 
     def _cumulative(self) -> torch.Tensor:
         """(len(_stored),) int64 running counts of the stored bins, made once while the counts stay
-        as they are: the tables and the meta read a dozen shares of each histogram."""
+        as they are (with the total): the tables and the meta read a dozen shares of each histogram."""
         if self._running is None:
-            self._running = torch.cumsum(self._stored, 0, dtype=I64)
-        return self._running
+            running = torch.cumsum(self._stored, 0, dtype=I64)
+            self._running = running, int(self._zero) + (int(running[-1]) if len(running) else 0)
+        return self._running[0]
 
     @property
     def total(self) -> int:
-        running = self._cumulative()
-        return int(self._zero) + (int(running[-1]) if len(running) else 0)
+        self._cumulative()
+        return self._running[1]
 
     def _below(self, j: int) -> int:
         """The values in bins < j (counts[:j].sum(), from the stored range: no (BINS,) copy)."""

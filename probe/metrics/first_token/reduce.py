@@ -114,13 +114,16 @@ class FirstTokenStats(Reducer):
         head, with the queries it pools and what uniform attention would give on them."""
         out = []
         edges = (*self.BUCKETS, math.inf)
+        # Each tensor read once, as lists, not one element at a time.
+        queries, uniforms = self.bucket_n.tolist(), self.bucket_uniform.tolist()
+        sums, dropped = self.bucket_sum.tolist(), self.drop_bucket.tolist()
         for b in range(len(self.BUCKETS)):
-            n = int(self.bucket_n[b])
+            n = int(queries[b])
             if n == 0:
                 continue
-            uniform = float(self.bucket_uniform[b]) / n
-            for head, s in enumerate(self.bucket_sum[b].tolist()):
-                counted = n - int(self.drop_bucket[b, head])
+            uniform = float(uniforms[b]) / n
+            for head, s in enumerate(sums[b]):
+                counted = n - int(dropped[b][head])
                 out.append({"head": head, "bucket_lo": edges[b], "bucket_hi": edges[b + 1],
                             "value": s / counted if counted else math.nan, "n_queries": counted,
                             "uniform": uniform})

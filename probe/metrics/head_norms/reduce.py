@@ -87,15 +87,18 @@ class HeadNorms(Metric):
     def frames(self, done) -> dict:
         rows = []
         for layer, s in self.stats.items():
+            # Each (groups, heads) tensor read once, as lists, not one element at a time.
+            tokens, pre_sum, post_sum = s.tokens.tolist(), s.pre.tolist(), s.post.tolist()
+            ratio, ratio_n = s.ratio.tolist(), s.ratio_n.tolist()
             for g, token_type in enumerate(self.names):
                 for head in range(s.tokens.shape[1]):
-                    n = int(s.tokens[g, head])
+                    n = tokens[g][head]
                     if n == 0 and token_type != ALL:
                         continue                       # a token type the data does not hold
-                    pre, post = _div(s.pre[g, head], n), _div(s.post[g, head], n)
+                    pre, post = _div(pre_sum[g][head], n), _div(post_sum[g][head], n)
                     rows.append({"model": done.name, "layer": layer, "head": head, "token_type": token_type,
                                  "tokens": n, "pre": pre, "post": post, "ratio_of_means": _div(post, pre),
-                                 "mean_ratio": _div(s.ratio[g, head], int(s.ratio_n[g, head]))})
+                                 "mean_ratio": _div(ratio[g][head], ratio_n[g][head])})
         return {"head_norms": pd.DataFrame(rows, columns=list(self.TABLES["head_norms"]))}
 
     def summarise(self, a, layers, done) -> dict:
