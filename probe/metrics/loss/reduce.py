@@ -68,33 +68,25 @@ class LossStats(Reducer):
             self.seq_count = torch.cat([self.seq_count, self.seq_count.new_zeros(need - len(self.seq_count))])
         # A target counts when it is valid: padding sits on the right, so its input is real too,
         # and a sliding window's context (valid False) still predicts the first counted token.
-        pair = valid[:, 1:].to(logits.device)
-        target = input_ids[:, 1:].to(logits.device)
-        V = logits.shape[-1]
-        rows = max(1, self.BLOCK // V)                 # float32 temporaries of BLOCK elements
-        for b in range(logits.shape[0]):
-            blocks = []
-            for start in range(0, logits.shape[1] - 1, rows):
-                end = min(start + rows, logits.shape[1] - 1)
-                x = logits[b, start:end].float()
-                nll = torch.logsumexp(x, dim=-1) - x.gather(-1, target[b, start:end, None])[:, 0]
-                if per_token is not None:
-                    blocks.append(nll)
-                keep = pair[b, start:end] & torch.isfinite(nll)
-                total, kept = nll[keep].double().sum().to(self.nll.device), keep.sum().to(self.count.device)
-                self.nll += total
-                self.count += kept
-                self.seq_nll[seqs[b]] += total
-                self.seq_count[seqs[b]] += kept
-                # The target of row t sits at position t + 1.
-                where = torch.arange(start + 1, end + 1, device=self.bucket_n.device)
-                bucket = torch.bucketize(where, torch.tensor(self.BUCKETS, device=where.device), right=True) - 1
-                in_bucket = bucket[keep.to(self.bucket_n.device)]
-                self.bucket_nll.index_add_(0, in_bucket, nll[keep].double().to(self.bucket_nll.device))
-                self.bucket_n.index_add_(0, in_bucket, torch.ones_like(in_bucket))
-                self.nonfinite += (pair[b, start:end] & ~keep).sum().to(self.nonfinite.device)
+        pair = valid[:, 1:].to(logits.device)                                # (B, T - 1)
+        nll = next_token_nll(logits, input_ids, self.BLOCK)                   # (B, T - 1) float32
+        keep = pair & torch.isfinite(nll)
+        # The target of row t sits at position t + 1: its position bucket, the same in every row.
+        where = torch.arange(1, nll.shape[1] + 1, device=self.bucket_n.device)
+        bucket = torch.bucketize(where, torch.tensor(self.BUCKETS, device=where.device), right=True) - 1
+        for b in range(nll.shape[0]):
+            kept_nll = nll[b][keep[b]].double()
+            total, kept = kept_nll.sum().to(self.nll.device), keep[b].sum().to(self.count.device)
+            self.nll += total
+            self.count += kept
+            self.seq_nll[seqs[b]] += total
+            self.seq_count[seqs[b]] += kept
+            in_bucket = bucket[keep[b].to(self.bucket_n.device)]
+            self.bucket_nll.index_add_(0, in_bucket, kept_nll.to(self.bucket_nll.device))
+            self.bucket_n.index_add_(0, in_bucket, torch.ones_like(in_bucket))
+            self.nonfinite += (pair[b] & ~keep[b]).sum().to(self.nonfinite.device)
             if per_token is not None:
-                per_token[b] = torch.cat(blocks) if blocks else logits.new_zeros(0, dtype=torch.float32)
+                per_token[b] = nll[b]
 
     def merge(self, other: "LossStats") -> "LossStats":
         """The per-row sums of two passes may cover different row counts (they grow with the
