@@ -241,23 +241,22 @@ class LogHistogram(Reducer):
             found = bins.in_bin(self._inside).sum(0)                   # (len(_inside),)
             self.in_bin[[k for k, _, _ in self._inside]] += found.to(self.in_bin.device)
 
-    def _cumulative(self) -> torch.Tensor:
-        """(len(_stored),) int64 running counts of the stored bins, made once while the counts stay
-        as they are (with the total): the tables and the meta read a dozen shares of each histogram."""
+    def _cumulative(self) -> tuple[torch.Tensor, int]:
+        """((len(_stored),) int64 running counts of the stored bins, the total), made once while the
+        counts stay as they are: the tables and the meta read a dozen shares of each histogram."""
         if self._running is None:
             running = torch.cumsum(self._stored, 0, dtype=I64)
             self._running = running, int(self._zero) + (int(running[-1]) if len(running) else 0)
-        return self._running[0]
+        return self._running
 
     @property
     def total(self) -> int:
-        self._cumulative()
-        return self._running[1]
+        return self._cumulative()[1]
 
     def _below(self, j: int) -> int:
         """The values in bins < j (counts[:j].sum(), from the stored range: no (BINS,) copy)."""
         k = min(max(j - self._lo, 0), len(self._stored))                  # stored bins below j
-        return (int(self._zero) if j > 0 else 0) + (int(self._cumulative()[k - 1]) if k else 0)
+        return (int(self._zero) if j > 0 else 0) + (int(self._cumulative()[0][k - 1]) if k else 0)
 
     def _in(self, j: int) -> int:
         """The values in bin j (counts[j])."""

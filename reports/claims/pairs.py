@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from probe.load.fingerprint import scheme_of
 from probe.reports.runs import Runs
 from probe.train.config import siblings
 
@@ -50,7 +51,7 @@ def _grafted_onto(runs: Runs, base: str, gated: str) -> bool:
     # Fingerprints of two schemes (XXH3 "xxh3:..." now, 16 hex digits of SHA-256 before) say
     # nothing of each other: then the fallbacks decide.
     recorded, own = str(graft.get("base_fingerprint") or ""), str(meta.get("embedding_fingerprint") or "")
-    if recorded and own and recorded.startswith("xxh3:") == own.startswith("xxh3:"):
+    if recorded and own and scheme_of(recorded) == scheme_of(own):
         return recorded == own
     if graft.get("base_digest") and meta.get("config_hash"):
         return graft["base_digest"] == meta["config_hash"]
