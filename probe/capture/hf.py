@@ -160,7 +160,9 @@ class Capture(Pass):
         p0 = attention.first_key_probability(query, key, lse, mask, scale, softcap=softcap)  # (B, H, T)
         # A query counts only where its output row is finite: after an inf activation the CPU
         # kernel returns NaN rows for every query, some of them beside a finite lse.
-        finite = None if bool(torch.isfinite(out).all()) else torch.isfinite(out).all(-1)  # (B, H, T)
+        # One sum answers "all finite" (a NaN or inf reaches it); only a sum that is not finite
+        # (those, or finite values overflowing it) pays for the element-wise check.
+        finite = None if bool(torch.isfinite(out.sum())) else torch.isfinite(out).all(-1)  # (B, H, T)
         self.emit(FIRST_KEY, layer, p0, uniform=attention.uniform_first_key(mask, p0.shape[-1], p0.device),
                   finite=finite)
         # (B, T, H, D) is the kernels' memory order, so this view is contiguous: no copy.

@@ -13,6 +13,8 @@ import functools
 
 import torch
 
+from . import kernels
+
 I64 = torch.int64
 BINS = 1 << 15
 NONFINITE = 0x7F80          # bins from here on: exponent all ones, inf and NaN
@@ -31,26 +33,39 @@ class Bins:
             values = values.float()
         if values.dim() == 0 or values.stride(-1) != 1:
             values = values.contiguous()
+        # float32 on the CPU: one compiled pass (probe/metrics/kernels.py), the same counts.
+        self.compiled = kernels.usable(values) and values.numel() > 0
+        if self.compiled and not values.is_contiguous():
+            values = values.contiguous()
         self.numel = values.numel()
         self.half = values.dtype == torch.bfloat16
         self.device = values.device
-        words = values.view(torch.int16)
-        # Little-endian: the odd int16 words of a float32 are its high halves (sign, exponent,
-        # 7 mantissa bits). Masking the sign bit gives the bin of |value|, as a fresh int16 tensor.
-        self.high = ((words if self.half else words[..., 1::2]) & 0x7FFF).reshape(-1)      # (n,)
         self._values = values
         inner = self.numel // values.shape[0] if values.dim() and values.shape[0] else 0
         sizes = [values.shape[0] if values.dim() else 1] if sizes is None else list(sizes)
         self.groups = len(sizes)
         self.sizes = [s * inner for s in sizes] if values.dim() else [1]                    # elements per group
-        if self.groups == 1:
-            counts = torch.bincount(self.high, minlength=BINS)[None]
+        if self.compiled:
+            counts = kernels.bin_counts(values, self.sizes, BINS)
         else:
-            counts = torch.stack([torch.bincount(h, minlength=BINS) for h in self.high.split(self.sizes)])
+            high = self.high
+            if self.groups == 1:
+                counts = torch.bincount(high, minlength=BINS)[None]
+            else:
+                counts = torch.stack([torch.bincount(h, minlength=BINS) for h in high.split(self.sizes)])
         self.nonfinite = counts[:, NONFINITE:].sum(1)                                      # (G,)
         counts[:, NONFINITE:] = 0
         self.counts = counts                                                               # (G, BINS)
         self._hits: dict[tuple, tuple] = {}
+        self._below: dict[tuple[int, int], torch.Tensor] = {}         # compiled: (bin, cut) -> (G,)
+
+    @functools.cached_property
+    def high(self) -> torch.Tensor:
+        """(n,) int16: each value's bin. Little-endian: the odd int16 words of a float32 are its
+        high halves (sign, exponent, 7 mantissa bits); masking the sign bit gives the bin of
+        |value|, as a fresh int16 tensor."""
+        words = self._values.view(torch.int16)
+        return ((words if self.half else words[..., 1::2]) & 0x7FFF).reshape(-1)
 
     def total(self) -> torch.Tensor:
         """(BINS,) int64: every group's counts."""
@@ -68,6 +83,14 @@ class Bins:
         present = self.counts[:, js].sum(0).tolist()                   # one sync, not one per cut
         todo = [(i, j, c) for i, ((_, j, c), n) in enumerate(zip(inside, present)) if n]
         if not todo:
+            return out
+        if self.compiled:       # one pass for the cuts not yet counted, kept for later readers
+            new = tuple(sorted({(j, c) for _, j, c in todo} - self._below.keys()))
+            if new:
+                found = kernels.below_in_bins(self._values, self.sizes, new, BINS)    # (G, len(new))
+                self._below.update(zip(new, found.unbind(1)))
+            for i, j, c in todo:
+                out[:, i] = self._below[(j, c)]
             return out
         high, bits, group = self._values_in(tuple(sorted(set(js))))
         for i, j, c in todo:

@@ -16,6 +16,7 @@ import struct
 import torch
 
 from . import bins as binning
+from . import kernels
 
 F64, I64 = torch.float64, torch.int64
 
@@ -197,10 +198,14 @@ class LogHistogram(Reducer):
         """Adds counts (BINS,) int64, non-finite bins already 0; n: the values they hold."""
         self._running = None
         self._zero += counts[0].to(self._zero.device)
-        seen = counts[1:self.NONFINITE].nonzero()                     # (K, 1) bins holding values
-        if len(seen) == 0:
+        if counts.device.type == "cpu":                               # a scan from both ends
+            span = kernels.occupied(counts, 1, self.NONFINITE)
+        else:
+            seen = counts[1:self.NONFINITE].nonzero()                 # (K, 1) bins holding values
+            span = tuple((seen[[0, -1], 0] + 1).tolist()) if len(seen) else None   # one sync
+        if span is None:
             return
-        lo, hi = (seen[[0, -1], 0] + 1).tolist()                      # one sync: bins lo .. hi
+        lo, hi = span                                                 # bins lo .. hi
         self._counted += n
         if self._stored.dtype == torch.int32 and self._counted > self._INT32_SAFE:
             self._stored = self._stored.to(I64)

@@ -1,0 +1,114 @@
+"""CPU kernels for the bins of probe/metrics/bins.py, compiled by numba: one pass over a float32
+activation's bits counts its bins (and, in a second pass, the values below each cut inside
+a bin) where torch needs a mask, a bincount (itself three passes: min, max, count), a gather,
+a nonzero and a few small gathers. Integer counts, so the result is the torch path's, bit for
+bit (tests/metrics/test_kernels.py holds them equal); the torch path stays for other devices.
+
+numba is imported on first use only: a process that never bins on the CPU never loads it.
+Compiled code is cached beside this file (or in numba's user cache when the package folder is
+read-only), so only the first process on a machine pays for the compilation (about 1 s).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled():
+    from numba import njit
+
+    @njit(cache=True, nogil=True)
+    def count_bins(bits, ends, counts):
+        # bits (n,) int32 float32 words, ends (G,) int64 group ends, counts (G, BINS) int64 += bins
+        start = 0
+        for g in range(ends.shape[0]):
+            group, row = bits[start:ends[g]], counts[g]      # a slice: a third faster than offsets
+            for i in range(group.shape[0]):
+                row[(group[i] & 0x7FFFFFFF) >> 16] += 1
+            start = ends[g]
+
+    @njit(cache=True, nogil=True)
+    def count_in_bins(bits, ends, first, cut_bin, cut_bits, out):
+        # first (BINS,) int32: index of the first cut inside each bin (cuts sorted by bin), -1 for
+        # none; cut_bin, cut_bits (K,) int32; out (G, K) int64 += values of the cut's bin below it
+        start = 0
+        for g in range(ends.shape[0]):
+            group, row = bits[start:ends[g]], out[g]
+            for i in range(group.shape[0]):
+                word = group[i] & 0x7FFFFFFF
+                j = word >> 16
+                k = first[j]
+                if k >= 0:
+                    while k < cut_bin.shape[0] and cut_bin[k] == j:
+                        if word < cut_bits[k]:
+                            row[k] += 1
+                        k += 1
+            start = ends[g]
+
+    @njit(cache=True, nogil=True)
+    def occupied(counts, lo, hi):
+        # (first, last) index in [lo, hi) of counts (n,) int64 holding a nonzero count; (-1, -1) none
+        first = lo
+        while first < hi and counts[first] == 0:
+            first += 1
+        if first == hi:
+            return -1, -1
+        last = hi - 1
+        while counts[last] == 0:
+            last -= 1
+        return first, last
+
+    return count_bins, count_in_bins, occupied
+
+
+def usable(values: torch.Tensor) -> bool:
+    """Whether these kernels bin `values`: float32 on the CPU (made contiguous first)."""
+    return values.device.type == "cpu" and values.dtype == torch.float32
+
+
+def _words(values: torch.Tensor) -> np.ndarray:
+    return values.detach().reshape(-1).view(torch.int32).numpy()                # (n,) int32, no copy
+
+
+def _ends(sizes: list[int]) -> np.ndarray:
+    return np.cumsum(np.asarray(sizes, dtype=np.int64))
+
+
+def bin_counts(values: torch.Tensor, sizes: list[int], bins: int) -> torch.Tensor:
+    """(G, bins) int64: per group of `sizes` consecutive elements of values (float32, CPU,
+    contiguous) the count of each top-16-bit bin of |value| (the sign bit masked)."""
+    counts = torch.zeros(len(sizes), bins, dtype=torch.int64)
+    _compiled()[0](_words(values), _ends(sizes), counts.numpy())
+    return counts
+
+
+def occupied(counts: torch.Tensor, lo: int, hi: int) -> tuple[int, int] | None:
+    """(first, last) bin in [lo, hi) of counts (bins,) int64 (CPU) with a nonzero count, None if
+    every one is 0: a scan from both ends, where a nonzero over every bin reads them all."""
+    first, last = _compiled()[2](counts.to(torch.int64).contiguous().numpy(), lo, hi)
+    return None if first < 0 else (int(first), int(last))
+
+
+def below_in_bins(values: torch.Tensor, sizes: list[int], inside: tuple[tuple[int, int], ...], bins: int
+                  ) -> torch.Tensor:
+    """(G, len(inside)) int64: per group and cut (j, c) of `inside` (sorted; c a cut's bits
+    strictly inside bin j), the values of bin j whose bits (sign masked) are below c."""
+    first, cut_bin, cut_bits = _cut_table(inside, bins)
+    out = torch.zeros(len(sizes), len(inside), dtype=torch.int64)
+    _compiled()[1](_words(values), _ends(sizes), first, cut_bin, cut_bits, out.numpy())
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _cut_table(inside: tuple[tuple[int, int], ...], bins: int):
+    """The kernel's view of sorted cuts (j, c): (first cut of each bin or -1 (bins,), the cuts'
+    bins (K,), the cuts' bits (K,)). Made once per set of cuts."""
+    cut_bin = np.array([j for j, _ in inside], dtype=np.int32)
+    cut_bits = np.array([c for _, c in inside], dtype=np.int32)
+    first = np.full(bins, -1, dtype=np.int32)
+    for k in range(len(inside) - 1, -1, -1):
+        first[cut_bin[k]] = k
+    return first, cut_bin, cut_bits

@@ -1,0 +1,84 @@
+"""probe/metrics/kernels.py: the compiled CPU binning gives the torch path's counts, bit for bit
+(per group, the non-finite apart, below cuts inside a bin, two cuts in one bin), on any layout of
+the values, and `occupied` finds the bins that torch's nonzero finds."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from probe.metrics import bins as binning
+from probe.metrics import kernels
+from probe.metrics.bins import Bins
+from probe.metrics.reducers import cut_bits, float32_value
+
+# Cuts strictly inside bins, one on a bin edge, and two pairs that share a bin.
+THRESHOLDS = (1e-3, 1e-2, 0.1, 0.5, 2.0 ** -7, 0.3, 0.3001, 7.0, 7.001)
+
+
+def values(seed: int, shape=(6, 50, 4, 16)) -> torch.Tensor:
+    """Log-spread magnitudes of both signs, the cuts and their neighbours, zeros, subnormals,
+    NaN and inf."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.exp(torch.empty(shape).uniform_(-14, 3, generator=g))
+    x *= torch.where(torch.rand(shape, generator=g) < 0.5, -1.0, 1.0)
+    flat = x.view(-1)
+    cuts = torch.tensor([float32_value(cut_bits(t)) for t in THRESHOLDS])
+    n = len(cuts)
+    flat[:n] = cuts
+    flat[n:2 * n] = torch.nextafter(cuts, torch.zeros(()))
+    flat[2 * n:3 * n] = -cuts
+    flat[100:107] = torch.tensor([0.0, -0.0, 1e-42, -1e-44, float("nan"), float("-inf"), float("inf")])
+    return x
+
+
+def torch_path(monkeypatch, x, sizes):
+    with monkeypatch.context() as m:
+        m.setattr(kernels, "usable", lambda values: False)
+        return Bins(x, sizes)
+
+
+@pytest.mark.parametrize("sizes", [None, [6], [1, 2, 0, 3], [1] * 6])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_compiled_bins_are_the_torch_bins(monkeypatch, sizes, seed):
+    x = values(seed)
+    compiled, reference = Bins(x, sizes), torch_path(monkeypatch, x, sizes)
+    assert compiled.compiled and not reference.compiled
+    assert torch.equal(compiled.counts, reference.counts)
+    assert torch.equal(compiled.nonfinite, reference.nonfinite)
+    cuts = [cut_bits(t) for t in THRESHOLDS]
+    assert torch.equal(compiled.below(cuts), reference.below(cuts))
+    # A later reader with other cuts: the ones already counted are read back, the others counted.
+    more = [cut_bits(t) for t in (1e-2, 3e-5, 7.001)]
+    assert torch.equal(compiled.below(more), reference.below(more))
+
+
+def test_below_is_the_comparison_per_group():
+    """Independent of the torch path: |x| < value(cut), counted by torch comparisons per group."""
+    x = values(2)
+    sizes = [2, 1, 3]
+    cuts = [cut_bits(t) for t in THRESHOLDS]
+    below = Bins(x, sizes).below(cuts)
+    a = x.abs()
+    for g, rows in enumerate(a.split(sizes)):
+        assert below[g].tolist() == [int((rows < float32_value(c)).sum()) for c in cuts]
+
+
+def test_any_layout_is_binned_as_its_values():
+    x = values(3).transpose(1, 2)                        # not contiguous: binned from a copy
+    assert torch.equal(Bins(x).counts, Bins(x.contiguous()).counts)
+    assert Bins(x[..., ::2]).compiled                    # a strided last dim too
+
+
+def test_not_compiled_where_it_does_not_apply():
+    assert not Bins(values(4).bfloat16()).compiled       # bfloat16 values are their own bins
+    assert not Bins(torch.zeros(0, 3)).compiled          # nothing to bin
+
+
+@pytest.mark.parametrize("where", [[], [1], [5, 9], [1, 0x7F7F], [0x7F7F]])
+def test_occupied_is_nonzero_from_both_ends(where):
+    counts = torch.zeros(binning.BINS, dtype=torch.int64)
+    counts[0] = 3                                        # outside [lo, hi): never reported
+    counts[0x7F80] = 2
+    counts[where] = 1
+    found = kernels.occupied(counts, 1, binning.NONFINITE)
+    assert found == ((min(where), max(where)) if where else None)
