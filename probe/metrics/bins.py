@@ -155,8 +155,18 @@ def batch_bins(x: torch.Tensor, b) -> Bins:
     return b.derived("bins", x, make)
 
 
+def row_extremes(h: torch.Tensor, b) -> tuple[torch.Tensor, torch.Tensor]:
+    """((B, T), (B, T)) max and min over the last dim of an event's h (B, T, C), in h's dtype
+    (NaN propagates): made once per event for the M-Act metric, the per-sequence maxima and the
+    token series."""
+    return b.derived("row_extremes", h, lambda: (h.amax(2), h.amin(2)))
+
+
 def abs_row_max(h: torch.Tensor, b) -> torch.Tensor:
     """(B, T) max |h| over the last dim of an event's h (B, T, C), in h's dtype, from its max
     and min (no |h| copy; NaN propagates): made once per event for the M-Act metric and the
     per-sequence maxima."""
-    return b.derived("row_max", h, lambda: torch.maximum(h.amax(2), -h.amin(2)))
+    def make() -> torch.Tensor:
+        top, bottom = row_extremes(h, b)
+        return torch.maximum(top, -bottom)
+    return b.derived("row_max", h, make)

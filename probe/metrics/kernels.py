@@ -1,8 +1,15 @@
-"""CPU kernels for the bins of probe/metrics/bins.py, compiled by numba: one pass over a float32
-activation's bits counts its bins (and, in a second pass, the values below each cut inside
-a bin) where torch needs a mask, a bincount (itself three passes: min, max, count), a gather,
-a nonzero and a few small gathers. Integer counts, so the result is the torch path's, bit for
-bit (tests/metrics/test_kernels.py holds them equal); the torch path stays for other devices.
+"""CPU kernels of the per-event metrics, compiled by numba: one pass over an activation where
+torch needs several, each with a temporary as large as the activation.
+
+- the bins of probe/metrics/bins.py: one pass over a float32 activation's bits counts its bins
+  (and, in a second pass, the values below each cut inside a bin) where torch needs a mask, a
+  bincount (itself three passes: min, max, count), a gather, a nonzero and a few small gathers.
+  Integer counts, so the result is the torch path's, bit for bit;
+- the per-head norms of probe/metrics/head_norms/: each vector's squares summed in float64 as
+  they are read, without the float64 copy of the activation.
+
+tests/metrics/test_kernels.py holds each equal to its torch path, which stays for other devices
+and dtypes.
 
 numba is imported on first use only: a process that never bins on the CPU never loads it.
 Compiled code is cached beside this file (or in numba's user cache when the package folder is
@@ -61,7 +68,20 @@ def _compiled():
             last -= 1
         return first, last
 
-    return count_bins, count_in_bins, occupied
+    # reassoc: the sum may be vectorised (its order is this kernel's own, the same on every call)
+    @njit(cache=True, nogil=True, fastmath={"reassoc"})
+    def vector_norms(x, out):
+        # x (N, H, D) float32, out (N, H) float64: sqrt of the float64 sum of squares
+        N, H, D = x.shape
+        for n in range(N):
+            for h in range(H):
+                total = 0.0
+                for d in range(D):
+                    v = np.float64(x[n, h, d])
+                    total += v * v
+                out[n, h] = np.sqrt(total)
+
+    return count_bins, count_in_bins, occupied, vector_norms
 
 
 def usable(values: torch.Tensor) -> bool:
@@ -70,7 +90,8 @@ def usable(values: torch.Tensor) -> bool:
 
 
 def _words(values: torch.Tensor) -> np.ndarray:
-    return values.detach().reshape(-1).view(torch.int32).numpy()                # (n,) int32, no copy
+    # numpy's reshape and view cost a fraction of torch's (this runs on every event)
+    return values.detach().numpy().reshape(-1).view(np.int32)                  # (n,) int32, no copy
 
 
 def _ends(sizes: list[int]) -> np.ndarray:
@@ -85,10 +106,19 @@ def bin_counts(values: torch.Tensor, sizes: list[int], bins: int) -> torch.Tenso
     return counts
 
 
+def vector_norms(x: torch.Tensor) -> torch.Tensor:
+    """(N, H, D) float32 on the CPU -> (N, H) float64 Euclidean norms over D."""
+    out = torch.empty(x.shape[:2], dtype=torch.float64)
+    _compiled()[3](x.detach().contiguous().numpy(), out.numpy())
+    return out
+
+
 def occupied(counts: torch.Tensor, lo: int, hi: int) -> tuple[int, int] | None:
     """(first, last) bin in [lo, hi) of counts (bins,) int64 (CPU) with a nonzero count, None if
     every one is 0: a scan from both ends, where a nonzero over every bin reads them all."""
-    first, last = _compiled()[2](counts.to(torch.int64).contiguous().numpy(), lo, hi)
+    if counts.dtype != torch.int64 or not counts.is_contiguous():
+        counts = counts.to(torch.int64).contiguous()
+    first, last = _compiled()[2](counts.numpy(), lo, hi)
     return None if first < 0 else (int(first), int(last))
 
 

@@ -82,3 +82,20 @@ def test_occupied_is_nonzero_from_both_ends(where):
     counts[where] = 1
     found = kernels.occupied(counts, 1, binning.NONFINITE)
     assert found == ((min(where), max(where)) if where else None)
+
+
+def test_vector_norms_are_the_float64_norms():
+    """Against torch's float64 norm of the same vectors: equal within float64 rounding (the sum's
+    order is the kernel's own), NaN and inf where they reach the norm, on any layout."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(40, 6, 64, generator=g) * torch.logspace(-20, 20, 40)[:, None, None]
+    x[3, 2, 7], x[5, 1, 0], x[6, 0, 1] = float("nan"), float("inf"), 0.0
+    x[7] = 0.0
+    want = torch.linalg.vector_norm(x.double(), dim=-1)
+    got = kernels.vector_norms(x)
+    assert torch.isnan(got[3, 2]) and torch.isinf(got[5, 1]) and float(got[7].abs().max()) == 0.0
+    for layout in (x, x.transpose(0, 1).contiguous().transpose(0, 1), x[:, :, ::2].contiguous()):
+        got = kernels.vector_norms(layout)
+        ref = want if layout.shape[-1] == 64 else torch.linalg.vector_norm(layout.double(), dim=-1)
+        assert got.dtype == torch.float64
+        torch.testing.assert_close(got, ref, rtol=1e-15, atol=0, equal_nan=True)

@@ -175,3 +175,20 @@ def test_the_loss_of_a_row_without_the_loss_metric(loaded):
         logits = lm.model(input_ids=ids, use_cache=False).logits
     nll = F.cross_entropy(logits[1, :-1].float(), ids[1, 1:], reduction="none")
     torch.testing.assert_close(_row_loss(logits, ids, 1), nll, rtol=REL_TOL, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_first_at_is_where_max_and_min_point(dtype):
+    """first_at(x, max) and first_at(x, min) are the indices torch.max / torch.min return: ties
+    (the first), signed zeros, and rows with NaN (the first NaN)."""
+    from probe.metrics.token_series.reduce import first_at
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-3, 4, (64, 576), generator=g).to(dtype)               # many ties
+    x[5, 100], x[5, 7], x[9, 300] = float("nan"), float("nan"), float("nan")
+    x[11] = 0.0
+    x[11, 40] = -0.0
+    x[12, 3:] = float("inf")
+    for reduce in (torch.max, torch.min):
+        value, index = reduce(x, -1)
+        assert torch.equal(first_at(x, value), index), reduce

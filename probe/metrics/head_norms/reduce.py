@@ -19,6 +19,7 @@ import torch
 
 from . import ALL, DECLARATION
 from ..base import Metric
+from .. import kernels
 from ..reducers import F64, I64, Reducer
 
 
@@ -122,10 +123,13 @@ BLOCK = 1 << 22          # elements per step: bounds the float64 copies (32 MB) 
 
 
 def _norms(x: torch.Tensor) -> torch.Tensor:
-    """(N, H, D) -> (N, H) float64 Euclidean norms, a block of rows at a time. Both events go
-    through this one function on contiguous float64 copies, so that equal vectors (no gate) give
-    equal norms, bit for bit."""
+    """(N, H, D) -> (N, H) float64 Euclidean norms: float32 on the CPU in one compiled pass
+    (probe/metrics/kernels.py), otherwise a block of rows at a time on float64 copies. Both
+    events go through this one function, so that equal vectors (no gate) give equal norms, bit
+    for bit."""
     N, H, D = x.shape
+    if kernels.usable(x):
+        return kernels.vector_norms(x)
     rows = max(1, BLOCK // max(1, H * D))
     if N <= rows:
         return torch.linalg.vector_norm(x.to(F64).contiguous(), dim=-1)

@@ -41,11 +41,12 @@ class MaxAbsStats(Reducer):
         if h.shape[0] == 0:
             return
         # Row maxima of |h| from the row max and min: no (N, C) float32 |h| copy is made unless
-        # the activations hold NaN or inf (which reach these maxima).
+        # the activations hold NaN or inf (which reach these maxima, and so their sum; a finite sum
+        # says every row maximum is finite).
         if row_max is None:
             row_max = torch.maximum(h.amax(1), -h.amin(1))
         row_max = row_max.float()                                    # (N,)
-        if bool(torch.isfinite(row_max).all()):
+        if math.isfinite(float(row_max.sum())):
             a = None
             self.hist.update(h)                                       # sign bit ignored
             self.count += h.numel()
@@ -60,21 +61,26 @@ class MaxAbsStats(Reducer):
         # The k largest elements lie in the k rows with the largest row maxima: O(N C) once,
         # then a top-k over k rows instead of over all N C elements.
         # One more than k, to see whether the k-th value is tied with the next one.
+        C = h.shape[1]
         k = min(self.k + 1, h.shape[0])
         rows = row_max.topk(k).indices                               # (k,)
-        cand = h[rows].float().abs() if a is None else a[rows]       # (k, C)
-        vals, flat = cand.reshape(-1).topk(min(self.k + 1, k * h.shape[1]))
-        rows, dims = rows[flat // h.shape[1]], flat % h.shape[1]
-        if len(vals) > self.k and vals[self.k] == vals[self.k - 1] and vals[self.k - 1] >= 0:
+        picked = h[rows].float()                                     # (k, C), signed
+        cand = picked.abs() if a is None else a[rows]
+        vals, flat = cand.reshape(-1).topk(min(self.k + 1, k * C))
+        top = vals.tolist()
+        if len(top) > self.k and top[self.k] == top[self.k - 1] and top[self.k - 1] >= 0:
             a = h.float().abs() if a is None else a
-            rows, dims, vals = self._ties(a, float(vals[self.k - 1]), seq, pos)
+            rows, dims, vals = self._ties(a, top[self.k - 1], seq, pos)
+            signed, top, dims = h[rows, dims].float().tolist(), vals.tolist(), dims.tolist()
         else:
-            rows, dims, vals = rows[: self.k], dims[: self.k], vals[: self.k]
-        signed = h[rows, dims].float()
+            flat = flat[: self.k]
+            signed, top = picked.reshape(-1)[flat].tolist(), top[: self.k]
+            at = flat.tolist()
+            rows, dims = rows[[i // C for i in at]], [i % C for i in at]
         # Where each sits, gathered per column: a few tensor reads, not one per entry and column.
         at = rows.to(seq.device)
-        new = [entry for entry in zip(vals.tolist(), signed.tolist(), seq[at].tolist(), pos[at].tolist(),
-                                      dims.tolist(), tok[at].tolist()) if entry[0] >= 0]
+        new = [entry for entry in zip(top, signed, seq[at].tolist(), pos[at].tolist(), dims, tok[at].tolist())
+               if entry[0] >= 0]
         self.top = self._best(self.top + new)
 
     def _ties(self, a, kth: float, seq, pos):

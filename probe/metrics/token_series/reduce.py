@@ -29,6 +29,7 @@ import torch
 
 from ...core.events import ATTENTION, GATE, GDN
 from ..base import Metric
+from ..bins import row_extremes
 from ..gdn.keys import KEY0_SHARES
 from ..loss.reduce import PER_TOKEN
 from ..massive.reduce import token_text
@@ -36,6 +37,17 @@ from . import DECLARATION, SERIES
 
 
 BLOCK = 1 << 20         # logits per step of _row_loss, as the loss metric takes them
+
+
+def first_at(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """(n,) int64: per row of x (n, C) the first column equal to value (n,) (x's dtype), a NaN
+    value matching the first NaN: the index torch.max / torch.min return with that value, from
+    one comparison and one argmax instead of a second reduction that tracks indices."""
+    hit = x == value[:, None]                                                   # (n, C) bool
+    nan = torch.isnan(value)
+    if bool(nan.any()):
+        hit |= torch.isnan(x) & nan[:, None]
+    return hit.view(torch.uint8).argmax(-1)
 
 
 def _on(where, x: torch.Tensor):
@@ -133,14 +145,21 @@ class TokenSeriesCapture(Metric):
                 self._store("gate_heads", layer, offset, per_head)
 
     def layer_output(self, layer, h, b) -> None:                                # h (B, T, C)
-        for row, pos, offset in self._plan(b):
-            x = h[row][_on(pos, h)]                                             # (n, C)
-            # The largest |h| from the largest and the smallest value: no |h| copy (bins.abs_row_max).
-            top, up = x.max(-1)
-            bottom, down = x.min(-1)
-            high = top.float() >= -bottom.float()
-            self._store("max_abs", layer, offset, torch.where(high, top.float(), -bottom.float()))
-            self._store("max_abs_dim", layer, offset, torch.where(high, up, down).float())
+        plan = self._plan(b)
+        if not plan:
+            return
+        # The largest |h| from the largest and the smallest value, shared with M-Act (no |h| copy).
+        tops, bottoms = row_extremes(h, b)                                      # (B, T) each
+        for row, pos, offset in plan:
+            at = _on(pos, h)
+            top, bottom = tops[row][at].float(), bottoms[row][at].float()       # (n,)
+            high = top >= -bottom
+            self._store("max_abs", layer, offset, torch.where(high, top, -bottom))
+            # Where it sits: the first dim holding that value, as max / min would say (a NaN row:
+            # its first NaN, the value NaN).
+            x = h[row][at]                                                      # (n, C)
+            self._store("max_abs_dim", layer, offset, first_at(x, torch.where(high, tops[row][at],
+                                                                               bottoms[row][at])).float())
 
     def logits(self, layer, logits, b) -> None:                                 # (B, T, V)
         plan = self._plan(b)
