@@ -63,13 +63,15 @@ class SequenceValues:
             return None
         S = int(rows["sequence"].max()) + 1
         by = {q: part for q, part in rows.groupby("quantity", sort=False)}
+        # The rows of a quantity by key (M-Act's site, the sparsity variant): split once, not
+        # filtered again for every grid.
+        keyed = {k: part for k, part in rows.groupby(["quantity", "key"], sort=False)}
 
-        def grid(q, layer_ids=None, heads=False, where=None):
-            part = by.get(q)
+        def grid(q, layer_ids=None, heads=False, key=None, part=None):
+            if part is None and q in by:          # a key the quantity lacks: no rows, all NaN
+                part = by[q] if key is None else keyed.get((q, key), by[q].iloc[:0])
             if part is None:
                 return None
-            if where is not None:
-                part = part[where(part)]
             ids = sorted(part["layer"].unique()) if layer_ids is None else layer_ids
             col = {layer: i for i, layer in enumerate(ids)}
             H = int(part["head"].max()) + 1 if heads else 1
@@ -81,15 +83,14 @@ class SequenceValues:
         attention = sorted(int(x) for x in by["f_attn_n"]["layer"].unique()) if "f_attn_n" in by else []
         m_rows = by.get("m_act")
         layers = sorted(int(x) for x in m_rows["layer"].unique()) if m_rows is not None else []
-        m_max = np.stack([grid("m_act", layers, where=lambda p, s=s: p["key"] == s)
-                          if m_rows is not None else np.full((S, 0), np.nan) for s in SITES], axis=2)
+        m_max = np.stack([grid("m_act", layers, key=s) if m_rows is not None else np.full((S, 0), np.nan)
+                          for s in SITES], axis=2)
         sparsity = {}
         below = by.get("sparsity_below")
         if below is not None:
-            for (variant, t), _ in below.groupby(["key", "threshold"], sort=False):
-                sparsity[(variant, float(t))] = (
-                    grid("sparsity_below", attention, where=lambda p, v=variant, t=t: (p["key"] == v) & np.isclose(p["threshold"], t)),
-                    grid("sparsity_n", attention, where=lambda p, v=variant: p["key"] == v))
+            for (variant, t), part in below.groupby(["key", "threshold"], sort=False):
+                sparsity[(variant, float(t))] = (grid("sparsity_below", attention, part=part),
+                                                 grid("sparsity_n", attention, key=variant))
         loss = lambda q: grid(q, [-1])[:, 0] if q in by else np.zeros(S)         # noqa: E731
         return cls(S, attention, layers, grid("f_attn_sum", attention, heads=True), grid("f_attn_n", attention),
                    grid("f_attn_uniform", attention), grid("gate_sum", attention, heads=True),

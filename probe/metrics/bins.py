@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import torch
 
 from . import kernels
@@ -45,19 +46,23 @@ class Bins:
         sizes = [values.shape[0] if values.dim() else 1] if sizes is None else list(sizes)
         self.groups = len(sizes)
         self.sizes = [s * inner for s in sizes] if values.dim() else [1]                    # elements per group
-        if self.compiled:
+        self._hits: dict[tuple, tuple] = {}
+        if self.compiled:       # numpy views of the counts: their sums cost less than torch calls
             counts = kernels.bin_counts(values, self.sizes, BINS)
+            self._array = counts.numpy()                                                   # (G, BINS)
+            self.nonfinite_array = self._array[:, NONFINITE:].sum(1)                       # (G,)
+            self._array[:, NONFINITE:] = 0
+            self.nonfinite = torch.from_numpy(self.nonfinite_array)
+            self._below: dict[tuple[int, int], np.ndarray] = {}        # (bin, cut) -> (G,)
         else:
             high = self.high
             if self.groups == 1:
                 counts = torch.bincount(high, minlength=BINS)[None]
             else:
                 counts = torch.stack([torch.bincount(h, minlength=BINS) for h in high.split(self.sizes)])
-        self.nonfinite = counts[:, NONFINITE:].sum(1)                                      # (G,)
-        counts[:, NONFINITE:] = 0
+            self.nonfinite = counts[:, NONFINITE:].sum(1)                                  # (G,)
+            counts[:, NONFINITE:] = 0
         self.counts = counts                                                               # (G, BINS)
-        self._hits: dict[tuple, tuple] = {}
-        self._below: dict[tuple[int, int], torch.Tensor] = {}         # compiled: (bin, cut) -> (G,)
 
     @functools.cached_property
     def high(self) -> torch.Tensor:
@@ -80,17 +85,11 @@ class Bins:
         js = [j for _, j, _ in inside]
         if self.half:       # a bfloat16 value is its bin's lower edge, below every cut inside the bin
             return out + self.counts[:, js]
+        if self.compiled:
+            return torch.from_numpy(self.in_bin_array(inside))
         present = self.counts[:, js].sum(0).tolist()                   # one sync, not one per cut
         todo = [(i, j, c) for i, ((_, j, c), n) in enumerate(zip(inside, present)) if n]
         if not todo:
-            return out
-        if self.compiled:       # one pass for the cuts not yet counted, kept for later readers
-            new = tuple(sorted({(j, c) for _, j, c in todo} - self._below.keys()))
-            if new:
-                found = kernels.below_in_bins(self._values, self.sizes, new, BINS)    # (G, len(new))
-                self._below.update(zip(new, found.unbind(1)))
-            for i, j, c in todo:
-                out[:, i] = self._below[(j, c)]
             return out
         high, bits, group = self._values_in(tuple(sorted(set(js))))
         for i, j, c in todo:
@@ -98,11 +97,35 @@ class Bins:
             out[:, i] = hit.sum() if self.groups == 1 else torch.bincount(group[hit], minlength=self.groups)
         return out
 
+    def total_array(self) -> np.ndarray:
+        """(BINS,) int64 numpy: total() of compiled bins."""
+        return self._array[0] if self.groups == 1 else self._array.sum(0)
+
+    def in_bin_array(self, inside) -> np.ndarray:
+        """in_bin() of compiled bins, as a numpy (G, len(inside)) int64 array: one kernel pass for
+        the cuts not yet counted, kept for later readers of the same bins."""
+        out = np.zeros((self.groups, len(inside)), dtype=np.int64)
+        present = self._array[:, [j for _, j, _ in inside]].sum(0)
+        todo = [(i, j, c) for i, ((_, j, c), n) in enumerate(zip(inside, present)) if n]
+        new = tuple(sorted({(j, c) for _, j, c in todo} - self._below.keys()))
+        if new:
+            found = kernels.below_in_bins(self._values, self.sizes, new, BINS)            # (G, len(new))
+            self._below.update(zip(new, found.T))
+        for i, j, c in todo:
+            out[:, i] = self._below[(j, c)]
+        return out
+
     def below(self, cut_bits: list[int]) -> torch.Tensor:
         """(G, len(cut_bits)) int64: per group the values whose bits (sign masked) are below
         each cut: the count of |x| < value(cut), NaN and inf never below."""
-        out = torch.zeros(self.groups, len(cut_bits), dtype=I64, device=self.device)
         inside = [(k, c >> 16, c) for k, c in enumerate(cut_bits) if c & 0xFFFF and c < 0x7F800000]
+        if self.compiled:
+            out = np.stack([self._array[:, :min(c >> 16, NONFINITE)].sum(1) for c in cut_bits], 1) \
+                if cut_bits else np.zeros((self.groups, 0), dtype=np.int64)
+            if inside:
+                out[:, [k for k, _, _ in inside]] += self.in_bin_array(inside)
+            return torch.from_numpy(out)
+        out = torch.zeros(self.groups, len(cut_bits), dtype=I64, device=self.device)
         for k, c in enumerate(cut_bits):
             out[:, k] = self.counts[:, :min(c >> 16, NONFINITE)].sum(1)
         if inside:

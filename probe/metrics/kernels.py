@@ -113,22 +113,20 @@ def vector_norms(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def occupied(counts: torch.Tensor, lo: int, hi: int) -> tuple[int, int] | None:
-    """(first, last) bin in [lo, hi) of counts (bins,) int64 (CPU) with a nonzero count, None if
-    every one is 0: a scan from both ends, where a nonzero over every bin reads them all."""
-    if counts.dtype != torch.int64 or not counts.is_contiguous():
-        counts = counts.to(torch.int64).contiguous()
-    first, last = _compiled()[2](counts.numpy(), lo, hi)
+def occupied(counts: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:
+    """(first, last) bin in [lo, hi) of counts (bins,) int64 with a nonzero count, None if every
+    one is 0: a scan from both ends, where a nonzero over every bin reads them all."""
+    first, last = _compiled()[2](counts, lo, hi)
     return None if first < 0 else (int(first), int(last))
 
 
 def below_in_bins(values: torch.Tensor, sizes: list[int], inside: tuple[tuple[int, int], ...], bins: int
-                  ) -> torch.Tensor:
+                  ) -> np.ndarray:
     """(G, len(inside)) int64: per group and cut (j, c) of `inside` (sorted; c a cut's bits
     strictly inside bin j), the values of bin j whose bits (sign masked) are below c."""
     first, cut_bin, cut_bits = _cut_table(inside, bins)
-    out = torch.zeros(len(sizes), len(inside), dtype=torch.int64)
-    _compiled()[1](_words(values), _ends(sizes), first, cut_bin, cut_bits, out.numpy())
+    out = np.zeros((len(sizes), len(inside)), dtype=np.int64)
+    _compiled()[1](_words(values), _ends(sizes), first, cut_bin, cut_bits, out)
     return out
 
 

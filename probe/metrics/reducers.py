@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import struct
 
+import numpy as np
 import torch
 
 from . import bins as binning
@@ -196,16 +197,34 @@ class LogHistogram(Reducer):
 
     def _add(self, counts: torch.Tensor, n: int) -> None:
         """Adds counts (BINS,) int64, non-finite bins already 0; n: the values they hold."""
+        if counts.device.type == "cpu" and self._stored.device.type == "cpu":
+            self._add_array(counts.to(I64).contiguous().numpy(), n)
+            return
         self._running = None
         self._zero += counts[0].to(self._zero.device)
-        if counts.device.type == "cpu":                               # a scan from both ends
-            span = kernels.occupied(counts, 1, self.NONFINITE)
-        else:
-            seen = counts[1:self.NONFINITE].nonzero()                 # (K, 1) bins holding values
-            span = tuple((seen[[0, -1], 0] + 1).tolist()) if len(seen) else None   # one sync
+        seen = counts[1:self.NONFINITE].nonzero()                     # (K, 1) bins holding values
+        if len(seen) == 0:
+            return
+        lo, hi = (seen[[0, -1], 0] + 1).tolist()                      # one sync: bins lo .. hi
+        self._reserve(lo, hi, n)
+        self._stored[lo - self._lo:hi + 1 - self._lo] += counts[lo:hi + 1].to(self._stored)
+
+    def _add_array(self, counts: np.ndarray, n: int) -> None:
+        """_add on the CPU, through numpy views of the same memory: a few numpy calls per event
+        instead of a dozen torch ones (counts (BINS,) int64)."""
+        self._running = None
+        if counts[0]:
+            self._zero += int(counts[0])
+        span = kernels.occupied(counts, 1, self.NONFINITE)           # a scan from both ends
         if span is None:
             return
-        lo, hi = span                                                 # bins lo .. hi
+        lo, hi = span
+        self._reserve(lo, hi, n)
+        self._stored.numpy()[lo - self._lo:hi + 1 - self._lo] += counts[lo:hi + 1]
+
+    def _reserve(self, lo: int, hi: int, n: int) -> None:
+        """Makes the stored range hold bins lo .. hi (an octave more on the side it grows) and the
+        stored type hold n more values."""
         self._counted += n
         if self._stored.dtype == torch.int32 and self._counted > self._INT32_SAFE:
             self._stored = self._stored.to(I64)
@@ -216,7 +235,6 @@ class LogHistogram(Reducer):
             grown = torch.zeros(new_end - new_lo, dtype=self._stored.dtype, device=self._stored.device)
             grown[self._lo - new_lo:self._lo - new_lo + len(self._stored)] = self._stored
             self._lo, self._stored = new_lo, grown
-        self._stored[lo - self._lo:hi + 1 - self._lo] += counts[lo:hi + 1].to(self._stored)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return {"counts": self.counts, **{n: getattr(self, n) for n in self.summed if n != "counts"}}
@@ -238,6 +256,9 @@ class LogHistogram(Reducer):
         """Counts values already binned (probe/metrics/bins.py: one binning that several readers share)."""
         if bins.numel == 0:
             return
+        if bins.compiled and self.device.type == "cpu":
+            self._add_compiled(bins)
+            return
         self.nonfinite += bins.nonfinite.sum().to(self.nonfinite.device)
         self._add(bins.total().to(self._stored.device), bins.numel)
         if not bins.half:
@@ -245,6 +266,18 @@ class LogHistogram(Reducer):
         if self._inside:
             found = bins.in_bin(self._inside).sum(0)                   # (len(_inside),)
             self.in_bin[[k for k, _, _ in self._inside]] += found.to(self.in_bin.device)
+
+    def _add_compiled(self, bins: "binning.Bins") -> None:
+        """add() of CPU bins made by the compiled kernels: the same sums, in numpy, on views of
+        this histogram's tensors (each torch call costs more than these small sums)."""
+        nonfinite = int(bins.nonfinite_array.sum())
+        if nonfinite:
+            self.nonfinite += nonfinite
+        self._add_array(bins.total_array(), bins.numel)
+        self.inexact += bins.numel                                    # float32: not bfloat16
+        if self._inside:
+            found = bins.in_bin_array(self._inside).sum(0)            # (len(_inside),)
+            self.in_bin.numpy()[[k for k, _, _ in self._inside]] += found
 
     def _cumulative(self) -> tuple[torch.Tensor, int]:
         """((len(_stored),) int64 running counts of the stored bins, the total), made once while the

@@ -80,7 +80,7 @@ def test_occupied_is_nonzero_from_both_ends(where):
     counts[0] = 3                                        # outside [lo, hi): never reported
     counts[0x7F80] = 2
     counts[where] = 1
-    found = kernels.occupied(counts, 1, binning.NONFINITE)
+    found = kernels.occupied(counts.numpy(), 1, binning.NONFINITE)
     assert found == ((min(where), max(where)) if where else None)
 
 
