@@ -22,16 +22,20 @@ import torch
 from ..core.errors import ProbeError
 
 LAZY_BYTES = 1 << 30          # full logits above this: computed block by block
+BLOCK_BYTES = 1 << 26         # the logits of one lazy block: the head's weights are read once per
+                              # block, so blocks of a few hundred rows (SmolLM2: 341), not a few dozen
 
 
 class LazyLogits:
-    """(B, T, V) logits as the loss reads them: `shape`, `device`, `x[b, start:end]`."""
+    """(B, T, V) logits as the loss reads them: `shape`, `device`, `x[b, start:end]`; `rows`: the
+    rows a reader asks for at a time (BLOCK_BYTES of logits)."""
 
     def __init__(self, hidden: torch.Tensor, head, softcap: float | None, vocab: int):
         self.hidden = hidden                                   # (B, T, C), after the final norm
         self.head, self.softcap = head, softcap
         self.shape = (*hidden.shape[:2], vocab)
         self.device = hidden.device
+        self.rows = max(1, BLOCK_BYTES // (vocab * hidden.element_size()))
 
     def __getitem__(self, index) -> torch.Tensor:
         logits = self.head(self.hidden[index])                 # (..., V)

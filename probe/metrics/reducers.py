@@ -279,22 +279,25 @@ class LogHistogram(Reducer):
             found = bins.in_bin_array(self._inside).sum(0)            # (len(_inside),)
             self.in_bin.numpy()[[k for k, _, _ in self._inside]] += found
 
-    def _cumulative(self) -> tuple[torch.Tensor, int]:
-        """((len(_stored),) int64 running counts of the stored bins, the total), made once while the
-        counts stay as they are: the tables and the meta read a dozen shares of each histogram."""
+    def _cumulative(self) -> tuple[np.ndarray, int, int]:
+        """((len(_stored),) int64 running counts of the stored bins, bin 0's count, the total), in
+        numpy and Python ints, made once while the counts stay as they are: the tables and the meta
+        read a dozen shares and a median of each histogram, a few integers each."""
         if self._running is None:
-            running = torch.cumsum(self._stored, 0, dtype=I64)
-            self._running = running, int(self._zero) + (int(running[-1]) if len(running) else 0)
+            running = np.cumsum(self._stored.cpu().numpy(), dtype=np.int64)
+            zero = int(self._zero)
+            self._running = running, zero, zero + (int(running[-1]) if len(running) else 0)
         return self._running
 
     @property
     def total(self) -> int:
-        return self._cumulative()[1]
+        return self._cumulative()[2]
 
     def _below(self, j: int) -> int:
         """The values in bins < j (counts[:j].sum(), from the stored range: no (BINS,) copy)."""
-        k = min(max(j - self._lo, 0), len(self._stored))                  # stored bins below j
-        return (int(self._zero) if j > 0 else 0) + (int(self._cumulative()[0][k - 1]) if k else 0)
+        running, zero, _ = self._cumulative()
+        k = min(max(j - self._lo, 0), len(running))                       # stored bins below j
+        return (zero if j > 0 else 0) + (int(running[k - 1]) if k else 0)
 
     def _in(self, j: int) -> int:
         """The values in bin j (counts[j])."""
@@ -355,15 +358,16 @@ class LogHistogram(Reducer):
             return math.nan
         # Over bin 0 and the stored range only: the bins between and beyond hold nothing, so the
         # first bin whose running count reaches the target is the one the full (BINS,) array gives.
-        counts = torch.cat([self._zero.reshape(1), self._stored.to(I64)])     # bins 0, _lo, _lo + 1, ...
-        cum = torch.cumsum(counts, 0)
+        running, zero, _ = self._cumulative()
+        cum = np.concatenate([[zero], zero + running])                     # bins 0, _lo, _lo + 1, ...
         target = q * total
-        i = int(torch.searchsorted(cum.double(), torch.tensor(target, dtype=F64)))
-        if i >= len(counts):                                   # beyond every value: the last bin, empty
+        i = int(np.searchsorted(cum.astype(np.float64), target))
+        if i >= len(cum):                                      # beyond every value: the last bin, empty
             j, before, inside = self.BINS - 1, float(cum[-1]), 0.0
         else:
             j = 0 if i == 0 else self._lo + i - 1
-            before, inside = (float(cum[i - 1]) if i > 0 else 0.0), float(counts[i])
+            before = float(cum[i - 1]) if i > 0 else 0.0
+            inside = float(cum[i] - (cum[i - 1] if i > 0 else 0))
         share = (target - before) / max(inside, 1.0)
         lo, hi = self.lower_edge(j), self.lower_edge(j + 1)
         if lo <= 0:

@@ -107,7 +107,10 @@ def test_ablation_and_intervention_passes_read_the_logits_block_by_block(checkpo
     rows = []
     head.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[:-1].numel()))
     lazy = probe.analyze(loaded, texts=[TEXT], **opts)
-    most = max(1, LossStats.BLOCK // head.out_features)
+    # The head's rows per block: the loss's block, or the lazy logits' own when larger (each block
+    # reads the head's weights once: probe.capture.logits.BLOCK_BYTES).
+    most = max(1, LossStats.BLOCK // head.out_features,
+               probe.capture.logits.BLOCK_BYTES // (head.out_features * head.weight.element_size()))
     # one row per pass from the model itself (logits_to_keep=1, the check), else blocks of at most `most`
     assert rows and max(rows) <= max(most, OPTIONS["batch_size"])
     passes = 1 + len(full.ablations) + 1 + len(full.interventions)    # + the ablations' own reference pass
@@ -129,3 +132,27 @@ def test_the_block_by_block_nll_is_the_whole_tensors_to_the_bit():
     whole = torch.logsumexp(logits[:, :-1], -1) - logits[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]
     for block in (50, 7 * 50, 1 << 20):               # one row, seven rows, every row at a time
         assert torch.equal(next_token_nll(logits, ids, block=block), whole)
+    assert torch.equal(next_token_nll(logits, ids, block=50, batch_rows=[1]), whole[1:])
+
+
+def test_lazy_logits_made_in_large_blocks_read_in_small_ones(monkeypatch):
+    """LazyLogits makes `rows` rows at a time (the head's weights read once per block); the loss
+    reads them in its own smaller blocks: the whole logits' numbers (the head's matmul over fewer
+    rows may round differently: 1e-6)."""
+    from probe.capture.logits import LazyLogits
+    from probe.metrics.loss.reduce import next_token_nll
+
+    torch.manual_seed(1)
+    head = torch.nn.Linear(8, 50, bias=False)
+    hidden = torch.randn(2, 37, 8)
+    ids = torch.randint(0, 50, (2, 37))
+    whole = next_token_nll(head(hidden).detach(), ids, block=50)
+    made = []
+    head.register_forward_hook(lambda module, args, out: made.append(args[0].shape[0]))
+    monkeypatch.setattr(probe.capture.logits, "BLOCK_BYTES", 5 * 50 * 4)       # 5 rows a block
+    lazy = LazyLogits(hidden, head, None, 50)
+    assert lazy.rows == 5
+    with torch.no_grad():
+        got = next_token_nll(lazy, ids, block=2 * 50)                          # read 2 rows at a time
+    torch.testing.assert_close(got, whole, rtol=1e-6, atol=1e-6)
+    assert max(made) == 5 and len(made) == 2 * 8                                # 36 targets: 8 blocks a row

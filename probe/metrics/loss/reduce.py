@@ -14,21 +14,30 @@ from ..base import Metric
 PER_TOKEN = "token_loss"     # Batch.derived: batch row -> (T - 1,) loss per target (metrics/token_series/)
 
 
-def next_token_nll(logits, input_ids: torch.Tensor, block: int | None = None) -> torch.Tensor:
+def next_token_nll(logits, input_ids: torch.Tensor, block: int | None = None, batch_rows: list[int] | None = None
+                   ) -> torch.Tensor:
     """(B, T - 1) float32: -log p(token t + 1 | tokens <= t) for every pair, from logits (B, T, V)
     or probe.capture.logits.LazyLogits, a block of rows at a time (float32 temporaries of about
     `block` elements, LossStats.BLOCK by default): never a (T, V) copy, nor all the logits of a
     lazy head at once. Each row's log-sum-exp is its own reduction, so the numbers are those of
-    one logsumexp over the whole tensor."""
+    one logsumexp over the whole tensor. batch_rows: the batch rows to read (default all; the
+    result has one row per entry)."""
     B, T, V = logits.shape
     target = input_ids[:, 1:].to(logits.device)
     rows = max(1, (block or LossStats.BLOCK) // max(V, 1))
-    out = torch.empty(B, max(T - 1, 0), dtype=torch.float32, device=logits.device)
-    for b in range(B):
-        for start in range(0, T - 1, rows):
-            end = min(start + rows, T - 1)
-            x = logits[b, start:end].float()                                  # (rows, V)
-            out[b, start:end] = torch.logsumexp(x, dim=-1) - x.gather(-1, target[b, start:end, None])[:, 0]
+    # A lazy head's logits are made `logits.rows` rows at a time (each making reads the head's
+    # weights once), then read `rows` at a time like a tensor's.
+    made = max(rows, getattr(logits, "rows", rows))
+    batch_rows = range(B) if batch_rows is None else batch_rows
+    out = torch.empty(len(batch_rows), max(T - 1, 0), dtype=torch.float32, device=logits.device)
+    for i, b in enumerate(batch_rows):
+        for first in range(0, T - 1, made):
+            last = min(first + made, T - 1)
+            part = logits[b, first:last]                                      # (made, V)
+            for start in range(first, last, rows):
+                end = min(start + rows, last)
+                x = part[start - first:end - first].float()                   # (rows, V)
+                out[i, start:end] = torch.logsumexp(x, dim=-1) - x.gather(-1, target[b, start:end, None])[:, 0]
     return out
 
 

@@ -31,7 +31,7 @@ from ...core.events import ATTENTION, GATE, GDN
 from ..base import Metric
 from ..bins import row_extremes
 from ..gdn.keys import KEY0_SHARES
-from ..loss.reduce import PER_TOKEN
+from ..loss.reduce import PER_TOKEN, next_token_nll
 from ..massive.reduce import token_text
 from . import DECLARATION, SERIES
 
@@ -56,16 +56,9 @@ def _on(where, x: torch.Tensor):
 
 
 def _row_loss(logits, input_ids, row: int) -> torch.Tensor:
-    """(T - 1,) the loss of each target of one batch row, a block of positions at a time (the
+    """(T - 1,) the loss of each target of one batch row, as the loss metric computes it (the
     logits may be probe.capture.logits.LazyLogits: never a whole row of them at once)."""
-    T, V = logits.shape[1], logits.shape[2]
-    target = input_ids[row].to(logits.device)
-    out = []
-    for start in range(0, T - 1, max(1, BLOCK // V)):
-        end = min(start + max(1, BLOCK // V), T - 1)
-        x = logits[row, start:end].float()
-        out.append(torch.logsumexp(x, -1) - x.gather(-1, target[start + 1:end + 1, None])[:, 0])
-    return torch.cat(out) if out else torch.zeros(0, device=logits.device)
+    return next_token_nll(logits, input_ids, BLOCK, batch_rows=[row])[0]
 
 
 class TokenSeriesCapture(Metric):
