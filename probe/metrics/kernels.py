@@ -81,7 +81,23 @@ def _compiled():
                     total += v * v
                 out[n, h] = np.sqrt(total)
 
-    return count_bins, count_in_bins, occupied, vector_norms
+    @njit(cache=True, nogil=True)
+    def first_equal(x, value, out):
+        # x (N, C) float32, value (N,) float32, out (N,) int64: the first column equal to value, a NaN
+        # value matching the first NaN (C - 1 never read past: value is one of the row's entries)
+        N, C = x.shape
+        for n in range(N):
+            v = value[n]
+            j = 0
+            if v != v:
+                while j < C - 1 and x[n, j] == x[n, j]:
+                    j += 1
+            else:
+                while j < C - 1 and x[n, j] != v:
+                    j += 1
+            out[n] = j
+
+    return count_bins, count_in_bins, occupied, vector_norms, first_equal
 
 
 def usable(values: torch.Tensor) -> bool:
@@ -110,6 +126,15 @@ def vector_norms(x: torch.Tensor) -> torch.Tensor:
     """(N, H, D) float32 on the CPU -> (N, H) float64 Euclidean norms over D."""
     out = torch.empty(x.shape[:2], dtype=torch.float64)
     _compiled()[3](x.detach().contiguous().numpy(), out.numpy())
+    return out
+
+
+def first_equal(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """(N,) int64: per row of x (N, C) float32 on the CPU the first column equal to value (N,)
+    float32, one of the row's own entries (a NaN value: the row's first NaN); a row is read
+    only up to that column."""
+    out = torch.empty(x.shape[0], dtype=torch.int64)
+    _compiled()[4](x.detach().contiguous().numpy(), value.detach().contiguous().numpy(), out.numpy())
     return out
 
 

@@ -29,6 +29,7 @@ import torch
 
 from ...core.events import ATTENTION, GATE, GDN
 from ..base import Metric
+from .. import kernels
 from ..bins import row_extremes
 from ..gdn.keys import KEY0_SHARES
 from ..loss.reduce import PER_TOKEN, next_token_nll
@@ -43,6 +44,8 @@ def first_at(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     """(n,) int64: per row of x (n, C) the first column equal to value (n,) (x's dtype), a NaN
     value matching the first NaN: the index torch.max / torch.min return with that value, from
     one comparison and one argmax instead of a second reduction that tracks indices."""
+    if kernels.usable(x) and value.dtype == x.dtype and x.shape[1]:
+        return kernels.first_equal(x, value)                      # a scan that stops at the hit
     hit = x == value[:, None]                                                   # (n, C) bool
     nan = torch.isnan(value)
     if bool(nan.any()):
