@@ -100,9 +100,20 @@ def _compiled():
     return count_bins, count_in_bins, occupied, vector_norms, first_equal
 
 
+@functools.lru_cache(maxsize=1)
+def available() -> bool:
+    """Whether numba imports here (a dependency; without it, say on a Python it does not support
+    yet, every metric takes its torch path: the same numbers, slower)."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def usable(values: torch.Tensor) -> bool:
-    """Whether these kernels bin `values`: float32 on the CPU (made contiguous first)."""
-    return values.device.type == "cpu" and values.dtype == torch.float32
+    """Whether these kernels take `values`: float32 on the CPU (made contiguous first), numba there."""
+    return values.device.type == "cpu" and values.dtype == torch.float32 and available()
 
 
 def _words(values: torch.Tensor) -> np.ndarray:
@@ -141,6 +152,9 @@ def first_equal(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
 def occupied(counts: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:
     """(first, last) bin in [lo, hi) of counts (bins,) int64 with a nonzero count, None if every
     one is 0: a scan from both ends, where a nonzero over every bin reads them all."""
+    if not available():
+        seen = np.flatnonzero(counts[lo:hi])
+        return (lo + int(seen[0]), lo + int(seen[-1])) if len(seen) else None
     first, last = _compiled()[2](counts, lo, hi)
     return None if first < 0 else (int(first), int(last))
 

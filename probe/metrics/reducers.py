@@ -128,9 +128,9 @@ class LogHistogram(Reducer):
     The top 16 bits of a positive float32 are its exponent and 7 mantissa bits, so bin j holds
     [lo_j, lo_(j+1)) with lo_j the float whose bits are j << 16: 128 bins per octave, linear
     inside it (2**-7 of the octave's lower edge: 0.78% wide at its bottom, 0.39% at its top),
-    from 1e-38 to inf, exact edges. Filling it is one bincount over a free view of the
-    data, the cheapest exact-binning pass torch offers on CPU. A median read from it is within
-    0.78%.
+    from 1e-38 to inf, exact edges. Filling it is one pass over the data's bits: a compiled
+    kernel on the CPU (probe/metrics/kernels.py), a bincount over a free view of the data
+    elsewhere. A median read from it is within 0.78%.
 
     Shares below a threshold t are exact counts: with c = cut_bits(t, scale), a value is below
     t iff its bit pattern is below c, so the share is the bins below c's bin (exact: bins are

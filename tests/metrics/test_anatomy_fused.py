@@ -56,6 +56,31 @@ def test_output_lse_and_column_sums_equal_flash_then_received(block, padded):
     assert out.transpose(1, 2).is_contiguous()
 
 
+@pytest.mark.parametrize("far", [False, True])
+def test_a_key_far_above_key_0_is_shifted_by_the_maximum(far, monkeypatch):
+    """The kernel shifts each query's logits by key 0's; where a key's logit sits more than ~88
+    above it, exp overflows and that block is made again with the row maximum. With key 5 far
+    above key 0 for every query that sees it (queries 5 on: each block of 8 holds some), every
+    block is made again; otherwise none. The same numbers as the flash kernel and
+    received_attention either way."""
+    query, key, value = tensors(B=1, H=2, Hkv=1, T=24)
+    if far:                                  # every query along the first axis, key 5 far along it
+        query = 0.1 * query + 3 * torch.eye(query.shape[-1])[0]
+        key[0, 0, 5] = key[0, 0, 0] + 200 * torch.eye(key.shape[-1])[0]
+        logits = 0.25 * query[0] @ key[0, 0].T                                   # (H, T, T)
+        assert float((logits[:, 5:, 5] - logits[:, 5:, 0]).min()) > 89          # exp(89) overflows
+    maxima = []
+    amax = torch.Tensor.amax
+    monkeypatch.setattr(torch.Tensor, "amax", lambda self, *a, **k: maxima.append(1) or amax(self, *a, **k))
+    want_out, want_lse, want = reference(query, key, value, 0.25, None)
+    maxima.clear()
+    out, lse, got = fused.attention_with_received(query, key, value, 0.25, block=8)
+    assert torch.allclose(out, want_out, atol=TOL, rtol=TOL)
+    assert torch.allclose(lse, want_lse, atol=TOL, rtol=TOL)
+    assert torch.allclose(got.total, want.total, atol=TOL, rtol=TOL)
+    assert len(maxima) == (3 if far else 0)
+
+
 def test_a_nan_query_is_left_out_as_after_the_flash_kernel():
     """A NaN in one query (an overflowed model): its lse is NaN, it is excluded and counted by no
     key, and the other keys' sums are those received_attention makes from the same lse."""

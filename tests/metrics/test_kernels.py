@@ -82,6 +82,16 @@ def test_occupied_is_nonzero_from_both_ends(where):
     counts[where] = 1
     found = kernels.occupied(counts.numpy(), 1, binning.NONFINITE)
     assert found == ((min(where), max(where)) if where else None)
+    kernels.available.cache_clear()
+    try:                                     # without numba: numpy's nonzero, the same bins
+        with pytest.MonkeyPatch.context() as m:
+            m.setitem(__import__("sys").modules, "numba", None)
+            assert not kernels.available()
+            assert kernels.occupied(counts.numpy(), 1, binning.NONFINITE) == found
+            x = values(7)
+            assert not Bins(x).compiled
+    finally:
+        kernels.available.cache_clear()
 
 
 def test_vector_norms_are_the_float64_norms():

@@ -56,6 +56,7 @@ def attention_with_received(query, key, value, scale, *, valid: torch.Tensor | N
     lse = torch.empty(B, H, T, dtype=torch.float32, device=query.device)
     total = torch.zeros(B, H, T, dtype=torch.float64, device=query.device)
     keys = key.contiguous().view(B * Hkv, T, D)
+    shifted = keys - keys[:, :1]                                              # k_j - k_0
     # V with a column of ones: e @ [V, 1] gives the unnormalised output and r_t in one product.
     values = torch.cat([value, value.new_ones(B, Hkv, T, 1)], dim=-1).view(B * Hkv, T, -1)
     Dv = values.shape[-1] - 1
@@ -66,13 +67,26 @@ def attention_with_received(query, key, value, scale, *, valid: torch.Tensor | N
         c = end - start
         # The G query heads of one KV head are rows of one matmul: no (B, H, T, D) copy of K.
         q = (query[:, :, start:end] * scale).reshape(B * Hkv, G * c, D)      # (B Hkv, G c, D)
-        s = torch.bmm(q, keys[:, :end].transpose(-1, -2), out=buffer[: B * H * c * end].view(B * Hkv, G * c, end))
         diagonal = torch.ones(c, c, dtype=torch.bool, device=query.device).triu_(1)
-        s.view(B * Hkv, G, c, end)[..., start:].masked_fill_(diagonal, -math.inf)
-        m = s.amax(-1, keepdim=True)                                          # (B Hkv, G c, 1)
-        e = s.sub_(m).exp_()                                                  # in place: e = exp(s - m)
-        weighted = torch.bmm(e, values[:, :end])                              # (B Hkv, G c, Dv + 1)
-        r = weighted[..., Dv:]                                                # sum_j e
+        # The shift m_t: key 0's logit, which every query sees (so e_t0 = 1 and r_t >= 1), instead
+        # of the row maximum: s - m = q (k_j - k_0), one product with the shifted keys and no pass
+        # for the maximum nor for the subtraction. Only a block where some e overflows (a logit
+        # more than ~88 above key 0's) is made again with the maximum. Either shift gives the
+        # same softmax; they differ in float32 rounding.
+        for shift in ("key 0", "max"):
+            s = buffer[: B * H * c * end].view(B * Hkv, G * c, end)
+            torch.bmm(q, (shifted if shift == "key 0" else keys)[:, :end].transpose(-1, -2), out=s)
+            s.view(B * Hkv, G, c, end)[..., start:].masked_fill_(diagonal, -math.inf)   # causal
+            if shift == "key 0":                                              # s holds s - m already
+                m = torch.bmm(q, keys[:, :1].transpose(-1, -2))                         # (B Hkv, G c, 1)
+            else:
+                m = s.amax(-1, keepdim=True)
+                s.sub_(m)
+            e = s.exp_()                                                      # in place: e = exp(s - m)
+            weighted = torch.bmm(e, values[:, :end])                          # (B Hkv, G c, Dv + 1)
+            r = weighted[..., Dv:]                                            # sum_j e
+            if shift == "max" or bool(torch.isfinite(r).all()):
+                break
         out[:, :, start:end] = (weighted[..., :Dv] / r).view(B, H, c, Dv)
         lse[:, :, start:end] = (m + r.log()).view(B, H, c)
         w = r.reciprocal().view(B, Hkv, G, c)

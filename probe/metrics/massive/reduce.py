@@ -134,6 +134,12 @@ class Massive(Metric):
 
     def frames(self, done) -> dict:
         massive, top = [], []
+        texts: dict[int, str] = {}                  # each token decoded once (a few repeat a lot)
+
+        def text(token_id: int) -> str:
+            if token_id not in texts:
+                texts[token_id] = token_text(done.tokenizer, token_id)
+            return texts[token_id]
         for (layer, site), stats in self.stats.items():
             if int(stats.count) == 0:
                 continue
@@ -144,7 +150,7 @@ class Massive(Metric):
             for rank, (absval, value, seq, pos, dim, tok) in enumerate(stats.top):
                 top.append({"model": done.name, "layer": layer, "site": site, "rank": rank + 1,
                             "value": value, "abs_value": absval, "sequence": seq, "position": pos,
-                            "dim": dim, "token_id": tok, "token": token_text(done.tokenizer, tok)})
+                            "dim": dim, "token_id": tok, "token": text(tok)})
         massive.sort(key=lambda r: (r["layer"], SITE_ORDER[r["site"]]))
         top.sort(key=lambda r: (r["layer"], SITE_ORDER[r["site"]], r["rank"]))
         return {"massive": pd.DataFrame(massive), "massive_top": pd.DataFrame(top)}

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -196,10 +197,11 @@ def sequence_frame(name: str, metric: PerSequence, loss, documents=None, anatomy
     s, layout = metric.state.to("cpu"), metric.layout
     S = s.rows if metric.fixed else max(s.rows, loss.seq_nll.shape[0])
     layers = list(metric.column)
-    parts = []
+    columns: dict[str, list] = {c: [] for c in ("sequence", "layer", "head", "quantity", "key", "threshold", "value")}
 
     def add(quantity, values, layer_ids=None, heads=False, key="", threshold=math.nan):
-        """values: (S,), (S, layers) or (S, layers, heads)."""
+        """values: (S,), (S, layers) or (S, layers, heads); its rows, sequence-major, as arrays
+        (one DataFrame is made from all of them at the end)."""
         v = values.double()
         if v.shape[0] < S:
             v = grown(v, S, 0)
@@ -209,10 +211,14 @@ def sequence_frame(name: str, metric: PerSequence, loss, documents=None, anatomy
         if v.dim() == 2:
             v = v[:, :, None]
         H = v.shape[2]
-        seq, li, hi = torch.meshgrid(torch.arange(S), torch.tensor(lid), torch.arange(H), indexing="ij")
-        parts.append(pd.DataFrame({"sequence": seq.reshape(-1).numpy(), "layer": li.reshape(-1).numpy(),
-                                   "head": (hi.reshape(-1).numpy() if heads else -1), "quantity": quantity,
-                                   "key": key, "threshold": threshold, "value": v.reshape(-1).numpy()}))
+        n = S * len(lid) * H
+        columns["sequence"].append(np.repeat(np.arange(S), len(lid) * H))
+        columns["layer"].append(np.tile(np.repeat(np.asarray(lid, dtype=np.int64), H), S))
+        columns["head"].append(np.tile(np.arange(H), S * len(lid)) if heads else np.full(n, -1))
+        columns["quantity"].append(np.full(n, quantity, dtype=object))
+        columns["key"].append(np.full(n, key, dtype=object))
+        columns["threshold"].append(np.full(n, threshold, dtype=np.float64))
+        columns["value"].append(v.reshape(-1).numpy())
 
     add("f_attn_sum", s.f_attn_sum, layers, heads=True)
     add("f_attn_n", s.f_attn_n, layers)
@@ -244,6 +250,6 @@ def sequence_frame(name: str, metric: PerSequence, loss, documents=None, anatomy
     add("nll_n", loss.seq_count, None)
     if documents:
         add("document", torch.tensor(documents[:S], dtype=F64), None)
-    frame = pd.concat(parts, ignore_index=True)
+    frame = pd.DataFrame({c: np.concatenate(parts) for c, parts in columns.items()})
     frame.insert(0, "model", name)
     return frame[list(DECLARATION.tables["per_sequence"])]
