@@ -6,7 +6,7 @@ they cost a second Q.K^T and exp over every visible logit: +10% of a plain forwa
 causal attention, it computes the attention here instead, a block of queries at a time, and
 takes the column sums from the same probabilities:
 
-    s = scale q_t . k_j (j <= t),  m_t = max_j s,  e = exp(s - m_t),  r_t = sum_j e
+    s = scale q_t . k_j (j <= t),  m_t = s_t0 (key 0's),  e = exp(s - m_t),  r_t = sum_j e
     out_t = sum_j e v_j / r_t,  lse_t = m_t + log r_t,  total[j] += sum_t w_t e[t, j],  w_t = 1 / r_t
 
 (w_t = 0 for a query that does not count). r_t comes out of the P.V product (V with a column
@@ -24,8 +24,9 @@ import torch
 
 from .received import BLOCK_ELEMENTS, ReceivedAttention, counted_queries, received_attention, visible_count
 
-# Queries per block: the (B H block, keys) logits are read four times (max, exp, P.V, column
-# sums), so a block that stays near the core's cache is worth more than a larger matmul; 32 was
+# Queries per block: the (B H block, keys) logits are read three times (exp, P.V, column sums;
+# a fourth, the maximum, only where key 0's shift overflows), so a block that stays near the
+# core's cache is worth more than a larger matmul; 32 was
 # the fastest of 8 .. 128 at T = 2048 .. 8192 on SmolLM2's shape (9 query / 3 KV heads, head_dim
 # 64, one thread): 0.89-0.97 s a layer at 8192 against 1.26 s for the flash kernel and received_attention.
 FUSED_BLOCK = 32
