@@ -18,13 +18,16 @@ read-only), so only the first process on a machine pays for the compilation (abo
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 
 
 @functools.lru_cache(maxsize=1)
-def _compiled():
+def _compiled() -> SimpleNamespace:
+    """The numba functions by name, defined (and numba imported) on first use; each compiles on
+    its first call, or loads from the cache."""
     from numba import njit
 
     @njit(cache=True, nogil=True)
@@ -97,7 +100,8 @@ def _compiled():
                     j += 1
             out[n] = j
 
-    return count_bins, count_in_bins, occupied, vector_norms, first_equal
+    return SimpleNamespace(count_bins=count_bins, count_in_bins=count_in_bins, occupied=occupied,
+                           vector_norms=vector_norms, first_equal=first_equal)
 
 
 @functools.lru_cache(maxsize=1)
@@ -129,14 +133,14 @@ def bin_counts(values: torch.Tensor, sizes: list[int], bins: int) -> torch.Tenso
     """(G, bins) int64: per group of `sizes` consecutive elements of values (float32, CPU,
     contiguous) the count of each top-16-bit bin of |value| (the sign bit masked)."""
     counts = torch.zeros(len(sizes), bins, dtype=torch.int64)
-    _compiled()[0](_words(values), _ends(sizes), counts.numpy())
+    _compiled().count_bins(_words(values), _ends(sizes), counts.numpy())
     return counts
 
 
 def vector_norms(x: torch.Tensor) -> torch.Tensor:
     """(N, H, D) float32 on the CPU -> (N, H) float64 Euclidean norms over D."""
     out = torch.empty(x.shape[:2], dtype=torch.float64)
-    _compiled()[3](x.detach().contiguous().numpy(), out.numpy())
+    _compiled().vector_norms(x.detach().contiguous().numpy(), out.numpy())
     return out
 
 
@@ -145,7 +149,7 @@ def first_equal(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     float32, one of the row's own entries (a NaN value: the row's first NaN); a row is read
     only up to that column."""
     out = torch.empty(x.shape[0], dtype=torch.int64)
-    _compiled()[4](x.detach().contiguous().numpy(), value.detach().contiguous().numpy(), out.numpy())
+    _compiled().first_equal(x.detach().contiguous().numpy(), value.detach().contiguous().numpy(), out.numpy())
     return out
 
 
@@ -155,7 +159,7 @@ def occupied(counts: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:
     if not available():
         seen = np.flatnonzero(counts[lo:hi])
         return (lo + int(seen[0]), lo + int(seen[-1])) if len(seen) else None
-    first, last = _compiled()[2](counts, lo, hi)
+    first, last = _compiled().occupied(counts, lo, hi)
     return None if first < 0 else (int(first), int(last))
 
 
@@ -165,7 +169,7 @@ def below_in_bins(values: torch.Tensor, sizes: list[int], inside: tuple[tuple[in
     strictly inside bin j), the values of bin j whose bits (sign masked) are below c."""
     first, cut_bin, cut_bits = _cut_table(inside, bins)
     out = np.zeros((len(sizes), len(inside)), dtype=np.int64)
-    _compiled()[1](_words(values), _ends(sizes), first, cut_bin, cut_bits, out)
+    _compiled().count_in_bins(_words(values), _ends(sizes), first, cut_bin, cut_bits, out)
     return out
 
 
