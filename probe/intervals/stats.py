@@ -21,7 +21,6 @@ Which statistic each interval is of:
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,10 +31,6 @@ from .bootstrap import MIN_RESAMPLES, MIN_SEQUENCES, SEED, percentile_interval, 
 SITES = ("attn_out", "resid_mid", "mlp_out", "resid_post")     # probe/results/schema.py SITES
 RESIDUAL = "resid_post"
 CHUNK = 1 << 24          # elements of the (R, S, ...) M-Act temporaries per step
-
-
-# from_frame's last table (a weak reference, its length) and its arrays.
-_LAST_READ: list[tuple] = [(None, 0, None)]
 
 
 @dataclass
@@ -63,20 +58,9 @@ class SequenceValues:
 
     @classmethod
     def from_frame(cls, rows: pd.DataFrame) -> "SequenceValues | None":
-        """The arrays of one model's rows of per_sequence.csv; None when it has none. The arrays
-        of the last table read are kept while that table lives and keeps its length: an
-        analysis's intervals and its sink anatomy read the same table."""
+        """The arrays of one model's rows of per_sequence.csv; None when it has none."""
         if rows is None or rows.empty:
             return None
-        frame, length, values = _LAST_READ[0]
-        if frame is not None and frame() is rows and length == len(rows):
-            return values
-        values = cls._from_frame(rows)
-        _LAST_READ[0] = (weakref.ref(rows), len(rows), values)
-        return values
-
-    @classmethod
-    def _from_frame(cls, rows: pd.DataFrame) -> "SequenceValues":
         S = int(rows["sequence"].max()) + 1
         by = {q: part for q, part in rows.groupby("quantity", sort=False)}
         # The rows of a quantity by key (M-Act's site, the sparsity variant): split once, not

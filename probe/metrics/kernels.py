@@ -4,16 +4,19 @@ torch needs several, each with a temporary as large as the activation.
 - the bins of probe/metrics/bins.py: one pass over a float32 activation's bits counts its bins
   (and, in a second pass, the values below each cut inside a bin) where torch needs a mask, a
   bincount (itself three passes: min, max, count), a gather, a nonzero and a few small gathers.
-  Integer counts, so the result is the torch path's, bit for bit;
+  Integer counts, so the result is the torch path's, bit for bit; `occupied` finds the bins a
+  histogram must store by a scan from both ends;
 - the per-head norms of probe/metrics/head_norms/: each vector's squares summed in float64 as
-  they are read, without the float64 copy of the activation.
+  they are read, without the float64 copy of the activation;
+- where a row's largest |h| sits (probe/metrics/token_series/): a scan that stops at the hit.
 
 tests/metrics/test_kernels.py holds each equal to its torch path, which stays for other devices
-and dtypes.
+and dtypes, and for a Python numba does not support (`available`).
 
 numba is imported on first use only: a process that never bins on the CPU never loads it.
 Compiled code is cached beside this file (or in numba's user cache when the package folder is
-read-only), so only the first process on a machine pays for the compilation (about 1 s).
+read-only; NUMBA_CACHE_DIR elsewhere), so only the first analysis on a machine pays for the
+compilation (about 0.5 s).
 """
 from __future__ import annotations
 

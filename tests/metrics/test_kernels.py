@@ -3,6 +3,8 @@
 the values, and `occupied` finds the bins that torch's nonzero finds."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -85,7 +87,7 @@ def test_occupied_is_nonzero_from_both_ends(where):
     kernels.available.cache_clear()
     try:                                     # without numba: numpy's nonzero, the same bins
         with pytest.MonkeyPatch.context() as m:
-            m.setitem(__import__("sys").modules, "numba", None)
+            m.setitem(sys.modules, "numba", None)
             assert not kernels.available()
             assert kernels.occupied(counts.numpy(), 1, binning.NONFINITE) == found
             x = values(7)
