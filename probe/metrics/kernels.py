@@ -8,7 +8,10 @@ torch needs several, each with a temporary as large as the activation.
   histogram must store by a scan from both ends;
 - the per-head norms of probe/metrics/head_norms/: each vector's squares summed in float64 as
   they are read, without the float64 copy of the activation;
-- where a row's largest |h| sits (probe/metrics/token_series/): a scan that stops at the hit.
+- where a row's largest |h| sits (probe/metrics/token_series/): a scan that stops at the hit;
+- M-Act's pass over an activation (probe/metrics/bins.py RowScan): its bins, each row's largest
+  |h| and the few largest |h| with where they sit, in one read of the activation, where torch
+  needs a max, a min, a top-k over the rows, a gather and a top-k over those.
 
 tests/metrics/test_kernels.py holds each equal to its torch path, which stays for other devices
 and dtypes, and for a Python numba does not support (`available`).
@@ -103,8 +106,63 @@ def _compiled() -> SimpleNamespace:
                     j += 1
             out[n] = j
 
+    @njit(cache=True, nogil=True)
+    def scan_rows(words, C, valid, counts, row_max, top_word, top_at):
+        # words (N * C,) int32 float32 bits, N rows of C; valid (N,) bool: the rows counted.
+        # counts (BINS,) int64 += the bins of |x| over valid rows; row_max (N,) int32 = the largest
+        # bits of |x| per row (every row; NaN bits exceed inf's, so a NaN row's maximum is a NaN);
+        # top_word, top_at (K,) int32 / int64, filled with -1 / 0: the K largest finite |x| bits of
+        # valid rows and their flat indices, largest first, ties in index order (strict > below).
+        N, K = row_max.shape[0], top_word.shape[0]
+        for n in range(N):
+            row = words[n * C:(n + 1) * C]
+            if valid[n]:
+                for i in range(C):
+                    counts[(row[i] & 0x7FFFFFFF) >> 16] += 1
+            m = 0
+            for i in range(C):               # apart from the counts: this loop vectorises
+                m = max(m, row[i] & 0x7FFFFFFF)
+            row_max[n] = m
+            # A row can hold a top entry only if its maximum beats the K-th so far (or it holds a
+            # NaN or inf, which hide its finite maximum): after the first rows, few rows do.
+            if valid[n] and (m > top_word[K - 1] or m >= 0x7F800000):
+                for i in range(C):
+                    w = row[i] & 0x7FFFFFFF
+                    if w < 0x7F800000 and w > top_word[K - 1]:
+                        p = K - 1
+                        while p > 0 and top_word[p - 1] < w:
+                            top_word[p] = top_word[p - 1]
+                            top_at[p] = top_at[p - 1]
+                            p -= 1
+                        top_word[p] = w
+                        top_at[p] = n * C + i
+
+    @njit(cache=True, nogil=True)
+    def signed_peak(x, peak, value, at):
+        # x (N, C) float32, peak (N,) float32 the row's largest |x|; value (N,) float32, at (N,)
+        # int64: +peak if the row holds it, else -peak, and its first column; a NaN peak: the
+        # row's first NaN. What max and min say: the larger of max and -min, max on a tie.
+        N, C = x.shape
+        for n in range(N):
+            v = peak[n]
+            j = 0
+            if v != v:
+                while j < C - 1 and x[n, j] == x[n, j]:
+                    j += 1
+            else:
+                while j < C and x[n, j] != v:
+                    j += 1
+                if j == C:
+                    v = -v
+                    j = 0
+                    while j < C - 1 and x[n, j] != v:
+                        j += 1
+            value[n] = v
+            at[n] = j
+
     return SimpleNamespace(count_bins=count_bins, count_in_bins=count_in_bins, occupied=occupied,
-                           vector_norms=vector_norms, first_equal=first_equal)
+                           vector_norms=vector_norms, first_equal=first_equal, scan_rows=scan_rows,
+                           signed_peak=signed_peak)
 
 
 @functools.lru_cache(maxsize=1)
@@ -154,6 +212,32 @@ def first_equal(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape[0], dtype=torch.int64)
     _compiled().first_equal(x.detach().contiguous().numpy(), value.detach().contiguous().numpy(), out.numpy())
     return out
+
+
+def scan_rows(values: torch.Tensor, valid: np.ndarray | None, top: int, bins: int):
+    """One pass over values (N, C) float32 on the CPU, contiguous: (counts (bins,) int64 of the
+    valid rows' |value| bins, non-finite ones included; row_max (N,) float32, each row's largest
+    |value| (NaN for a row holding one); top_word (top,) int32 and top_at (top,) int64, the `top`
+    largest finite |value| bits of valid rows with their flat indices, largest first, ties in
+    index order, -1 where fewer). valid: (N,) bool, None for every row."""
+    N, C = values.shape
+    counts = np.zeros(bins, dtype=np.int64)
+    row_max = np.empty(N, dtype=np.int32)
+    top_word, top_at = np.full(top, -1, dtype=np.int32), np.zeros(top, dtype=np.int64)
+    valid = np.ones(N, dtype=np.bool_) if valid is None else valid
+    _compiled().scan_rows(_words(values), C, valid, counts, row_max, top_word, top_at)
+    return counts, row_max.view(np.float32), top_word, top_at
+
+
+def signed_peak(x: torch.Tensor, peak: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """((N,) float32, (N,) int64): per row of x (N, C) float32 on the CPU, given its largest
+    |x| `peak` (N,), the signed value max and min name (+peak if the row holds it, else -peak;
+    a NaN peak: NaN) and its first column; a row is read only up to the hit."""
+    value = torch.empty(x.shape[0], dtype=torch.float32)
+    at = torch.empty(x.shape[0], dtype=torch.int64)
+    _compiled().signed_peak(x.detach().contiguous().numpy(), peak.detach().contiguous().numpy(),
+                            value.numpy(), at.numpy())
+    return value, at
 
 
 def occupied(counts: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:

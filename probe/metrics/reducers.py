@@ -267,6 +267,15 @@ class LogHistogram(Reducer):
             found = bins.in_bin(self._inside).sum(0)                   # (len(_inside),)
             self.in_bin[[k for k, _, _ in self._inside]] += found.to(self.in_bin.device)
 
+    def add_counts(self, counts: np.ndarray, n: int) -> None:
+        """Counts float32 values binned elsewhere (bins.RowScan): counts (BINS,) int64, the
+        non-finite bins 0; n: the values they hold. Only for a histogram without cuts (the
+        values below a cut inside a bin need the values themselves)."""
+        if self._inside:
+            raise ValueError("a histogram with cuts inside a bin needs the values, not their counts")
+        self._add_array(counts, n)
+        self.inexact += n                                            # float32: not bfloat16
+
     def _add_compiled(self, bins: "binning.Bins") -> None:
         """add() of CPU bins made by the compiled kernels: the same sums, in numpy, on views of
         this histogram's tensors (each torch call costs more than these small sums)."""

@@ -128,3 +128,64 @@ def test_first_equal_is_the_torch_comparison():
         torch_path = (x == value[:, None]) | (torch.isnan(x) & torch.isnan(value)[:, None])
         assert torch.equal(kernels.first_equal(x, value), torch_path.view(torch.uint8).argmax(-1))
         assert torch.equal(token_series.first_at(x, value), kernels.first_equal(x, value))
+
+
+def _batch(valid):
+    from probe.capture.bus import Batch
+    B, T = valid.shape
+    return Batch(torch.arange(B * T).reshape(B, T) % 11, valid, torch.arange(B) * 3 + 1)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_row_scan_is_max_min_bins_and_topk(padded):
+    """bins.RowScan against torch on the same h: each row's largest |h| is torch.maximum(amax,
+    -amin) (NaN rows too), the counts are Bins' over the valid rows, the top entries are the
+    largest finite |h| of valid rows, ties in memory order (a stable sort)."""
+    g = torch.Generator().manual_seed(8)
+    B, T, C = 3, 7, 20
+    h = torch.randint(-6, 7, (B, T, C), generator=g).float() * 0.5          # many ties
+    h[0, 2, 5], h[1, 4, 0] = float("nan"), float("inf")
+    h[2, 6] = 0.0
+    h[2, 6, 3] = -0.0
+    h[1, 1, 9] = -40.0                                                        # the largest, negative
+    valid = torch.ones(B, T, dtype=torch.bool)
+    if padded:
+        valid[1, 5:] = False
+        valid[2, 2:] = False
+        h[2, 4, 0] = 99.0                                                     # padding: not in the top
+    b = _batch(valid)
+    scan = binning.RowScan(h, b)
+    want = torch.maximum(h.amax(2), -h.amin(2))                              # (B, T)
+    assert torch.equal(torch.nan_to_num(scan.row_max, nan=-1.0), torch.nan_to_num(want, nan=-1.0))
+    assert torch.isnan(scan.row_max[0, 2]) and scan.row_max[1, 1] == 40.0
+    ref = Bins(b.rows(h))
+    assert torch.equal(torch.from_numpy(scan.counts), ref.counts[0])
+    assert scan.nonfinite == int(ref.nonfinite.sum()) and scan.numel == b.rows(h).numel()
+    a = h.abs().reshape(-1)
+    keep = valid[..., None].expand(B, T, C).reshape(-1) & torch.isfinite(a)
+    order = torch.argsort(-a.masked_fill(~keep, -1.0), stable=True)[:binning.RowScan.TOP]
+    assert [i for _, i in scan.top] == order.tolist()
+    assert [float32_value(w) for w, _ in scan.top] == a[order].tolist()
+
+
+def test_signed_peak_is_what_max_and_min_name():
+    """kernels.signed_peak against token_series' torch path: the larger of max and -min (max on a
+    tie), its first column; ties, signed zeros, a NaN row, rows of -inf and of +-inf."""
+    from probe.metrics.token_series.reduce import first_at
+
+    g = torch.Generator().manual_seed(9)
+    x = torch.randint(-3, 4, (40, 96), generator=g).float()
+    x[2, 50], x[2, 9] = float("nan"), float("nan")
+    x[4] = 0.0
+    x[4, 17] = -0.0
+    x[5, 30:] = float("-inf")
+    x[6, 10], x[6, 20] = float("-inf"), float("inf")
+    x[7] = -2.0
+    x[7, 60] = 2.0                                                            # +-peak: max's
+    top, bottom = x.amax(1), x.amin(1)
+    high = top >= -bottom
+    want = torch.where(high, top, bottom)
+    value, at = kernels.signed_peak(x, torch.maximum(top, -bottom))
+    assert torch.equal(at, first_at(x, want))
+    assert torch.equal(torch.nan_to_num(value, nan=7.0), torch.nan_to_num(want, nan=7.0))
+    assert at[7] == 60 and at[2] == 9

@@ -12,9 +12,9 @@ import math
 import pandas as pd
 import torch
 
-from ..bins import abs_row_max
+from ..bins import RowScan, abs_row_max, row_scan
 from ...core.events import SITES
-from ..reducers import I64, LogHistogram, Reducer
+from ..reducers import I64, LogHistogram, Reducer, float32_value
 from . import DECLARATION
 from ..base import Metric, mean
 
@@ -83,6 +83,27 @@ class MaxAbsStats(Reducer):
                if entry[0] >= 0]
         self.top = self._best(self.top + new)
 
+    def add_scan(self, scan: RowScan, b) -> bool:
+        """update() from the event's compiled scan (bins.RowScan): its counts, its largest |h| and
+        where they sit, no torch call. False, having added nothing, where only update() can say:
+        a non-finite value, or a tie at the k-th largest (ordered by where the tied values sit)."""
+        top = scan.top
+        if scan.nonfinite or self.k >= scan.TOP or (len(top) > self.k and top[self.k][0] == top[self.k - 1][0]):
+            return False
+        if scan.numel == 0:
+            return True
+        self.hist.add_counts(scan.counts, scan.numel)
+        self.count += scan.numel
+        _, T, C = scan.values.shape
+        flat = scan.values.view(-1)
+        new = []
+        for word, at in top[:self.k]:
+            row, pos, dim = at // (T * C), at // C % T, at % C
+            new.append((float32_value(word), float(flat[at]), int(b.seq_index[row]), pos, dim,
+                        int(b.input_ids[row, pos])))
+        self.top = self._best(self.top + new)
+        return True
+
     def _ties(self, a, kth: float, seq, pos):
         """Top k when the k-th value is tied: the tied elements that come first by where they sit
         (sequence, position, dim), as `_best` orders them, so batching never changes the answer."""
@@ -127,9 +148,12 @@ class Massive(Metric):
 
     def _updater(self, site: str):
         def update(layer, h, b) -> None:                                         # (B, T, C)
-            if h.dim() == 3:
-                self.stats[(layer, site)].follow(h.device).update(b.rows(h), *b.where(h.device),
-                                                                  row_max=b.rows(abs_row_max(h, b)))
+            if h.dim() != 3:
+                return
+            stats = self.stats[(layer, site)].follow(h.device)
+            scan = row_scan(h, b)                  # float32 on the CPU: one compiled pass
+            if scan is None or not stats.add_scan(scan, b):
+                stats.update(b.rows(h), *b.where(h.device), row_max=b.rows(abs_row_max(h, b)))
         return update
 
     def frames(self, done) -> dict:

@@ -30,14 +30,14 @@ import torch
 from ...core.events import ATTENTION, GATE, GDN
 from ..base import Metric
 from .. import kernels
-from ..bins import row_extremes
+from ..bins import row_extremes, row_scan
 from ..gdn.keys import KEY0_SHARES
 from ..loss.reduce import PER_TOKEN, next_token_nll
 from ..massive.reduce import token_text
 from . import DECLARATION, SERIES
 
 
-BLOCK = 1 << 20         # logits per step of _row_loss, as the loss metric takes them
+BLOCK = 1 << 18         # logits per step of _row_loss, as the loss metric takes them (LossStats.BLOCK)
 
 
 def first_at(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
@@ -143,6 +143,15 @@ class TokenSeriesCapture(Metric):
     def layer_output(self, layer, h, b) -> None:                                # h (B, T, C)
         plan = self._plan(b)
         if not plan:
+            return
+        scan = row_scan(h, b)
+        if scan is not None:        # float32 on the CPU: M-Act's compiled pass gave the largest |h|
+            for row, pos, offset in plan:
+                at = _on(pos, h)
+                peak = scan.row_max[row][at]                                    # (n,)
+                _, dim = kernels.signed_peak(h[row][at], peak)                 # where it sits
+                self._store("max_abs", layer, offset, peak)
+                self._store("max_abs_dim", layer, offset, dim.float())
             return
         # The largest |h| from the largest and the smallest value, shared with M-Act (no |h| copy).
         tops, bottoms = row_extremes(h, b)                                      # (B, T) each
