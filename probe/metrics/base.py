@@ -140,3 +140,12 @@ def mean(values) -> float | None:
 
     values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     return sum(values) / len(values) if values else None
+
+
+def table(columns: dict[str, list]):
+    """A DataFrame from its columns (equal-length lists, in table order): the frame a list of
+    row dicts gives (the same dtypes), a few times faster for the thousands of rows a metric's
+    table holds; no rows: the empty frame without columns that an empty list gives."""
+    import pandas as pd
+
+    return pd.DataFrame(columns) if columns and len(next(iter(columns.values()))) else pd.DataFrame()

@@ -29,7 +29,9 @@ class Bins:
     counts (G, BINS) int64 per group, the non-finite bins zeroed (their values are in
     `nonfinite` (G,)); `half`: the values were bfloat16 (each its own bin's lower edge)."""
 
-    def __init__(self, values: torch.Tensor, sizes: list[int] | None = None):
+    def __init__(self, values: torch.Tensor, sizes: list[int] | None = None, cuts: tuple[int, ...] = ()):
+        """cuts: cut bits (LogHistogram.cut_bits) the readers will ask for; compiled bins count the
+        values below those inside a bin in the binning pass itself (any other cut: a later pass)."""
         if values.dtype not in (torch.float32, torch.bfloat16):
             values = values.float()
         if values.dim() == 0 or values.stride(-1) != 1:
@@ -48,12 +50,17 @@ class Bins:
         self.sizes = [s * inner for s in sizes] if values.dim() else [1]                    # elements per group
         self._hits: dict[tuple, tuple] = {}
         if self.compiled:       # numpy views of the counts: their sums cost less than torch calls
-            counts = kernels.bin_counts(values, self.sizes, BINS)
+            inside = inside_bins(cuts)
+            if inside:
+                counts, below = kernels.bin_counts_below(values, self.sizes, inside, BINS)
+            else:
+                counts = kernels.bin_counts(values, self.sizes, BINS)
             self._array = counts.numpy()                                                   # (G, BINS)
             self.nonfinite_array = self._array[:, NONFINITE:].sum(1)                       # (G,)
             self._array[:, NONFINITE:] = 0
             self.nonfinite = torch.from_numpy(self.nonfinite_array)
-            self._below: dict[tuple[int, int], np.ndarray] = {}        # (bin, cut) -> (G,)
+            self._below: dict[tuple[int, int], np.ndarray] = dict(zip(inside, below.T)) if inside else {}
+            # (bin, cut) -> (G,): the values of the bin below the cut
         else:
             high = self.high
             if self.groups == 1:
@@ -168,13 +175,21 @@ def cut_marks(bins: tuple[int, ...], device: torch.device) -> torch.Tensor:
     return marks
 
 
-def batch_bins(x: torch.Tensor, b) -> Bins:
+@functools.lru_cache(maxsize=64)
+def inside_bins(cuts: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """The cuts strictly inside a bin, as sorted (bin, cut bits) pairs (a cut on a bin edge, or
+    at inf, needs no count inside a bin)."""
+    return tuple(sorted({(c >> 16, c) for c in cuts if c & 0xFFFF and c < 0x7F800000}))
+
+
+def batch_bins(x: torch.Tensor, b, cuts: tuple[int, ...] = ()) -> Bins:
     """The bins of an event's x (B, T, ...), valid positions only, one group per row of the
-    batch b (bus.Batch): made once per event, whichever metric asks first."""
+    batch b (bus.Batch): made once per event, whichever metric asks first. cuts: the cut bits
+    every reader of these bins asks for (each metric passes the same: see Bins)."""
     def make() -> Bins:
         if b.all_valid:
-            return Bins(x, [1] * x.shape[0])
-        return Bins(b.rows(x), b.valid.sum(1).tolist())
+            return Bins(x, [1] * x.shape[0], cuts)
+        return Bins(b.rows(x), b.valid.sum(1).tolist(), cuts)
     return b.derived("bins", x, make)
 
 

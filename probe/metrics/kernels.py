@@ -47,6 +47,25 @@ def _compiled() -> SimpleNamespace:
             start = ends[g]
 
     @njit(cache=True, nogil=True)
+    def count_bins_below(bits, ends, marked, first, cut_bin, cut_bits, counts, out):
+        # count_bins and count_in_bins in one pass, for cuts known before binning; marked (BINS,)
+        # uint8: 1 where a cut lies inside the bin (a table small enough for the L1 cache)
+        start = 0
+        for g in range(ends.shape[0]):
+            group, row, below = bits[start:ends[g]], counts[g], out[g]
+            for i in range(group.shape[0]):
+                word = group[i] & 0x7FFFFFFF
+                j = word >> 16
+                row[j] += 1
+                if marked[j]:
+                    k = first[j]
+                    while k < cut_bin.shape[0] and cut_bin[k] == j:
+                        if word < cut_bits[k]:
+                            below[k] += 1
+                        k += 1
+            start = ends[g]
+
+    @njit(cache=True, nogil=True)
     def count_in_bins(bits, ends, first, cut_bin, cut_bits, out):
         # first (BINS,) int32: index of the first cut inside each bin (cuts sorted by bin), -1 for
         # none; cut_bin, cut_bits (K,) int32; out (G, K) int64 += values of the cut's bin below it
@@ -160,7 +179,8 @@ def _compiled() -> SimpleNamespace:
             value[n] = v
             at[n] = j
 
-    return SimpleNamespace(count_bins=count_bins, count_in_bins=count_in_bins, occupied=occupied,
+    return SimpleNamespace(count_bins=count_bins, count_bins_below=count_bins_below,
+                           count_in_bins=count_in_bins, occupied=occupied,
                            vector_norms=vector_norms, first_equal=first_equal, scan_rows=scan_rows,
                            signed_peak=signed_peak)
 
@@ -196,6 +216,19 @@ def bin_counts(values: torch.Tensor, sizes: list[int], bins: int) -> torch.Tenso
     counts = torch.zeros(len(sizes), bins, dtype=torch.int64)
     _compiled().count_bins(_words(values), _ends(sizes), counts.numpy())
     return counts
+
+
+def bin_counts_below(values: torch.Tensor, sizes: list[int], inside: tuple[tuple[int, int], ...], bins: int
+                     ) -> tuple[torch.Tensor, np.ndarray]:
+    """bin_counts and below_in_bins in one pass over values: ((G, bins) int64 counts, (G,
+    len(inside)) int64 values below each cut inside its bin). About half the cost of the two
+    passes (the second reads every value again to find the few in a cut's bin)."""
+    first, cut_bin, cut_bits = _cut_table(inside, bins)
+    counts = torch.zeros(len(sizes), bins, dtype=torch.int64)
+    below = np.zeros((len(sizes), len(inside)), dtype=np.int64)
+    _compiled().count_bins_below(_words(values), _ends(sizes), _marked(inside, bins), first, cut_bin, cut_bits,
+                                 counts.numpy(), below)
+    return counts, below
 
 
 def vector_norms(x: torch.Tensor) -> torch.Tensor:
@@ -270,3 +303,11 @@ def _cut_table(inside: tuple[tuple[int, int], ...], bins: int):
     for k in range(len(inside) - 1, -1, -1):
         first[cut_bin[k]] = k
     return first, cut_bin, cut_bits
+
+
+@functools.lru_cache(maxsize=64)
+def _marked(inside: tuple[tuple[int, int], ...], bins: int) -> np.ndarray:
+    """(bins,) uint8: 1 at the bins that hold a cut of `inside`."""
+    marked = np.zeros(bins, dtype=np.uint8)
+    marked[[j for j, _ in inside]] = 1
+    return marked

@@ -54,6 +54,23 @@ def test_compiled_bins_are_the_torch_bins(monkeypatch, sizes, seed):
     assert torch.equal(compiled.below(more), reference.below(more))
 
 
+@pytest.mark.parametrize("sizes", [None, [1, 2, 0, 3]])
+def test_cuts_known_at_binning_are_counted_in_the_same_pass(monkeypatch, sizes):
+    """Bins(values, sizes, cuts): the counts and the values below each cut those of the torch
+    path, without the second pass for those cuts; a cut it was not told of still gets one."""
+    x = values(5)
+    cuts = tuple(cut_bits(t) for t in THRESHOLDS)
+    reference = torch_path(monkeypatch, x, sizes)
+    passes = []
+    real = kernels.below_in_bins
+    monkeypatch.setattr(kernels, "below_in_bins", lambda *a: passes.append(a[2]) or real(*a))
+    fused = Bins(x, sizes, cuts)
+    assert torch.equal(fused.counts, reference.counts) and torch.equal(fused.nonfinite, reference.nonfinite)
+    assert torch.equal(fused.below(list(cuts)), reference.below(list(cuts))) and passes == []
+    other = [cut_bits(3e-5)]
+    assert torch.equal(fused.below(other), reference.below(other)) and len(passes) == 1
+
+
 def test_below_is_the_comparison_per_group():
     """Independent of the torch path: |x| < value(cut), counted by torch comparisons per group."""
     x = values(2)

@@ -11,12 +11,11 @@ from __future__ import annotations
 import math
 import warnings
 
-import pandas as pd
 import torch
 
 from ..reducers import F64, I64, Reducer
 from . import DECLARATION, SINK_EPSILON
-from ..base import Metric, mean
+from ..base import Metric, mean, table
 
 
 class FirstTokenStats(Reducer):
@@ -170,7 +169,9 @@ class FirstToken(Metric):
                                                        uniform, finite=finite)
 
     def frames(self, done) -> dict:
-        first, buckets = [], []
+        first = {c: [] for c in ("model", "layer", "head", "layer_type", "metric", "value")}
+        buckets = {c: [] for c in ("model", "layer", "head", "bucket_lo", "bucket_hi", "value", "n_queries",
+                                   "uniform")}
         heads = self.layout.num_heads
         for p in self.layout.layers:
             stats = self.stats.get(p.index)
@@ -179,13 +180,21 @@ class FirstToken(Metric):
                          {"f_attn": [float(v) for v in stats.f_attn().tolist()],
                           "f_attn_paper": [float(v) for v in stats.f_attn_paper().tolist()],
                           "n_queries": [int(v) for v in stats.head_queries().tolist()]})
-            for head in range(heads):
-                for metric, values in by_metric.items():
-                    first.append({"model": done.name, "layer": p.index, "head": head,
-                                  "layer_type": p.layer_type, "metric": metric, "value": values[head]})
+            # Rows head by head, each head's metrics in turn.
+            first["head"] += [h for h in range(heads) for _ in by_metric]
+            first["metric"] += list(by_metric) * heads
+            first["value"] += [values[h] for h in range(heads) for values in by_metric.values()]
+            n = heads * len(by_metric)
+            first["model"] += [done.name] * n
+            first["layer"] += [p.index] * n
+            first["layer_type"] += [p.layer_type] * n
             if stats is not None:
-                buckets += [{"model": done.name, "layer": p.index, **row} for row in stats.bucket_rows()]
-        return {"first_token": pd.DataFrame(first), "first_token_buckets": pd.DataFrame(buckets)}
+                rows = stats.bucket_rows()
+                buckets["model"] += [done.name] * len(rows)
+                buckets["layer"] += [p.index] * len(rows)
+                for column in ("head", "bucket_lo", "bucket_hi", "value", "n_queries", "uniform"):
+                    buckets[column] += [row[column] for row in rows]
+        return {"first_token": table(first), "first_token_buckets": table(buckets)}
 
     def summarise(self, a, layers, done) -> dict:
         # The table's attention rows read once, by (metric, layer) in row order: one pass, no

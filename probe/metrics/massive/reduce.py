@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
 import torch
 
 from ..bins import RowScan, abs_row_max, row_scan
 from ...core.events import SITES
 from ..reducers import I64, LogHistogram, Reducer, float32_value
 from . import DECLARATION
-from ..base import Metric, mean
+from ..base import Metric, mean, table
 
 SITE_ORDER = {s: i for i, s in enumerate(SITES)}
 
@@ -157,27 +156,29 @@ class Massive(Metric):
         return update
 
     def frames(self, done) -> dict:
-        massive, top = [], []
+        massive = {c: [] for c in ("model", "layer", "site", "metric", "value")}
+        top = {c: [] for c in ("model", "layer", "site", "rank", "value", "abs_value", "sequence", "position",
+                               "dim", "token_id", "token")}
         texts: dict[int, str] = {}                  # each token decoded once (a few repeat a lot)
 
         def text(token_id: int) -> str:
             if token_id not in texts:
                 texts[token_id] = token_text(done.tokenizer, token_id)
             return texts[token_id]
-        for (layer, site), stats in self.stats.items():
+        # Rows by layer, then site in paper order (the stats are keyed (layer, site)).
+        for (layer, site), stats in sorted(self.stats.items(), key=lambda kv: (kv[0][0], SITE_ORDER[kv[0][1]])):
             if int(stats.count) == 0:
                 continue
-            for metric, value in (("max_abs", stats.max_abs()), ("median_abs", stats.median_abs()),
-                                  ("count", int(stats.count)), ("nonfinite", int(stats.nonfinite))):
-                massive.append({"model": done.name, "layer": layer, "site": site, "metric": metric,
-                                "value": value})
+            massive["metric"] += ["max_abs", "median_abs", "count", "nonfinite"]
+            massive["value"] += [stats.max_abs(), stats.median_abs(), int(stats.count), int(stats.nonfinite)]
+            for column, value in (("model", done.name), ("layer", layer), ("site", site)):
+                massive[column] += [value] * 4
+                top[column] += [value] * len(stats.top)
             for rank, (absval, value, seq, pos, dim, tok) in enumerate(stats.top):
-                top.append({"model": done.name, "layer": layer, "site": site, "rank": rank + 1,
-                            "value": value, "abs_value": absval, "sequence": seq, "position": pos,
-                            "dim": dim, "token_id": tok, "token": text(tok)})
-        massive.sort(key=lambda r: (r["layer"], SITE_ORDER[r["site"]]))
-        top.sort(key=lambda r: (r["layer"], SITE_ORDER[r["site"]], r["rank"]))
-        return {"massive": pd.DataFrame(massive), "massive_top": pd.DataFrame(top)}
+                for column, v in (("rank", rank + 1), ("value", value), ("abs_value", absval), ("sequence", seq),
+                                  ("position", pos), ("dim", dim), ("token_id", tok), ("token", text(tok))):
+                    top[column].append(v)
+        return {"massive": table(massive), "massive_top": table(top)}
 
     def summarise(self, a, layers, done) -> dict:
         m = a.massive                # empty: no finite activation anywhere (NaN model)

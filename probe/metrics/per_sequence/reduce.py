@@ -34,10 +34,11 @@ import pandas as pd
 import torch
 
 from ...core.events import GATE, SITES
-from ..bins import abs_row_max, batch_bins
+from ..bins import abs_row_max, batch_bins, row_scan
 from ..reducers import F64, I64, Reducer, cut_bits, grown
 from ..first_token import SINK_EPSILON
 from ..sparsity import HEADLINE_THRESHOLDS
+from ..sparsity.reduce import bin_cuts
 from . import DECLARATION, LOW_GATE
 from ..base import Metric
 from ..first_token.reduce import first_key_weights
@@ -92,6 +93,7 @@ class PerSequence(Metric):
         self.column = {layer: i for i, layer in enumerate(layout.attention_layers)}
         # |x| is below a threshold when its bits are below the threshold's cut (LogHistogram's cuts).
         self.cuts = [cut_bits(t) for t in HEADLINE_THRESHOLDS]
+        self.bin_cuts = bin_cuts(self.options.thresholds)           # what the sparsity metric bins with
         self.state = SequenceStats(len(self.column), len(layout.layers), layout.num_heads, layout.gated,
                                    sequences)
         self.fixed = sequences is not None
@@ -149,9 +151,13 @@ class PerSequence(Metric):
             seq, a = self._rows(b, x.device), self.column[layer]
             # The bins the sparsity histograms read (probe/metrics/bins.py), per row of the batch: the
             # counts of |x| below each cut are those of LogHistogram, exact (NaN, inf count nowhere).
-            bins = batch_bins(x, b)
+            bins = batch_bins(x, b, self.bin_cuts)
             counts, finite = bins.below(self.cuts), bins.finite()                        # (B, K), (B,)
             s = self.state
+            if bins.compiled and s.sparsity_n.device.type == "cpu":     # numpy: a fraction of torch's cost
+                np.add.at(s.sparsity_below.numpy()[:, a, variant], seq.numpy(), counts.numpy())
+                np.add.at(s.sparsity_n.numpy()[:, a, variant], seq.numpy(), finite.numpy())
+                return
             s.sparsity_below[:, a, variant].index_add_(0, seq, counts)
             s.sparsity_n[:, a, variant].index_add_(0, seq, finite)
         return update
@@ -161,6 +167,14 @@ class PerSequence(Metric):
             if h.dim() != 3:
                 return
             seq = self._rows(b, h.device)
+            scan = row_scan(h, b)                              # float32 on the CPU: M-Act's compiled pass
+            if scan is not None and not scan.nonfinite and self.state.m_act.device.type == "cpu":
+                # Its row maxima, in numpy (finite at every valid position; padding left out).
+                top = scan.row_max.numpy().astype(np.float64)                          # (B, T)
+                if not b.all_valid:
+                    top = np.where(b.valid.numpy(), top, -math.inf)
+                np.maximum.at(self.state.m_act.numpy()[:, layer, site], seq.numpy(), top.max(1))
+                return
             top = abs_row_max(h, b).double()                   # (B, T), shared with metrics/massive.py
             if not bool(torch.isfinite(top).all()):                      # NaN / inf: left out
                 a = h.double().abs()

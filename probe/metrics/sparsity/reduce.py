@@ -7,12 +7,10 @@ scale comes from the gates metric once the pass is over (control.py counts it ex
 """
 from __future__ import annotations
 
-import pandas as pd
-
 from ..bins import batch_bins
-from ..reducers import LogHistogram, Reducer
+from ..reducers import LogHistogram, Reducer, cut_bits
 from . import DECLARATION, HEADLINE_THRESHOLDS, VARIANTS
-from ..base import Metric
+from ..base import Metric, table
 
 VARIANT_ORDER = {v: i for i, v in enumerate(VARIANTS)}
 
@@ -61,12 +59,20 @@ class SparsityStats(Reducer):
                 for v, by_t in self.shares(mean_gate, control).items()}
 
 
+def bin_cuts(thresholds) -> tuple[int, ...]:
+    """The cut bits that the readers of an attention output's bins ask for: these histograms'
+    thresholds and the per-sequence counts' (HEADLINE_THRESHOLDS), counted in the binning pass
+    whichever of the two metrics bins first (bins.batch_bins)."""
+    return tuple(sorted({cut_bits(t) for t in (*thresholds, *HEADLINE_THRESHOLDS)}))
+
+
 class Sparsity(Metric):
     declaration = DECLARATION
 
     def setup(self) -> None:
         layout, options = self.layout, self.options
         thresholds = options.thresholds
+        self.cuts = bin_cuts(thresholds)
         self.stats = {i: SparsityStats(thresholds=thresholds) for i in layout.attention_layers}
         self.update_ungated = self._updater("ungated")          # attn.hook_sdpa
         self.update_gated = self._updater("gated")              # attn.hook_z
@@ -75,7 +81,7 @@ class Sparsity(Metric):
         def update(layer, x, b) -> None:
             if layer in self.stats:
                 # |x| from the bits, binned once for this and the per-sequence counts
-                getattr(self.stats[layer].follow(x.device), variant).add(batch_bins(x, b))
+                getattr(self.stats[layer].follow(x.device), variant).add(batch_bins(x, b, self.cuts))
         return update
 
     def _shares(self, done):
@@ -93,13 +99,17 @@ class Sparsity(Metric):
             yield layer, stats, mean_gate, seen[key][1]
 
     def frames(self, done) -> dict:
-        rows = []
-        for layer, _, _, shares in self._shares(done):
-            for variant, by_t in shares.items():
-                rows += [{"model": done.name, "layer": layer, "variant": variant, "threshold": t, "value": v}
-                         for t, (v, _) in by_t.items()]
-        rows.sort(key=lambda r: (r["layer"], VARIANT_ORDER[r["variant"]], r["threshold"]))
-        return {"sparsity": pd.DataFrame(rows)}
+        rows = {c: [] for c in ("model", "layer", "variant", "threshold", "value")}
+        # Rows by layer, variant in VARIANTS order, threshold.
+        for layer, _, _, shares in sorted(self._shares(done), key=lambda entry: entry[0]):
+            for variant in sorted(shares, key=VARIANT_ORDER.__getitem__):
+                by_t = sorted(shares[variant].items())
+                rows["layer"] += [layer] * len(by_t)
+                rows["variant"] += [variant] * len(by_t)
+                rows["threshold"] += [t for t, _ in by_t]
+                rows["value"] += [v for _, (v, _) in by_t]
+        rows["model"] = [done.name] * len(rows["layer"])
+        return {"sparsity": table(rows)}
 
     def summarise(self, a, layers, done) -> dict:
         # The table read once: per layer its variants and the first value at each threshold.
