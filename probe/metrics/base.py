@@ -75,6 +75,16 @@ class Done:
     control: dict | None = None          # layer -> the exact mean-gate control (control.py)
     resamples: int = 1000                # bootstrap resamples of the intervals (options.resamples)
     documents: list | None = None        # per sequence its document (data.Dataset.documents), or none
+    derived: dict = field(default_factory=dict)   # what several metrics read from the finished tables,
+                                                  # made once for this Done (`derived_from`)
+
+    def derived_from(self, name: str, table, make):
+        """make(table), once for this table: per_sequence.csv's arrays, say, which the
+        per-sequence intervals and sink anatomy's both read (another table object: made again)."""
+        seen = self.derived.get(name)
+        if seen is None or seen[0] is not table:
+            seen = self.derived[name] = (table, make(table))
+        return seen[1]
 
 
 class Metric:
@@ -142,10 +152,29 @@ def mean(values) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def rows_table(rows: list[dict], columns: list[str]):
+    """pd.DataFrame(rows, columns=columns) for rows that each hold every column, built column by
+    column (the same frame, a few times faster)."""
+    import pandas as pd
+
+    if not rows:
+        return pd.DataFrame(rows, columns=columns)
+    return table({c: [r[c] for r in rows] for c in columns})
+
+
 def table(columns: dict[str, list]):
     """A DataFrame from its columns (equal-length lists, in table order): the frame a list of
     row dicts gives (the same dtypes), a few times faster for the thousands of rows a metric's
     table holds; no rows: the empty frame without columns that an empty list gives."""
+    import numpy as np
     import pandas as pd
 
-    return pd.DataFrame(columns) if columns and len(next(iter(columns.values()))) else pd.DataFrame()
+    if not columns or not len(next(iter(columns.values()))):
+        return pd.DataFrame()
+    # Numbers as numpy arrays first (numpy infers int64 or float64 as pandas would, in a fraction
+    # of its time); anything else (text, None) as the list, for pandas to infer.
+    arrays = {}
+    for name, values in columns.items():
+        array = np.asarray(values) if values and not isinstance(values[0], str) else None
+        arrays[name] = array if array is not None and array.dtype.kind in "iuf" else values
+    return pd.DataFrame(arrays)

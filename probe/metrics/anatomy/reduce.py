@@ -18,13 +18,12 @@ received_by_token, secondary_sinks, value_drains, gate_sink (gated models); summ
 """
 from __future__ import annotations
 
-import pandas as pd
 import torch
 
 from ...core.events import GATE
 from . import DECLARATION
 from . import SINK_MIN_QUERIES as DECLARED_SINK_MIN_QUERIES
-from ..base import Metric
+from ..base import Metric, rows_table, table
 from ..massive.reduce import token_text
 
 # Keys seen by fewer queries than this are left out of the token table and the choice of each
@@ -126,9 +125,13 @@ class Anatomy(Metric):
                      "token": token(r["token"]), "cells": r["cells"], "score": r["score"],
                      "sink_share": r["sink_share"]} for rank, r in enumerate(rows, start=1)]
 
+        by_position = {c: [] for c in self.TABLES["received_by_position"]}
         for layer, st in sorted(self.stats.items()):
             where = {"model": done.name, "layer": layer}
-            tables["received_by_position"] += [{**where, **row} for row in st.position_rows()]
+            columns = st.position_columns()
+            n = len(columns["head"])
+            for c, values in {"model": [done.name] * n, "layer": [layer] * n, **columns}.items():
+                by_position[c] += values
             tables["received_by_token"] += token_table(layer, st.token_rows(TOP_TOKENS))
             tables["secondary_sinks"] += [
                 {**where, "head": c["head"], "sequence": c["sequence"], "position": c["position"],
@@ -138,7 +141,10 @@ class Anatomy(Metric):
             if self.layout.gated:
                 tables["gate_sink"] += [{**where, **row} for row in st.gate_rows()]
         tables["received_by_token"] += token_table(ALL_LAYERS, self.pooled_token_rows(TOP_TOKENS))
-        return {t: pd.DataFrame(rows, columns=list(self.TABLES[t])) for t, rows in tables.items()}
+        frames = {t: rows_table(rows, list(self.TABLES[t])) for t, rows in tables.items()}
+        if by_position["head"]:
+            frames["received_by_position"] = table(by_position)
+        return frames
 
     def summarise(self, a, layers, done) -> dict:
         if not self.enabled:
@@ -148,7 +154,7 @@ class Anatomy(Metric):
         epsilon = next(iter(self.stats.values())).epsilon if self.stats else None
         # Key 0's score and sink rate, and the secondary sinks' interval, from per_sequence.csv's
         # rows (probe/intervals/): the numbers the report's key-0 table shows.
-        values = SequenceValues.from_frame(a.tables.get("per_sequence"))
+        values = done.derived_from("sequence_values", a.tables.get("per_sequence"), SequenceValues.from_frame)
         key0 = anatomy_intervals(values, done.resamples, epsilon) if epsilon is not None else {}
         return {"anatomy": {"epsilon": epsilon,
                             "secondary_sinks": sum(int(st.secondary_cells.sum()) for st in self.stats.values()),

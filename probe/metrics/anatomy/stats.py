@@ -195,25 +195,36 @@ class AnatomyStats(Reducer):
 
     # -- results --------------------------------------------------------------------------------
 
+    POSITION_COLUMNS = ("head", "key_lo", "key_hi", "cells", "queries", "score", "pooled", "sink_rate")
+
     def position_rows(self) -> list[dict]:
         """One row per non-empty position bucket [key_lo, key_hi) and head: mean score over
         cells, pooled mean (sum of P / queries), sink rate; head -1 pools the heads (the sink
         rate there is Gu et al.'s share of heads above epsilon)."""
-        out = []
+        columns = self.position_columns()
+        return [dict(zip(columns, row)) for row in zip(*columns.values())]
+
+    def position_columns(self) -> dict[str, list]:
+        """position_rows as columns (POSITION_COLUMNS, equal-length lists): how the table is built."""
+        out = {c: [] for c in self.POSITION_COLUMNS}
         edges = (*EDGES, math.inf)
         all_cells, all_queries = self.pos_cells.tolist(), self.pos_queries.tolist()
         all_score, all_prob, all_sinks = self.pos_score.tolist(), self.pos_prob.tolist(), self.pos_sinks.tolist()
+        heads = [*range(self.heads), -1]
         for b in range(len(EDGES)):
             cells, queries = int(all_cells[b]), int(all_queries[b])
             if cells == 0:
                 continue
             score, prob, sinks = all_score[b], all_prob[b], all_sinks[b]
-            rows = [*zip(range(self.heads), score, prob, sinks),
-                    (-1, sum(score) / self.heads, sum(prob) / self.heads, sum(sinks) / self.heads)]
-            for head, s, p, k in rows:
-                out.append({"head": head, "key_lo": edges[b], "key_hi": edges[b + 1], "cells": cells,
-                            "queries": queries, "score": s / cells, "pooled": p / queries,
-                            "sink_rate": k / cells})
+            n = len(heads)
+            out["head"] += heads
+            out["key_lo"] += [edges[b]] * n
+            out["key_hi"] += [edges[b + 1]] * n
+            out["cells"] += [cells] * n
+            out["queries"] += [queries] * n
+            out["score"] += [s / cells for s in (*score, sum(score) / self.heads)]
+            out["pooled"] += [p / queries for p in (*prob, sum(prob) / self.heads)]
+            out["sink_rate"] += [k / cells for k in (*sinks, sum(sinks) / self.heads)]
         return out
 
     def token_rows(self, k: int | None = 20) -> list[dict]:
@@ -249,10 +260,13 @@ class AnatomyStats(Reducer):
     def drain_rows(self) -> list[dict]:
         """Per head: mean value-norm ratio of the sink keys, mean norm and projection shares."""
         out = []
+        # Each (H,) tensor read once, as a list, not one element at a time.
+        drain_keys, share_n, drain_ratio = self.drain_keys.tolist(), self.share_n.tolist(), self.drain_ratio.tolist()
+        norm_share, projection_share = self.norm_share.tolist(), self.projection_share.tolist()
         for h in range(self.heads):
-            keys, n = int(self.drain_keys[h]), int(self.share_n[h])
+            keys, n = int(drain_keys[h]), int(share_n[h])
             out.append({"head": h, "sink_keys": keys, "queries": n,
-                        "value_norm_ratio": float(self.drain_ratio[h]) / keys if keys else math.nan,
-                        "norm_share": float(self.norm_share[h]) / n if n else math.nan,
-                        "projection_share": float(self.projection_share[h]) / n if n else math.nan})
+                        "value_norm_ratio": float(drain_ratio[h]) / keys if keys else math.nan,
+                        "norm_share": float(norm_share[h]) / n if n else math.nan,
+                        "projection_share": float(projection_share[h]) / n if n else math.nan})
         return out

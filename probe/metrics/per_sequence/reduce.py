@@ -195,7 +195,7 @@ class PerSequence(Metric):
         """The 95% intervals beside the numbers (probe/intervals/), from the table just built."""
         from ...intervals import SequenceValues, describe, summary_intervals
 
-        values = SequenceValues.from_frame(a.per_sequence)
+        values = done.derived_from("sequence_values", a.per_sequence, SequenceValues.from_frame)
         top = summary_intervals(values, done.resamples, SINK_EPSILON, layers) if values is not None else {}
         return {**{k: top.get(k) for k in self.SUMMARY_KEYS[:-1]}, "intervals": describe(values, done.resamples)}
 
