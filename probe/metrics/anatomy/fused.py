@@ -22,14 +22,16 @@ import math
 
 import torch
 
-from .received import BLOCK_ELEMENTS, ReceivedAttention, counted_queries, received_attention, visible_count
+from .received import ReceivedAttention, counted_queries, received_attention, visible_count
 
 # Queries per block: the (B H block, keys) logits are read three times (exp, P.V, column sums;
-# a fourth, the maximum, only where key 0's shift overflows), so a block that stays near the
-# core's cache is worth more than a larger matmul; 32 was
-# the fastest of 8 .. 128 at T = 2048 .. 8192 on SmolLM2's shape (9 query / 3 KV heads, head_dim
-# 64, one thread): 0.89-0.97 s a layer at 8192 against 1.26 s for the flash kernel and received_attention.
-FUSED_BLOCK = 32
+# a fourth, the maximum, only where key 0's shift overflows). With the key-0 shift (no pass for
+# the maximum) 64 is the fastest of 32 .. 128 on SmolLM2's shape (9 query / 3 KV heads, head_dim
+# 64, one thread): 566 ms a layer at T = 8192 against 607 for 32, 43.4 against 45.9 at 2048,
+# 4.20 against 4.35 at 512. FUSED_ELEMENTS bounds the block's logits (32 MB of float32), so the
+# block shrinks past T = 14,500 (B = 1, 9 heads) and memory stays bounded at any length.
+FUSED_BLOCK = 64
+FUSED_ELEMENTS = 1 << 23
 
 
 def fusable(query, key, mask, softcap) -> bool:
@@ -52,7 +54,7 @@ def attention_with_received(query, key, value, scale, *, valid: torch.Tensor | N
     B, H, T, D = query.shape
     Hkv = key.shape[1]
     G = H // Hkv
-    block = block or max(1, min(FUSED_BLOCK, BLOCK_ELEMENTS // max(1, B * H * T)))
+    block = block or max(1, min(FUSED_BLOCK, FUSED_ELEMENTS // max(1, B * H * T)))
     out = query.new_empty(B, T, H, value.shape[-1]).transpose(1, 2)           # (B, H, T, Dv)
     lse = torch.empty(B, H, T, dtype=torch.float32, device=query.device)
     total = torch.zeros(B, H, T, dtype=torch.float64, device=query.device)
