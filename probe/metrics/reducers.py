@@ -10,6 +10,7 @@ exact: a reducer over two halves of a dataset, merged, equals one pass over all 
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
 
@@ -105,6 +106,7 @@ def float32_value(bits: int) -> float:
 _F32, _U32 = struct.Struct("<f"), struct.Struct("<I")
 
 
+@functools.lru_cache(maxsize=4096)     # a few hundred calls per analysis, a few dozen distinct
 def cut_bits(threshold: float, scale: float = 1.0) -> int:
     """The smallest non-negative float32 bit pattern b with value(b) * scale >= threshold, in
     float64 arithmetic, so that for every finite float32 x:  |x| * scale < threshold  <=>
