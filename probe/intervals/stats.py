@@ -73,10 +73,9 @@ class SequenceValues:
             if part is None:
                 return None
             ids = sorted(part["layer"].unique()) if layer_ids is None else layer_ids
-            col = {layer: i for i, layer in enumerate(ids)}
             H = int(part["head"].max()) + 1 if heads else 1
             out = np.full((S, len(ids), H), np.nan)
-            out[part["sequence"].to_numpy(int), part["layer"].map(col).to_numpy(int),
+            out[part["sequence"].to_numpy(int), _columns(part["layer"].to_numpy(int), ids),
                 part["head"].to_numpy(int) if heads else 0] = part["value"].to_numpy(float)
             return out if heads else out[:, :, 0]
 
@@ -230,3 +229,13 @@ def intervals_of(values: SequenceValues, statistic, resamples: int, seed: int = 
         return point, nan, nan
     lo, hi = percentile_interval(statistic(values.weights(resamples, seed)))
     return point, lo, hi
+
+
+def _columns(layers: np.ndarray, ids: list) -> np.ndarray:
+    """The column of each row's layer among ids (sorted): a binary search, where a pandas map
+    cost a third of reading the table."""
+    ids = np.asarray(ids, dtype=np.int64)
+    at = np.searchsorted(ids, layers)
+    if len(layers) and (len(ids) == 0 or at.max() >= len(ids) or (ids[at] != layers).any()):
+        raise ValueError("per_sequence rows name a layer that its quantity's layers do not hold")
+    return at
