@@ -2,13 +2,15 @@
 torch needs several, each with a temporary as large as the activation.
 
 - the bins of probe/metrics/bins.py: one pass over a float32 activation's bits counts its bins
-  (and, in a second pass, the values below each cut inside a bin) where torch needs a mask, a
-  bincount (itself three passes: min, max, count), a gather, a nonzero and a few small gathers.
+  and the values below each cut inside a bin (a cut named only later: a second pass) where
+  torch needs a mask, a bincount (itself three passes: min, max, count), a gather, a nonzero and
+  a few small gathers.
   Integer counts, so the result is the torch path's, bit for bit; `occupied` finds the bins a
   histogram must store by a scan from both ends;
 - the per-head norms of probe/metrics/head_norms/: each vector's squares summed in float64 as
   they are read, without the float64 copy of the activation;
-- where a row's largest |h| sits (probe/metrics/token_series/): a scan that stops at the hit;
+- where a row's largest |h| sits (probe/metrics/token_series/): a scan that stops at the hit
+  (`signed_peak`);
 - M-Act's pass over an activation (probe/metrics/bins.py RowScan): its bins, each row's largest
   |h| and the few largest |h| with where they sit, in one read of the activation, where torch
   needs a max, a min, a top-k over the rows, a gather and a top-k over those.
@@ -110,22 +112,6 @@ def _compiled() -> SimpleNamespace:
                 out[n, h] = np.sqrt(total)
 
     @njit(cache=True, nogil=True)
-    def first_equal(x, value, out):
-        # x (N, C) float32, value (N,) float32, out (N,) int64: the first column equal to value, a NaN
-        # value matching the first NaN (C - 1 never read past: value is one of the row's entries)
-        N, C = x.shape
-        for n in range(N):
-            v = value[n]
-            j = 0
-            if v != v:
-                while j < C - 1 and x[n, j] == x[n, j]:
-                    j += 1
-            else:
-                while j < C - 1 and x[n, j] != v:
-                    j += 1
-            out[n] = j
-
-    @njit(cache=True, nogil=True)
     def scan_rows(words, C, valid, counts, row_max, top_word, top_at):
         # words (N * C,) int32 float32 bits, N rows of C; valid (N,) bool: the rows counted.
         # counts (BINS,) int64 += the bins of |x| over valid rows; row_max (N,) int32 = the largest
@@ -181,7 +167,7 @@ def _compiled() -> SimpleNamespace:
 
     return SimpleNamespace(count_bins=count_bins, count_bins_below=count_bins_below,
                            count_in_bins=count_in_bins, occupied=occupied,
-                           vector_norms=vector_norms, first_equal=first_equal, scan_rows=scan_rows,
+                           vector_norms=vector_norms, scan_rows=scan_rows,
                            signed_peak=signed_peak)
 
 
@@ -235,15 +221,6 @@ def vector_norms(x: torch.Tensor) -> torch.Tensor:
     """(N, H, D) float32 on the CPU -> (N, H) float64 Euclidean norms over D."""
     out = torch.empty(x.shape[:2], dtype=torch.float64)
     _compiled().vector_norms(x.detach().contiguous().numpy(), out.numpy())
-    return out
-
-
-def first_equal(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """(N,) int64: per row of x (N, C) float32 on the CPU the first column equal to value (N,)
-    float32, one of the row's own entries (a NaN value: the row's first NaN); a row is read
-    only up to that column."""
-    out = torch.empty(x.shape[0], dtype=torch.int64)
-    _compiled().first_equal(x.detach().contiguous().numpy(), value.detach().contiguous().numpy(), out.numpy())
     return out
 
 

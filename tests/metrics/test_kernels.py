@@ -130,23 +130,6 @@ def test_vector_norms_are_the_float64_norms():
         torch.testing.assert_close(got, ref, rtol=1e-15, atol=0, equal_nan=True)
 
 
-def test_first_equal_is_the_torch_comparison():
-    """kernels.first_equal against the torch path of token_series.first_at (one comparison and an
-    argmax), for each row's max and min: ties, signed zeros, NaN rows, inf."""
-    from probe.metrics.token_series import reduce as token_series
-
-    g = torch.Generator().manual_seed(6)
-    x = torch.randint(-3, 4, (40, 96), generator=g).float()
-    x[2, 50], x[2, 9], x[3, 0] = float("nan"), float("nan"), float("nan")
-    x[4] = 0.0
-    x[4, 17] = -0.0
-    x[5, 30:] = float("-inf")
-    for value in (x.amax(1), x.amin(1)):
-        torch_path = (x == value[:, None]) | (torch.isnan(x) & torch.isnan(value)[:, None])
-        assert torch.equal(kernels.first_equal(x, value), torch_path.view(torch.uint8).argmax(-1))
-        assert torch.equal(token_series.first_at(x, value), kernels.first_equal(x, value))
-
-
 def _batch(valid):
     from probe.capture.bus import Batch
     B, T = valid.shape

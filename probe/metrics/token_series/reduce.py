@@ -37,15 +37,11 @@ from ..massive.reduce import token_text
 from . import DECLARATION, SERIES
 
 
-BLOCK = 1 << 18         # logits per step of _row_loss, as the loss metric takes them (LossStats.BLOCK)
-
-
 def first_at(x: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     """(n,) int64: per row of x (n, C) the first column equal to value (n,) (x's dtype), a NaN
     value matching the first NaN: the index torch.max / torch.min return with that value, from
-    one comparison and one argmax instead of a second reduction that tracks indices."""
-    if kernels.usable(x) and value.dtype == x.dtype and x.shape[1]:
-        return kernels.first_equal(x, value)                      # a scan that stops at the hit
+    one comparison and one argmax instead of a second reduction that tracks indices (float32
+    on the CPU takes kernels.signed_peak instead, from M-Act's scan)."""
     hit = x == value[:, None]                                                   # (n, C) bool
     nan = torch.isnan(value)
     if bool(nan.any()):
@@ -61,7 +57,7 @@ def _on(where, x: torch.Tensor):
 def _row_loss(logits, input_ids, row: int) -> torch.Tensor:
     """(T - 1,) the loss of each target of one batch row, as the loss metric computes it (the
     logits may be probe.capture.logits.LazyLogits: never a whole row of them at once)."""
-    return next_token_nll(logits, input_ids, BLOCK, batch_rows=[row])[0]
+    return next_token_nll(logits, input_ids, batch_rows=[row])[0]          # LossStats.BLOCK at a time
 
 
 class TokenSeriesCapture(Metric):
