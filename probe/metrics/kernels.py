@@ -11,6 +11,8 @@ torch needs several, each with a temporary as large as the activation.
   they are read, without the float64 copy of the activation;
 - where a row's largest |h| sits (probe/metrics/token_series/): a scan that stops at the hit
   (`signed_peak`);
+- the value drains of sink anatomy (probe/metrics/anatomy/received.py): ||o||^2 and the sink
+  contributions' dot products in one read of the attention output, no (B, H, T, D) temporaries;
 - M-Act's pass over an activation (probe/metrics/bins.py RowScan): its bins, each row's largest
   |h| and the few largest |h| with where they sit, in one read of the activation, where torch
   needs a max, a min, a top-k over the rows, a gather and a top-k over those.
@@ -165,10 +167,42 @@ def _compiled() -> SimpleNamespace:
             value[n] = v
             at[n] = j
 
+    @njit(cache=True, nogil=True, fastmath={"reassoc"})
+    def drain_dots(out, vk, p, gram, c_sq, c_dot_o, o_sq):
+        # out (B, T, H, D) float32, the attention output in the kernels' memory order; vk (B, H,
+        # K, D) the sink keys' values; p (B, H, T, K) their probabilities; gram (B, H, K, K) =
+        # vk vk^T. c_sq, c_dot_o, o_sq (B, H, T) float32 = p gram p, p . (vk o), o . o: float32
+        # sums as torch's (their order this kernel's own), one read of the output.
+        B, T, H, D = out.shape
+        K = vk.shape[2]
+        for b in range(B):
+            for t in range(T):
+                for h in range(H):
+                    row = out[b, t, h]
+                    total = np.float32(0.0)
+                    for d in range(D):
+                        total += row[d] * row[d]
+                    o_sq[b, h, t] = total
+                    dot = np.float32(0.0)
+                    square = np.float32(0.0)
+                    for j in range(K):
+                        v = vk[b, h, j]
+                        along = np.float32(0.0)
+                        for d in range(D):
+                            along += row[d] * v[d]
+                        pj = p[b, h, t, j]
+                        dot += pj * along
+                        weighted = np.float32(0.0)             # (p gram)_j
+                        for i in range(K):
+                            weighted += p[b, h, t, i] * gram[b, h, i, j]
+                        square += weighted * pj
+                    c_dot_o[b, h, t] = dot
+                    c_sq[b, h, t] = square
+
     return SimpleNamespace(count_bins=count_bins, count_bins_below=count_bins_below,
                            count_in_bins=count_in_bins, occupied=occupied,
                            vector_norms=vector_norms, scan_rows=scan_rows,
-                           signed_peak=signed_peak)
+                           signed_peak=signed_peak, drain_dots=drain_dots)
 
 
 @functools.lru_cache(maxsize=1)
@@ -248,6 +282,21 @@ def signed_peak(x: torch.Tensor, peak: torch.Tensor) -> tuple[torch.Tensor, torc
     _compiled().signed_peak(x.detach().contiguous().numpy(), peak.detach().contiguous().numpy(),
                             value.numpy(), at.numpy())
     return value, at
+
+
+def drain_dots(out: torch.Tensor, vk: torch.Tensor, p: torch.Tensor, gram: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The three dot products of anatomy's value drains (metrics/anatomy/received.py
+    value_drains) in one read of the output: out (B, H, T, D) float32 on the CPU (a view of
+    (B, T, H, D) memory, as the attention kernels return it, is read in place), vk (B, H, K, D),
+    p (B, H, T, K), gram (B, H, K, K) -> (c_sq, c_dot_o, o_sq), each (B, H, T) float32."""
+    B, H, T, _ = out.shape
+    rows = out.transpose(1, 2)
+    rows = rows if rows.is_contiguous() else rows.contiguous()                # (B, T, H, D)
+    c_sq, c_dot_o, o_sq = (torch.empty(B, H, T, dtype=torch.float32) for _ in range(3))
+    _compiled().drain_dots(rows.detach().numpy(), vk.detach().contiguous().numpy(), p.detach().contiguous().numpy(),
+                           gram.detach().contiguous().numpy(), c_sq.numpy(), c_dot_o.numpy(), o_sq.numpy())
+    return c_sq, c_dot_o, o_sq
 
 
 def occupied(counts: np.ndarray, lo: int, hi: int) -> tuple[int, int] | None:

@@ -271,6 +271,27 @@ def test_value_drains_with_per_head_keys_read_their_own_kv_head():
     torch.testing.assert_close(got.projection_share, projection, **TOL)
 
 
+@pytest.mark.parametrize("keys", [[SINK], [0, SINK, 11]])
+def test_compiled_value_drains_are_the_torch_path(monkeypatch, keys):
+    """kernels.drain_dots (float32 on the CPU, the attention output read in place from its
+    (B, T, H, D) memory) gives the chunked torch products within float32 rounding."""
+    from probe.metrics import kernels
+
+    q, k, v = tensors(seed=8)
+    mask, valid = padding_mask([T, 26], T)
+    out, lse = run_kernel(q, k, v, mask)
+    out = out.transpose(1, 2).contiguous().transpose(1, 2)           # the kernels' memory order
+    keys = torch.tensor(keys)
+    probs = key_probability(q, k, lse, keys, mask, SCALE)
+    compiled = value_drains(v, out, probs, keys, valid=valid)
+    with monkeypatch.context() as m:
+        m.setattr(kernels, "usable", lambda values: False)
+        chunked = value_drains(v, out, probs, keys, valid=valid, chunk=7)
+    for name in ("value_norm_ratio", "norm_share", "projection_share"):
+        torch.testing.assert_close(getattr(compiled, name), getattr(chunked, name), equal_nan=True,
+                                   rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("softcap", [None, 2.0])
 def test_memory_is_bounded_by_the_block(monkeypatch, softcap):
     """No tensor of T x S elements per head is formed: every product is at most B H block S."""

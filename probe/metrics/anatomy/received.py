@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ...families.attention_terms import KeyAblation, SlidingWindow, band_mask, cap_logits
+from .. import kernels
 
 F64, I64 = torch.float64, torch.int64
 
@@ -319,7 +320,8 @@ def value_drains(value, out, probs, keys, *, valid: torch.Tensor | None = None,
     ||c_t||^2 = sum_ij P_i P_j (v_i . v_j) through the K x K Gram matrix of the sink values and
     c_t . o_t = sum_j P_j (v_j . o_t): O(T K D), no (B, H, T, D) copy of the contribution. Dot
     products in float32 (float64 for float64 inputs), over `chunk` queries at a time, so that
-    no float copy of the whole output is made; the shares come back in float64.
+    no float copy of the whole output is made (a float32 output on the CPU: in one compiled read,
+    kernels.drain_dots); the shares come back in float64.
     """
     B, H, T, _ = out.shape
     work = torch.float64 if out.dtype == torch.float64 else torch.float32
@@ -331,16 +333,19 @@ def value_drains(value, out, probs, keys, *, valid: torch.Tensor | None = None,
     median = norms.nanmedian(dim=-1).values.repeat_interleave(H // value.shape[1], dim=1)  # (B, H)
     ratio = (vk.norm(dim=-1) / median[..., None]).double()                    # (B, H, K)
     gram = vk @ vk.transpose(-1, -2)                                          # (B, H, K, K)
-    c_sq = torch.empty(B, H, T, dtype=work, device=out.device)                # ||c_t||^2
-    c_dot_o = torch.empty_like(c_sq)                                          # c_t . o_t
-    o_sq = torch.empty_like(c_sq)                                             # ||o_t||^2
-    for start in range(0, T, chunk):
-        end = min(start + chunk, T)
-        p = probs[:, :, start:end].to(work)                                   # (B, H, c, K)
-        o = out[:, :, start:end].to(work)                                     # (B, H, c, D)
-        c_sq[:, :, start:end] = ((p @ gram) * p).sum(-1)
-        c_dot_o[:, :, start:end] = (p * (o @ vk.transpose(-1, -2))).sum(-1)
-        o_sq[:, :, start:end] = (o * o).sum(-1)
+    if kernels.usable(out) and work == torch.float32:   # one compiled read of the output
+        c_sq, c_dot_o, o_sq = kernels.drain_dots(out, vk, probs.to(work), gram)  # ||c_t||^2, c_t . o_t, ||o_t||^2
+    else:
+        c_sq = torch.empty(B, H, T, dtype=work, device=out.device)            # ||c_t||^2
+        c_dot_o = torch.empty_like(c_sq)                                      # c_t . o_t
+        o_sq = torch.empty_like(c_sq)                                         # ||o_t||^2
+        for start in range(0, T, chunk):
+            end = min(start + chunk, T)
+            p = probs[:, :, start:end].to(work)                               # (B, H, c, K)
+            o = out[:, :, start:end].to(work)                                 # (B, H, c, D)
+            c_sq[:, :, start:end] = ((p @ gram) * p).sum(-1)
+            c_dot_o[:, :, start:end] = (p * (o @ vk.transpose(-1, -2))).sum(-1)
+            o_sq[:, :, start:end] = (o * o).sum(-1)
     c_sq, c_dot_o, o_sq = c_sq.double().clamp_min(0), c_dot_o.double(), o_sq.double()
     keep = o_sq > 0
     if valid is not None:

@@ -28,8 +28,10 @@ Sums are float64 and counts int64; merge is exact (up to float64 summation order
 """
 from __future__ import annotations
 
+import functools
 import math
 
+import numpy as np
 import torch
 
 from .received import ReceivedAttention, ValueDrains
@@ -48,6 +50,13 @@ GATE_BINS = 10          # sink attention in [0, 0.1), [0.1, 0.2), ..., [0.9, 1]
 def position_bucket(pos: torch.Tensor) -> torch.Tensor:
     """Bucket index of key positions (any shape, int64)."""
     return torch.bucketize(pos, torch.tensor(EDGES, device=pos.device), right=True) - 1
+
+
+@functools.lru_cache(maxsize=16)
+def key_buckets(S: int, device: str) -> torch.Tensor:
+    """(S,) the bucket of each key position 0 .. S - 1: the same for every layer and batch of a
+    pass, made once (read only)."""
+    return position_bucket(torch.arange(S, device=device))
 
 
 class AnatomyStats(Reducer):
@@ -106,7 +115,7 @@ class AnatomyStats(Reducer):
         cell = count > 0                                                          # (B, S)
         score = total / count.clamp_min(1)[:, None, :]                            # (B, H, S)
         sink = (score > self.epsilon) & cell[:, None, :]                          # (B, H, S)
-        bucket = position_bucket(torch.arange(S, device=device))                  # (S,)
+        bucket = key_buckets(S, str(device))                                      # (S,)
         # By position: sums over sequences, then per bucket (index_add over the S keys).
         self.pos_score.index_add_(0, bucket, (score * cell[:, None]).sum(0).T)
         self.pos_cells.index_add_(0, bucket, cell.sum(0))
@@ -205,36 +214,36 @@ class AnatomyStats(Reducer):
         return [dict(zip(columns, row)) for row in zip(*columns.values())]
 
     def position_columns(self) -> dict[str, list]:
-        """position_rows as columns (POSITION_COLUMNS, equal-length lists): how the table is built."""
-        out = {c: [] for c in self.POSITION_COLUMNS}
+        """position_rows as columns (POSITION_COLUMNS, equal-length lists): how the table is built.
+        Per bucket holding cells, a row per head and one over heads (head -1, the heads' mean)."""
+        cells = self.pos_cells.cpu().numpy()
+        kept = np.flatnonzero(cells)                                  # (K,) buckets holding cells
+        heads, per = self.heads, self.heads + 1
+
+        def with_mean(x: np.ndarray) -> np.ndarray:                   # (K, H) -> (K, H + 1)
+            # cumsum adds the heads in order, as Python's sum: the same float64 mean, bit for bit
+            return np.concatenate([x, np.cumsum(x, axis=1)[:, -1:] / heads], axis=1)
         edges = (*EDGES, math.inf)
-        all_cells, all_queries = self.pos_cells.tolist(), self.pos_queries.tolist()
-        all_score, all_prob, all_sinks = self.pos_score.tolist(), self.pos_prob.tolist(), self.pos_sinks.tolist()
-        heads = [*range(self.heads), -1]
-        for b in range(len(EDGES)):
-            cells, queries = int(all_cells[b]), int(all_queries[b])
-            if cells == 0:
-                continue
-            score, prob, sinks = all_score[b], all_prob[b], all_sinks[b]
-            n = len(heads)
-            out["head"] += heads
-            out["key_lo"] += [edges[b]] * n
-            out["key_hi"] += [edges[b + 1]] * n
-            out["cells"] += [cells] * n
-            out["queries"] += [queries] * n
-            out["score"] += [s / cells for s in (*score, sum(score) / self.heads)]
-            out["pooled"] += [p / queries for p in (*prob, sum(prob) / self.heads)]
-            out["sink_rate"] += [k / cells for k in (*sinks, sum(sinks) / self.heads)]
-        return out
+        n, queries = cells[kept][:, None], self.pos_queries.cpu().numpy()[kept][:, None]
+        return {"head": [*range(heads), -1] * len(kept),
+                "key_lo": [edges[b] for b in kept.tolist() for _ in range(per)],
+                "key_hi": [edges[b + 1] for b in kept.tolist() for _ in range(per)],
+                "cells": np.repeat(n[:, 0], per).tolist(),
+                "queries": np.repeat(queries[:, 0], per).tolist(),
+                "score": (with_mean(self.pos_score.cpu().numpy()[kept]) / n).reshape(-1).tolist(),
+                "pooled": (with_mean(self.pos_prob.cpu().numpy()[kept]) / queries).reshape(-1).tolist(),
+                "sink_rate": (with_mean(self.pos_sinks.cpu().numpy()[kept]) / n).reshape(-1).tolist()}
 
     def token_rows(self, k: int | None = 20) -> list[dict]:
         """The k tokens with the highest mean score (over cells and heads), ties by token id:
         token, cells, mean score, share of (cell, head) pairs above epsilon."""
         cells = self.token_cells
         seen = (cells > 0).nonzero()[:, 0]
-        mean = (self.token_score[seen] / (cells[seen].double() * self.heads)).tolist()
-        rows, n, sinks = seen.tolist(), cells[seen].tolist(), self.token_sinks[seen].tolist()
-        order = sorted(range(len(rows)), key=lambda i: (-mean[i], rows[i]))[:k]
+        mean = (self.token_score[seen] / (cells[seen].double() * self.heads)).cpu().numpy()
+        rows = seen.cpu().numpy()
+        order = np.lexsort((rows, -mean))[:k].tolist()               # by -mean, then by row
+        mean, rows = mean.tolist(), rows.tolist()
+        n, sinks = cells[seen].tolist(), self.token_sinks[seen].tolist()
         return [{"token": self.index.id(rows[i]), "cells": n[i], "score": mean[i],
                  "sink_share": sinks[i] / (n[i] * self.heads)} for i in order]
 
