@@ -138,6 +138,16 @@ class Pass:
         finally:
             self._batch = None
 
+    @contextmanager
+    def quiet(self):
+        """A forward under this feeds no metric: a second forward of the batch (the model's own
+        logits, capture/logits.py) is not counted twice."""
+        b, self._batch = self._batch, None
+        try:
+            yield
+        finally:
+            self._batch = b
+
     @torch.no_grad()
     def observe_logits(self, logits: torch.Tensor) -> None:
         self.emit(LOGITS, None, logits)

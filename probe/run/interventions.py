@@ -177,7 +177,7 @@ def run(loaded, dataset, options: AnalysisOptions | None = None, *, name: str | 
         # sink anatomy; sequences: one shape of the per-sequence state in every process.
         reference = Capture(model, layout, o.replace(anatomy=False, token_series=0), sequences=len(dataset.sequences))
         length = dataset.longest
-        with forward_for(model, batch=batch_size, length=length) as forward:
+        with forward_for(model, batch=batch_size, length=length, quiet=reference.quiet) as forward:
             run_pass(reference, forward, dataset, o, dev=next(model.parameters()).device,
                      desc=f"reference pass {name}", rank=rank, world=world)
         distributed.merge_reducers(reference.reducers())    # global statistics; no-op in one process

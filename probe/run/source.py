@@ -161,7 +161,7 @@ class HFSource(_Common):
         from ..capture.logits import forward_for
 
         batch, length = memory_checks.before_pass(self.loaded, dataset, options)
-        with forward_for(self.loaded.model, batch=batch, length=length) as forward:
+        with forward_for(self.loaded.model, batch=batch, length=length, quiet=cap.quiet) as forward:
             yield forward
 
     def display_patterns(self, dataset, n: int, cap=None) -> pd.DataFrame:

@@ -136,14 +136,15 @@ def test_the_block_by_block_nll_is_the_whole_tensors_to_the_bit():
 
 
 def test_lazy_logits_made_in_large_blocks_read_in_small_ones(monkeypatch):
-    """LazyLogits makes `rows` rows at a time (the head's weights read once per block); the loss
-    reads them in its own smaller blocks: the whole logits' numbers (the head's matmul over fewer
-    rows may round differently: 1e-6)."""
+    """LazyLogits of a head other than a plain Linear (a plain one is tiled instead:
+    tests/capture/test_logits.py) makes `rows` rows at a time (the head's weights read once per
+    block); the loss reads them in its own smaller blocks: the whole logits' numbers (the head's
+    matmul over fewer rows may round differently: 1e-6)."""
     from probe.capture.logits import LazyLogits
     from probe.metrics.loss.reduce import next_token_nll
 
     torch.manual_seed(1)
-    head = torch.nn.Linear(8, 50, bias=False)
+    head = torch.nn.Sequential(torch.nn.Linear(8, 50, bias=False))
     hidden = torch.randn(2, 37, 8)
     ids = torch.randint(0, 50, (2, 37))
     whole = next_token_nll(head(hidden).detach(), ids, block=50)
@@ -151,7 +152,7 @@ def test_lazy_logits_made_in_large_blocks_read_in_small_ones(monkeypatch):
     head.register_forward_hook(lambda module, args, out: made.append(args[0].shape[0]))
     monkeypatch.setattr(probe.capture.logits, "BLOCK_BYTES", 5 * 50 * 4)       # 5 rows a block
     lazy = LazyLogits(hidden, head, None, 50)
-    assert lazy.rows == 5
+    assert lazy.rows == 5 and not lazy.tiled
     with torch.no_grad():
         got = next_token_nll(lazy, ids, block=2 * 50)                          # read 2 rows at a time
     torch.testing.assert_close(got, whole, rtol=1e-6, atol=1e-6)
