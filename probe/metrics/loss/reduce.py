@@ -21,8 +21,8 @@ def next_token_nll(logits, input_ids: torch.Tensor, block: int | None = None, ba
     `block` elements, LossStats.BLOCK by default): never a (T, V) copy, nor all the logits of a
     lazy head at once. Each row's log-sum-exp is its own reduction, so the numbers are those of
     one logsumexp over the whole tensor. Lazy logits that tile their head (LazyLogits.tiled)
-    compute it themselves, without a (rows, V) block. batch_rows: the batch rows to read (default all; the
-    result has one row per entry)."""
+    compute it themselves, without a (rows, V) block. batch_rows: the batch rows to read
+    (default all; the result has one row per entry)."""
     if getattr(logits, "tiled", False):        # a head applied a tile at a time (capture/logits.py)
         return logits.next_token_nll(input_ids, batch_rows)
     B, T, V = logits.shape
