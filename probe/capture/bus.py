@@ -35,6 +35,7 @@ class Batch:
         self.rest_valid = self.valid[:, 1:]
         self._where = {self.input_ids.device: (self.seq, self.pos, self.tok)}
         self._derived: dict = {}
+        self._held: tuple | None = None      # (x, {name: value}): Pass.emit(keep=True)'s values
 
     def derived(self, name: str, x: torch.Tensor, make):
         """make(), once per event: a value derived from the event's tensor x that several
@@ -105,13 +106,26 @@ class Pass:
         """Whether a metric listens (a source may skip work nobody reads)."""
         return event in self._subscribers
 
-    def emit(self, event: str, layer, x: torch.Tensor, **extra) -> None:
+    def emit(self, event: str, layer, x: torch.Tensor, *, keep: bool = False, same_as: torch.Tensor | None = None,
+             **extra) -> None:
+        """Hand x (and `extra`) to every metric that listens to `event`.
+
+        keep: the values the metrics derive from x (Batch.derived: its bins, its norms) stay for
+        one later event whose tensor holds the same values, emitted with same_as=x: that event's
+        metrics read them instead of deriving them again (the o_proj input of an ungated layer is
+        the attention output itself, capture/hf.py). The source vouches that the values are the
+        same; values derived from any other tensor are not carried."""
         b = self._batch
         if b is None:
             return
+        held, b._held = b._held, None
+        if same_as is not None and held is not None and held[0] is same_as:
+            b._derived.update((name, (x, value)) for name, value in held[1].items())
         try:
             for fn in self._subscribers.get(event, ()):
                 fn(layer, x, b, **extra)
+            if keep:
+                b._held = (x, {name: value for name, (source, value) in b._derived.items() if source is x})
         finally:
             b._derived.clear()
 

@@ -38,6 +38,15 @@ def _first(output):
     return output[0] if isinstance(output, (tuple, list)) else output
 
 
+def _same_values(z: torch.Tensor, o: torch.Tensor, total: torch.Tensor) -> bool:
+    """Whether the o_proj input z holds the attention output o's values, as they were when o was
+    emitted (total: o.sum() then): the same memory, read in the same order, and the same sum now,
+    bit for bit, so that an in-place change between the two events (a gate applied in place, a
+    user's hook) is seen. A NaN sum is never equal: such a z is read again."""
+    return (z.is_contiguous() and z.dtype == o.dtype and z.device == o.device and z.numel() == o.numel()
+            and z.data_ptr() == o.data_ptr() and bool(z.view(o.shape).sum() == total))
+
+
 class Capture(Pass):
     def __init__(self, model: nn.Module, layout: ModelLayout, options: AnalysisOptions | None = None, *,
                  token_groups=None, vocab_size: int | None = None, sequences: int | None = None,
@@ -57,6 +66,7 @@ class Capture(Pass):
         self._mixer_layer = {id(p.mixer): p.index for p in layout.layers}
         self._handles: list = []
         self._observing = None
+        self._attention_output = None   # (layer, O (B, T, H, D), its sum): the last SDPA event's
         self.display = None         # a display.DisplayPatterns the source sets: read off this pass
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -96,6 +106,7 @@ class Capture(Pass):
             gdn.install(self, hook, reading)
 
     def _uninstall(self) -> None:
+        self._attention_output = None
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -128,7 +139,12 @@ class Capture(Pass):
 
     def _gated_output_hook(self, layer: int):
         def hook(module, args):
-            self.emit(Z, layer, args[0])
+            z = args[0]
+            seen, self._attention_output = self._attention_output, None
+            if seen is not None and seen[0] == layer and _same_values(z, seen[1], seen[2]):
+                self.emit(Z, layer, z, same_as=seen[1])
+            else:
+                self.emit(Z, layer, z)
         return hook
 
     def _observed_layer(self, module) -> int | None:
@@ -162,11 +178,15 @@ class Capture(Pass):
         # kernel returns NaN rows for every query, some of them beside a finite lse.
         # One sum answers "all finite" (a NaN or inf reaches it); only a sum that is not finite
         # (those, or finite values overflowing it) pays for the element-wise check.
-        finite = None if bool(torch.isfinite(out.sum())) else torch.isfinite(out).all(-1)  # (B, H, T)
+        o = out.transpose(1, 2)               # (B, T, H, D): the kernels' memory order, a view
+        total = o.sum()
+        finite = None if bool(torch.isfinite(total)) else torch.isfinite(out).all(-1)  # (B, H, T)
         self.emit(FIRST_KEY, layer, p0, uniform=attention.uniform_first_key(mask, p0.shape[-1], p0.device),
                   finite=finite)
-        # (B, T, H, D) is the kernels' memory order, so this view is contiguous: no copy.
-        self.emit(SDPA, layer, out.transpose(1, 2))
+        # Where the layer has no gate, o_proj receives O itself, reshaped: the Z event then reads
+        # what the metrics derived from O (its bins, its head norms) instead of deriving it again.
+        self._attention_output = (layer, o, total) if o.is_contiguous() and self.wants(Z) else None
+        self.emit(SDPA, layer, o, keep=self._attention_output is not None)
         if self.wants(ATTENTION):             # sink anatomy only: no work for it otherwise
             if received is not None:          # what shared_received_attention would make, made already
                 self._batch.provide(RECEIVED, query, received)

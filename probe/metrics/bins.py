@@ -198,8 +198,9 @@ class RowScan:
     for the M-Act metric, the per-sequence maxima and the token series:
 
     row_max (B, T) float32: each position's largest |h| (NaN where the row holds a NaN), what
-      abs_row_max gives; counts (BINS,) int64 numpy: the bins of |h| over valid positions, the
-      non-finite bins zeroed (their values: `nonfinite`); numel: the valid values;
+      abs_row_max gives; the bins of |h| over valid positions: `span` (int64 numpy), the counts
+      of bins lo .. lo + len(span) - 1 (the bins from 1 to the last finite one that hold values),
+      `zero` the count of bin 0, `nonfinite` the NaN and inf values; numel: the valid values;
     top [(bits of |h|, flat index into h)]: the TOP largest finite |h| of valid positions, largest
       first, ties in the order of h's memory (row by row)."""
 
@@ -209,13 +210,18 @@ class RowScan:
         B, T, C = h.shape
         self.values = h if h.is_contiguous() else h.contiguous()
         valid = None if b.all_valid else b.valid.reshape(-1).cpu().numpy()
-        counts, row_max, words, at = kernels.scan_rows(self.values.view(B * T, C), valid, self.TOP, BINS)
-        self.nonfinite = int(counts[NONFINITE:].sum())
-        counts[NONFINITE:] = 0
-        self.counts = counts
+        self.span, self.lo, self.zero, self.nonfinite, row_max, words, at = kernels.scan_rows(
+            self.values.view(B * T, C), valid, self.TOP, BINS)
         self.numel = C * (B * T if valid is None else int(valid.sum()))
         self.row_max = torch.from_numpy(row_max).view(B, T)
         self.top = [(w, i) for w, i in zip(words.tolist(), at.tolist()) if w >= 0]
+
+    def counts(self) -> np.ndarray:
+        """(BINS,) int64: every bin's count, the non-finite bins 0 (LogHistogram's layout)."""
+        full = np.zeros(BINS, dtype=np.int64)
+        full[0] = self.zero
+        full[self.lo:self.lo + len(self.span)] = self.span
+        return full
 
 
 def row_scan(h: torch.Tensor, b) -> RowScan | None:

@@ -28,6 +28,7 @@ compilation (about 0.5 s).
 from __future__ import annotations
 
 import functools
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -114,28 +115,40 @@ def _compiled() -> SimpleNamespace:
                 out[n, h] = np.sqrt(total)
 
     @njit(cache=True, nogil=True)
-    def scan_rows(words, C, valid, counts, row_max, top_word, top_at):
+    def scan_rows(words, C, valid, counts, row_max, top_word, top_at, extent):
         # words (N * C,) int32 float32 bits, N rows of C; valid (N,) bool: the rows counted.
-        # counts (BINS,) int64 += the bins of |x| over valid rows; row_max (N,) int32 = the largest
-        # bits of |x| per row (every row; NaN bits exceed inf's, so a NaN row's maximum is a NaN);
-        # top_word, top_at (K,) int32 / int64, filled with -1 / 0: the K largest finite |x| bits of
-        # valid rows and their flat indices, largest first, ties in index order (strict > below).
+        # counts (BINS,) int64: a scratch, zero on entry and again on return. Returns the counts
+        # of bins lo .. hi of |x| over valid rows (a copy; empty where no value lies in bins 1 to
+        # the last finite one) and fills extent (3,) int64 = lo, bin 0's count (zero and
+        # subnormals), the non-finite values; row_max (N,) int32 = the largest bits of |x| per
+        # row (every row; NaN bits exceed inf's, so a NaN row's maximum is a NaN); top_word,
+        # top_at (K,) int32 / int64, filled with -1 / 0: the K largest finite |x| bits of valid
+        # rows and their flat indices, largest first, ties in index order (strict > below).
         N, K = row_max.shape[0], top_word.shape[0]
+        NONFINITE = 0x7F800000
+        # The least |x| bits of bin 1 or above, as an unsigned difference from bin 1's first
+        # bits: bin 0's values wrap around to the top, so a plain minimum, which vectorises, skips
+        # them. And the greatest |x| bits. Both over valid rows.
+        low, high = np.uint32(0xFFFFFFFF), 0
         for n in range(N):
             row = words[n * C:(n + 1) * C]
             if valid[n]:
                 for i in range(C):
                     counts[(row[i] & 0x7FFFFFFF) >> 16] += 1
-            m = 0
+            m, least = 0, np.uint32(0xFFFFFFFF)
             for i in range(C):               # apart from the counts: this loop vectorises
-                m = max(m, row[i] & 0x7FFFFFFF)
+                w = row[i] & 0x7FFFFFFF
+                m = max(m, w)
+                least = min(least, np.uint32(w - 0x10000))
             row_max[n] = m
+            if valid[n]:
+                low, high = min(low, least), max(high, m)
             # A row can hold a top entry only if its maximum beats the K-th so far (or it holds a
             # NaN or inf, which hide its finite maximum): after the first rows, few rows do.
-            if valid[n] and (m > top_word[K - 1] or m >= 0x7F800000):
+            if valid[n] and (m > top_word[K - 1] or m >= NONFINITE):
                 for i in range(C):
                     w = row[i] & 0x7FFFFFFF
-                    if w < 0x7F800000 and w > top_word[K - 1]:
+                    if w < NONFINITE and w > top_word[K - 1]:
                         p = K - 1
                         while p > 0 and top_word[p - 1] < w:
                             top_word[p] = top_word[p - 1]
@@ -143,6 +156,22 @@ def _compiled() -> SimpleNamespace:
                             p -= 1
                         top_word[p] = w
                         top_at[p] = n * C + i
+        last = NONFINITE >> 16
+        nonfinite = 0
+        for j in range(last, counts.shape[0]):
+            nonfinite += counts[j]
+            counts[j] = 0
+        extent[1], extent[2] = counts[0], nonfinite
+        counts[0] = 0
+        lo = min((np.int64(low) + 0x10000) >> 16, last)  # `last`: no value in bins 1 up
+        hi = min(high >> 16, last - 1)                   # inf or NaN hides the finite maximum
+        while hi >= lo and counts[hi] == 0:
+            hi -= 1
+        extent[0] = lo
+        span = counts[lo:hi + 1].copy() if hi >= lo else counts[:0].copy()
+        if hi >= lo:
+            counts[lo:hi + 1] = 0
+        return span
 
     @njit(cache=True, nogil=True)
     def signed_peak(x, peak, value, at):
@@ -258,19 +287,30 @@ def vector_norms(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+_scratch = threading.local()       # scan_rows' (bins,) counts, zero between calls, one per thread
+
+
 def scan_rows(values: torch.Tensor, valid: np.ndarray | None, top: int, bins: int):
-    """One pass over values (N, C) float32 on the CPU, contiguous: (counts (bins,) int64 of the
-    valid rows' |value| bins, non-finite ones included; row_max (N,) float32, each row's largest
-    |value| (NaN for a row holding one); top_word (top,) int32 and top_at (top,) int64, the `top`
-    largest finite |value| bits of valid rows with their flat indices, largest first, ties in
-    index order, -1 where fewer). valid: (N,) bool, None for every row."""
+    """One pass over values (N, C) float32 on the CPU, contiguous: (span, lo, zero, nonfinite,
+    row_max, top_word, top_at). span (hi - lo + 1,) int64: the counts of the valid rows' |value|
+    bins lo .. hi, the bins from 1 to the last finite one that hold values (empty for none);
+    zero: bin 0's count (zero and subnormals); nonfinite: the NaN and inf values; row_max (N,)
+    float32: each row's largest |value| (NaN for a row holding one); top_word (top,) int32 and
+    top_at (top,) int64: the `top` largest finite |value| bits of valid rows with their flat
+    indices, largest first, ties in index order, -1 where fewer. valid: (N,) bool, None for
+    every row. The counts go through a per-thread scratch that the kernel leaves zero: no
+    (bins,) array is made and zeroed per call, and no scan looks for the bins holding counts."""
     N, C = values.shape
-    counts = np.zeros(bins, dtype=np.int64)
+    counts = getattr(_scratch, "counts", None)
+    if counts is None or len(counts) != bins:
+        counts = _scratch.counts = np.zeros(bins, dtype=np.int64)
     row_max = np.empty(N, dtype=np.int32)
     top_word, top_at = np.full(top, -1, dtype=np.int32), np.zeros(top, dtype=np.int64)
+    extent = np.empty(3, dtype=np.int64)
     valid = np.ones(N, dtype=np.bool_) if valid is None else valid
-    _compiled().scan_rows(_words(values), C, valid, counts, row_max, top_word, top_at)
-    return counts, row_max.view(np.float32), top_word, top_at
+    span = _compiled().scan_rows(_words(values), C, valid, counts, row_max, top_word, top_at, extent)
+    lo, zero, nonfinite = extent.tolist()
+    return span, lo, zero, nonfinite, row_max.view(np.float32), top_word, top_at
 
 
 def signed_peak(x: torch.Tensor, peak: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

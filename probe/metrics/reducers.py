@@ -235,7 +235,8 @@ class LogHistogram(Reducer):
             new_lo = max(1, min(lo, self._lo if len(self._stored) else lo) - self._MARGIN)
             new_end = min(self.NONFINITE, max(hi + 1, end if len(self._stored) else 0) + self._MARGIN)
             grown = torch.zeros(new_end - new_lo, dtype=self._stored.dtype, device=self._stored.device)
-            grown[self._lo - new_lo:self._lo - new_lo + len(self._stored)] = self._stored
+            if len(self._stored):
+                grown[self._lo - new_lo:self._lo - new_lo + len(self._stored)] = self._stored
             self._lo, self._stored = new_lo, grown
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
@@ -269,13 +270,19 @@ class LogHistogram(Reducer):
             found = bins.in_bin(self._inside).sum(0)                   # (len(_inside),)
             self.in_bin[[k for k, _, _ in self._inside]] += found.to(self.in_bin.device)
 
-    def add_counts(self, counts: np.ndarray, n: int) -> None:
-        """Counts float32 values binned elsewhere (bins.RowScan): counts (BINS,) int64, the
-        non-finite bins 0; n: the values they hold. Only for a histogram without cuts (the
-        values below a cut inside a bin need the values themselves)."""
+    def add_span(self, lo: int, span: np.ndarray, zero: int, n: int) -> None:
+        """Counts float32 values binned elsewhere (bins.RowScan): span (m,) int64 the counts of
+        bins lo .. lo + m - 1 (none non-finite), zero bin 0's count; n: the values they hold.
+        Only for a histogram without cuts (the values below a cut inside a bin need the values
+        themselves)."""
         if self._inside:
             raise ValueError("a histogram with cuts inside a bin needs the values, not their counts")
-        self._add_array(counts, n)
+        self._running = None
+        if zero:
+            self._zero += zero
+        if len(span):
+            self._reserve(lo, lo + len(span) - 1, n)
+            self._stored.numpy()[lo - self._lo:lo + len(span) - self._lo] += span
         self.inexact += n                                            # float32: not bfloat16
 
     def _add_compiled(self, bins: "binning.Bins") -> None:

@@ -390,3 +390,59 @@ def test_two_captures_on_two_models_each_see_their_own_attention(loaded):
             assert int(stats.n_all) == int(lone.first_token[layer].n_all) > 0
             torch.testing.assert_close(stats.f_attn(), lone.first_token[layer].f_attn(), atol=0, rtol=0)
             assert cap.sparsity[layer].ungated.total == lone.sparsity[layer].ungated.total
+
+
+def _state(cap) -> dict:
+    """Every reducer's state tensors, by position (to compare two passes bit for bit)."""
+    return {f"{i}.{name}": t.clone() for i, r in enumerate(cap.reducers()) for name, t in r.state_tensors().items()}
+
+
+def test_ungated_o_proj_input_reads_what_o_gave(loaded, monkeypatch):
+    """An ungated layer's o_proj input is O itself (the same memory, unchanged): its events read
+    O's bins and head norms (one binning and one norm pass per layer, not two), and every
+    reducer ends bit for bit where reading it again leaves it."""
+    from probe.capture import hf
+    from probe.metrics.head_norms import reduce as head_norms
+
+    lm = loaded("llama")
+    ids = ids_for(lm.model, B=2, T=24, seed=6)
+    calls = {"norms": 0}
+    norms = head_norms._norms
+
+    def counted(x):
+        calls["norms"] += 1
+        return norms(x)
+    monkeypatch.setattr(head_norms, "_norms", counted)
+    shared, _ = run_capture(lm, ids)
+    layers = len(lm.layout.attention_layers)
+    assert calls["norms"] == layers
+    monkeypatch.setattr(hf, "_same_values", lambda *a: False)
+    again, _ = run_capture(lm, ids)
+    assert calls["norms"] == 3 * layers
+    a, b = _state(shared), _state(again)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_o_changed_in_place_before_o_proj_is_read_again(loaded):
+    """A hook that halves o_proj's input in place, in O's own memory, after the SDPA event: the
+    o_proj-side numbers are those of the halved values (post norms exactly half the pre norms,
+    the gated shares the direct counts of |O / 2| < t), not O's carried over."""
+    lm = loaded("llama")
+    ids = ids_for(lm.model, B=2, T=24, seed=6)
+    seen = {}
+    hooks = [p.o_proj.register_forward_pre_hook(lambda m, a, i=p.index: seen.__setitem__(i, a[0].mul_(0.5).clone()))
+             for p in lm.layout.layers if p.o_proj is not None]
+    try:
+        with torch.no_grad(), Capture(lm.model, lm.layout, thresholds=SPARSITY_THRESHOLDS) as cap:
+            with cap.batch(ids):
+                lm.model(input_ids=ids, use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    for layer in lm.layout.attention_layers:
+        s = cap.head_norms[layer]
+        assert torch.equal(s.post * 2, s.pre) and float(s.pre.sum()) > 0
+        z = seen[layer].abs()
+        for t in SPARSITY_THRESHOLDS:
+            share, exact = cap.sparsity[layer].gated.share_below(t)
+            assert exact and share == float((z < t).double().mean()), (layer, t)

@@ -159,13 +159,46 @@ def test_row_scan_is_max_min_bins_and_topk(padded):
     assert torch.equal(torch.nan_to_num(scan.row_max, nan=-1.0), torch.nan_to_num(want, nan=-1.0))
     assert torch.isnan(scan.row_max[0, 2]) and scan.row_max[1, 1] == 40.0
     ref = Bins(b.rows(h))
-    assert torch.equal(torch.from_numpy(scan.counts), ref.counts[0])
+    assert torch.equal(torch.from_numpy(scan.counts()), ref.counts[0])
     assert scan.nonfinite == int(ref.nonfinite.sum()) and scan.numel == b.rows(h).numel()
     a = h.abs().reshape(-1)
     keep = valid[..., None].expand(B, T, C).reshape(-1) & torch.isfinite(a)
     order = torch.argsort(-a.masked_fill(~keep, -1.0), stable=True)[:binning.RowScan.TOP]
     assert [i for _, i in scan.top] == order.tolist()
     assert [float32_value(w) for w, _ in scan.top] == a[order].tolist()
+
+
+@pytest.mark.parametrize("case", ["subnormal", "all zero", "all nonfinite", "no valid row", "wide"])
+def test_row_scan_span_is_every_bin_and_leaves_its_scratch_zero(case):
+    """The bins RowScan hands over (span from lo, bin 0 apart, the non-finite counted) are Bins'
+    counts, whatever the values: bin 0 only, nothing finite, no valid row, values over the whole
+    float32 range (subnormal to the largest finite, beside inf); the kernel's scratch is zero
+    after each scan, so the next scan counts only its own values."""
+    g = torch.Generator().manual_seed(10)
+    B, T, C = 2, 5, 16
+    h = torch.randn(B, T, C, generator=g)
+    valid = torch.ones(B, T, dtype=torch.bool)
+    if case == "subnormal":
+        h[0, 0, :4] = torch.tensor([1e-45, -1e-40, 0.0, -0.0])
+    elif case == "all zero":
+        h = torch.zeros(B, T, C)
+    elif case == "all nonfinite":
+        h = torch.full((B, T, C), float("inf"))
+        h[1] = float("nan")
+    elif case == "no valid row":
+        valid[:] = False
+    else:
+        h[0, 0, :4] = torch.tensor([1e-45, 3.4e38, -float("inf"), 1e-38])
+    b = _batch(valid)
+    first = binning.RowScan(h, b)
+    ref = Bins(b.rows(h)) if valid.any() else None
+    want = ref.counts[0] if ref is not None else torch.zeros(binning.BINS, dtype=torch.int64)
+    assert torch.equal(torch.from_numpy(first.counts()), want)
+    assert first.nonfinite == (int(ref.nonfinite.sum()) if ref is not None else 0)
+    assert first.span[0] > 0 and first.span[-1] > 0 if len(first.span) else int(want[1:].sum()) == 0
+    assert not kernels._scratch.counts.any()
+    again = binning.RowScan(torch.ones(1, 1, 3), _batch(torch.ones(1, 1, dtype=torch.bool)))
+    assert again.lo == 0x3F80 and again.span.tolist() == [3] and again.zero == 0
 
 
 def test_signed_peak_is_what_max_and_min_name():

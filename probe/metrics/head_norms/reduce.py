@@ -23,6 +23,9 @@ from .. import kernels
 from ..reducers import F64, I64, Reducer
 
 
+NORMS = "head_norms"     # the bus's name for an event's (N, H) per-head norms (Batch.derived)
+
+
 class HeadNormStats(Reducer):
     """The sums of one attention layer, per (group, head); group 0 is every token, then the
     token types (probe.data.token_types.TokenGroups) when the pass has them."""
@@ -71,14 +74,15 @@ class HeadNorms(Metric):
 
     def keep_pre(self, layer, out, b) -> None:                                  # (B, T, H, D)
         if layer in self.stats:
-            self._pre[layer] = _norms(b.rows(out))
+            self._pre[layer] = b.derived(NORMS, out, lambda: _norms(b.rows(out)))
 
     def update(self, layer, z, b) -> None:                                     # (B, T, H * D)
         pre = self._pre.pop(layer, None)
         if pre is None:
             return
         H = self.layout.num_heads
-        post = _norms(b.rows(z.view(*z.shape[:2], H, -1)))                      # (N, H)
+        # An ungated layer's z is O itself: the bus hands back O's norms (Pass.emit same_as).
+        post = b.derived(NORMS, z, lambda: _norms(b.rows(z.view(*z.shape[:2], H, -1))))   # (N, H)
         groups = None
         if self.groups is not None:
             _, pos, tok = b.where(z.device)

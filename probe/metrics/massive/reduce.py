@@ -91,7 +91,7 @@ class MaxAbsStats(Reducer):
             return False
         if scan.numel == 0:
             return True
-        self.hist.add_counts(scan.counts, scan.numel)
+        self.hist.add_span(scan.lo, scan.span, scan.zero, scan.numel)
         self.count += scan.numel
         _, T, C = scan.values.shape
         flat = scan.values.view(-1)
