@@ -79,6 +79,14 @@ def grown(t: torch.Tensor, rows: int, fill) -> torch.Tensor:
     return torch.cat([t, extra])
 
 
+def _zeros(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """torch.zeros(n): on the CPU through numpy, a fraction of torch's cost per call (histograms
+    grow on their first events, a few hundred calls per analysis)."""
+    if device.type == "cpu":
+        return torch.from_numpy(np.zeros(n, dtype=np.int32 if dtype == torch.int32 else np.int64))
+    return torch.zeros(n, dtype=dtype, device=device)
+
+
 def flatten(reducers) -> list[Reducer]:
     """Every reducer of `reducers` and, after each, the reducers it holds (depth first): the
     fixed order in which torchrun merges them and --resume saves them."""
@@ -234,7 +242,7 @@ class LogHistogram(Reducer):
         if len(self._stored) == 0 or lo < self._lo or hi >= end:
             new_lo = max(1, min(lo, self._lo if len(self._stored) else lo) - self._MARGIN)
             new_end = min(self.NONFINITE, max(hi + 1, end if len(self._stored) else 0) + self._MARGIN)
-            grown = torch.zeros(new_end - new_lo, dtype=self._stored.dtype, device=self._stored.device)
+            grown = _zeros(new_end - new_lo, self._stored.dtype, self._stored.device)
             if len(self._stored):
                 grown[self._lo - new_lo:self._lo - new_lo + len(self._stored)] = self._stored
             self._lo, self._stored = new_lo, grown
