@@ -118,9 +118,10 @@ class Pass:
         b = self._batch
         if b is None:
             return
-        held, b._held = b._held, None
-        if same_as is not None and held is not None and held[0] is same_as:
-            b._derived.update((name, (x, value)) for name, value in held[1].items())
+        if same_as is not None:
+            held, b._held = b._held, None
+            if held is not None and held[0] is same_as:
+                b._derived.update((name, (x, value)) for name, value in held[1].items())
         try:
             for fn in self._subscribers.get(event, ()):
                 fn(layer, x, b, **extra)

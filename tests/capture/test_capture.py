@@ -397,10 +397,12 @@ def _state(cap) -> dict:
     return {f"{i}.{name}": t.clone() for i, r in enumerate(cap.reducers()) for name, t in r.state_tensors().items()}
 
 
-def test_ungated_o_proj_input_reads_what_o_gave(loaded, monkeypatch):
+@pytest.mark.parametrize("anatomy", [False, True])
+def test_ungated_o_proj_input_reads_what_o_gave(loaded, monkeypatch, anatomy):
     """An ungated layer's o_proj input is O itself (the same memory, unchanged): its events read
-    O's bins and head norms (one binning and one norm pass per layer, not two), and every
-    reducer ends bit for bit where reading it again leaves it."""
+    O's bins and head norms (one binning and one norm pass per layer, not two; also with sink
+    anatomy's event between the two), and every reducer ends bit for bit where reading it again
+    leaves it."""
     from probe.capture import hf
     from probe.metrics.head_norms import reduce as head_norms
 
@@ -412,12 +414,19 @@ def test_ungated_o_proj_input_reads_what_o_gave(loaded, monkeypatch):
     def counted(x):
         calls["norms"] += 1
         return norms(x)
+
+    def run():
+        options = dict(anatomy=True, vocab_size=lm.model.config.vocab_size) if anatomy else {}
+        with torch.no_grad(), Capture(lm.model, lm.layout, **options) as cap:
+            with cap.batch(ids):
+                cap.observe_logits(lm.model(input_ids=ids, use_cache=False).logits)
+        return cap
     monkeypatch.setattr(head_norms, "_norms", counted)
-    shared, _ = run_capture(lm, ids)
+    shared = run()
     layers = len(lm.layout.attention_layers)
     assert calls["norms"] == layers
     monkeypatch.setattr(hf, "_same_values", lambda *a: False)
-    again, _ = run_capture(lm, ids)
+    again = run()
     assert calls["norms"] == 3 * layers
     a, b = _state(shared), _state(again)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
