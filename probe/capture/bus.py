@@ -9,6 +9,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..core.events import EVENTS, LOGITS
@@ -36,6 +37,7 @@ class Batch:
         self._where = {self.input_ids.device: (self.seq, self.pos, self.tok)}
         self._derived: dict = {}
         self._held: tuple | None = None      # (x, {name: value}): Pass.emit(keep=True)'s values
+        self._numpy: dict = {}
 
     def derived(self, name: str, x: torch.Tensor, make):
         """make(), once per event: a value derived from the event's tensor x that several
@@ -50,6 +52,14 @@ class Batch:
         """Hand the next event's metrics a derived value made already (sink anatomy's column sums,
         made by the attention back-end with the output): derived(name, x, ...) returns it."""
         self._derived[name] = (x, value)
+
+    def numpy(self, name: str) -> np.ndarray:
+        """A CPU field of the batch (input_ids, seq_index, valid) as numpy, made once per batch:
+        compiled metrics read single entries, which numpy gives at a fraction of torch's cost."""
+        seen = self._numpy.get(name)
+        if seen is None:
+            seen = self._numpy[name] = getattr(self, name).cpu().numpy()
+        return seen
 
     def rows(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...) keeping valid positions only."""

@@ -291,7 +291,7 @@ class LogHistogram(Reducer):
         if len(span):
             self._reserve(lo, lo + len(span) - 1, n)
             self._stored.numpy()[lo - self._lo:lo + len(span) - self._lo] += span
-        self.inexact += n                                            # float32: not bfloat16
+        self.inexact.numpy()[()] += n                                # float32: not bfloat16
 
     def _add_compiled(self, bins: "binning.Bins") -> None:
         """add() of CPU bins made by the compiled kernels: the same sums, in numpy, on views of

@@ -92,14 +92,15 @@ class MaxAbsStats(Reducer):
         if scan.numel == 0:
             return True
         self.hist.add_span(scan.lo, scan.span, scan.zero, scan.numel)
-        self.count += scan.numel
+        self.count.numpy()[()] += scan.numel                         # numpy: a CPU scan's state
         _, T, C = scan.values.shape
-        flat = scan.values.view(-1)
+        flat = scan.values.numpy().reshape(-1)
+        seq_index, input_ids = b.numpy("seq_index"), b.numpy("input_ids")
         new = []
         for word, at in top[:self.k]:
             row, pos, dim = at // (T * C), at // C % T, at % C
-            new.append((float32_value(word), float(flat[at]), int(b.seq_index[row]), pos, dim,
-                        int(b.input_ids[row, pos])))
+            new.append((float32_value(word), float(flat[at]), int(seq_index[row]), pos, dim,
+                        int(input_ids[row, pos])))
         self.top = self._best(self.top + new)
         return True
 
