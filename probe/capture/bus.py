@@ -116,15 +116,17 @@ class Pass:
         """Whether a metric listens (a source may skip work nobody reads)."""
         return event in self._subscribers
 
-    def emit(self, event: str, layer, x: torch.Tensor, *, keep: bool = False, same_as: torch.Tensor | None = None,
-             **extra) -> None:
+    def emit(self, event: str, layer, x: torch.Tensor, *, keep: tuple[str, ...] = (),
+             same_as: torch.Tensor | None = None, **extra) -> None:
         """Hand x (and `extra`) to every metric that listens to `event`.
 
-        keep: the values the metrics derive from x (Batch.derived: its bins, its norms) stay for
-        one later event whose tensor holds the same values, emitted with same_as=x: that event's
-        metrics read them instead of deriving them again (the o_proj input of an ungated layer is
-        the attention output itself, capture/hf.py). The source vouches that the values are the
-        same; values derived from any other tensor are not carried."""
+        keep: names of values the metrics derive from x (Batch.derived: its bins, its norms) that
+        stay for one later event whose tensor holds the same values, emitted with same_as=x: that
+        event's metrics read them instead of deriving them again (the o_proj input of an ungated
+        layer is the attention output itself, capture/hf.py). The source vouches that the values
+        are the same, and names only values that do not depend on how the tensor's last
+        dimensions are split; nothing derived from another tensor is carried. `forget_kept`
+        drops what was kept when the later event does not come."""
         b = self._batch
         if b is None:
             return
@@ -136,9 +138,15 @@ class Pass:
             for fn in self._subscribers.get(event, ()):
                 fn(layer, x, b, **extra)
             if keep:
-                b._held = (x, {name: value for name, (source, value) in b._derived.items() if source is x})
+                b._held = (x, {name: value for name, (source, value) in b._derived.items()
+                               if source is x and name in keep})
         finally:
             b._derived.clear()
+
+    def forget_kept(self) -> None:
+        """Drop the values an emit(keep=...) kept (so that they do not outlive their layer)."""
+        if self._batch is not None:
+            self._batch._held = None
 
     # -- the reducers, by metric -----------------------------------------------------------------
     def __getattr__(self, name: str):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn.modules import module as module_hooks
 
 from . import attention, gdn
 from ..families.layout import ModelLayout
@@ -32,19 +33,27 @@ from .bus import Pass
 from ..core.events import ATTENTION, FIRST_KEY, GATE, GDN, SDPA, SITE_EVENTS, SITES, Z  # noqa: F401  (SITES: re-exported)
 from ..core.options import AnalysisOptions
 from ..metrics.anatomy.received import RECEIVED
+from ..metrics.bins import BINNED
+from ..metrics.head_norms.reduce import NORMS
 
 
 def _first(output):
     return output[0] if isinstance(output, (tuple, list)) else output
 
 
+# What an ungated layer's o_proj input reads from the attention output's event (Pass.emit keep):
+# per batch row counts of |x| and per-head norms, the same for O (B, T, H, D) and z (B, T, H * D).
+CARRIED = (BINNED, NORMS)
+
+
 def _same_values(z: torch.Tensor, o: torch.Tensor, total: torch.Tensor) -> bool:
     """Whether the o_proj input z holds the attention output o's values, as they were when o was
-    emitted (total: o.sum() then): the same memory, read in the same order, and the same sum now,
-    bit for bit, so that an in-place change between the two events (a gate applied in place, a
-    user's hook) is seen. A NaN sum is never equal: such a z is read again."""
+    emitted (total: o's float64 sum then): the same memory, read in the same order, and the same
+    sum now, bit for bit. The sum sees in-place changes made by the model's own code (a scaling
+    of the output); hooks on o_proj that run before probe's are ruled out apart
+    (Capture._reads_first), since a permutation keeps the sum."""
     return (z.is_contiguous() and z.dtype == o.dtype and z.device == o.device and z.numel() == o.numel()
-            and z.data_ptr() == o.data_ptr() and bool(z.view(o.shape).sum() == total))
+            and z.data_ptr() == o.data_ptr() and bool(z.view(o.shape).sum(dtype=torch.float64) == total))
 
 
 class Capture(Pass):
@@ -66,7 +75,10 @@ class Capture(Pass):
         self._mixer_layer = {id(p.mixer): p.index for p in layout.layers}
         self._handles: list = []
         self._observing = None
-        self._attention_output = None   # (layer, O (B, T, H, D), its sum): the last SDPA event's
+        self._attention_output = None   # (layer, O (B, T, H, D), its float64 sum): the last SDPA
+                                        # event of an ungated layer
+        self._ungated = {p.index for p in layout.layers if p.gate_module is None and p.o_proj is not None}
+        self._z_hooks: dict[int, int] = {}      # id(o_proj) -> this capture's pre-hook's handle id
         self.display = None         # a display.DisplayPatterns the source sets: read off this pass
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -99,7 +111,9 @@ class Capture(Pass):
                 hook(p.mlp.register_forward_hook(reading(self._site_output_hook(i, "mlp_out"))))
             hook(p.layer.register_forward_hook(reading(self._site_output_hook(i, "resid_post"))))
             if p.o_proj is not None:
-                hook(p.o_proj.register_forward_pre_hook(reading(self._gated_output_hook(i))))
+                handle = p.o_proj.register_forward_pre_hook(reading(self._gated_output_hook(i)))
+                self._z_hooks[id(p.o_proj)] = handle.id
+                hook(handle)
             if p.gate_module is not None:
                 hook(p.gate_module.register_forward_hook(reading(self._gate_hook(i))))
         if self.wants(GDN):                   # Gated DeltaNet layers (--gdn): capture/gdn.py
@@ -141,11 +155,21 @@ class Capture(Pass):
         def hook(module, args):
             z = args[0]
             seen, self._attention_output = self._attention_output, None
-            if seen is not None and seen[0] == layer and _same_values(z, seen[1], seen[2]):
+            if (seen is not None and seen[0] == layer and self._reads_first(module)
+                    and _same_values(z, seen[1], seen[2])):
                 self.emit(Z, layer, z, same_as=seen[1])
             else:
+                self.forget_kept()
                 self.emit(Z, layer, z)
         return hook
+
+    def _reads_first(self, o_proj) -> bool:
+        """Whether this capture's hook is the first code to see o_proj's input: no forward
+        pre-hook on o_proj before it and no global one (such a hook may change the input in
+        place, for example patch heads between sequences, which leaves its sum as it was)."""
+        hooks = getattr(o_proj, "_forward_pre_hooks", None)
+        first = next(iter(hooks), None) if hooks else None
+        return first == self._z_hooks.get(id(o_proj)) and not module_hooks._global_forward_pre_hooks
 
     def _observed_layer(self, module) -> int | None:
         """The layer of an attention module whose calls feed this pass's metrics now, else None."""
@@ -179,14 +203,15 @@ class Capture(Pass):
         # One sum answers "all finite" (a NaN or inf reaches it); only a sum that is not finite
         # (those, or finite values overflowing it) pays for the element-wise check.
         o = out.transpose(1, 2)               # (B, T, H, D): the kernels' memory order, a view
-        total = o.sum()
+        total = o.sum(dtype=torch.float64)    # float64: no overflow of float16 / bfloat16 sums
         finite = None if bool(torch.isfinite(total)) else torch.isfinite(out).all(-1)  # (B, H, T)
         self.emit(FIRST_KEY, layer, p0, uniform=attention.uniform_first_key(mask, p0.shape[-1], p0.device),
                   finite=finite)
         # Where the layer has no gate, o_proj receives O itself, reshaped: the Z event then reads
         # what the metrics derived from O (its bins, its head norms) instead of deriving it again.
-        self._attention_output = (layer, o, total) if o.is_contiguous() and self.wants(Z) else None
-        self.emit(SDPA, layer, o, keep=self._attention_output is not None)
+        carry = layer in self._ungated and finite is None and o.is_contiguous() and self.wants(Z)
+        self._attention_output = (layer, o, total) if carry else None
+        self.emit(SDPA, layer, o, keep=CARRIED if carry else ())
         if self.wants(ATTENTION):             # sink anatomy only: no work for it otherwise
             if received is not None:          # what shared_received_attention would make, made already
                 self._batch.provide(RECEIVED, query, received)

@@ -20,6 +20,7 @@ I64 = torch.int64
 BINS = 1 << 15
 NONFINITE = 0x7F80          # bins from here on: exponent all ones, inf and NaN
 BLOCK = 1 << 22             # elements per step of the in-bin search: bounds its temporaries
+BINNED = "bins"             # Batch.derived's name for an event's Bins (batch_bins)
 
 
 class Bins:
@@ -190,7 +191,7 @@ def batch_bins(x: torch.Tensor, b, cuts: tuple[int, ...] = ()) -> Bins:
         if b.all_valid:
             return Bins(x, [1] * x.shape[0], cuts)
         return Bins(b.rows(x), b.valid.sum(1).tolist(), cuts)
-    return b.derived("bins", x, make)
+    return b.derived(BINNED, x, make)
 
 
 class RowScan:

@@ -80,8 +80,7 @@ def grown(t: torch.Tensor, rows: int, fill) -> torch.Tensor:
 
 
 def _zeros(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """torch.zeros(n): on the CPU through numpy, a fraction of torch's cost per call (histograms
-    grow on their first events, a few hundred calls per analysis)."""
+    """torch.zeros(n), on the CPU through numpy: a fraction of torch's cost (histograms grow often)."""
     if device.type == "cpu":
         return torch.from_numpy(np.zeros(n, dtype=np.int32 if dtype == torch.int32 else np.int64))
     return torch.zeros(n, dtype=dtype, device=device)

@@ -397,57 +397,97 @@ def _state(cap) -> dict:
     return {f"{i}.{name}": t.clone() for i, r in enumerate(cap.reducers()) for name, t in r.state_tensors().items()}
 
 
-@pytest.mark.parametrize("anatomy", [False, True])
-def test_ungated_o_proj_input_reads_what_o_gave(loaded, monkeypatch, anatomy):
+@pytest.mark.parametrize("anatomy, padded, dtype", [(False, False, "float32"), (True, False, "float32"),
+                                                   (False, True, "float32"), (True, True, "bfloat16")])
+def test_ungated_o_proj_input_reads_what_o_gave(checkpoint, monkeypatch, anatomy, padded, dtype):
     """An ungated layer's o_proj input is O itself (the same memory, unchanged): its events read
     O's bins and head norms (one binning and one norm pass per layer, not two; also with sink
-    anatomy's event between the two), and every reducer ends bit for bit where reading it again
-    leaves it."""
-    from probe.capture import hf
+    anatomy's event between the two, padded rows and bfloat16), and every reducer ends bit for
+    bit where reading it again leaves it."""
+    import probe
+    from probe.capture import bus, hf
+    from probe.metrics import bins as binning
     from probe.metrics.head_norms import reduce as head_norms
 
-    lm = loaded("llama")
+    lm = probe.load(checkpoint("llama"), dtype=dtype)
     ids = ids_for(lm.model, B=2, T=24, seed=6)
-    calls = {"norms": 0}
-    norms = head_norms._norms
+    valid = torch.arange(24)[None, :] < torch.tensor([[24], [15]]) if padded else None
+    calls = {"norms": 0, "bins": 0}
+    norms, derived = head_norms._norms, bus.Batch.derived
 
     def counted(x):
         calls["norms"] += 1
         return norms(x)
 
+    def counted_derived(self, name, x, make):                # the events' binnings (batch_bins)
+        def made():
+            calls["bins"] += name == binning.BINNED
+            return make()
+        return derived(self, name, x, made)
+
     def run():
         options = dict(anatomy=True, vocab_size=lm.model.config.vocab_size) if anatomy else {}
         with torch.no_grad(), Capture(lm.model, lm.layout, **options) as cap:
-            with cap.batch(ids):
+            with cap.batch(ids, valid):
                 cap.observe_logits(lm.model(input_ids=ids, use_cache=False).logits)
         return cap
     monkeypatch.setattr(head_norms, "_norms", counted)
+    monkeypatch.setattr(bus.Batch, "derived", counted_derived)
     shared = run()
     layers = len(lm.layout.attention_layers)
-    assert calls["norms"] == layers
+    assert calls == {"norms": layers, "bins": layers}
     monkeypatch.setattr(hf, "_same_values", lambda *a: False)
     again = run()
-    assert calls["norms"] == 3 * layers
+    assert calls == {"norms": 3 * layers, "bins": 3 * layers}
     a, b = _state(shared), _state(again)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_o_changed_in_place_before_o_proj_is_read_again(loaded):
-    """A hook that halves o_proj's input in place, in O's own memory, after the SDPA event: the
-    o_proj-side numbers are those of the halved values (post norms exactly half the pre norms,
-    the gated shares the direct counts of |O / 2| < t), not O's carried over."""
+def _swap_head_between_rows(D: int):
+    """A pre-hook that patches head 1 (of size D) of o_proj's input between the two rows, in
+    place: the same values in another order (the sum need not move)."""
+    def hook(module, args):
+        z = args[0]                                                   # (2, T, H * D)
+        head = z[:, :, D:2 * D].clone()
+        z[:, :, D:2 * D] = head.flip(0)
+    return hook
+
+
+@pytest.mark.parametrize("change", ["halve", "swap"])
+def test_o_changed_in_place_before_o_proj_is_read_again(loaded, monkeypatch, change):
+    """A hook that changes o_proj's input in place, in O's own memory, after the SDPA event (halves
+    it, or patches a head between the rows, which keeps its sum): the o_proj-side numbers are
+    those of the changed values (every reducer as when nothing is carried; halved: post norms
+    exactly half the pre norms, the gated shares the direct counts of |O / 2| < t)."""
+    from probe.capture import hf
+
     lm = loaded("llama")
     ids = ids_for(lm.model, B=2, T=24, seed=6)
     seen = {}
-    hooks = [p.o_proj.register_forward_pre_hook(lambda m, a, i=p.index: seen.__setitem__(i, a[0].mul_(0.5).clone()))
-             for p in lm.layout.layers if p.o_proj is not None]
-    try:
-        with torch.no_grad(), Capture(lm.model, lm.layout, thresholds=SPARSITY_THRESHOLDS) as cap:
-            with cap.batch(ids):
-                lm.model(input_ids=ids, use_cache=False)
-    finally:
-        for h in hooks:
-            h.remove()
+
+    def halve(module, args, i):
+        seen[i] = args[0].mul_(0.5).clone()
+
+    def run():
+        hooks = [p.o_proj.register_forward_pre_hook(
+            (lambda m, a, i=p.index: halve(m, a, i)) if change == "halve"
+            else _swap_head_between_rows(lm.layout.head_dim))
+            for p in lm.layout.layers if p.o_proj is not None]
+        try:
+            with torch.no_grad(), Capture(lm.model, lm.layout, thresholds=SPARSITY_THRESHOLDS) as cap:
+                with cap.batch(ids):
+                    lm.model(input_ids=ids, use_cache=False)
+        finally:
+            for h in hooks:
+                h.remove()
+        return cap
+    cap = run()
+    monkeypatch.setattr(hf, "_same_values", lambda *a: False)
+    again = run()
+    a, b = _state(cap), _state(again)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    if change == "swap":
+        return
     for layer in lm.layout.attention_layers:
         s = cap.head_norms[layer]
         assert torch.equal(s.post * 2, s.pre) and float(s.pre.sum()) > 0
@@ -455,3 +495,40 @@ def test_o_changed_in_place_before_o_proj_is_read_again(loaded):
         for t in SPARSITY_THRESHOLDS:
             share, exact = cap.sparsity[layer].gated.share_below(t)
             assert exact and share == float((z < t).double().mean()), (layer, t)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_same_values_sees_in_place_changes_that_keep_a_rounded_sum(dtype):
+    """The o_proj input's check against the attention output's float64 sum: a few tiny values
+    zeroed in place (which a bfloat16 sum would not see) and any change at all are seen; the
+    unchanged memory passes; another memory or a copy never does."""
+    from probe.capture.hf import _same_values
+
+    g = torch.Generator().manual_seed(3)
+    o = torch.randn(2, 8, 3, 16, generator=g).to(getattr(torch, dtype))     # (B, T, H, D)
+    o.view(-1)[::97] = 1e-4
+    total = o.sum(dtype=torch.float64)
+    z = o.view(2, 8, 48)
+    assert _same_values(z, o, total)
+    assert not _same_values(z.clone(), o, total)
+    z.view(-1)[::97] = 0.0
+    assert not _same_values(z, o, total)
+
+
+@pytest.mark.parametrize("kind", ["llama", "official_headwise"])
+def test_kept_values_do_not_outlive_their_layer(loaded, kind):
+    """What the attention output's event keeps for o_proj's is gone by the layer's next event, in
+    an ungated model (taken by o_proj's event) and a gated one (never kept)."""
+    lm = loaded(kind)
+    ids = ids_for(lm.model, B=2, T=24, seed=6)
+    held = []
+    with torch.no_grad(), Capture(lm.model, lm.layout) as cap:
+        hooks = [p.mixer.register_forward_hook(lambda m, a, out: held.append(cap._batch._held))
+                 for p in lm.layout.layers]
+        try:
+            with cap.batch(ids):
+                lm.model(input_ids=ids, use_cache=False)
+        finally:
+            for h in hooks:
+                h.remove()
+    assert len(held) == len(lm.layout.layers) and all(h is None for h in held)
