@@ -9,6 +9,7 @@ import torch
 from tests.samples import BASELINES, GATED
 from probe import Capture
 from probe.capture import attention
+from probe.capture.hooks import installed
 from tests.reference import eager_attentions, recorded
 from tests.capture.captures import ids_for, run_capture
 
@@ -469,17 +470,13 @@ def test_o_changed_in_place_before_o_proj_is_read_again(loaded, monkeypatch, cha
         seen[i] = args[0].mul_(0.5).clone()
 
     def run():
-        hooks = [p.o_proj.register_forward_pre_hook(
-            (lambda m, a, i=p.index: halve(m, a, i)) if change == "halve"
-            else _swap_head_between_rows(lm.layout.head_dim))
-            for p in lm.layout.layers if p.o_proj is not None]
-        try:
+        # Installed before the capture: these hooks see o_proj's input before probe's.
+        with installed((p.o_proj, "pre", (lambda m, a, i=p.index: halve(m, a, i)) if change == "halve"
+                        else _swap_head_between_rows(lm.layout.head_dim))
+                       for p in lm.layout.layers if p.o_proj is not None):
             with torch.no_grad(), Capture(lm.model, lm.layout, thresholds=SPARSITY_THRESHOLDS) as cap:
                 with cap.batch(ids):
                     lm.model(input_ids=ids, use_cache=False)
-        finally:
-            for h in hooks:
-                h.remove()
         return cap
     cap = run()
     monkeypatch.setattr(hf, "_same_values", lambda *a: False)
@@ -522,13 +519,8 @@ def test_kept_values_do_not_outlive_their_layer(loaded, kind):
     lm = loaded(kind)
     ids = ids_for(lm.model, B=2, T=24, seed=6)
     held = []
-    with torch.no_grad(), Capture(lm.model, lm.layout) as cap:
-        hooks = [p.mixer.register_forward_hook(lambda m, a, out: held.append(cap._batch._held))
-                 for p in lm.layout.layers]
-        try:
-            with cap.batch(ids):
-                lm.model(input_ids=ids, use_cache=False)
-        finally:
-            for h in hooks:
-                h.remove()
+    with torch.no_grad(), Capture(lm.model, lm.layout) as cap, installed(
+            (p.mixer, "forward", lambda m, a, out: held.append(cap._batch._held)) for p in lm.layout.layers):
+        with cap.batch(ids):
+            lm.model(input_ids=ids, use_cache=False)
     assert len(held) == len(lm.layout.layers) and all(h is None for h in held)
