@@ -8,6 +8,7 @@ attention kernel's log-sum-exp and the TransformerLens source reads from hook_pa
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -63,8 +64,10 @@ class FirstTokenStats(Reducer):
         counted once in `nonfinite`; the heads where it is finite keep it.
         """
         B, H, T = p0.shape
-        pos = torch.arange(T, device=p0.device)
-        w = torch.ones(B, T, dtype=F64, device=p0.device) if valid is None else valid.double()
+        if valid is None:                  # every query: the same weights for every layer, made once
+            w, plain_uniform, bucket = _every_query(B, T, p0.device)
+        else:
+            w, plain_uniform, bucket = valid.double(), None, _buckets(T, p0.device)
         cell = None
         if finite is not None or (p0.numel() and not bool(torch.isfinite(p0.amax()))):
             cell = torch.isfinite(p0)                                   # (B, H, T)
@@ -80,12 +83,11 @@ class FirstTokenStats(Reducer):
         rest = weighted[:, :, 1:]
         self.sum_rest += rest.sum((0, 2))
         self.n_rest += w[:, 1:].sum().long()
-        if uniform is None:
-            uniform = w[:, 1:].sum(0) / (pos[1:] + 1).double()            # (T-1,)
+        if uniform is None:                 # the cached sum while w is still the cached ones
+            uniform = plain_uniform if plain_uniform is not None and cell is None else _plain_uniform(w)  # (T-1,)
         else:
             uniform = (w[:, 1:] * uniform[:, 1:].double()).sum(0)         # (T-1,)
         self.uniform += uniform.sum()
-        bucket = torch.bucketize(pos[1:], torch.tensor(self.BUCKETS, device=p0.device), right=True) - 1
         self.bucket_sum.index_add_(0, bucket, rest.sum(0).transpose(0, 1))    # (T-1, H) by bucket
         self.bucket_n.index_add_(0, bucket, w[:, 1:].sum(0).long())
         self.bucket_uniform.index_add_(0, bucket, uniform)
@@ -127,6 +129,30 @@ class FirstTokenStats(Reducer):
                             "value": s / counted if counted else math.nan, "n_queries": counted,
                             "uniform": uniform})
         return out
+
+
+def _plain_uniform(w: torch.Tensor) -> torch.Tensor:
+    """(T-1,) float64: what uniform causal attention puts on key 0, 1 / (t + 1), summed over the
+    batch's weights w (B, T) at each query t >= 1."""
+    pos = torch.arange(1, w.shape[1], device=w.device)
+    return w[:, 1:].sum(0) / (pos + 1).double()
+
+
+@functools.lru_cache(maxsize=8)
+def _buckets(T: int, device) -> torch.Tensor:
+    """(T-1,) int64: the BUCKETS bucket of each query position t >= 1, made once per length."""
+    with torch.inference_mode(False):          # a cached tensor any later pass may read
+        pos = torch.arange(1, T, device=device)
+        return torch.bucketize(pos, torch.tensor(FirstTokenStats.BUCKETS, device=device), right=True) - 1
+
+
+@functools.lru_cache(maxsize=8)
+def _every_query(B: int, T: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A batch of B rows of T valid queries: (w (B, T) float64 ones, _plain_uniform(w), the
+    buckets), made once per shape and read by every layer (none of them is written to)."""
+    with torch.inference_mode(False):
+        w = torch.ones(B, T, dtype=F64, device=device)
+        return w, _plain_uniform(w), _buckets(T, device)
 
 
 def _ratio(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
