@@ -36,7 +36,7 @@ class Batch:
         self.rest_valid = self.valid[:, 1:]
         self._where = {self.input_ids.device: (self.seq, self.pos, self.tok)}
         self._derived: dict = {}
-        self._held: tuple | None = None      # (x, {name: value}): Pass.emit(keep=True)'s values
+        self._held: tuple | None = None      # (x, {name: value}): what Pass.emit(keep=...) kept
         self._numpy: dict = {}
 
     def derived(self, name: str, x: torch.Tensor, make):

@@ -221,15 +221,19 @@ class LogHistogram(Reducer):
     def _add_array(self, counts: np.ndarray, n: int) -> None:
         """_add on the CPU, through numpy views of the same memory: a few numpy calls per event
         instead of a dozen torch ones (counts (BINS,) int64)."""
-        self._running = None
-        if counts[0]:
-            self._zero += int(counts[0])
         span = kernels.occupied(counts, 1, self.NONFINITE)           # a scan from both ends
-        if span is None:
-            return
-        lo, hi = span
-        self._reserve(lo, hi, n)
-        self._stored.numpy()[lo - self._lo:hi + 1 - self._lo] += counts[lo:hi + 1]
+        lo, hi = span if span is not None else (1, 0)
+        self._add_bins(lo, counts[lo:hi + 1], int(counts[0]), n)
+
+    def _add_bins(self, lo: int, span: np.ndarray, zero: int, n: int) -> None:
+        """Adds, on the CPU, the counts span (m,) int64 of bins lo .. lo + m - 1 (none
+        non-finite) and bin 0's count `zero`; n: the values counted."""
+        self._running = None
+        if zero:
+            self._zero += zero
+        if len(span):
+            self._reserve(lo, lo + len(span) - 1, n)
+            self._stored.numpy()[lo - self._lo:lo + len(span) - self._lo] += span
 
     def _reserve(self, lo: int, hi: int, n: int) -> None:
         """Makes the stored range hold bins lo .. hi (an octave more on the side it grows) and the
@@ -284,12 +288,7 @@ class LogHistogram(Reducer):
         themselves)."""
         if self._inside:
             raise ValueError("a histogram with cuts inside a bin needs the values, not their counts")
-        self._running = None
-        if zero:
-            self._zero += zero
-        if len(span):
-            self._reserve(lo, lo + len(span) - 1, n)
-            self._stored.numpy()[lo - self._lo:lo + len(span) - self._lo] += span
+        self._add_bins(lo, span, zero, n)
         self.inexact.numpy()[()] += n                                # float32: not bfloat16
 
     def _add_compiled(self, bins: "binning.Bins") -> None:
