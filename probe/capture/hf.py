@@ -23,6 +23,8 @@ kept. Where each event comes from:
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from torch.nn.modules import module as module_hooks
@@ -33,6 +35,7 @@ from .bus import Pass
 from ..core.events import ATTENTION, FIRST_KEY, GATE, GDN, SDPA, SITE_EVENTS, SITES, Z  # noqa: F401  (SITES: re-exported)
 from ..core.options import AnalysisOptions
 from ..metrics.anatomy.received import RECEIVED
+from ..metrics import kernels
 from ..metrics.bins import BINNED
 from ..metrics.head_norms.reduce import NORMS
 
@@ -46,14 +49,23 @@ def _first(output):
 CARRIED = (BINNED, NORMS)
 
 
-def _same_values(z: torch.Tensor, o: torch.Tensor, total: torch.Tensor) -> bool:
+def _total(x: torch.Tensor) -> float:
+    """x's elements summed in float64 (no overflow of float16 / bfloat16 sums; a NaN or inf
+    reaches it): compiled where x is contiguous float32 on the CPU (metrics/kernels.py), else
+    torch's sum. Either way the same elements in the same memory give the same sum, bit for bit."""
+    if kernels.usable(x) and x.is_contiguous():
+        return kernels.float64_sum(x)
+    return float(x.sum(dtype=torch.float64))
+
+
+def _same_values(z: torch.Tensor, o: torch.Tensor, total: float) -> bool:
     """Whether the o_proj input z holds the attention output o's values, as they were when o was
     emitted (total: o's float64 sum then): the same memory, read in the same order, and the same
     sum now, bit for bit. The sum sees in-place changes made by the model's own code (a scaling
     of the output); hooks on o_proj that run before probe's are ruled out apart
     (Capture._reads_first), since a permutation keeps the sum."""
     return (z.is_contiguous() and z.dtype == o.dtype and z.device == o.device and z.numel() == o.numel()
-            and z.data_ptr() == o.data_ptr() and bool(z.view(o.shape).sum(dtype=torch.float64) == total))
+            and z.data_ptr() == o.data_ptr() and _total(z.view(o.shape)) == total)
 
 
 class Capture(Pass):
@@ -203,8 +215,8 @@ class Capture(Pass):
         # One sum answers "all finite" (a NaN or inf reaches it); only a sum that is not finite
         # (those, or finite values overflowing it) pays for the element-wise check.
         o = out.transpose(1, 2)               # (B, T, H, D): the kernels' memory order, a view
-        total = o.sum(dtype=torch.float64)    # float64: no overflow of float16 / bfloat16 sums
-        finite = None if bool(torch.isfinite(total)) else torch.isfinite(out).all(-1)  # (B, H, T)
+        total = _total(o)
+        finite = None if math.isfinite(total) else torch.isfinite(out).all(-1)  # (B, H, T)
         self.emit(FIRST_KEY, layer, p0, uniform=attention.uniform_first_key(mask, p0.shape[-1], p0.device),
                   finite=finite)
         # Where the layer has no gate, o_proj receives O itself, reshaped: the Z event then reads

@@ -9,6 +9,8 @@ torch needs several, each with a temporary as large as the activation.
   histogram must store by a scan from both ends;
 - the per-head norms of probe/metrics/head_norms/: each vector's squares summed in float64 as
   they are read, without the float64 copy of the activation;
+- the float64 sum of the attention output that probe/capture/hf.py reads for "every value
+  finite" and "the same values as before", in one vectorised read;
 - where a row's largest |h| sits (probe/metrics/token_series/): a scan that stops at the hit
   (`signed_peak`);
 - the value drains of sink anatomy (probe/metrics/anatomy/received.py): ||o||^2 and the sink
@@ -113,6 +115,15 @@ def _compiled() -> SimpleNamespace:
                     v = np.float64(x[n, h, d])
                     total += v * v
                 out[n, h] = np.sqrt(total)
+
+    # reassoc: vectorised; the order is this kernel's own, the same on every call over n elements
+    @njit(cache=True, nogil=True, fastmath={"reassoc"})
+    def float64_sum(x):
+        # x (n,) float32 -> the float64 sum of its elements (a NaN or inf reaches it)
+        total = 0.0
+        for i in range(x.shape[0]):
+            total += np.float64(x[i])
+        return total
 
     @njit(cache=True, nogil=True)
     def scan_rows(words, C, valid, counts, row_max, top_word, top_at, extent):
@@ -230,7 +241,7 @@ def _compiled() -> SimpleNamespace:
 
     return SimpleNamespace(count_bins=count_bins, count_bins_below=count_bins_below,
                            count_in_bins=count_in_bins, occupied=occupied,
-                           vector_norms=vector_norms, scan_rows=scan_rows,
+                           vector_norms=vector_norms, float64_sum=float64_sum, scan_rows=scan_rows,
                            signed_peak=signed_peak, drain_dots=drain_dots)
 
 
@@ -285,6 +296,14 @@ def vector_norms(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty(x.shape[:2], dtype=torch.float64)
     _compiled().vector_norms(x.detach().contiguous().numpy(), out.numpy())
     return out
+
+
+def float64_sum(values: torch.Tensor) -> float:
+    """The sum of values (float32 on the CPU, contiguous) in float64, in one read with no float64
+    copy (torch's sum(dtype=float64) converts first: ten times slower). Summed in this kernel's
+    order, the same on every call over the same elements, so two sums of unchanged values are
+    equal bit for bit."""
+    return float(_compiled().float64_sum(_words(values).view(np.float32)))
 
 
 _scratch = threading.local()       # scan_rows' (bins,) counts, zero between calls, one per thread

@@ -499,12 +499,13 @@ def test_same_values_sees_in_place_changes_that_keep_a_rounded_sum(dtype):
     """The o_proj input's check against the attention output's float64 sum: a few tiny values
     zeroed in place (which a bfloat16 sum would not see) and any change at all are seen; the
     unchanged memory passes; another memory or a copy never does."""
-    from probe.capture.hf import _same_values
+    from probe.capture.hf import _same_values, _total
 
     g = torch.Generator().manual_seed(3)
     o = torch.randn(2, 8, 3, 16, generator=g).to(getattr(torch, dtype))     # (B, T, H, D)
     o.view(-1)[::97] = 1e-4
-    total = o.sum(dtype=torch.float64)
+    total = _total(o)
+    assert total == pytest.approx(float(o.sum(dtype=torch.float64)), rel=1e-12)
     z = o.view(2, 8, 48)
     assert _same_values(z, o, total)
     assert not _same_values(z.clone(), o, total)

@@ -70,6 +70,24 @@ def test_tiled_loss_keeps_masked_and_nonfinite_logits_as_the_full_ones_do(monkey
     torch.testing.assert_close(got[keep], want[keep], **NLL_TOL)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_logsumexp_in_place_is_torchs_bit_for_bit(dtype):
+    """logits.logsumexp_ against torch.logsumexp over the same rows: the same values bit for bit,
+    rows of -inf, +inf, NaN and huge logits included; the input is what it overwrites."""
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(37, 1024, generator=g) * torch.logspace(-3, 3, 37)[:, None]).to(dtype)
+    x[1] = -torch.inf
+    x[2, 5] = torch.inf
+    x[3, 7] = torch.nan
+    x[4, :3] = -torch.inf
+    x[5] = 1e30 if dtype == torch.float32 else 1e300
+    want = torch.logsumexp(x, dim=-1)
+    got = logits_module.logsumexp_(x.clone())
+    assert got.dtype == dtype and torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got[~want.isnan()], want[~want.isnan()])
+    assert bool(torch.isneginf(got[1])) and bool(torch.isposinf(got[2])) and bool(got[3].isnan())
+
+
 def test_a_head_other_than_a_linear_is_applied_whole():
     head, hidden, ids = head_and_hidden(3, bias=False)
     wrapped = nn.Sequential(head)

@@ -3,6 +3,7 @@
 the values, and `occupied` finds the bins that torch's nonzero finds."""
 from __future__ import annotations
 
+import math
 import sys
 
 import pytest
@@ -128,6 +129,25 @@ def test_vector_norms_are_the_float64_norms():
         ref = want if layout.shape[-1] == 64 else torch.linalg.vector_norm(layout.double(), dim=-1)
         assert got.dtype == torch.float64
         torch.testing.assert_close(got, ref, rtol=1e-15, atol=0, equal_nan=True)
+
+
+def test_float64_sum_is_the_float64_sum():
+    """Against torch's float64 sum: equal within float64 rounding (the order is the kernel's own),
+    the same bits on every call, NaN or inf where one is there, and no overflow past float32's
+    largest values."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(3, 517, 9, 7, generator=g) * torch.logspace(-20, 20, 517)[None, :, None, None]
+    want = float(x.sum(dtype=torch.float64))
+    got = kernels.float64_sum(x)
+    assert got == pytest.approx(want, rel=1e-12, abs=0) and got != float(x.sum())
+    assert kernels.float64_sum(x.clone()) == got                       # bit for bit, any memory
+    big = torch.full((1000,), torch.finfo(torch.float32).max)
+    assert kernels.float64_sum(big) == pytest.approx(1000 * float(big[0]), rel=1e-12)
+    assert kernels.float64_sum(torch.zeros(0)) == 0.0
+    for bad, check in (("nan", math.isnan), ("inf", math.isinf), ("-inf", math.isinf)):
+        y = x.clone()
+        y[2, 400, 3, 1] = float(bad)
+        assert check(kernels.float64_sum(y)), bad
 
 
 def _batch(valid):
