@@ -8,7 +8,8 @@ ids, on SmolLM2-135M (real_overhead.MODEL_TEXT; real text repeated up to T, one 
     plain    - lm.model(input_ids=ids, use_cache=False), logits included
 
 At each length a fresh, niced process (common.run_child) times the three side by side,
-alternating, best of `--repeat`: the process's CPU time with one torch thread (wall time beside
+alternating, best of `--repeat` (the line under each row gives the least and greatest ratio of
+one round to the plain forward of the same round: how much this machine moves): the process's CPU time with one torch thread (wall time beside
 it: a niced process on a shared machine waits for the CPU). Three more fresh processes, one per
 method, measure the peak resident memory each call adds (warm-up call at 64 tokens first,
 high-water mark reset after it, glibc's heap held steady: common.clocks, common.STEADY_HEAP).
@@ -153,13 +154,32 @@ def measure(spec: dict) -> dict:
             return {"T": T, "peak_mb": (torch.cuda.max_memory_allocated() - base) / 2 ** 20}
         return {"T": T, "peak_mb": clocks(fns[what], 1)["peak_mb"]}
     best = {f"{m}_{c}": float("inf") for m in spec["methods"] for c in ("cpu", "wall")}
+    rounds = {m: [] for m in spec["methods"]}       # each round's time, on the table's clock
     for _ in range(spec["repeat"]):
         for m in spec["methods"]:
             wall, cpu = time.perf_counter(), time.process_time()
             fns[m]()
-            best[f"{m}_cpu"] = min(best[f"{m}_cpu"], time.process_time() - cpu)
-            best[f"{m}_wall"] = min(best[f"{m}_wall"], time.perf_counter() - wall)
-    return {"T": T, **best}
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            best[f"{m}_cpu"], best[f"{m}_wall"] = min(best[f"{m}_cpu"], cpu), min(best[f"{m}_wall"], wall)
+            rounds[m].append(cpu if device == "cpu" else wall)
+    return {"T": T, **best, "rounds": rounds}
+
+
+def round_ratios(rounds: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
+    """Per method but the plain forward, (least, greatest) over the rounds of its time / the plain
+    forward's time in the same round: how far one round's ratio moves on this machine (the
+    table's ratio is best time over best time)."""
+    plain = rounds["plain"]
+    ratios = {m: [t / p for t, p in zip(times, plain)] for m, times in rounds.items() if m != "plain"}
+    return {m: (min(r), max(r)) for m, r in ratios.items() if r}
+
+
+def round_line(row: dict) -> str | None:
+    """"  per round: analyze 1.16-1.21x, anatomy 1.22-1.30x" for a timed row (None without rounds)."""
+    spread = round_ratios(row["rounds"]) if row.get("rounds") else {}
+    if not spread:
+        return None
+    return "  per round: " + ", ".join(f"{m} {lo:.2f}-{hi:.2f}x" for m, (lo, hi) in spread.items())
 
 
 def clocked(f, cell: list, clock):
@@ -326,6 +346,8 @@ def main() -> None:
         rows.append(r)
         print("\n".join(table(rows, methods, args.device)[-1:] if len(rows) > 1 else table(rows, methods, args.device)),
               flush=True)
+        if (spread := round_line(r)) is not None:
+            print(spread, flush=True)
     for T in args.lengths if args.stages is None else args.stages:
         for anatomy in (False, True)[:len(methods) - 1]:
             s = child({"what": "stages", "T": T, "anatomy": anatomy})

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from transformers import LlamaConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -145,6 +146,17 @@ def test_every_stage_of_the_breakdown_names_a_function_probe_has():
                 owner = getattr(owner, part)
             break
         assert hasattr(owner, name), (label, where, name)
+
+
+def test_round_ratios_pair_each_round_with_its_own_plain_forward():
+    import whole_analysis as wa
+
+    rounds = {"plain": [1.0, 2.0, 1.0], "analyze": [1.2, 2.2, 1.15], "anatomy": [1.3, 2.8, 1.25]}
+    spread = wa.round_ratios(rounds)
+    assert set(spread) == {"analyze", "anatomy"}
+    assert spread["analyze"] == pytest.approx((1.1, 1.2)) and spread["anatomy"] == pytest.approx((1.25, 1.4))
+    assert wa.round_line({"T": 8, "rounds": rounds}) == "  per round: analyze 1.10-1.20x, anatomy 1.25-1.40x"
+    assert wa.round_line({"T": 8, "error": "killed"}) is None
 
 
 def test_the_quickstart_timed_is_the_readme_s():
