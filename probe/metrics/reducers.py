@@ -60,13 +60,14 @@ class Reducer:
 
     @property
     def device(self) -> torch.device:
-        for value in self.state_tensors().values():
-            return value.device
+        for name in (*self.summed, *self.minimum, *self.maximum):   # the first state tensor's
+            return getattr(self, name).device
         return next((c.device for c in self.children().values()), torch.device("cpu"))
 
     def follow(self, device) -> "Reducer":
-        """Keep the state where the activations are (a layer's GPU under --device-map auto)."""
-        if self.device != torch.device(device):
+        """Keep the state where the activations are (a layer's GPU under --device-map auto).
+        Called on every event: a torch.device is compared as it is, with no state dict made."""
+        if self.device != (device if isinstance(device, torch.device) else torch.device(device)):
             self.to(device)
         return self
 
