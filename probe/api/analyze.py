@@ -11,7 +11,9 @@ import torch
 
 from ..data.sequences import Dataset, read_data
 from ..core.options import AnalysisOptions
-from ..run.pipeline import assemble, data_token_ids, dataset_for, run_pass, token_group_table
+from ..metrics import kernels
+from ..run.pipeline import (activation_values, assemble, data_token_ids, dataset_for, run_pass,
+                            token_group_table)
 from ..results.analysis import Analysis
 from ..run.source import source_for
 
@@ -67,49 +69,52 @@ def _analyze(model, data=None, *, texts=None, options=None, **overrides) -> Anal
         check_size(len(dataset.sequences), o.resamples)
     if o.ablate:                # the sink ablations' checks (layers, tokens, BOS), before the pass
         ablation_plan = ablations.prepare(loaded, dataset, o)
-    groups = token_group_table(layout, source.tokenizer, source.config, dataset, o.token_groups)
-    cap = source.capture(o, token_groups=groups, sequences=len(dataset.sequences),
-                         vocab_size=vocab_size(source.config, dataset) if o.anatomy else None,
-                         token_ids=data_token_ids(dataset) if o.anatomy else None)
-    saver = None
-    if o.partial is not None:
-        from ..run.resume import PassCheckpoint, fingerprint
+    # The compiled CPU kernels (metrics/kernels.py) for an analysis large enough to repay their
+    # load in a new process; the torch path, the same counts, for a small one.
+    with kernels.sized_for(activation_values(source.config, layout, dataset)):
+        groups = token_group_table(layout, source.tokenizer, source.config, dataset, o.token_groups)
+        cap = source.capture(o, token_groups=groups, sequences=len(dataset.sequences),
+                             vocab_size=vocab_size(source.config, dataset) if o.anatomy else None,
+                             token_ids=data_token_ids(dataset) if o.anatomy else None)
+        saver = None
+        if o.partial is not None:
+            from ..run.resume import PassCheckpoint, fingerprint
 
-        command = o.command or "probe analyze ..."
-        saver = PassCheckpoint(o.partial, fingerprint(loaded, dataset, world=source.world, dtype=source.dtype,
-                                                      gate=layout.gate_layout, **o.resume_fields()),
-                               rank=source.rank, every_seconds=o.checkpoint_seconds,
-                               resume_hint=command + ("" if "--resume" in command else " --resume"))
-    dev = source.device
-    with source.forwarding(cap, dataset, o) as forward:
-        run_pass(cap, forward, dataset, o, dev=dev, desc=source.desc, rank=source.rank, world=source.world,
-                 saver=saver)
-    source.check_fired(cap)
-    distributed.merge_reducers(cap.reducers())     # no-op in one process
-    control = None
-    if o.exact_control and layout.gated:
-        from ..run.control import count_control
+            command = o.command or "probe analyze ..."
+            saver = PassCheckpoint(o.partial, fingerprint(loaded, dataset, world=source.world, dtype=source.dtype,
+                                                          gate=layout.gate_layout, **o.resume_fields()),
+                                   rank=source.rank, every_seconds=o.checkpoint_seconds,
+                                   resume_hint=command + ("" if "--resume" in command else " --resume"))
+        dev = source.device
+        with source.forwarding(cap, dataset, o) as forward:
+            run_pass(cap, forward, dataset, o, dev=dev, desc=source.desc, rank=source.rank, world=source.world,
+                     saver=saver)
+        source.check_fired(cap)
+        distributed.merge_reducers(cap.reducers())     # no-op in one process
+        control = None
+        if o.exact_control and layout.gated:
+            from ..run.control import count_control
 
-        control = count_control(loaded, dataset, cap, o, desc=f"exact control {name}")
-    cap.to("cpu")
+            control = count_control(loaded, dataset, cap, o, desc=f"exact control {name}")
+        cap.to("cpu")
 
-    analysis = assemble(cap, loaded, dataset, name, dev, o, control=control, world=source.world,
-                        patterns=source.display_patterns(dataset, o.display_len, cap))
-    analysis.meta.update(source.meta())
-    if o.interventions:
-        from ..run import interventions as _interventions
+        analysis = assemble(cap, loaded, dataset, name, dev, o, control=control, world=source.world,
+                            patterns=source.display_patterns(dataset, o.display_len, cap))
+        analysis.meta.update(source.meta())
+        if o.interventions:
+            from ..run import interventions as _interventions
 
-        analysis.interventions = _interventions.run(loaded, dataset, o, name=name, reference=cap)
-        analysis.meta["interventions"] = list(_interventions.parse_kinds(o.interventions))
-        # Who evaluated what: under torchrun each process's share of the intervention passes.
-        analysis.meta["intervention_passes"] = analysis.interventions.attrs["passes"]
-        analysis.meta["intervention_tokens_per_process"] = analysis.interventions.attrs["tokens_per_process"]
-    if o.ablate:
-        analysis.ablations, analysis.ablation_positions, analysis.ablation_sequences = ablations.run(
-            ablation_plan, name=name, reference=cap)
-    if saver:
-        saver.finish()
-    return analysis
+            analysis.interventions = _interventions.run(loaded, dataset, o, name=name, reference=cap)
+            analysis.meta["interventions"] = list(_interventions.parse_kinds(o.interventions))
+            # Who evaluated what: under torchrun each process's share of the intervention passes.
+            analysis.meta["intervention_passes"] = analysis.interventions.attrs["passes"]
+            analysis.meta["intervention_tokens_per_process"] = analysis.interventions.attrs["tokens_per_process"]
+        if o.ablate:
+            analysis.ablations, analysis.ablation_positions, analysis.ablation_sequences = ablations.run(
+                ablation_plan, name=name, reference=cap)
+        if saver:
+            saver.finish()
+        return analysis
 
 
 def vocab_size(config, dataset: Dataset) -> int:

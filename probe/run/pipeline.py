@@ -93,6 +93,16 @@ def check_vocab(dataset: Dataset, config) -> None:
                          "the data was tokenized for another model")
 
 
+def activation_values(config, layout, dataset: Dataset) -> int | None:
+    """The analysis's work in activation values: its tokens x the hidden size x the layers
+    (what each site's events hold, summed over the pass); None where the config has no hidden
+    size. metrics/kernels.py `sized_for` reads it."""
+    hidden = getattr(config, "hidden_size", None)
+    if not isinstance(hidden, int):
+        return None
+    return sum(len(s) for s in dataset.sequences) * hidden * len(layout.layers)
+
+
 def data_token_ids(dataset) -> torch.Tensor:
     """(U,) int64: the distinct token ids of the data, sorted: the ids the token groups classify
     and the rows of the by-token tables (probe/metrics/token_index.py), the same in every

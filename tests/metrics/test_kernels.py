@@ -242,3 +242,25 @@ def test_signed_peak_is_what_max_and_min_name():
     assert torch.equal(at, first_at(x, want))
     assert torch.equal(torch.nan_to_num(value, nan=7.0), torch.nan_to_num(want, nan=7.0))
     assert at[7] == 60 and at[2] == 9
+
+
+def test_sized_for_takes_the_kernels_for_large_work_only():
+    x = values(5)
+    counts = torch.zeros(binning.BINS, dtype=torch.int64)
+    counts[[3, 700]] = 1
+    assert kernels.usable(x)                                   # outside any analysis: the kernels
+    with kernels.sized_for(kernels.MIN_VALUES - 1):
+        assert not kernels.usable(x) and not Bins(x).compiled
+        assert kernels.occupied(counts.numpy(), 1, binning.NONFINITE) == (3, 700)   # numpy's scan
+        with kernels.sized_for(kernels.MIN_VALUES):            # nested: its own, then restored
+            assert kernels.usable(x) and Bins(x).compiled
+        assert not kernels.usable(x)
+        with kernels.sized_for(None):                          # work unknown: the kernels
+            assert kernels.usable(x)
+    assert kernels.usable(x)
+    small, large = Bins(x), None
+    with kernels.sized_for(0):
+        small = Bins(x)
+    large = Bins(x)
+    assert not small.compiled and large.compiled
+    assert torch.equal(small.counts, large.counts)
