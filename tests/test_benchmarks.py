@@ -164,3 +164,16 @@ def test_the_quickstart_timed_is_the_readme_s():
 
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert "probe " + " ".join(wa.QUICKSTART) + " --out" in readme
+
+
+# -- benchmarks/kernel_choice.py ------------------------------------------------------------------
+
+def test_kernel_load_calls_each_kernel_of_a_default_analysis():
+    """The new process's snippet runs against today's kernels (a renamed kernel or argument
+    fails here, not in the next benchmark run) and reports a load time."""
+    import kernel_choice
+
+    seconds = kernel_choice.load_seconds()
+    assert 0 < seconds < 120
+    for name in ("bin_counts_below", "scan_rows", "float64_sum", "vector_norms", "occupied", "signed_peak"):
+        assert f"kernels.{name}(" in kernel_choice.LOAD

@@ -23,13 +23,13 @@ tests/metrics/test_kernels.py holds each equal to its torch path, which stays fo
 and dtypes, and for a Python numba does not support (`available`).
 
 numba is imported on first use only: a process that never bins on the CPU never loads it.
-Compiled code is cached beside this file (or in numba's user cache when the package folder is
-read-only; NUMBA_CACHE_DIR elsewhere), so only the first analysis on a machine pays for the
-compilation (about 0.5 s). Loading it in a new process still costs about 0.5 s (numba's
-import and its first call), more than the kernels save on a small analysis: probe.analyze
-takes them for an analysis of at least MIN_VALUES activation values only (`sized_for`), the
-torch path below that (a tiny model on a few sequences: `probe analyze` of the quickstart
-answers 0.45 s sooner).
+Compiled code (probe/metrics/compiled.py) is cached in this folder (or in numba's user cache
+when the package folder is read-only; NUMBA_CACHE_DIR elsewhere), so only the first analysis on
+a machine pays for the compilation (about 0.5 s). Loading it in a new process still costs about
+0.4 s (numba's import and each kernel's first call), more than the kernels save on a small
+analysis: probe.analyze takes them for an analysis of at least MIN_VALUES activation values only
+(`sized_for`), the torch path below that (a tiny model on a few sequences: `probe analyze` of
+the quickstart answers 0.45 s sooner).
 """
 from __future__ import annotations
 
@@ -56,10 +56,10 @@ def available() -> bool:
 
 
 # The least work, in activation values (tokens x hidden size x layers), for which an analysis
-# takes the kernels. On SmolLM2 (one warm process) they save 43 ms of a 16-token analysis's
-# 0.27 s and 0.15 s of a 512-token one's 1.39 s; a new process pays ~0.5 s to load numba.
-# 2**20: a tiny model on a few sequences (the quickstart: 1024 tokens x 128 x 4 layers) keeps
-# the torch path; SmolLM2 from 64 tokens on takes the kernels.
+# takes the kernels. On SmolLM2, in a warm process, they save 0.04 s of a 16-token analysis and
+# 0.07-0.15 s at 128-512 tokens; a new process pays ~0.4 s to load numba and them
+# (benchmarks/kernel_choice.py). 2**20: a tiny model on a few sequences (the quickstart: 1024
+# tokens x 128 x 4 layers) keeps the torch path; SmolLM2 from 64 tokens on takes the kernels.
 MIN_VALUES = 1 << 20
 _WANTED = contextvars.ContextVar("probe_compiled_kernels", default=True)
 
