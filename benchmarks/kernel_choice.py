@@ -46,7 +46,8 @@ def saving(T: int, repeat: int) -> dict:
     from probe.metrics import kernels
 
     lm, ids = setup(T)
-    analyze = calls(lm, ids)["analyze"]
+    fns = calls(lm, ids)
+    analyze = fns["analyze"]
 
     def on_path(least: int):
         def run():                  # probe.analyze's choice, with kernels.MIN_VALUES = least
@@ -56,7 +57,7 @@ def saving(T: int, repeat: int) -> dict:
             finally:
                 kernels.MIN_VALUES = kept
         return run
-    methods = {"plain": calls(lm, ids)["plain"], "kernels": on_path(0), "torch path": on_path(1 << 62)}
+    methods = {"plain": fns["plain"], "kernels": on_path(0), "torch path": on_path(1 << 62)}
     for f in methods.values():
         f()
     best = dict.fromkeys(methods, float("inf"))

@@ -258,7 +258,6 @@ def test_sized_for_takes_the_kernels_for_large_work_only():
         with kernels.sized_for(None):                          # work unknown: the kernels
             assert kernels.usable(x)
     assert kernels.usable(x)
-    small, large = Bins(x), None
     with kernels.sized_for(0):
         small = Bins(x)
     large = Bins(x)
