@@ -79,13 +79,18 @@ def attention_with_received(query, key, value, scale, *, valid: torch.Tensor | N
         for shift in ("key 0", "max"):
             s = buffer[: B * H * c * end].view(B * Hkv, G * c, end)
             torch.bmm(q, (shifted if shift == "key 0" else keys)[:, :end].transpose(-1, -2), out=s)
-            s.view(B * Hkv, G, c, end)[..., start:].masked_fill_(diagonal, -math.inf)   # causal
+            future = s.view(B * Hkv, G, c, end)[..., start:]                   # causal: keys > query
             if shift == "key 0":                                              # s holds s - m already
                 m = torch.bmm(q, keys[:, :1].transpose(-1, -2))                         # (B Hkv, G c, 1)
+                # Masked after the exp, as 0: the same e as exp(-inf), but torch's CPU exp takes a
+                # slow path for every input outside its finite range (-inf: ~25x a finite one),
+                # and the masked triangle is a tenth of the logits at T = 512.
+                e = s.exp_()                                                  # in place: e = exp(s - m)
+                future.masked_fill_(diagonal, 0.0)
             else:
+                future.masked_fill_(diagonal, -math.inf)
                 m = s.amax(-1, keepdim=True)
-                s.sub_(m)
-            e = s.exp_()                                                      # in place: e = exp(s - m)
+                e = s.sub_(m).exp_()
             weighted = torch.bmm(e, values[:, :end])                          # (B Hkv, G c, Dv + 1)
             r = weighted[..., Dv:]                                            # sum_j e
             if shift == "max" or bool(torch.isfinite(r).all()):

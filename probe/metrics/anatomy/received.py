@@ -197,15 +197,17 @@ def received_attention(query, key, lse, mask, scale, *, softcap: float | None = 
         p = block_logits(query, key, start, end, lo, hi, scale, softcap, lse[:, :, start:end], buffer)  # l - lse
         if mask is None:        # keys before the block are seen by all of it: mask its diagonal only
             diagonal = torch.ones(end - start, end - start, dtype=torch.bool, device=device).triu_(1)
-            p[..., start - lo:].masked_fill_(diagonal, -math.inf)
+            # 0 after the exp rather than -inf before it: the same P, without the slow path that
+            # torch's CPU exp takes for -inf (fused.py)
+            p.exp_()[..., start - lo:].masked_fill_(diagonal, 0.0)
         else:
             visible, bias = visible_block(mask, start, end, lo, hi, device)  # (B|1, 1, c, n)
             if bias is not None:
                 p.add_(bias)
-            p.masked_fill_(~visible, -math.inf)
+            p.masked_fill_(~visible, -math.inf).exp_()
             if explicit:
                 count[:, lo:hi] += (visible[:, 0] & counted[:, start:end, None]).sum(1)
-        total[:, :, lo:hi] += p.exp_().sum(2)                                 # P[t, k], summed over t
+        total[:, :, lo:hi] += p.sum(2)                                        # P[t, k], summed over t
     if valid is not None:
         keep = valid.to(device).bool()                                        # (B, S)
         total.mul_(keep[:, None, :])
