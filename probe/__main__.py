@@ -1,5 +1,3 @@
-import sys
+from .api.cli import run
 
-from .api.cli import main
-
-sys.exit(main())
+run()

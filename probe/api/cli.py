@@ -6,7 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from . import console
+from . import collector, console
 from ..core import errors
 from ..core.errors import ProbeError
 from ..core.options import DEVICE, DTYPE, DTYPE_NAMES, seed_argument
@@ -104,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
+    """Run one command; `own_process`: the process ends after it (the `probe` script), so its
+    garbage collector may be tuned for a short command (probe/api/collector.py)."""
     argv = sys.argv[1:] if argv is None else argv
     command_line = "probe " + " ".join(shlex.quote(a) for a in argv)
     # Everything, imports included, runs inside the try: a Ctrl-C while torch loads is one line.
@@ -112,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with errors.command_line(), console.scoped(), interrupt:
             args = build_parser().parse_args(argv)
+            if own_process:
+                collector.import_stack(args)
             return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
                     "train": cmd_train, "check": cmd_check, "graft": cmd_graft,
                     "view": cmd_view}[args.command](args, command_line)
@@ -135,6 +139,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if "probe.run.distributed" in sys.modules:      # only a command that ran can have set it up
             sys.modules["probe.run.distributed"].finish()
+        if own_process:
+            collector.freeze_before_exit()
+
+
+def run() -> None:
+    """The `probe` script and `python -m probe`: one command in a process of its own."""
+    sys.exit(main(own_process=True))
 
 
 def _formats(text: str | None) -> tuple[str, ...]:
