@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
         with errors.command_line(), console.scoped(), interrupt:
             args = build_parser().parse_args(argv)
             if own_process:
-                collector.import_stack(args)
+                collector.import_frozen(collector.stack_of(args))
             return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
                     "train": cmd_train, "check": cmd_check, "graft": cmd_graft,
                     "view": cmd_view}[args.command](args, command_line)

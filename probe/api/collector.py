@@ -33,9 +33,8 @@ def stack_of(args) -> tuple[str, ...]:
     return modules
 
 
-def import_stack(args) -> None:
-    """Import what the parsed command `args` will import, with the collector off, and freeze it."""
-    modules = stack_of(args)
+def import_frozen(modules: tuple[str, ...]) -> None:
+    """Import `modules` with the collector off, then freeze everything alive."""
     if not modules:
         return
     enabled = gc.isenabled()
