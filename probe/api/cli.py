@@ -11,6 +11,7 @@ from ..core import errors
 from ..core.errors import ProbeError
 from ..core.options import DEVICE, DTYPE, DTYPE_NAMES, seed_argument
 from ..core.owned import FORCE_HELP
+from ..load.checkpoint_path import check_exists
 from .report_args import (GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_between, print_claims,
                           print_differences, print_intervals)
 from .cli_names import _run_name, compare_names, print_summary, unique_names, warn_repeated  # noqa: F401
@@ -114,6 +115,9 @@ def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
     try:
         with errors.command_line(), console.scoped(), interrupt:
             args = build_parser().parse_args(argv)
+            for checkpoint in getattr(args, "checkpoints", None) or [getattr(args, "checkpoint", None)]:
+                if checkpoint is not None:      # a mistyped path: one line now, not after torch imports
+                    check_exists(Path(checkpoint))
             if own_process:
                 collector.import_frozen(collector.stack_of(args))
             return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ..core.errors import ProbeError, first_line, flag
+from .checkpoint_path import check_exists
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
@@ -23,23 +24,9 @@ def config_hash(path: Path) -> str:
     return hashlib.sha256((path / "config.json").read_bytes()).hexdigest()[:16]
 
 
-def looks_like_hub_id(path: Path) -> bool:
-    """"org/model" as the Hub spells ids: two parts, relative, no suffix like .gguf."""
-    text = str(path)
-    return (len(path.parts) == 2 and not path.is_absolute() and not text.startswith(".")
-            and not path.suffix and all(part.replace("-", "").replace("_", "").replace(".", "").isalnum()
-                                        for part in path.parts))
-
-
 def check_checkpoint_dir(path: Path) -> dict:
     """Fail early, in one line, on a path that is not a usable checkpoint. Returns config.json."""
-    if not path.exists():
-        # "org/model" reads like a Hugging Face Hub id: say that probe reads local files only.
-        hub = (f"; probe never downloads: to analyse the Hub model {path} fetch it first (e.g. "
-               f"`hf download {path} --local-dir {path.name}`) and pass that folder"
-               if looks_like_hub_id(path) else "")
-        raise ProbeError(f"checkpoint {path} does not exist; pass a local checkpoint directory "
-                         f"(config.json + *.safetensors) or a .gguf file{hub}")
+    check_exists(path)
     if not path.is_dir():
         raise ProbeError(f"checkpoint {path} is a file; pass the directory that holds config.json, "
                          "or a .gguf file")

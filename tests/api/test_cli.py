@@ -159,6 +159,23 @@ def test_version_and_help_answer_without_importing_torch():
     assert done.stdout.startswith(f"probe {probe.__version__}\n") and "usage: probe" in done.stdout
 
 
+@pytest.mark.parametrize("argv", [["analyze", "{missing}"], ["check", "{missing}"],
+                                  ["compare", "{ckpt}", "{missing}", "--out", "{out}"]])
+def test_a_missing_checkpoint_is_answered_before_torch_imports(argv, tmp_path):
+    """A mistyped checkpoint path is one line within a fraction of a second, not after the
+    seconds that torch and transformers take to import; the loader says the same later."""
+    argv = [a.format(missing=tmp_path / "missing", ckpt=tmp_path, out=tmp_path / "out") for a in argv]
+    code = ("import sys\nfrom probe.api.cli import main\n"
+            f"assert main({argv!r}) == 2\n"
+            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == (f"probe: error: checkpoint {tmp_path / 'missing'} does not exist; pass a "
+                                   "local checkpoint directory (config.json + *.safetensors) or a .gguf file")
+    assert not (tmp_path / "out").exists()
+
+
 def test_analyze_takes_format_like_compare_and_report():
     from probe.api.cli import build_parser
 

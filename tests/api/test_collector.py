@@ -33,13 +33,13 @@ def test_main_in_process_leaves_the_collector_alone(tmp_path, capsys):
     """A test, a notebook or examples/demo.py calls main(): freezing there would keep the caller's
     reference cycles alive for good."""
     frozen = gc.get_freeze_count()
-    assert main(["analyze", str(tmp_path / "missing"), "--out", str(tmp_path / "out")]) == 2
+    assert main(["analyze", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     assert gc.get_freeze_count() == frozen and gc.isenabled()
-    assert "does not exist" in capsys.readouterr().err
+    assert "has no config.json" in capsys.readouterr().err
 
 
 def test_python_m_probe_freezes_the_model_stack_and_exits_with_one_line(tmp_path):
-    """`python -m probe analyze MISSING`: the model stack (~400k objects) is imported without a
+    """`python -m probe analyze FOLDER` of a folder without config.json: the model stack (~400k objects) is imported without a
     full collection and frozen, the collector is back on, everything is frozen by the time the interpreter exits, and the
     error is still one line with exit status 2."""
     code = ("import atexit, gc, runpy, sys\n"
@@ -47,13 +47,13 @@ def test_python_m_probe_freezes_the_model_stack_and_exits_with_one_line(tmp_path
             "gc.callbacks.append(lambda phase, info: phase == 'stop' and full.append(info['generation'] == 2))\n"
             "atexit.register(lambda: print(gc.get_freeze_count(), len(gc.get_objects()), gc.isenabled(),\n"
             "                              'transformers' in sys.modules, sum(full)))\n"
-            f"sys.argv = ['probe', 'analyze', {str(tmp_path / 'missing')!r}]\n"
+            f"sys.argv = ['probe', 'analyze', {str(tmp_path)!r}, '--out', {str(tmp_path / 'out')!r}]\n"
             "runpy.run_module('probe', run_name='__main__', alter_sys=True)\n")
     env = {**os.environ, "PYTHONWARNINGS": "ignore",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2, done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1 and "does not exist" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "has no config.json" in done.stderr
     frozen, alive, enabled, imported, full_collections = done.stdout.split()
     assert int(frozen) > 100_000 and imported == "True" and enabled == "True"
     assert full_collections == "0"     # six while torch and transformers import, collector on

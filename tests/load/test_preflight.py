@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import importlib
+from pathlib import Path
 from probe import ProbeError
 from probe.api.cli import main
 from probe.load.loader import layout_without_weights
@@ -67,3 +68,14 @@ def test_a_hub_id_is_told_that_probe_never_downloads(text_file, capsys):
     assert "probe never downloads" in err and "hf download HuggingFaceTB/SmolLM2-135M" in err
     assert main(["analyze", "missing/deeper/folder", "--data", str(text_file)]) != 0
     assert "never downloads" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, hub", [
+    ("HuggingFaceTB/SmolLM2-135M", True), ("Qwen/Qwen3-0.6B", True), ("meta-llama/Llama-3.1-8B", True),
+    ("models/tiny.gguf", False), ("runs/model.safetensors", False), ("/abs/org/model", False),
+    ("missing/deeper/folder", False), (".cache/model", False),
+])
+def test_which_missing_paths_read_as_hub_ids(text, hub):
+    from probe.load.checkpoint_path import looks_like_hub_id
+
+    assert looks_like_hub_id(Path(text)) is hub
