@@ -362,8 +362,9 @@ def test_a_waiting_run_is_named_before_the_model_loads(tmp_path, capsys):
     partial = tmp_path / "run.partial"
     partial.mkdir()
     (partial / "progress.json").write_text("{}")
-    line = _one_line(capsys, ["analyze", str(tmp_path / "no-checkpoint-here"), "--out", str(tmp_path / "run"),
-                              "--quiet"])
+    unloadable = tmp_path / "no-config-here"         # exists, so only loading it would fail
+    unloadable.mkdir()
+    line = _one_line(capsys, ["analyze", str(unloadable), "--out", str(tmp_path / "run"), "--quiet"])
     assert "an interrupted run is waiting" in line and "--resume" in line
     assert sorted(p.name for p in partial.iterdir()) == ["lock", "progress.json"]
 
