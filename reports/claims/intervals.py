@@ -14,16 +14,22 @@ from probe.reports.claims.numbers import fmt
 from probe.reports.runs import Runs
 
 DEFAULT_RESAMPLES = 1000         # probe.core.options resamples' default, for runs that do not record it
-_CACHE: dict[tuple[int, str], SequenceValues | None] = {}
+# (id of a per-sequence table, model) -> (that table, its values): the entry holds the table, so
+# that no other table can take its id() while the entry lives, and a hit is checked by identity.
+_CACHE: dict[tuple[int, str], tuple[object, SequenceValues | None]] = {}
 
 
 def values_of(runs: Runs, model: str) -> SequenceValues | None:
-    key = (id(runs.per_sequence), model)
-    if key not in _CACHE:
+    """The per-sequence values of `model` in `runs`, read once per table (claims, differences and
+    seeds ask for the same ones many times)."""
+    frame = runs.per_sequence
+    key = (id(frame), model)
+    hit = _CACHE.get(key)
+    if hit is None or hit[0] is not frame:
         if len(_CACHE) > 64:
             _CACHE.clear()
-        _CACHE[key] = SequenceValues.from_frame(runs.rows("per_sequence", model))
-    return _CACHE[key]
+        hit = _CACHE[key] = (frame, SequenceValues.from_frame(runs.rows("per_sequence", model)))
+    return hit[1]
 
 
 def resamples_of(runs: Runs, model: str) -> int:

@@ -161,3 +161,22 @@ def test_runs_without_per_sequence_values_say_so_and_keep_the_point_rules(run_di
 
     caption = claims.claims_caption(load_runs(list(run_dirs.values())))
     assert "No intervals for baseline, headwise, hybrid (no per_sequence.csv" in caption
+
+
+def test_intervals_are_never_those_of_an_earlier_runs_object(pair, tmp_path, monkeypatch):
+    """Runs objects come and go (each claims_table call reads its runs anew), and a new table of
+    per-sequence values may sit where a freed one sat, at the same id(). Every table is given one
+    id here, the worst case: the intervals must still be those of the runs passed."""
+    from probe.reports.claims import intervals
+
+    rng = np.random.default_rng(5)
+    clear = pair(900 + rng.normal(0, 20, S), 90 + rng.normal(0, 5, S))
+    noisy = {}
+    for name, path in clear.items():                 # the same models, per-sequence values in the noise
+        noisy[name] = Path(shutil.copytree(path, tmp_path / "noisy" / name))
+        write_per_sequence(noisy[name], m_act=500 + rng.normal(0, 200, S), f_attn=0.5 if name == "baseline"
+                           else 0.05, gated=name == "headwise", seed=7)
+    monkeypatch.setattr(intervals, "_CACHE", {})
+    monkeypatch.setattr(intervals, "id", lambda obj: 0, raising=False)    # every table at one address
+    for dirs, verdict in ((clear, claims.CONSISTENT), (noisy, claims.WITHIN_NOISE), (clear, claims.CONSISTENT)):
+        assert row(reports.claims_table(*dirs.values()), 4)["verdict"] == verdict
