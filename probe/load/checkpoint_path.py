@@ -7,7 +7,6 @@ from pathlib import Path
 
 from ..core.errors import ProbeError
 
-
 # What a local file's name ends with; a Hub model's name may hold dots ("Qwen3-0.6B", "Llama-3.1-8B").
 FILE_SUFFIXES = (".gguf", ".safetensors", ".bin", ".pt", ".pth", ".json", ".txt", ".npy", ".jsonl")
 
@@ -16,8 +15,8 @@ def looks_like_hub_id(path: Path) -> bool:
     """"org/model" as the Hub spells ids: two parts, relative, not ending like a file (.gguf)."""
     text = str(path)
     return (len(path.parts) == 2 and not path.is_absolute() and not text.startswith(".")
-            and path.suffix.lower() not in FILE_SUFFIXES and all(part.replace("-", "").replace("_", "").replace(".", "").isalnum()
-                                        for part in path.parts))
+            and path.suffix.lower() not in FILE_SUFFIXES
+            and all(part.replace("-", "").replace("_", "").replace(".", "").isalnum() for part in path.parts))
 
 
 def check_exists(path: Path) -> None:
