@@ -57,13 +57,17 @@ display(reports.summary_table(list(analyses.values())))
 
 # %% [markdown]
 # ## Do the paper's claims hold here?
-# One row per claim and gated model: the paper's values, these runs' values, a verdict in
-# direction only ("direction consistent with the paper", "not consistent", or "not testable:
-# why") and the rule, whose thresholds are constants in `reports/claims/__init__.py`.
+# One row per claim and gated model: the paper's values, these runs' values, a verdict and
+# the rule, whose thresholds are constants in `reports/claims/__init__.py`. With 95%
+# intervals (the default) a verdict says on which side of the paper the interval lies:
+# "direction consistent with the paper", "same direction, below the threshold", "within noise"
+# (the interval holds both sides) or "opposite to the paper"; without them, "not consistent with
+# the paper" where the rule fails; "not testable: why" or "not comparable: why" where no verdict
+# can be given.
 
 # %%
 claims = reports.claims_table(*analyses.values())
-display(claims[["claim", "models", "these runs", "verdict"]])
+display(claims[["claim", "statement", "models", "these runs", "verdict"]])
 
 # %% [markdown]
 # ## Layer by layer

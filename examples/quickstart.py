@@ -63,7 +63,8 @@ display(analysis.layer_frame())
 
 # %%
 gates = analysis.gates
-display(gates[gates["group"] == "all"].pivot_table(index=["layer", "head"], columns="metric", values="value"))
+stats = gates[(gates["group"] == "all") & (gates["metric"] != "count")]       # count: scores per head
+display(stats.pivot_table(index=["layer", "head"], columns="metric", values="value", sort=False))
 
 # %%
 display(analysis.plot_gate_histograms())

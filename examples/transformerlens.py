@@ -13,8 +13,6 @@
 # shows why the official layout needs its `q_proj` rows reordered first.
 
 # %%
-import warnings
-
 from IPython.display import display     # tables as HTML in a notebook, as text in a script
 from transformer_lens.model_bridge.sources import build_bridge_from_module
 
@@ -22,7 +20,6 @@ import probe
 import probe.capture.bridge
 from probe.data.corpus import sample_texts
 
-warnings.filterwarnings("ignore", category=UserWarning)
 # The arms shipped with probe (examples/checkpoints), found wherever this is opened from.
 ARMS = probe.shipped_checkpoints()
 CHECKPOINT = ARMS / "elementwise"

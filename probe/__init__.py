@@ -70,7 +70,10 @@ class _Package(types.ModuleType):
         types.ModuleType.__setattr__(self, name, value)
 
     def __dir__(self):
-        return sorted(set(super().__dir__()) | set(_LAZY))
+        # Less the modules this file imports for itself (os, sys, ...): they are not probe's names.
+        own = {name for name, value in vars(self).items()
+               if isinstance(value, types.ModuleType) and not value.__name__.startswith(__name__ + ".")}
+        return sorted((set(super().__dir__()) | set(_LAZY)) - own)
 
 
 sys.modules[__name__].__class__ = _Package

@@ -11,8 +11,9 @@ from __future__ import annotations
 # declare it: "str" columns are kept verbatim (a token may be "NA" or ""), "int" and "float" are
 # parsed with NaN for empty or "nan" cells. A run that lacks a column is refused.
 # meta.json and summary.json, and meta.json's list of the tables written (MANIFEST_KEY).
-from probe.results.schema import (HEADLINE_THRESHOLDS, MANIFEST_KEY, META_FILE, OPTIONAL_TABLES, SINK_EPSILON,
-                                  SINK_MIN_QUERIES, SITES, SUMMARY_FILE, TABLES, TOKEN_TYPES, VARIANTS)
+from probe.results.schema import (GATE_GROUPS, HEADLINE_THRESHOLDS, MANIFEST_KEY, META_FILE, OPTIONAL_TABLES,
+                                  SINK_EPSILON, SINK_MIN_QUERIES, SITES, SUMMARY_FILE, TABLES, TOKEN_TYPES,
+                                  VARIANTS)
 from probe.core.intervention_kinds import ALL_LAYERS, INTERVENTIONS  # noqa: E402,F401
 
 ATTENTION = "attention"

@@ -37,6 +37,7 @@ _RC: dict[str, object] = {
 MISSING_COLOR = "#eeeeee"  # background of cells where a metric does not apply
 HATCH_COLOR = "#9a9a9a"
 REFERENCE_COLOR = "#555555"
+KEY_COLOR = "#777777"       # legend entries that explain a line style or a band, not a model
 
 F = TypeVar("F", bound=Callable)
 

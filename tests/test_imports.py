@@ -110,3 +110,13 @@ def test_each_reducer_is_imported_from_its_metric():
     for name in ("GateStats", "GroupedGateStats", "FirstTokenStats", "MaxAbsStats", "SparsityStats",
                  "LossStats", "THRESHOLDS"):
         assert not hasattr(probe.metrics.reducers, name), name
+
+
+def test_dir_of_probe_lists_its_names_not_the_modules_it_imports_for_itself():
+    """dir(probe) (tab completion in a notebook) listed importlib, os, sys and types."""
+    import probe
+
+    names = dir(probe)
+    assert set(probe.__all__) <= set(names)
+    assert not {"importlib", "os", "sys", "types"} & set(names)
+    assert "core" in names                         # a subpackage imported at import probe stays

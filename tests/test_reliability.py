@@ -431,8 +431,8 @@ def test_a_killed_report_phase_leaves_nothing_hidden_after_the_next_run(checkpoi
 # -- the Python API: wrong types, concurrent passes, the caller's state (issue 24, items 7, 8, 10) ----
 
 @pytest.mark.parametrize("call, says", [
-    (lambda ck: probe.analyze(123, texts=[TEXT]), ("model=123 is a int", "checkpoint directory")),
-    (lambda ck: probe.analyze(str(ck), texts=[TEXT], tokenizer=5), ("tokenizer=5 is a int", "not a tokenizer")),
+    (lambda ck: probe.analyze(123, texts=[TEXT]), ("model=123 is of type int", "checkpoint directory")),
+    (lambda ck: probe.analyze(str(ck), texts=[TEXT], tokenizer=5), ("tokenizer=5 is of type int", "not a tokenizer")),
 ])
 def test_the_api_names_an_argument_of_the_wrong_type(call, says, checkpoint):
     with pytest.raises(probe.ProbeError) as caught:

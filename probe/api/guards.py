@@ -34,7 +34,7 @@ def check_model_argument(model) -> None:
     # analysis, where the source is chosen (probe/run/source.py source_for), not here.
     if isinstance(model, (str, Path, LoadedModel, nn.Module)):
         return
-    raise ProbeError(f"model={_short(model)} is a {type(model).__name__}; pass a checkpoint directory (a path), "
+    raise ProbeError(f"model={_short(model)} is of type {type(model).__name__}; pass a checkpoint directory (a path), "
                      "a Hugging Face causal LM, a probe.load(...) result or a TransformerLens bridge")
 
 
@@ -42,7 +42,7 @@ def check_tokenizer_argument(tokenizer) -> None:
     if tokenizer is None or isinstance(tokenizer, (str, Path)):
         return
     if not callable(tokenizer) or not hasattr(tokenizer, "convert_ids_to_tokens"):
-        raise ProbeError(f"tokenizer={_short(tokenizer)} is a {type(tokenizer).__name__}, not a tokenizer; pass a "
+        raise ProbeError(f"tokenizer={_short(tokenizer)} is of type {type(tokenizer).__name__}, not a tokenizer; pass a "
                          "folder of tokenizer files or a Hugging Face tokenizer object")
 
 

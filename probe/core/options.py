@@ -121,6 +121,12 @@ def _text_field(name, value, options):
         raise ProbeError(f"{flag(name)} must name a JSONL field (got {value!r})")
 
 
+def _name(name, value, options):
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ProbeError(f"{flag(name)} must be a non-empty string, the model's name in tables and reports "
+                         f"(got {value!r})")
+
+
 def _rope_scaling(name, value, options):
     if value is not None:
         from ..load.rope import parse
@@ -314,7 +320,8 @@ class AnalysisOptions:
         False, "count the mean-gate sparsity control exactly in a second pass over the data (one pass "
                "counts it exactly only for bfloat16 outputs)", cli=FLAG)
     # -- how the run is named and shown --
-    name: str | None = option(None, "the model's name in tables and reports (default: the folder name)")
+    name: str | None = option(None, "the model's name in tables and reports (default: the folder name)",
+                              check=_name)
     progress: bool = option(True, "show a progress bar", cli={"action": "store_false", "help": "no progress bar"})
     command: str | None = option(None, "the command line, for meta.json (the CLI sets it)", meta=True)
 

@@ -226,8 +226,9 @@ def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, ma
             context.append((0, 0))
             documents.append(document)
         if truncated:
+            # With BOS prepended a document of exactly seq_len tokens is one too long: say so.
             notes.append(f"{truncated} of {len(id_lists)} {what} longer than {seq_len} tokens were "
-                         f"truncated to {seq_len}")
+                         f"truncated to {seq_len}" + (" (counting the prepended BOS)" if use_bos else ""))
             warnings.warn(f"{notes[-1]}; their later tokens are not measured (pass "
                           f"{flag('on_long', 'slide')} to cover them with windows, or raise {flag(option)})")
         if windowed:

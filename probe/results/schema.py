@@ -23,6 +23,7 @@ MANIFEST_KEY = "tables"
 from ..metrics import DECLARATIONS
 from ..metrics.anatomy import SINK_MIN_QUERIES  # noqa: F401
 from ..metrics.first_token import SINK_EPSILON  # noqa: F401
+from ..metrics.gates import GATE_GROUPS  # noqa: F401
 from ..metrics.massive import SITES  # noqa: F401
 from ..metrics.per_sequence import LOW_GATE  # noqa: F401
 from ..metrics.sparsity import HEADLINE_THRESHOLDS, VARIANTS  # noqa: F401

@@ -174,7 +174,21 @@ def assemble(cap, loaded: LoadedModel, dataset: Dataset, name: str, dev, o: Anal
         analysis.meta.update(metric.meta(done))
     analysis.meta["layer_types"] = [p.layer_type for p in cap.layout.layers]
     analysis.summary = build_summary(analysis, cap, done, dataset)
+    warn_without_intervals(analysis.summary.get("intervals") or {})
     return analysis
+
+
+def warn_without_intervals(how: dict) -> None:
+    """Intervals were asked for (resamples > 0) but the data holds too few sequences (documents,
+    under sliding windows) to resample: say so, or a one-sequence run's numbers read as sure."""
+    from ..intervals import MIN_SEQUENCES
+
+    units = how.get("documents", how.get("sequences"))
+    if how.get("resamples") and units is not None and units < MIN_SEQUENCES:
+        what = "documents" if "documents" in how else "sequences"
+        warnings.warn(f"{units} {what[:-1] if units == 1 else what}: the summary has no 95% intervals (the bootstrap "
+                      f"needs {MIN_SEQUENCES} {what} or more); give more data or raise "
+                      f"{flag('max_sequences')} to have them")
 
 
 def token_series(cap, done: Done):

@@ -165,8 +165,9 @@ PAPER_VALUES: dict[int, Callable[[], str]] = {
 RULES: dict[int, Callable[[], str]] = {
     1: lambda: (f"intervals: mean gate < {MEAN_GATE_MAX:g} and share of scores below {LOW_GATE:g} > "
                 f"{LOW_GATE_SHARE_MIN:g}; opposite: mean gate > {NO_PREFERENCE_GATE:g} or that share < "
-                f"{LOW_GATE:g} (a uniform spread's). No interval: mean gate ≤ {MEAN_GATE_MAX:g} and that share "
-                f"≥ {LOW_GATE_SHARE_MIN:g}"),
+                f"{LOW_GATE:g} (a uniform spread's); below the threshold: mean gate < {NO_PREFERENCE_GATE:g} "
+                f"and that share > {LOW_GATE:g}, short of the first rule. No interval: mean gate ≤ "
+                f"{MEAN_GATE_MAX:g} and that share ≥ {LOW_GATE_SHARE_MIN:g}"),
     2: lambda: (f"τ = {SPARSITY_THRESHOLD:g}, mean over layers: ungated < control < dynamic gate; intervals of "
                 "dynamic − ungated and, with the exact control (--exact-control), dynamic − control, both "
                 f"above 0 (the one-pass control has none). No interval: each step ≥ {SPARSITY_MIN_STEP:g}"),
@@ -227,6 +228,10 @@ def _sparse_gate(runs: Runs) -> list[_Row]:
                 verdict = CONSISTENT
             elif m_lo > NO_PREFERENCE_GATE or s_hi < LOW_GATE:
                 verdict = OPPOSITE
+            elif m_hi < NO_PREFERENCE_GATE and s_lo > LOW_GATE:
+                # Both intervals on the paper's side of a gate without preference, clear of the
+                # noise, but not past the rule's thresholds: a tight 0.42 [0.40, 0.43] is not noise.
+                verdict = BELOW_THRESHOLD
             else:
                 verdict = WITHIN_NOISE
         else:

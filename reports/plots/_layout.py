@@ -17,7 +17,7 @@ from matplotlib.patches import Rectangle
 
 from probe.reports.measure import text_width, wrap
 from probe.reports.labels import LINEAR_ATTENTION
-from probe.reports.style import HATCH_COLOR, MISSING_COLOR
+from probe.reports.style import HATCH_COLOR, KEY_COLOR, MISSING_COLOR
 from probe.reports.text import plain
 
 # Past this many layers every n-th tick is labelled, or the labels overlap.
@@ -238,6 +238,17 @@ def legend_beside(ax: Axes, title: str | None = "model") -> None:
     columns = max(1, min(len(labels), int(0.95 * width // entry)))
     ax.legend(title=title, loc="lower left", bbox_to_anchor=(0.0, 1.02), borderaxespad=0.0,
               ncols=columns, fontsize=8)
+
+
+def key_line(ax: Axes, label: str, **style: Any) -> None:
+    """A legend entry, after the models', that says what a line style means (grey, drawn
+    nowhere: an empty line): the dashed min and max, the dotted median."""
+    ax.plot([], [], color=KEY_COLOR, label=label, **style)
+
+
+def key_band(ax: Axes, label: str, alpha: float) -> None:
+    """A legend entry for a shaded band (the 95% interval, ±1 std), grey, drawn nowhere."""
+    ax.fill_between([], [], [], color=KEY_COLOR, alpha=alpha, linewidth=0, label=label)
 
 
 def legend_width(labels: Sequence[str], title: str | None = "model", size: float = 9.0) -> float:

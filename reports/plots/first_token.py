@@ -10,9 +10,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
 from probe.reports.tables.frames import first_token_by_bucket, first_token_by_layer, first_token_matrix
-from probe.reports.plots._layout import (axes_or_new, figure_or_new, legend_beside, model_heatmaps,
+from probe.reports.plots._layout import (axes_or_new, figure_or_new, key_band, legend_beside, model_heatmaps,
                                          not_applicable, set_layer_ticks)
-from probe.reports.plots.intervals import draw_band
+from probe.reports.plots.intervals import BAND_ALPHA, draw_band
+from probe.reports.plots.choices import check_choice, table_metrics
 from probe.reports.runs import load_runs
 from probe.reports.labels import LINEAR_ATTENTION
 from probe.reports.style import REFERENCE_COLOR, model_colors, styled
@@ -31,6 +32,7 @@ def plot_first_token_heatmap(runs: Any, *, fig: Figure | SubFigure | None = None
                              vmax: float | None = None) -> Figure | SubFigure:
     """One layer x head heatmap per model, all on one colour scale (0 to the largest F-Attn)."""
     runs = load_runs(runs)
+    check_choice("metric", metric, table_metrics(runs.first_token))
     models = list(runs.models)
     fig = figure_or_new(fig, 1.2 + 2.4 * len(models), 3.9)
     matrices = [first_token_matrix(runs, model, metric) for model in models]
@@ -49,12 +51,14 @@ def plot_first_token_by_layer(runs: Any, *, ax: Axes | None = None,
     attention evenly over the keys it can see; a sink is F-Attn well above it.
     """
     runs = load_runs(runs)
+    check_choice("metric", metric, table_metrics(runs.first_token))
     ax = axes_or_new(ax, 6.4, 3.6)
     by_layer = first_token_by_layer(runs, metric)
     if by_layer.empty:
         return not_applicable(ax, "No attention layer has F-Attn in these runs.")
     colors = model_colors(runs.models)
     all_layers: set[int] = set()
+    banded = False
     for model in runs.models:
         rows = by_layer[by_layer["model"] == model]
         all_layers.update(runs.layers(model))
@@ -63,10 +67,12 @@ def plot_first_token_by_layer(runs: Any, *, ax: Axes | None = None,
         # Markers matter: in hybrid models the attention layers are isolated points.
         ax.plot(rows["layer"], rows["value"], marker="o", color=colors[model], label=plain(model))
         if metric == "f_attn":
-            draw_band(ax, runs, model, "f_attn", colors[model])          # 95% interval over sequences
+            banded |= draw_band(ax, runs, model, "f_attn", colors[model])   # 95% interval over sequences
     references = {model: runs.summary[model].get("f_attn_uniform") for model in runs.models
                   if model in set(by_layer["model"])}
     _draw_uniform_references(ax, references, colors)
+    if banded:
+        key_band(ax, "95% interval", BAND_ALPHA)
     set_layer_ticks(ax, sorted(all_layers), max_ticks=24)
     ax.set_ylabel(METRIC_LABELS.get(metric, metric))
     ax.set_ylim(bottom=0)

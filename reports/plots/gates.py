@@ -10,14 +10,17 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
 from probe.reports.tables.frames import gate_hist_by_layer, gate_matrix, gate_saturation, gate_stats_by_layer
-from probe.reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, legend_beside,
-                                         legend_entries, legend_outside, model_heatmaps, not_applicable,
-                                         set_layer_ticks, spread)
+from probe.reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, key_band, key_line,
+                                         legend_beside, legend_entries, legend_outside, model_heatmaps,
+                                         not_applicable, set_layer_ticks, spread)
+from probe.reports.labels import GATE_GROUPS
+from probe.reports.plots.choices import check_choice, table_metrics
 from probe.reports.runs import Runs, load_runs
 from probe.reports.style import model_colors, styled
 from probe.reports.text import plain
 
 NO_GATE_NOTE = "no gate scores"
+STD_ALPHA = 0.18
 
 
 def no_gate_message(runs: Runs) -> str:
@@ -37,10 +40,11 @@ def plot_gate_histograms(runs: Any, *, fig: Figure | SubFigure | None = None,
     hist = gate_hist_by_layer(runs)
     shown = histogram_layers(runs, max_layers) if layers is None else list(layers)
     rows, columns = grid_shape(len(shown), max_columns)
-    fig = figure_or_new(fig, 0.6 + 2.1 * columns, 0.6 + 1.8 * rows)
-    if not shown:
+    if not shown:                 # sized for its note: a grid of no rows is 0.6 inches high
+        fig = figure_or_new(fig, 6.4, 1.6)
         not_applicable(fig.add_subplot(), no_gate_message(runs))
         return fig
+    fig = figure_or_new(fig, 0.6 + 2.1 * columns, 0.6 + 1.8 * rows)
     axes = fig.subplots(rows, columns, squeeze=False, sharex=True, sharey=True).ravel()
     colors = model_colors(runs.models)
     for ax, layer in zip(axes, shown):
@@ -77,6 +81,7 @@ def histogram_layers(runs: Runs, max_layers: int = 12) -> list[int]:
 def plot_gate_stats_by_layer(runs: Any, *,
                               ax: Axes | None = None, group: str = "all") -> Figure | SubFigure:
     """Per layer: mean gate score (line), ±1 std (band), min and max (thin dashed lines)."""
+    check_choice("group", group, GATE_GROUPS)
     runs = load_runs(runs)
     ax = axes_or_new(ax, 6.4, 3.6)
     stats = gate_stats_by_layer(runs, group)
@@ -92,10 +97,12 @@ def plot_gate_stats_by_layer(runs: Any, *,
         color = colors[model]
         ax.plot(rows["layer"], rows["mean"], marker="o", color=color, label=plain(model))
         ax.fill_between(rows["layer"], rows["mean"] - rows["std"], rows["mean"] + rows["std"],
-                        color=color, alpha=0.18, linewidth=0)
+                        color=color, alpha=STD_ALPHA, linewidth=0)
         for extreme in ("min", "max"):
             ax.plot(rows["layer"], rows[extreme], linestyle="--", linewidth=0.8, color=color,
                     alpha=0.7, label=f"_{extreme}")
+    key_band(ax, "mean ± 1 std", STD_ALPHA)
+    key_line(ax, "min, max", linestyle="--", linewidth=0.8)
     set_layer_ticks(ax, sorted(layers), max_ticks=24)
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel("gate score")
@@ -108,7 +115,9 @@ def plot_gate_heatmap(runs: Any, *, fig: Figure | SubFigure | None = None,
                       metric: str = "mean", group: str = "all", cmap: str = "viridis",
                       vmax: float | None = None) -> Figure | SubFigure:
     """Layer x head mean gate score per gated model, on one shared colour scale."""
+    check_choice("group", group, GATE_GROUPS)
     runs = load_runs(runs)
+    check_choice("metric", metric, table_metrics(runs.gates))
     models = runs.gated_models
     fig = figure_or_new(fig, 1.2 + 2.4 * max(len(models), 1), 3.9)
     if not models:
@@ -131,6 +140,7 @@ def plot_gate_saturation(runs: Any, *,
     gates.csv saves the shares below 0.01, 0.1, 0.5 and above 0.9, 0.99; the last two enter as
     1 - share above, so every point is "share of scores below x" and the line only rises.
     """
+    check_choice("group", group, GATE_GROUPS)
     runs = load_runs(runs)
     ax = axes_or_new(ax, 6.4, 3.4)
     shares = gate_saturation(runs, group)

@@ -8,9 +8,10 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
 from probe.reports.tables.frames import massive_by_layer
-from probe.reports.plots._layout import (axes_or_new, figure_or_new, legend_beside, legend_entries,
-                                         legend_outside, not_applicable, set_layer_ticks)
-from probe.reports.plots.intervals import draw_band
+from probe.reports.plots._layout import (axes_or_new, figure_or_new, key_band, key_line, legend_beside,
+                                         legend_entries, legend_outside, not_applicable, set_layer_ticks)
+from probe.reports.plots.intervals import BAND_ALPHA, draw_band
+from probe.reports.plots.choices import check_choice
 from probe.reports.runs import load_runs
 from probe.reports.labels import SITE_LABELS, SITES
 from probe.reports.style import model_colors, styled
@@ -26,6 +27,7 @@ def plot_massive_by_layer(runs: Any, *, site: str = "resid_post", ax: Axes | Non
     The median shows the typical magnitude, so the gap between the lines is how "massive" the
     largest activation is.
     """
+    check_choice("site", site, SITES)
     runs = load_runs(runs)
     ax = axes_or_new(ax, 6.4, 3.6)
     maxima = massive_by_layer(runs, site, "max_abs")
@@ -34,6 +36,7 @@ def plot_massive_by_layer(runs: Any, *, site: str = "resid_post", ax: Axes | Non
         return not_applicable(ax, f"No M-Act at site {site} in these runs.")
     colors = model_colors(runs.models)
     layers: set[int] = set()
+    banded = median = False
     for model in runs.models:
         layers.update(runs.layers(model))
         rows = maxima[maxima["model"] == model]
@@ -41,11 +44,16 @@ def plot_massive_by_layer(runs: Any, *, site: str = "resid_post", ax: Axes | Non
             continue
         ax.plot(rows["layer"], rows["value"], marker="o", markersize=3.5, color=colors[model],
                 label=plain(model))
-        draw_band(ax, runs, model, "m_act", colors[model], site=site)   # bootstrap of a maximum
+        banded |= draw_band(ax, runs, model, "m_act", colors[model], site=site)   # bootstrap of a maximum
         typical = medians[medians["model"] == model]
         if show_median and not typical.empty:
+            median = True
             ax.plot(typical["layer"], typical["value"], linestyle=":", color=colors[model],
                     label="_median")
+    if median:
+        key_line(ax, "median |h|", linestyle=":")
+    if banded:
+        key_band(ax, "95% interval", BAND_ALPHA)
     ax.set_yscale("log")
     set_layer_ticks(ax, sorted(layers), max_ticks=max_layer_ticks)
     ax.set_ylabel("max |h|")
@@ -59,12 +67,14 @@ def plot_massive_by_layer(runs: Any, *, site: str = "resid_post", ax: Axes | Non
 def plot_massive_activations(runs: Any, *, fig: Figure | SubFigure | None = None,
                              sites: tuple[str, ...] = SITES) -> Figure | SubFigure:
     """The four sites side by side on one shared log scale, one legend of models."""
+    for site in sites:
+        check_choice("site", site, SITES)
     runs = load_runs(runs)
     fig = figure_or_new(fig, 3.0 * len(sites) + 0.6, 3.5)
     axes = fig.subplots(1, len(sites), squeeze=False, sharey=True)[0]
     for ax, site in zip(axes, sites):
         plot_massive_by_layer(runs, site=site, ax=ax, legend=False, max_layer_ticks=8)
-    axes[0].set_ylabel("max |h| (dotted: median |h|)")
+    axes[0].set_ylabel("max |h|")
     for ax in axes[1:]:
         ax.set_ylabel("")
     legend_outside(axes[-1], *legend_entries(axes))

@@ -56,7 +56,9 @@ def summary_table(runs: Any) -> pd.DataFrame:
         for key in list(SUMMARY_COLUMNS)[2:]:
             record[key] = _number(summary.get(key))
         records.append(record)
-    return pd.DataFrame.from_records(records).set_index("model")
+    frame = pd.DataFrame.from_records(records).set_index("model")
+    frame["tokens"] = frame["tokens"].astype("Int64")        # a count: 2048, not 2048.0 (<NA> where unknown)
+    return frame
 
 
 def summary_display(runs: Any) -> pd.DataFrame:
@@ -264,7 +266,7 @@ def numeric_columns(frame: pd.DataFrame) -> list[bool]:
 
 
 def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
 
 
 def _number(value: Any) -> float:

@@ -60,6 +60,11 @@ class View:
     def _repr_html_(self) -> str:
         return self._html
 
+    def __repr__(self) -> str:
+        # Where no HTML is drawn (a terminal, a script): what this is and how to see it.
+        names = " vs ".join(printable(name) for name, _ in series_of(self.runs))
+        return f"<probe token viewer: {names}; shown inline in a notebook, .save(path) writes the page>"
+
     def save(self, path) -> None:
         """The standalone page, as `probe view` writes it."""
         from pathlib import Path

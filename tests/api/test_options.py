@@ -48,6 +48,8 @@ def test_dtype_names_are_the_loaders():
     ("resamples", 1, "resamples=", "--resamples"),               # issue 37 #5: a 0-wide "interval"
     ("resamples", 10 ** 9, "resamples=", "--resamples"),         # issue 37 #11: 29.8 GiB after the pass
     ("seed", 2 ** 70, "seed=", "--seed"),                       # issue 37: torch cannot take it
+    ("name", 5, "name=", "--name"),                             # once saved as the model's name
+    ("name", " ", "name=", "--name"),
 ])
 def test_a_bad_option_names_the_python_argument_or_the_flag(field, value, python, command_line):
     with pytest.raises(ProbeError, match=python.replace("(", r"\(")):

@@ -151,6 +151,22 @@ def test_python_api_errors_name_the_python_argument(checkpoint, loaded, tmp_path
         a.save(tmp_path / "run")
 
 
+def test_a_row_of_seq_len_tokens_is_truncated_only_by_its_prepended_bos():
+    """Token id rows of exactly seq_len ids: with BOS prepended each loses its last id, and the
+    warning says the BOS is why (it read as if the rows themselves were longer); without BOS
+    they fit and nothing is said."""
+    rows = torch.arange(1, 129).view(2, 64)
+    with pytest.warns(UserWarning, match=r"2 of 2 documents longer than 64 tokens were truncated to 64 "
+                                         r"\(counting the prepended BOS\)"):
+        ds = build_dataset(rows, None, seq_len=64, bos="prepend", bos_token_id=0)
+    assert [s.tolist() for s in ds.sequences] == [[0, *range(1, 64)], [0, *range(65, 128)]]
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds = build_dataset(rows, None, seq_len=64, bos="none")
+    assert [len(s) for s in ds.sequences] == [64, 64] and not ds.notes
+
+
 def test_per_document_truncation_is_warned(tokenizers):
     with pytest.warns(UserWarning, match="1 of 2 documents longer than 8 tokens were truncated to 8.*on_long='slide'"):
         ds = build_dataset(None, tokenizers["qwen3"], texts=["short", "a long document " * 8], seq_len=8,

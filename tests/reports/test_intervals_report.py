@@ -86,6 +86,11 @@ def test_brackets_differences_and_bands_with_per_sequence_values(pair):
     assert f["difference_lo"] <= f["difference"] <= f["difference_hi"]
     fig = plots.plot_first_token_by_layer(runs)
     assert sum(len(ax.collections) for ax in fig.axes) >= 2        # one band per model
+    # and the legend says what the shades are, after the models and the reference
+    legend = [text.get_text() for text in fig.axes[0].get_legend().get_texts()]
+    assert legend[-1] == "95% interval" and legend[:len(runs.models)] == list(runs.models)
+    legend = [text.get_text() for text in plots.plot_massive_by_layer(runs).axes[0].get_legend().get_texts()]
+    assert legend == [*runs.models, "median |h|", "95% interval"]
 
 
 def test_pair_and_group_mistakes_are_one_line(pair, tmp_path, capsys):

@@ -154,7 +154,9 @@ def test_massive_activations_four_sites_log_scale(all_runs):
         assert tick_labels(ax) == layer_labels(range(6))
         solid = [line.get_label() for line in ax.get_lines() if line.get_linestyle() == "-"]
         assert solid == list(all_runs.models)
-    assert legend_labels(axes[-1]) == list(all_runs.models)
+    # After the models, what the dotted lines and the shades are (grey entries drawn nowhere).
+    banded = any(c.get_label() == "_interval" for ax in axes for c in ax.collections)
+    assert legend_labels(axes[-1]) == [*all_runs.models, "median |h|", *(["95% interval"] if banded else [])]
 
 
 def test_massive_by_layer_single_site(all_runs):
@@ -163,7 +165,10 @@ def test_massive_by_layer_single_site(all_runs):
     expected = all_runs.massive.query(
         "model == 'baseline' and site == 'attn_out' and metric == 'max_abs'")["value"]
     assert np.allclose(baseline.get_ydata(), expected)
-    assert legend_labels(ax) == list(all_runs.models)
+    banded = any(c.get_label() == "_interval" for c in ax.collections)
+    assert legend_labels(ax) == [*all_runs.models, "median |h|", *(["95% interval"] if banded else [])]
+    key = next(line for line in ax.get_lines() if line.get_label() == "median |h|")
+    assert key.get_linestyle() == ":" and len(key.get_xdata()) == 0      # drawn nowhere
 
 
 def test_gate_histograms_one_panel_per_gated_layer(all_runs):
@@ -181,7 +186,7 @@ def test_gate_histograms_one_panel_per_gated_layer(all_runs):
 
 def test_gate_stats_by_layer(all_runs):
     ax = reports.plot_gate_stats_by_layer(all_runs).axes[0]
-    assert legend_labels(ax) == ["headwise", "hybrid"]
+    assert legend_labels(ax) == ["headwise", "hybrid", "mean ± 1 std", "min, max"]
     assert tick_labels(ax) == layer_labels(range(6))
     hybrid = next(line for line in ax.get_lines() if line.get_label() == "hybrid")
     assert list(hybrid.get_xdata()) == [3, 5]
@@ -273,6 +278,8 @@ def test_training_curves_and_spikes(all_runs):
 def test_gate_figures_say_when_no_model_has_a_gate(run_dirs, plot):
     fig = plot(run_dirs["baseline"])
     assert any("No gated model" in text for text in not_applicable_texts(fig))
+    width, height = fig.get_size_inches()
+    assert width >= 3 and height >= 1.5           # room for the note (the histograms' was 2.7 x 0.6)
 
 
 @pytest.mark.parametrize("plot", [
@@ -281,6 +288,29 @@ def test_gate_figures_say_when_no_model_has_a_gate(run_dirs, plot):
 def test_gate_axes_say_when_no_model_has_a_gate(run_dirs, plot):
     fig = plot(run_dirs["baseline"])
     assert any("No gated model" in text for text in not_applicable_texts(fig))
+
+
+@pytest.mark.parametrize("plot, argument, value, choices", [
+    (reports.plot_gate_stats_by_layer, "group", "bos", "'all', 'first', 'rest'"),
+    (reports.plot_gate_saturation, "group", "First", "'all', 'first', 'rest'"),
+    (reports.plot_gate_heatmap, "group", "rest ", "'all', 'first', 'rest'"),
+    (reports.plot_gate_heatmap, "metric", "avg", "'count', 'mean', 'std'"),
+    (reports.plot_massive_by_layer, "site", "resid", "'attn_out', 'resid_mid', 'mlp_out', 'resid_post'"),
+    (reports.plot_first_token_heatmap, "metric", "fattn", "'f_attn', 'f_attn_paper'"),
+    (reports.plot_first_token_by_layer, "metric", "F-Attn", "'f_attn', 'f_attn_paper'"),
+])
+def test_a_misspelt_choice_is_an_error_that_lists_the_choices(run_dirs, plot, argument, value, choices):
+    # Of a gated run: the misspelt group once drew "No gated model in these runs".
+    with pytest.raises(ValueError, match="^" + argument + "=") as error:
+        plot(run_dirs["headwise"], **{argument: value})
+    assert repr(value) in str(error.value) and choices in str(error.value)
+
+
+def test_every_site_is_checked_before_the_four_panels_draw(run_dirs):
+    with pytest.raises(ValueError, match="site='mlp' is not one of"):
+        reports.plot_massive_activations(run_dirs["headwise"], sites=("attn_out", "mlp"))
+    fig = reports.plot_gate_stats_by_layer(run_dirs["headwise"], group="first")
+    assert not not_applicable_texts(fig)
 
 
 def test_missing_training_and_patterns_are_said(run_dirs):

@@ -29,3 +29,20 @@ def test_provenance_writes_the_home_folder_as_a_tilde(run_dirs, tmp_path):
     meta["checkpoint"] = str(Path.home() / ".cache" / "probe-models" / "model.gguf")
     (run / "meta.json").write_text(json.dumps(meta))
     assert provenance_table([run])["baseline"]["checkpoint"] == "~/.cache/probe-models/model.gguf"
+
+
+def test_the_summary_table_counts_tokens_in_integers(run_dirs):
+    """tokens read 2048.0 in a notebook: a count is an integer column, <NA> where a run has none."""
+    import pandas as pd
+
+    from probe.reports.runs import load_runs
+    from probe.reports.tables import summary_display, summary_table
+
+    runs = load_runs(list(run_dirs.values()))
+    table = summary_table(runs)
+    assert str(table["tokens"].dtype) == "Int64"
+    assert table["tokens"].tolist() == [runs.summary[m]["tokens"] for m in runs.models]
+    assert summary_display(runs)["tokens"].tolist() == [f"{runs.summary[m]['tokens']:,}" for m in runs.models]
+    runs.summary[runs.models[0]].pop("tokens")
+    assert summary_table(runs)["tokens"].iloc[0] is pd.NA
+    assert summary_display(runs)["tokens"].iloc[0] == "n/a"

@@ -210,6 +210,9 @@ def test_view_in_a_notebook_is_an_iframe_of_the_page():
     shown = View([("a", a)])._repr_html_()
     assert shown.startswith("<iframe") and "srcdoc=" in shown and "<script" not in shown
     assert fragment([("a", a)]) == shown
+    # Outside a notebook it names its runs and how to see them, not <... View at 0x7f...>.
+    assert repr(View([("a", a), ("b", synthetic(50, 2, 2, seed=2))])) == (
+        "<probe token viewer: a vs b; shown inline in a notebook, .save(path) writes the page>")
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,9 @@ from __future__ import annotations
 from ...core.events import GATE
 from ..base import Declaration
 
+# gates.csv's `group`: every position, position 0, the positions after it
+GATE_GROUPS = ("all", "first", "rest")
+
 DECLARATION = Declaration(
     name="gates", metric="Gates", order=2,
     events={GATE: "update"},

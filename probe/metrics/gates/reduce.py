@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 
 from ..reducers import F64, I64, Reducer
-from . import DECLARATION
+from . import DECLARATION, GATE_GROUPS
 from ..base import Metric, mean
 
 class GroupedGateStats(Reducer):
@@ -124,7 +124,7 @@ class GateStats(GroupedGateStats):
     def rows(self) -> list[dict]:
         """Tidy rows: (head, group, metric, value) for groups all / first / rest."""
         out = []
-        groups = {"all": slice(None), "first": slice(0, 1), "rest": slice(1, 2)}
+        groups = dict(zip(GATE_GROUPS, (slice(None), slice(0, 1), slice(1, 2))))
         for name, sel in groups.items():
             metrics = self._metrics(sel)                                      # (H,) each
             n = metrics["count"]
