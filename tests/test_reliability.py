@@ -141,7 +141,7 @@ def short_model(tmp_path_factory):
 
 def test_sequences_longer_than_the_model_truncate_with_a_warning(short_model, text_file, tmp_path, capsys):
     out = tmp_path / "run"
-    with pytest.warns(UserWarning, match="seq_len 64 lowered to the model's 32 positions"):
+    with pytest.warns(UserWarning, match=r"seq_len 64 lowered to the model's 32 positions \(pass --past-positions"):
         assert main(["analyze", str(short_model), "--data", str(text_file), "--out", str(out), "--quiet",
                      "--seq-len", "64", "--max-sequences", "2"]) == 0
     meta = json.loads((out / "meta.json").read_text())

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +119,11 @@ def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | N
         raise ProbeError(f"{flag('seq_len', max(lengths))} is beyond the model's {positions} positions, and "
                          "it has no rotary embedding to run past them; keep the lengths at most "
                          f"{positions}")
+    if past:
+        beyond = [str(T) for T in lengths if T > positions]
+        warnings.warn(f"length{'s' if len(beyond) > 1 else ''} {', '.join(beyond)} beyond the model's {positions} "
+                      "positions: run past them (rotary positions extrapolated), marked beyond_positions in "
+                      "the sweep's table")
     o = o.replace(past_positions=o.past_positions or past, loss_by_position=True)
     longest = dataset_for(docs, None, loaded.tokenizer, config, o)
     as_rows = o.per_document or docs.rows

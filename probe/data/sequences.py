@@ -173,7 +173,8 @@ def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, ma
             raise ProbeError(f"{flag(option, seq_len)} exceeds the model's {max_positions} positions; "
                              f"lower {flag(option)} or pass {flag('on_long', 'truncate')} or slide")
         notes.append(f"{option} {seq_len} lowered to the model's {max_positions} positions")
-        warnings.warn(notes[-1])
+        warnings.warn(f"{notes[-1]} (pass {flag('past_positions', True)} to run a rotary-position model "
+                      "past them)")
         seq_len = max_positions
 
     if bos_token_id is None and tokenizer is not None:

@@ -78,11 +78,23 @@ def before_loading(path, o, dtype: str) -> None:
     if positions and not o.past_positions:
         length = min(length, positions)
     size = _bytes(dtype)
-    memory.check(config, batch=1, length=length, dtype_bytes=size,
-                 params=memory.parameter_count(config, model_class(config)),
-                 weight_copies=2 if gguf_file(Path(path)) is not None else 1,
-                 logits_rows=_logit_rows(getattr(c, "vocab_size", 0) or 0, 1, length, size),
-                 when=" (checked before loading the model)")
+    gguf = gguf_file(Path(path)) is not None
+    try:
+        memory.check(config, batch=1, length=length, dtype_bytes=size,
+                     params=memory.parameter_count(config, model_class(config)),
+                     weight_copies=2 if gguf else 1,
+                     logits_rows=_logit_rows(getattr(c, "vocab_size", 0) or 0, 1, length, size),
+                     when=" (checked before loading the model)")
+    except ProbeError:
+        # A config.json whose sizes are missing (transformers' defaults: a 40 GB model) or wrong
+        # predicts memory for weights the folder does not hold: say that, not "free memory".
+        if not gguf:
+            from ..load.checkpoint_files import shape_mismatch
+
+            mismatch = shape_mismatch(Path(path), config, model_class(config))
+            if mismatch is not None:
+                raise ProbeError(mismatch) from None
+        raise
 
 
 def before_pass(loaded, dataset, o) -> tuple[int, int]:

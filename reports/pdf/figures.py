@@ -65,6 +65,8 @@ def render_formats(item: FigureItem, size: tuple[float, float] | None = None,
 MIN_SHRINK = {"wide": 0.6, "tall": 0.85}
 WIDE_ASPECT = 1.5
 WIDE_MAX_IN = 4.0
+# A figure that keeps its aspect is drawn at least this share of its size (width and height).
+WHOLE_MIN_SHRINK = 0.9
 # Nor is any figure drawn shorter than this: an axes label needs the height (style.py wraps
 # one that is longer than its axes onto two lines).
 MIN_FIGURE_IN = 2.2
@@ -82,9 +84,12 @@ def figure_row(items: list[tuple[FigureItem, tuple[float, float]]], section: Sec
     narrow figure in the column that starts there (beside a table, pdf.beside_row)."""
     slots = []
     in_columns = len(items) > 1 or column_left is not None
+    # A figure that must keep its aspect (tokens on an axis, rows of labels) is drawn smaller
+    # whole, not shorter: a little, so that it fits under its section's heading.
+    whole = not all(item.shrinkable for item, _ in items)
     for item, natural in items:
         width, tall = figure_size(natural, column=in_columns or None)
-        size = (width, tall * scale)
+        size = (width * scale, tall * scale) if whole else (width, tall * scale)
         caption_width = size[0] if in_columns else max(size[0], COLUMN_WIDTH_IN)
         slots.append((item, size, caption_lines(item.label, item.caption, caption_width),
                       caption_width))
@@ -107,8 +112,7 @@ def figure_row(items: list[tuple[FigureItem, tuple[float, float]]], section: Sec
         return stamps
 
     plots = max(size[1] for _, size, _, _ in slots)
-    least = (_min_shrink([natural for _, natural in items], plots / scale)
-             if all(item.shrinkable for item, _ in items) else 1.0)
+    least = WHOLE_MIN_SHRINK if whole else _min_shrink([natural for _, natural in items], plots / scale)
 
     def shrink(available: float) -> Row:
         factor = max(least, min(1.0, 1 - (height - available) / plots))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import matplotlib as mpl
 import numpy as np
 from matplotlib.figure import Figure, SubFigure
 
@@ -34,7 +35,7 @@ def plot_sparsity_by_layer(runs: Any, *, fig: Figure | SubFigure | None = None,
     # Wider panels for deep models: three bars per layer must stay visible.
     most_layers = max(runs.rows("sparsity", model)["layer"].nunique() for model in models)
     panel_width = min(max(2.5 + 0.12 * most_layers, 4.2), 7.0)
-    fig = figure_or_new(fig, 2.2 + panel_width * len(thresholds), 0.5 + 2.3 * len(models))
+    fig = figure_or_new(fig, 2.2 + panel_width * len(thresholds), 0.5 + 2.0 * len(models))
     # Each panel its own y scale: a model whose shares are small (Gemma 3 next to a toy arm)
     # keeps bars that can be read; the tick labels say the scale.
     axes = fig.subplots(len(models), len(thresholds), squeeze=False)
@@ -49,9 +50,12 @@ def plot_sparsity_by_layer(runs: Any, *, fig: Figure | SubFigure | None = None,
             _variant_bars(ax, rows, gated=runs.is_gated(model),
                           intervals={v: layer_intervals(runs, model, "sparsity", v, f"{threshold:g}")
                                      for v in VARIANTS})
-            panel_title(ax, model, panels=len(thresholds), after=f"|x| < {threshold:g}")
-            if column == 0:
-                ax.set_ylabel("share below threshold")
+            # One title line and one axis label per figure where they fit: a page that draws
+            # five models' rows shorter (the PDF) keeps the height for the bars.
+            panel_title(ax, f"{model}, |x| < {threshold:g}", panels=len(thresholds))
+            if row < len(models) - 1:
+                ax.set_xlabel("")
+    fig.supylabel("share below threshold", fontsize=mpl.rcParams["axes.labelsize"])
     legend_outside(axes[0][-1], *legend_entries(axes.ravel()), title="attention output")
     return fig
 

@@ -87,13 +87,26 @@ def _shown(text: str) -> str:
     return printable(text).replace("\n", "↵").replace("\t", "→") or "∅"
 
 
+GAP = 0.008             # inches between two tokens' boxes: single-character tokens still read as words
+
+
 def _layout(texts: list[str]) -> tuple[list[tuple[float, int]], int]:
-    """(x in inches, line) of each token, wrapping at WIDTH; the number of lines."""
+    """(x in inches, line) of each token, wrapping at WIDTH; the number of lines. A line breaks
+    before the word that would cross WIDTH (a word: the tokens from one that starts with a space,
+    or follows a newline, to the next), not inside it ("3rd e" / "dition"), unless that word
+    begins the line."""
     x, line, out = 0.0, 0, []
-    for text in texts:
-        w = len(text) * CHAR + 0.02
+    word = 0                                           # index of the first token of the current word
+    for i, text in enumerate(texts):
+        if i and (text[:1] == " " or texts[i - 1].endswith(("↵", " "))):
+            word = i
+        w = len(text) * CHAR + GAP
         if x + w > WIDTH and x > 0:
+            moved = word if word < i and out[word][1] == line and out[word][0] > 0 else i
             x, line = 0.0, line + 1
+            for j in range(moved, i):                  # the word's tokens so far, to the new line
+                out[j] = (x, line)
+                x += len(texts[j]) * CHAR + GAP
         out.append((x, line))
         x += w
     return out, line + 1
@@ -136,7 +149,7 @@ def plot_token_strip(series, name: str = "", *, tokens: int = TOKENS) -> Figure:
         for (x, line), text, v in zip(places, texts, values):
             y = top + line * LINE
             colour = CMAP(norm(max(v, norm.vmin))) if np.isfinite(v) else (0.92, 0.92, 0.92, 1.0)
-            ax.add_patch(Rectangle((x, y), len(text) * CHAR + 0.01, LINE * 0.9, facecolor=colour, linewidth=0))
+            ax.add_patch(Rectangle((x, y), len(text) * CHAR + GAP / 2, LINE * 0.9, facecolor=colour, linewidth=0))
             dark = np.isfinite(v) and norm(max(v, norm.vmin)) > 0.62
             ax.text(x + 0.005, y + LINE * 0.45, text, fontsize=FONT, family="DejaVu Sans Mono",
                     va="center", ha="left", color="white" if dark else "#1f2328")

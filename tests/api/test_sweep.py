@@ -67,8 +67,16 @@ def _eager_f_attn(model, ids) -> dict[int, torch.Tensor]:
 
 @pytest.mark.parametrize("spec", [None, "yarn:4"])
 def test_sweep_equals_eager_attention_with_the_same_rope_scaling(spec, short):
-    result = sweep(short, DATA, lengths=(32, 128), rope_scaling=spec, progress=False, display_len=0,
-                   progress_line=lambda line: None)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = sweep(short, DATA, lengths=(32, 128), rope_scaling=spec, progress=False, display_len=0,
+                       progress_line=lambda line: None)
+    # A length past the model's positions is said once, before the runs (it ran past them silently).
+    beyond = [str(w.message) for w in caught if "beyond the model's" in str(w.message)]
+    assert beyond == ([] if spec else ["length 128 beyond the model's 64 positions: run past them (rotary "
+                                       "positions extrapolated), marked beyond_positions in the sweep's table"])
     # The reference model: transformers' own, the rope parameters written by hand.
     config = AutoConfig.from_pretrained(short)
     if spec:

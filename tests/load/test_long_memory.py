@@ -79,6 +79,23 @@ def test_a_length_that_cannot_fit_is_refused_before_loading(checkpoint, monkeypa
     assert "would need about" in err and "checked before loading" in err and "PROBE_MEMORY_GB=0.5" in err
 
 
+def test_a_config_without_its_sizes_is_named_not_taken_for_a_memory_shortage(checkpoint, capsys, tmp_path):
+    """config.json holding only its model_type predicted transformers' default sizes (45.9 GiB for
+    a 4 MB checkpoint) and said "free memory"; the folder's weights say what is wrong."""
+    import json
+    import shutil
+
+    from probe.api.cli import main
+
+    path = shutil.copytree(checkpoint("qwen3"), tmp_path / "sizeless")
+    (path / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    capsys.readouterr()
+    code = main(["analyze", str(path), "--seq-len", "128", "--out", str(tmp_path / "never"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "config.json does not describe these weights" in err and "would need about" not in err
+
+
 def test_prediction_parts(checkpoint):
     config = probe.load(checkpoint("qwen3")).config
     small = memory.predict(config, batch=1, length=1024, params=1000)

@@ -226,9 +226,13 @@ def test_sparsity_by_layer_bars_per_model_and_threshold(all_runs):
     fig = reports.plot_sparsity_by_layer(all_runs)
     axes = panels(fig)
     assert [ax.get_title() for ax in axes] == [
-        "baseline\n|x| < 0.01", "baseline\n|x| < 0.001",
-        "headwise\n|x| < 0.01", "headwise\n|x| < 0.001",
-        "hybrid\n|x| < 0.01", "hybrid\n|x| < 0.001"]
+        "baseline, |x| < 0.01", "baseline, |x| < 0.001",
+        "headwise, |x| < 0.01", "headwise, |x| < 0.001",
+        "hybrid, |x| < 0.01", "hybrid, |x| < 0.001"]
+    # The rows carry as little text as they can (a PDF page draws them shorter): "layer" under
+    # the bottom row only, one label of the y axes for the figure.
+    assert [ax.get_xlabel() for ax in axes] == ["", "", "", "", "layer", "layer"]
+    assert fig.get_supylabel() == "share below threshold" and not any(ax.get_ylabel() for ax in axes)
     assert tick_labels(axes[0]) == layer_labels(range(4))
     assert tick_labels(axes[4]) == ["3", "5"]
     assert len(axes[0].patches) == 4  # baseline: one (ungated) bar per layer

@@ -132,3 +132,24 @@ def test_a_tiny_hybrids_strip_and_caption(kind, checkpoint, tmp_path):
     assert "softmax layer where it varies most" in caption
     assert ("key-0 share of a Gated DeltaNet layer's output" if name == "gdn_key0"
             else "write strength beta at the Gated DeltaNet layer") in caption
+
+
+def test_a_line_breaks_before_a_word_not_inside_it():
+    """The PDF strip broke "3rd e" / "dition": a word (tokens from one that starts with a space
+    to the next) that would cross the width moves whole to the next line; one longer than a line
+    breaks where it must; no token runs past the width unless it begins its line."""
+    from probe.reports.viewer.strip import CHAR, GAP, WIDTH, _layout
+
+    fill = ["ab"] * (int(WIDTH // (2 * CHAR + GAP)) - 1)             # a line all but full
+    texts = [*fill, " e", "dition", " used"]
+    places, lines = _layout(texts)
+    assert lines == 2 and [place[1] for place in places[-3:]] == [1, 1, 1] and places[-3][0] == 0.0
+    assert places[-2][0] == pytest.approx(2 * CHAR + GAP)            # "dition" right after " e"
+    after_newline = [*fill, "x↵", "ab", "cd"]                          # a newline ends a word too
+    places, _ = _layout(after_newline)
+    assert places[-3][1] == 0 and places[-2] == (0.0, 1) and places[-1][1] == 1
+    long_word = ["a" * 40] * 6                                         # one word, wider than a line
+    places, lines = _layout(long_word)
+    assert lines > 1
+    for text, (x, _) in zip(long_word, places):
+        assert x == 0.0 or x + len(text) * CHAR <= WIDTH + 1e-9
