@@ -158,7 +158,8 @@ def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | N
                 analysis = Analysis.load(found[T])
                 result.folders[T] = found[T]
             else:
-                progress_line(f"probe: {run_name(base, T)}: {per_length[T]} sequences of {T:,} tokens")
+                progress_line(f"probe: {run_name(base, T)}: {per_length[T]} sequence{'s' * (per_length[T] != 1)} "
+                              f"of {T:,} tokens")
                 # The first length to run may be the one that was interrupted: its pass continues.
                 analysis = _one_length(loaded, docs, plan[T].replace(resume=o.resume and first and folder is not None),
                                        base, lengths, per_length[T], T, common)
