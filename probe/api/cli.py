@@ -326,10 +326,13 @@ def cmd_compare(args, command_line) -> int:
         print("probe: warning: the models did not see the same token ids (their tokenizers or BOS "
               "policies differ), so per-token comparisons do not apply; pass token ids (.npy / .pt) "
               "to compare on identical input", file=sys.stderr)
-    print_claims(analyses, pairs)
-    print_differences(analyses)
+    from probe.reports.runs import load_runs
+
+    runs = load_runs(analyses)          # read into report tables once, for the three tables below
+    print_claims(runs, pairs)
+    print_differences(runs)
     print_ablations(analyses)
-    print_between(analyses)
+    print_between(runs)
     print(f"wrote {errors.printable(out)}/")                     # the run folders first, as probe analyze prints them
     for path in reports.values():
         print(f"wrote {errors.printable(path)}")
