@@ -58,46 +58,67 @@ class SequenceValues:
 
     @classmethod
     def from_frame(cls, rows: pd.DataFrame) -> "SequenceValues | None":
-        """The arrays of one model's rows of per_sequence.csv; None when it has none."""
+        """The arrays of one model's rows of per_sequence.csv; None when it has none.
+
+        The rows are split by quantity (and key, and threshold) through integer codes, as index
+        arrays into the table's columns read once: pandas groupby and a sub-frame per quantity cost
+        most of a short analysis's summary (5 of its 8 ms at T = 128)."""
         if rows is None or rows.empty:
             return None
-        S = int(rows["sequence"].max()) + 1
-        by = {q: part for q, part in rows.groupby("quantity", sort=False)}
-        # The rows of a quantity by key (M-Act's site, the sparsity variant): split once, not
-        # filtered again for every grid.
-        keyed = {k: part for k, part in rows.groupby(["quantity", "key"], sort=False)}
+        sequence = rows["sequence"].to_numpy(int)
+        layer, head = rows["layer"].to_numpy(int), rows["head"].to_numpy(int)
+        value = rows["value"].to_numpy(float)
+        S = int(sequence.max()) + 1
+        quantity, quantities = pd.factorize(rows["quantity"], sort=False)
+        key, keys = pd.factorize(rows["key"], sort=False)
+        by = {name: np.flatnonzero(quantity == code) for code, name in enumerate(quantities)}
+        key_code = {name: code for code, name in enumerate(keys)}
 
-        def grid(q, layer_ids=None, heads=False, key=None, part=None):
-            if part is None and q in by:          # a key the quantity lacks: no rows, all NaN
-                part = by[q] if key is None else keyed.get((q, key), by[q].iloc[:0])
-            if part is None:
+        def rows_of(q, key_name=None):
+            """Indices of quantity q's rows (with that key): None where q has no rows; empty
+            where it has rows but none with the key (a grid of NaN)."""
+            found = by.get(q)
+            if found is None or key_name is None:
+                return found
+            return found[key[found] == key_code.get(key_name, -2)]
+
+        def grid(at, layer_ids, heads=False):
+            if at is None:
                 return None
-            ids = sorted(part["layer"].unique()) if layer_ids is None else layer_ids
-            H = int(part["head"].max()) + 1 if heads else 1
-            out = np.full((S, len(ids), H), np.nan)
-            out[part["sequence"].to_numpy(int), _columns(part["layer"].to_numpy(int), ids),
-                part["head"].to_numpy(int) if heads else 0] = part["value"].to_numpy(float)
+            H = int(head[at].max()) + 1 if heads else 1
+            out = np.full((S, len(layer_ids), H), np.nan)
+            out[sequence[at], _columns(layer[at], layer_ids), head[at] if heads else 0] = value[at]
             return out if heads else out[:, :, 0]
 
-        attention = sorted(int(x) for x in by["f_attn_n"]["layer"].unique()) if "f_attn_n" in by else []
-        m_rows = by.get("m_act")
-        layers = sorted(int(x) for x in m_rows["layer"].unique()) if m_rows is not None else []
-        m_max = np.stack([grid("m_act", layers, key=s) if m_rows is not None else np.full((S, 0), np.nan)
+        def layers_of(q):
+            return sorted(int(x) for x in np.unique(layer[by[q]])) if q in by else []
+
+        def quantity_grid(q, layer_ids, heads=False, key_name=None):
+            return grid(rows_of(q, key_name), layer_ids, heads)
+
+        attention, layers = layers_of("f_attn_n"), layers_of("m_act")
+        m_max = np.stack([quantity_grid("m_act", layers, key_name=s) if "m_act" in by else np.full((S, 0), np.nan)
                           for s in SITES], axis=2)
         sparsity = {}
         below = by.get("sparsity_below")
         if below is not None:
-            for (variant, t), part in below.groupby(["key", "threshold"], sort=False):
-                sparsity[(variant, float(t))] = (grid("sparsity_below", attention, part=part),
-                                                 grid("sparsity_n", attention, key=variant))
-        loss = lambda q: grid(q, [-1])[:, 0] if q in by else np.zeros(S)         # noqa: E731
-        return cls(S, attention, layers, grid("f_attn_sum", attention, heads=True), grid("f_attn_n", attention),
-                   grid("f_attn_uniform", attention), grid("gate_sum", attention, heads=True),
-                   grid("gate_n", attention, heads=True), grid("gate_low", attention, heads=True),
+            # Each (variant, threshold) of the rows, in the order they first appear.
+            threshold, thresholds = pd.factorize(rows["threshold"].to_numpy(float)[below], sort=False)
+            pair = key[below] * max(len(thresholds), 1) + threshold
+            codes, first = np.unique(pair, return_index=True)
+            for code in codes[np.argsort(first)]:
+                variant, t = keys[code // max(len(thresholds), 1)], thresholds[code % max(len(thresholds), 1)]
+                sparsity[(variant, float(t))] = (grid(below[pair == code], attention),
+                                                 quantity_grid("sparsity_n", attention, key_name=variant))
+        loss = lambda q: grid(by[q], [-1])[:, 0] if q in by else np.zeros(S)         # noqa: E731
+        return cls(S, attention, layers, quantity_grid("f_attn_sum", attention, heads=True),
+                   quantity_grid("f_attn_n", attention), quantity_grid("f_attn_uniform", attention),
+                   quantity_grid("gate_sum", attention, heads=True), quantity_grid("gate_n", attention, heads=True),
+                   quantity_grid("gate_low", attention, heads=True),
                    sparsity, m_max, loss("nll"), loss("nll_n"),
-                   grid("document", [-1])[:, 0].astype(np.int64) if "document" in by else None,
-                   grid("key0_score", attention, heads=True), grid("key0_n", attention),
-                   grid("secondary_sinks", attention))
+                   grid(by["document"], [-1])[:, 0].astype(np.int64) if "document" in by else None,
+                   quantity_grid("key0_score", attention, heads=True), quantity_grid("key0_n", attention),
+                   quantity_grid("secondary_sinks", attention))
 
     @property
     def units(self) -> int:

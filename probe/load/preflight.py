@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..core.errors import ProbeError, first_line, flag
+from ..core.errors import ProbeError, flag
 
 
 def check_device(device: str | None) -> None:
@@ -16,9 +16,10 @@ def check_device(device: str | None) -> None:
         return
     try:
         where = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise ProbeError(f"{flag('device', device)} is not a device torch knows ({first_line(err)}); "
-                         "use cpu, cuda, cuda:1, mps, ...") from None
+    except (RuntimeError, TypeError):
+        # torch's own message lists its twenty device types, most of which no user means.
+        raise ProbeError(f"{flag('device', device)} is not a device torch knows; use cpu, cuda, cuda:1, "
+                         "mps, ...") from None
     if where.type == "cuda":
         if not torch.cuda.is_available():
             build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
