@@ -162,6 +162,42 @@ def assert_shares_are_direct_counts(cap, seen, o_in, means, control=None):
                 assert shares["mean_gate"][t] == (count_below(O, t, means[layer]), True), (layer, t)
 
 
+@pytest.mark.parametrize("kind", GATED)
+def test_gate_statistics_of_the_first_token_and_the_rest_equal_the_gate_modules_output(kind, loaded):
+    """gates.csv's groups, the paper's comparison of the gate at the first token with the rest:
+    per head, count, mean, std, min, max and the shares below / above each cut against the gate
+    module's own output at position 0 and at positions 1 on (a swap of the two groups, which
+    leaves "all" as it was, failed no test before this one)."""
+    lm = loaded(kind)
+    L = lm.layout
+    ids = ids_for(lm.model, B=3, seed=5)
+    gate_out, hooks = {}, []
+    with torch.no_grad(), Capture(lm.model, L) as cap:
+        for p in L.layers:
+            if p.gate_module is not None:
+                hooks.append(p.gate_module.register_forward_hook(
+                    lambda m, a, out, i=p.index: gate_out.__setitem__(i, out.clone())))
+        try:
+            with cap.batch(ids):
+                lm.model(input_ids=ids, use_cache=False)
+        finally:
+            for h in hooks:
+                h.remove()
+    assert cap.gates and set(cap.gates) == set(gate_out)
+    for layer, stats in cap.gates.items():
+        g = L.gate.scores(gate_out[layer], L.num_heads, L.num_kv_heads, L.head_dim).double()   # (B, T, H, Dg)
+        rows = {(r["group"], r["head"], r["metric"]): r["value"] for r in stats.rows()}
+        for group, part in (("first", g[:, :1]), ("rest", g[:, 1:]), ("all", g)):
+            for h in range(L.num_heads):
+                x = part[:, :, h].reshape(-1)
+                want = {"count": x.numel(), "mean": x.mean(), "std": x.std(correction=0), "min": x.min(),
+                        "max": x.max(), **{f"frac_lt_{t}": (x < t).double().mean() for t in stats.LOW},
+                        **{f"frac_gt_{t}": (x > t).double().mean() for t in stats.HIGH}}
+                for metric, value in want.items():
+                    assert rows[(group, h, metric)] == pytest.approx(float(value), rel=1e-9, abs=1e-7), \
+                        (layer, group, h, metric)
+
+
 @pytest.mark.parametrize("kind", GATED + ("qwen3",))
 def test_sparsity_equals_direct_count_exactly(kind, loaded):
     """Every share equals a direct count on the tensors of the same pass, exactly: ungated O and

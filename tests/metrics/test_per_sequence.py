@@ -88,22 +88,48 @@ def _sequences(ck):
                                                texts=TEXTS).sequences]
 
 
+def gate_scores_alone(ck, ids) -> dict[int, torch.Tensor]:
+    """Per gated layer the gate module's scores (T, H, Dg), float64, from one unpadded forward of
+    the model over `ids` (no probe pass: the module's own output, read through the layout)."""
+    lm = probe.load(ck)
+    L, out, hooks = lm.layout, {}, []
+    for p in L.layers:
+        if p.gate_module is not None:
+            hooks.append(p.gate_module.register_forward_hook(
+                lambda m, args, o, i=p.index: out.__setitem__(i, L.gate.scores(o, L.num_heads, L.num_kv_heads,
+                                                                               L.head_dim)[0].double())))
+    try:
+        with torch.no_grad():
+            lm.model(input_ids=torch.tensor([ids]), use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    return out
+
+
 def test_gate_and_sparsity_sums_equal_a_pass_over_each_sequence_alone(checkpoint, run):
-    """The gate-score sums and counts below the headline thresholds of one sequence are what
-    probe's own reducers (gates.csv, sparsity.csv) count on that sequence analysed alone (a batch
-    of one: float32 rounding differs from the padded batch, so 1e-6 relative and a few counts)."""
+    """A sequence's gate-score sum, count and count below 0.1 per (layer, head) against the gate
+    module's own output over that sequence alone: the counts exactly, the sum to 1e-6 relative
+    (the padded batch rounds float32 differently), the count below 0.1 within one score either
+    side of the cut. Its sparsity counts against probe's sparsity.csv of the sequence alone
+    (sparsity is checked against direct counts in tests/capture/test_capture.py)."""
+    from probe.metrics.per_sequence import LOW_GATE
+
     ck, a, saved = run
     ps = saved.per_sequence
     for s, ids in enumerate(_sequences(ck)[:2]):
         alone = probe.analyze(ck, data=np.asarray([ids]), display_len=0, progress=False, bos="none",
                               seq_len=len(ids))
-        g = alone.gates[alone.gates.group == "all"].pivot_table(index=["layer", "head"], columns="metric",
-                                                               values="value")
         mine = ps[ps.sequence == s]
-        for q, want in (("gate_sum", g["mean"] * g["count"]), ("gate_n", g["count"]),
-                        ("gate_low", g["frac_lt_0.1"] * g["count"])):
+        scores = gate_scores_alone(ck, ids)
+        assert scores
+        for q, reduce, tolerance in (("gate_n", lambda g: float(g.numel()), dict(rtol=0, atol=0)),
+                                     ("gate_sum", lambda g: float(g.sum()), dict(rtol=1e-6, atol=0)),
+                                     ("gate_low", lambda g: float((g < LOW_GATE).sum()), dict(rtol=0, atol=1))):
             got = per_sequence(mine, q).set_index(["layer", "head"])["value"]
-            np.testing.assert_allclose(got.loc[want.index], want, rtol=1e-6, atol=2)
+            want = pd.Series({(layer, h): reduce(g[:, h]) for layer, g in scores.items() for h in range(g.shape[1])})
+            assert set(got.index) == set(want.index), q
+            np.testing.assert_allclose(got.loc[want.index], want, **tolerance, err_msg=q)
         for variant in ("ungated", "gated"):
             n = per_sequence(mine, "sparsity_n", variant).set_index("layer")["value"]
             for t in (1e-2, 1e-3):
