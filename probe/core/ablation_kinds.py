@@ -78,10 +78,16 @@ def parse_plan(spec, seq_len=None) -> AblationPlan:
         raise ProbeError(f"{flag('ablate')} needs a spec such as 'windows=64,256 sinks=0,4 key0' (or all)")
     terms = [t.strip() for t in (spec.split(";") if ";" in spec else spec.split()) if t.strip()]
     windows, sinks, out, layers = None, [0], [], None
+    seen: set[str] = set()
     for term in terms:
         key, _, value = term.partition("=")
         if term == "all":
             return parse_plan(ALL_SPEC + "".join(f" {t}" for t in terms if t.startswith("layers=")), seq_len)
+        if key in ("windows", "sinks", "layers") and value:
+            if key in seen:         # a second windows= replaced the first without a word
+                raise ProbeError(f"{flag('ablate')}: {key}= is given twice; give its values once, comma-separated "
+                                 f"({key}=4,8)")
+            seen.add(key)
         if key == "windows":
             windows = _ints("windows", value, 1)
         elif key == "sinks":

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,6 +120,19 @@ def _choice(choices, *, optional: bool = False):
 def _text_field(name, value, options):
     if not isinstance(value, str) or not value:
         raise ProbeError(f"{flag(name)} must name a JSONL field (got {value!r})")
+
+
+# What transformers takes as a device_map string: a placement strategy, or one device.
+DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def _device_map(name, value, options):
+    if value is None:
+        return
+    one_device = isinstance(value, str) and re.fullmatch(r"(cpu|mps|meta|(cuda|xpu|npu|hpu)(:\d+)?)", value)
+    if value not in DEVICE_MAP_STRATEGIES and not one_device:
+        raise ProbeError(f"{flag(name, value)} is not a device map; use {', '.join(DEVICE_MAP_STRATEGIES)}, or one "
+                         "device such as cuda:0")
 
 
 def _name(name, value, options):
@@ -270,7 +284,7 @@ class AnalysisOptions:
     device: str | None = option(None, f"cpu, cuda, cuda:1, ... (default {DEVICE}; a model object: where it is)",
                                 cli={})
     device_map: str | None = option(None, "e.g. auto: shard a large model over GPUs with accelerate (one "
-                                          "process; under torchrun use --device cuda)", cli={})
+                                          "process; under torchrun use --device cuda)", check=_device_map, cli={})
     gate: object = option(None, "declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none",
                           check=_gate, cli={})
     rope_scaling: object = option(

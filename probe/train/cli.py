@@ -112,7 +112,7 @@ def config_from_args(args) -> TrainConfig:
                          f"{'it' if len(given) == 1 else 'them'} out")
     d = TrainConfig()
     tokens = args.steps * args.batch_size * args.seq_len if args.steps else args.tokens
-    return TrainConfig(
+    config = TrainConfig(
         arm=GROUPS[args.arm][0] if args.arm in GROUPS else (args.arm or "none"), out=args.out,
         from_dir=args.from_dir, train_params=args.train_params,
         data=tuple(args.data or ()), tokens=tokens, seed=args.seed, lr=args.lr,
@@ -126,6 +126,9 @@ def config_from_args(args) -> TrainConfig:
         save_every=args.save_every, threads=args.threads, name=args.name, resume=args.resume,
         force=args.force, stop_after=args.stop_after, keep_checkpoint=args.keep_checkpoint,
         progress=not args.quiet)
+    if config.from_dir is None:
+        config.heads_of()           # a shape the model cannot take: refused before --out is made
+    return config
 
 
 def arm_configs(cfg: TrainConfig, arm: str) -> list[TrainConfig]:

@@ -124,11 +124,23 @@ class TrainConfig:
     def save_interval(self) -> int:
         return self.save_every or max(1, self.steps // 10)
 
-    def shape(self, vocab_size: int) -> Shape:
+    def heads_of(self) -> tuple[int, int]:
+        """(heads, kv heads) of a new model, checked against the width (no vocabulary needed: the
+        CLI asks before it makes --out)."""
         heads = self.heads or max(1, self.width // 32)
         kv = self.kv_heads or max(1, heads // 2)
         if self.width % heads:
             raise ProbeError(f"--width {self.width} is not a multiple of the {heads} heads")
+        if (self.width // heads) % 2:
+            # Rotary embeddings rotate pairs of dimensions: transformers refuses an odd head size
+            # deep inside the model's config validation.
+            raise ProbeError(f"--width {self.width} over {heads} heads gives heads of {self.width // heads} "
+                             "dimensions; rotary positions need an even head size: pick a width that is "
+                             f"a multiple of {2 * heads}")
+        return heads, kv
+
+    def shape(self, vocab_size: int) -> Shape:
+        heads, kv = self.heads_of()
         return Shape(vocab_size=vocab_size, width=self.width, layers=self.layers, heads=heads,
                      kv_heads=kv, head_dim=self.width // heads,
                      intermediate=int(round(self.mlp_ratio * self.width)),
@@ -191,13 +203,16 @@ class TrainConfig:
                              + " or ".join(SYNTHETIC_PREFIX + t for t in SYNTHETIC_TASKS))
         if self.vocab_size < 2:
             raise ProbeError("--vocab-size (content tokens of synthetic data) must be at least 2")
-        body = self.seq_len - 1 if self.bos == "prepend" else self.seq_len
-        if not 1 <= self.copy_len < body:
-            # A segment as long as the row never repeats: every copy row would be a noise row.
-            raise ProbeError(f"--copy-len {self.copy_len} leaves nothing to copy in rows of {body} "
-                             f"tokens; use 1 to {body - 1}")
         if not 0.0 <= self.noise_frac <= 1.0:
             raise ProbeError("--noise-frac must be between 0 and 1")
+        body = self.seq_len - 1 if self.bos == "prepend" else self.seq_len
+        if not 1 <= self.copy_len < body:
+            # A segment as long as the row never repeats: every copy row would be a noise row. The
+            # default may be what fails (a short --seq-len): say so, not only the flag's name.
+            default = " (the default)" if self.copy_len == DEFAULT_COPY_LEN else ""
+            raise ProbeError(f"--copy-len {self.copy_len}{default} leaves nothing to copy in rows of {body} "
+                             f"tokens (--seq-len {self.seq_len}); pass --copy-len 1 to {body - 1}, or a longer "
+                             "--seq-len")
         if task.endswith("-marked") and self.bos != "prepend":
             raise ProbeError(f"{SYNTHETIC_PREFIX}{task} puts the row-type marker at position 0; "
                              "it needs --bos prepend (the default)")

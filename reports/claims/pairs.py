@@ -73,6 +73,9 @@ def parse_pairs(texts) -> list[tuple[str, str]]:
 def check_declared(runs: Runs, pairs) -> None:
     """A declared pair must name a baseline and a gated model of these runs."""
     for base, gated in pairs or ():
+        if base == gated:
+            raise ValueError(f"--pair {base}:{gated} names one run twice; give a baseline and a gated model, "
+                             "BASE:GATED")
         for name, want in ((base, False), (gated, True)):
             if name not in runs.models:
                 raise ValueError(f"--pair {base}:{gated}: no run is named {name!r} (the runs: "

@@ -50,6 +50,7 @@ def test_dtype_names_are_the_loaders():
     ("seed", 2 ** 70, "seed=", "--seed"),                       # issue 37: torch cannot take it
     ("name", 5, "name=", "--name"),                             # once saved as the model's name
     ("name", " ", "name=", "--name"),
+    ("device_map", "weird", "device_map='weird' is not a device map", "--device-map weird"),   # blamed the weights
 ])
 def test_a_bad_option_names_the_python_argument_or_the_flag(field, value, python, command_line):
     with pytest.raises(ProbeError, match=python.replace("(", r"\(")):

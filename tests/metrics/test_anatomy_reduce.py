@@ -154,10 +154,89 @@ def test_the_planted_secondary_sink_is_found_at_its_position_and_token(planted_r
     counted = per_seq[per_seq.layer == 0].set_index("sequence")["value"]
     for s in range(len(rows)):
         assert counted[s] >= len(at[at.sequence == s]) == 4
-    # Value drains of each head's top key (the plant, in layer 0): norm ratio against the values.
+    # Value drains of each head's top key (the plant, in layer 0): one key per sequence, every
+    # query counted; the numbers themselves: test_value_drains_equal_a_direct_computation.
     drains = a.value_drains[a.value_drains.layer == 0]
     assert drains.sink_keys.tolist() == [len(rows)] * 4
     assert drains.queries.tolist() == [sum(LENGTHS)] * 4
+
+
+def eager_drain_inputs(model, ids: list[int]) -> dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """layer -> (P (H, L, L), v (KV, L, D), o (H, L, D)), float64, of one unpadded sequence, from
+    a plain eager forward: P from `output_attentions`, v from v_proj's output, o (each head's
+    attention output, before o_proj) from o_proj's input. Nothing of probe's back-end is read."""
+    cfg = model.config
+    H, KV, D = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+    values, outs, hooks = {}, {}, []
+    for i, layer in enumerate(model.model.layers):
+        attn = layer.self_attn
+        hooks.append(attn.v_proj.register_forward_hook(
+            lambda m, args, out, i=i: values.__setitem__(i, out[0].view(-1, KV, D).transpose(0, 1).double())))
+        hooks.append(attn.o_proj.register_forward_pre_hook(
+            lambda m, args, i=i: outs.__setitem__(i, args[0][0].view(-1, H, D).transpose(0, 1).double())))
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            attentions = model(input_ids=torch.tensor([ids]), use_cache=False, output_attentions=True).attentions
+    finally:
+        model.set_attn_implementation(previous)
+        for h in hooks:
+            h.remove()
+    return {i: (attentions[i][0].double(), values[i], outs[i]) for i in range(len(model.model.layers))}
+
+
+def test_value_drains_equal_a_direct_computation(planted_run, planted):
+    """value_drains.csv's value_norm_ratio, norm_share and projection_share of every (layer,
+    head) against the same numbers formed directly from an eager forward of each unpadded
+    sequence (eager_drain_inputs: P, the values v_proj made, the output o_proj was given):
+    the sink key of a head is its highest Gu score among keys seen by >= MIN_QUERIES queries
+    (the lowest position on ties; none qualify under layer 1's window of 8: key 0), its
+    contribution c_t = P[t, sink] v_sink, then
+      value_norm_ratio = ||v_sink|| / lower median of ||v_s|| over the sequence's keys (its KV
+        head), averaged over the sequences (one sink key each);
+      norm_share = ||c_t|| / ||o_t||, projection_share = (c_t . o_t) / ||o_t||^2, averaged over
+        every query of every sequence (o_t != 0 here).
+    This is what ties the table to the values: the counts alone (sink_keys, queries) would not
+    notice key vectors read in place of values, nor a share against another output. Padding,
+    GQA (4 query / 2 KV heads) and a sliding window are all in the run. Tolerance: 1e-5
+    relative (1e-7 absolute): a float32 model, probe's back-end against eager attention; the
+    largest difference measured was 4e-7 relative."""
+    a, rows, eager = planted_run
+    H = planted.config.num_attention_heads
+    group = H // planted.config.num_key_value_heads
+    sums = {}                   # (layer, head) -> [ratio sum, sink keys, norm sum, projection sum, queries]
+    for ids, p_eager in zip(rows, eager):
+        for layer, (p, v, o) in eager_drain_inputs(planted, ids).items():
+            torch.testing.assert_close(p, p_eager[layer])                         # the same forward
+            torch.testing.assert_close(o, p @ v.repeat_interleave(group, 0), rtol=1e-5, atol=1e-6)
+            score, _, count = column_means(p, [None, HF_WINDOW][layer])
+            top = torch.where(count >= MIN_QUERIES, score, -math.inf).argmax(-1)  # (H,)
+            if layer == 0:
+                assert top.tolist() == [PLANT_AT] * H
+            norms = v.norm(dim=-1)                                                # (KV, L)
+            for h in range(H):
+                kv, k = h // group, int(top[h])
+                c = p[h, :, k, None] * v[kv, k]                                   # (L, D)
+                o_sq = (o[h] * o[h]).sum(-1)                                      # (L,)
+                assert bool((o_sq > 0).all())
+                s = sums.setdefault((layer, h), [0.0, 0, 0.0, 0.0, 0])
+                s[0] += float(norms[kv, k] / norms[kv].median())
+                s[1] += 1
+                s[2] += float((c.norm(dim=-1) / o_sq.sqrt()).sum())
+                s[3] += float(((c * o[h]).sum(-1) / o_sq).sum())
+                s[4] += len(ids)
+    table = a.value_drains
+    assert sorted(zip(table.layer, table["head"])) == sorted(sums)
+    for r in table.itertuples():
+        ratio, keys, norm, projection, queries = sums[(r.layer, r.head)]
+        where = (r.layer, r.head)
+        assert (r.sink_keys, r.queries) == (keys, queries), where
+        assert r.value_norm_ratio == pytest.approx(ratio / keys, rel=1e-5, abs=1e-7), where
+        assert r.norm_share == pytest.approx(norm / queries, rel=1e-5, abs=1e-7), where
+        assert r.projection_share == pytest.approx(projection / queries, rel=1e-5, abs=1e-7), where
+    # Not vacuous: in layer 0 the plant carries most of each head's output.
+    assert bool((table[table.layer == 0].norm_share > 0.5).all())
 
 
 def test_one_pooled_token_score_in_the_table_and_the_summary(planted_run):

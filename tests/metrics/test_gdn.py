@@ -12,7 +12,11 @@ Qwen3.5 model, and the same weights as a Qwen3-Next one: trained_hybrids.py), in
 - every term equals the one a float64 step-by-step recurrence gives, written here apart: each
   key's own part of the state, decayed and read by the query (1e-10); so do the state shares;
 - the key-0 share of gdn_keys.csv is the mean over queries t >= 1 of |c_{t,0}| / sum_s |c_{t,s}|
-  from those independent terms.
+  from those independent terms, and gdn_key0_buckets.csv its mean per query-position bucket.
+
+gdn_sparsity, gdn_head_norms, gdn_gates' mean_g / half_life and gdn_top_beta are checked against
+tensors recorded with plain hooks in test_gdn_tables.py; the run-level tests here check the
+tables' shape and that fused and separate projections agree (a consistency check, not a value one).
 """
 from __future__ import annotations
 
@@ -221,15 +225,20 @@ def test_the_run_checks_its_terms_and_writes_every_table(run):
             assert set(frame.value) == {3 * 47.0}                 # 3 sequences of 48 tokens, t >= 1
 
 
-def test_key0_share_is_the_mean_of_independent_terms(checkpoint, loaded):
-    """One sequence: the metric's key-0 share per head against the recurrence's terms."""
-    lm = loaded("qwen3_5")
-    ids = torch.randint(3, 200, (1, 40), generator=torch.Generator().manual_seed(3))
+def _anatomy_pass(lm, ids):
+    """(capture, {layer: GDNCall}): a --gdn --anatomy pass over ids, keeping each GDN layer's call."""
     cap = probe.Capture(lm.model, lm.layout, gdn=True, anatomy=True, vocab_size=lm.model.config.vocab_size)
     calls = {}
     cap.on(GDN, lambda layer, o, b, call: calls.__setitem__(layer, call))
     with torch.no_grad(), cap, cap.batch(ids):
         lm.model(input_ids=ids, use_cache=False)
+    return cap, calls
+
+
+def test_key0_share_is_the_mean_of_independent_terms(checkpoint, loaded):
+    """One sequence: the metric's key-0 share per head against the recurrence's terms."""
+    lm = loaded("qwen3_5")
+    cap, calls = _anatomy_pass(lm, torch.randint(3, 200, (1, 40), generator=torch.Generator().manual_seed(3)))
     for layer, call in calls.items():
         H = lambda x: x[0].transpose(0, 1).double()
         c, _ = _terms_by_recurrence(*(H(x) for x in (call.q, call.k, call.v, call.beta, call.g)))
@@ -237,6 +246,36 @@ def test_key0_share_is_the_mean_of_independent_terms(checkpoint, loaded):
         share = (mag[..., 0] / mag.sum(-1))[:, 1:].mean(1)
         got = cap.metrics["gdn"].keys[layer].values()["key0_share"]
         assert torch.allclose(got, share, rtol=1e-9, atol=1e-12)
+
+
+def test_key0_buckets_are_bucketed_shares_of_independent_terms(loaded):
+    """gdn_key0_buckets.csv, two sequences of 24 tokens: per layer, value head and query-position
+    bucket [2^j, 2^(j+1)) (queries t >= 1; the last bucket [16, 32) holds t = 16..23), n_queries
+    the queries of both sequences in it and value the mean over them of |c_{t,0}| / sum_s |c_{t,s}|
+    from the float64 recurrence's terms, written here apart (_terms_by_recurrence); 1e-9 relative."""
+    lm = loaded("qwen3_5")
+    cap, calls = _anatomy_pass(lm, torch.randint(3, 200, (2, 24), generator=torch.Generator().manual_seed(7)))
+    table = cap.tables("m", lm.tokenizer)["gdn_key0_buckets"]
+    assert sorted(set(table.layer)) == sorted(calls) == [0, 1, 2]
+    t = torch.arange(1, 24)
+    bucket = [(2 ** j, 2 ** (j + 1)) for j in range(5)]                 # t = 1, 2-3, ..., 16-23
+    for layer, call in calls.items():
+        shares = []
+        for row in range(2):
+            H = lambda x: x[row].transpose(0, 1).double()
+            c, _ = _terms_by_recurrence(*(H(x) for x in (call.q, call.k, call.v, call.beta, call.g)))
+            mag = c.norm(dim=-1)                                       # (H, T, T)
+            shares.append((mag[..., 0] / mag.sum(-1))[:, 1:])          # (H, 23): t = 1 .. 23
+        share = torch.cat(shares, 1)                                   # (H, 46)
+        tt = torch.cat([t, t])
+        rows = table[table.layer == layer]
+        for h in range(share.shape[0]):
+            got = rows[rows["head"] == h].sort_values("bucket_lo")
+            assert [(lo, hi) for lo, hi in zip(got.bucket_lo, got.bucket_hi)] == bucket, (layer, h)
+            for (lo, hi), n, value in zip(bucket, got.n_queries, got.value):
+                inside = (tt >= lo) & (tt < hi)
+                assert n == int(inside.sum()), (layer, h, lo)
+                assert value == pytest.approx(float(share[h, inside].mean()), rel=1e-9, abs=1e-12), (layer, h, lo)
 
 
 def test_off_by_default_and_unknown_layouts_refused_in_one_line(loaded):

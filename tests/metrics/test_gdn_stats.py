@@ -55,3 +55,33 @@ def test_token_stats_equal_a_direct_computation():
     for h in range(3):
         assert [round(c[0], 7) for c in stats.top[h]] == [round(float(b), 7) for b in beta[:, h].topk(TOP).values]
     assert int(stats.nonfinite) == 2
+
+
+def test_mean_g_and_half_life_equal_a_direct_computation():
+    """The decay's mean_g and half_life per group and value head against numpy, float64, over two
+    batches: mean_g the mean of the log decay g over the group's tokens (a token whose decay is
+    NaN, and so its g, left out of both the sum and the count), half_life = ln 0.5 / mean_g, in
+    tokens: positive, as g < 0 (exp(g) in (0, 1)). 1e-12 relative. Only the decay has them."""
+    batches = [_batch(2), _batch(3)]
+    values, g, _, _ = batches[1]
+    values["decay"][5, 2, 0] = math.nan                                  # a NaN decay: its g is NaN
+    g[5, 2] = math.nan
+    stats = TokenStats(groups=4, heads=3)
+    for values, g, member, where in batches:
+        stats.update(values, g, member, where)
+    qi = QUANTITIES.index("decay")
+    got = stats.metrics(qi)
+    assert all("mean_g" not in stats.metrics(i) and "half_life" not in stats.metrics(i)
+               for i in range(len(QUANTITIES)) if i != qi)
+    checked = 0
+    for gi in range(4):
+        for h in range(3):
+            x = np.concatenate([g[m[gi]][:, h].numpy().astype(np.float64) for _, g, m, _ in batches])
+            x = x[np.isfinite(x)]
+            mean_g = x.mean()
+            assert mean_g < 0
+            np.testing.assert_allclose(got["mean_g"][gi, h], mean_g, rtol=1e-12, atol=0)
+            np.testing.assert_allclose(got["half_life"][gi, h], math.log(0.5) / mean_g, rtol=1e-12, atol=0)
+            assert got["half_life"][gi, h] > 0
+            checked += 1
+    assert checked == 12 and int(stats.count[qi, 0, 2]) == 2 * 37 - 1     # the NaN token left out

@@ -143,6 +143,9 @@ def test_a_declared_pair_must_name_a_baseline_then_a_gated_run(run_dirs):
         check_declared(runs, [("headwise", "baseline")])
     with pytest.raises(ValueError, match="no run is named 'nope'"):
         check_declared(runs, [("nope", "headwise")])
+    # one run named twice: it said "baseline is ungated; give the baseline first", which it was
+    with pytest.raises(ValueError, match="names one run twice"):
+        check_declared(runs, [("baseline", "baseline")])
 
 
 def test_runs_without_token_ids_pair_only_when_declared(run_dirs):

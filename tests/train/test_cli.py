@@ -56,3 +56,14 @@ def test_a_seed_out_of_range_is_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and "--seed" in err[0], err
         assert not (tmp_path / "x").exists()
+
+
+def test_a_width_that_gives_odd_heads_is_one_line(tmp_path, corpus_file, capsys):
+    """--width 33 (one head of 33 dimensions) or 62 over 2 heads: rotary positions need an even
+    head size; transformers' config validation raised a traceback from inside the model's build."""
+    for shape in (["--width", "33", "--heads", "1", "--kv-heads", "1"], ["--width", "62", "--heads", "2", "--kv-heads", "1"]):
+        assert main(["train", "--arm", "none", "--data", str(corpus_file), "--out", str(tmp_path / "x"), *TINY,
+                     *shape]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "even head size" in err and "Traceback" not in err, err
+        assert not (tmp_path / "x").exists()

@@ -14,3 +14,8 @@ def test_warmup_then_cosine_to_min_lr():
     assert factors[10] == pytest.approx(1.0)
     assert all(a >= b for a, b in zip(factors[10:], factors[11:]))
     assert factors[-1] == pytest.approx(0.1, abs=1e-3)
+    # The shape between the ends, from cos at a third, a half and two thirds of the 90 decay
+    # steps (cos pi/3 = 1/2, cos pi/2 = 0, cos 2pi/3 = -1/2): any other monotone curve fails here.
+    assert cfg.steps == 100
+    assert [factors[40], factors[55], factors[70]] == pytest.approx([0.1 + 0.9 * 0.75, 0.55, 0.1 + 0.9 * 0.25],
+                                                                    abs=1e-12)

@@ -106,11 +106,23 @@ def test_loss_floor_counts_uniform_targets():
     assert task.loss_floor() == pytest.approx((127 + 16) / 2 / 127 * np.log(256))
 
 
+def test_the_default_copy_length_is_said_to_be_the_default():
+    """Under a short --seq-len the default --copy-len fails: the message named a flag the user never
+    passed, as if they had."""
+    from probe.core.errors import ProbeError
+
+    with pytest.raises(ProbeError, match=r"--copy-len 16 \(the default\) leaves nothing to copy in rows of 15 "
+                                         r"tokens \(--seq-len 16\)"):
+        config(copy_len=None, seq_len=16).check()
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--data", "synthetic:parity"], "unknown synthetic task"),
     (["--data", "synthetic:noise-copy", "extra.txt"], "cannot be mixed"),
     (["--data", "synthetic:noise-copy-marked", "--bos", "none"], "needs --bos prepend"),
     (["--data", "synthetic:noise-copy", "--copy-len", "23"], "leaves nothing to copy"),
+    # A bad --noise-frac is named even where the copy length fails too.
+    (["--data", "synthetic:noise-copy", "--copy-len", "23", "--noise-frac", "2"], "--noise-frac must be between"),
     (["--copy-len", "8"], "synthetic:TASK only"),
 ])
 def test_bad_synthetic_settings_end_in_one_line(tmp_path, capsys, argv, message):

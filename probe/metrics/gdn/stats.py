@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import math
 
+import numpy as np
 import torch
 
 from ..reducers import F64, I64, LogHistogram, Reducer
@@ -93,14 +94,21 @@ class TokenStats(Reducer):
         self._top(values["beta"][..., 0], where)
 
     def _top(self, beta: torch.Tensor, where) -> None:
+        """The batch's candidates for each head's TOP largest beta: the k largest and every value
+        tied with the k-th (topk alone picks among ties arbitrarily, and _best's order, the
+        earlier sequence then position, must choose among them), largest first in that order."""
         seq, pos, tok = where
         k = min(TOP, beta.shape[0])
         if not k:
             return
-        best, idx = beta.float().nan_to_num(-1.0).topk(k, dim=0)             # (k, H)
-        rows = [(s, p, t) for s, p, t in zip(seq.tolist(), pos.tolist(), tok.tolist())]
+        values = beta.float().nan_to_num(-1.0)                                # (N, H)
+        kth = values.topk(k, dim=0).values[-1].tolist()                       # (H,)
+        values = values.cpu().numpy()
+        s, p, t = seq.cpu().numpy(), pos.cpu().numpy(), tok.cpu().numpy()
         for h in range(self.heads):
-            cands = [(b, *rows[i]) for b, i in zip(best[:, h].tolist(), idx[:, h].tolist())]
+            at = np.flatnonzero(values[:, h] >= kth[h])
+            at = at[np.lexsort((p[at], s[at], -values[at, h]))[:TOP]]
+            cands = [(float(values[i, h]), int(s[i]), int(p[i]), int(t[i])) for i in at]
             self.top[h] = _best(self.top[h] + cands)
 
     def merge(self, other: "TokenStats") -> "TokenStats":
