@@ -16,11 +16,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import CLI_NAMES, ProbeError, flag
+from .option_checks import (check_ablate, check_device_map, check_gate, check_interventions, check_name,
+                            check_resume, check_rope_scaling, check_seconds, check_text_field,
+                            check_token_groups, check_tokenizer)
 
 BOS_POLICIES = ("auto", "prepend", "none")
 ON_LONG = ("truncate", "slide", "error")
@@ -117,37 +119,6 @@ def _choice(choices, *, optional: bool = False):
     return check
 
 
-def _text_field(name, value, options):
-    if not isinstance(value, str) or not value:
-        raise ProbeError(f"{flag(name)} must name a JSONL field (got {value!r})")
-
-
-# What transformers takes as a device_map string: a placement strategy, or one device.
-DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
-
-
-def _device_map(name, value, options):
-    if value is None:
-        return
-    one_device = isinstance(value, str) and re.fullmatch(r"(cpu|mps|meta|(cuda|xpu|npu|hpu)(:\d+)?)", value)
-    if value not in DEVICE_MAP_STRATEGIES and not one_device:
-        raise ProbeError(f"{flag(name, value)} is not a device map; use {', '.join(DEVICE_MAP_STRATEGIES)}, or one "
-                         "device such as cuda:0")
-
-
-def _name(name, value, options):
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise ProbeError(f"{flag(name)} must be a non-empty string, the model's name in tables and reports "
-                         f"(got {value!r})")
-
-
-def _rope_scaling(name, value, options):
-    if value is not None:
-        from ..load.rope import parse
-
-        parse(value)                 # checked now; load applies it (rope.apply)
-
-
 def seq_len_arg(text: str):
     """--seq-len N, or N,N,... (a context sweep, probe/api/sweep.py): an int or a tuple of ints."""
     parts = [p.strip() for p in str(text).split(",") if p.strip()]
@@ -159,54 +130,6 @@ def seq_len_arg(text: str):
     if not values:
         raise ProbeError(f"{flag('seq_len')} is empty; give a number of tokens")
     return values[0] if len(values) == 1 and "," not in str(text) else tuple(values)
-
-
-def _seconds(name, value, options):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0 or math.isnan(value):
-        raise ProbeError(f"{flag(name)} must be 0 or more seconds (got {value!r})")
-
-
-def _resume(name, value, options):
-    if value and options.partial is None:
-        raise ProbeError(f"{flag('resume', True)} continues the state saved in {flag('partial', metavar='FOLDER')}; "
-                         "pass the folder an interrupted run left")
-
-
-def _gate(name, value, options):
-    if isinstance(value, str) and value != "none":
-        from ..families.gates import GateSpec
-
-        GateSpec.parse(value)
-
-
-def _interventions(name, value, options):
-    if value is not None and value is not False:
-        from .intervention_kinds import parse_kinds
-
-        parse_kinds(value)
-
-
-def _ablate(name, value, options):
-    if value is not None and value is not False:
-        from .ablation_kinds import parse_plan
-
-        parse_plan(value, options.seq_len)
-
-
-def _token_groups(name, value, options):
-    if value is not None:
-        # Read and checked whatever the model: an ungated model does not use them, but a
-        # malformed file is a mistake the user wants to hear about now.
-        from ..data.token_types import read_groups
-
-        read_groups(value)
-
-
-def _tokenizer(name, value, options):
-    if isinstance(value, (str, Path)):
-        from ..load.checkpoint_files import check_tokenizer_dir
-
-        check_tokenizer_dir(value)
 
 
 def _thresholds(name, value, options):
@@ -268,43 +191,43 @@ class AnalysisOptions:
     display_len: int = option(DISPLAY_LEN, "tokens of the display prompt of attention_patterns.csv",
                               check=_display_len)
     seed: int = option(0, "torch's seed before the pass", check=_seed, cli=INT, meta=True)
-    text_field: str = option("text", "JSONL field that holds the text", check=_text_field, cli={})
+    text_field: str = option("text", "JSONL field that holds the text", check=check_text_field, cli={})
     # -- saving and resuming an interrupted pass (resume.py) --
     partial: str | Path | None = option(None, "folder for the pass's saved state (the CLI: OUT.partial/)")
     checkpoint_seconds: float = option(
-        30.0, "save the pass's state for --resume at most this often (0: every batch)", check=_seconds,
+        30.0, "save the pass's state for --resume at most this often (0: every batch)", check=check_seconds,
         cli={"type": float, "metavar": "SECONDS"})
     resume: bool = option(False, "continue an interrupted analysis from OUT.partial/ (same command otherwise)",
-                          check=_resume, cli=FLAG)
+                          check=check_resume, cli=FLAG)
     # -- the model (probe/load/loader.py) --
     tokenizer: object = option(None, "directory with tokenizer files, if the checkpoint has none",
-                               check=_tokenizer, cli={})
+                               check=check_tokenizer, cli={})
     dtype: str | None = option(None, f"the model's dtype (default {DTYPE}; a model object: what it holds)",
                                check=_choice(DTYPE_NAMES, optional=True), cli={"choices": DTYPE_NAMES})
     device: str | None = option(None, f"cpu, cuda, cuda:1, ... (default {DEVICE}; a model object: where it is)",
                                 cli={})
     device_map: str | None = option(None, "e.g. auto: shard a large model over GPUs with accelerate (one "
-                                          "process; under torchrun use --device cuda)", check=_device_map, cli={})
+                                          "process; under torchrun use --device cuda)", check=check_device_map, cli={})
     gate: object = option(None, "declare a gate: MODULE:LAYOUT:GRANULARITY[:ACTIVATION], or none",
-                          check=_gate, cli={})
+                          check=check_gate, cli={})
     rope_scaling: object = option(
         None, 'scale the rotary positions on load: TYPE:FACTOR (yarn:4, linear:2, dynamic:2) or a '
               'transformers rope_parameters JSON object ({"rope_type": "yarn", "factor": 4, ...}); the '
               "original length is the config's; meta.json records what was applied",
-        check=_rope_scaling, cli={"metavar": "SPEC"}, resume=True)
+        check=check_rope_scaling, cli={"metavar": "SPEC"}, resume=True)
     # -- what is measured --
     interventions: object = option(
         None, "also measure the loss under gate / massive-activation interventions (all, or a comma list "
               "of mean_gate,gate_one,gate_zero,massive_zero): interventions.csv",
-        check=_interventions, cli={"nargs": "?", "const": "all", "metavar": "LIST"})
+        check=check_interventions, cli={"nargs": "?", "const": "all", "metavar": "LIST"})
     ablate: object = option(
         None, "also measure the loss, by position and with paired intervals, under sink ablations: a SPEC "
               "such as 'windows=64,256 sinks=0,4 key0 value0 first=remove,bos,replace:TOKEN "
               "massive=zero,mean layers=all', or all (docs/sinks.md): ablations.csv, ablation_positions.csv",
-        check=_ablate, cli={"nargs": "?", "const": "all", "metavar": "SPEC"})
+        check=check_ablate, cli={"nargs": "?", "const": "all", "metavar": "SPEC"})
     token_groups: object = option(
         None, 'JSON file of extra token groups for gates_by_token_type.csv: {"name": ["token", 123, ...]}',
-        check=_token_groups, cli={})
+        check=check_token_groups, cli={})
     thresholds: tuple = option(THRESHOLDS, "the sparsity sweep (sparsity.csv)", check=_thresholds,
                                meta=True, resume=True)
     anatomy: bool = option(
@@ -335,7 +258,7 @@ class AnalysisOptions:
                "counts it exactly only for bfloat16 outputs)", cli=FLAG)
     # -- how the run is named and shown --
     name: str | None = option(None, "the model's name in tables and reports (default: the folder name)",
-                              check=_name)
+                              check=check_name)
     progress: bool = option(True, "show a progress bar", cli={"action": "store_false", "help": "no progress bar"})
     command: str | None = option(None, "the command line, for meta.json (the CLI sets it)", meta=True)
 
