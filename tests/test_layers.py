@@ -30,10 +30,12 @@ EXCEPTIONS = {
     # The options check each value when the object is made, so that a wrong value fails before
     # anything loads; four values are checked by their own part's parser, imported inside the
     # check (never at import time: core imports no other part when it loads).
-    ("probe/core/options.py", "probe.data.token_types"): "--token-groups: the groups file read as the pass reads it",
-    ("probe/core/options.py", "probe.families.gates"): "--gate: GateSpec.parse, the family part's spec",
-    ("probe/core/options.py", "probe.load.rope"): "--rope-scaling: rope.parse, the spec load applies",
-    ("probe/core/options.py", "probe.load.checkpoint_files"): "--tokenizer: check_tokenizer_dir, load's own check",
+    ("probe/core/option_checks.py", "probe.data.token_types"):
+        "--token-groups: the groups file read as the pass reads it",
+    ("probe/core/option_checks.py", "probe.families.gates"): "--gate: GateSpec.parse, the family part's spec",
+    ("probe/core/option_checks.py", "probe.load.rope"): "--rope-scaling: rope.parse, the spec load applies",
+    ("probe/core/option_checks.py", "probe.load.checkpoint_files"):
+        "--tokenizer: check_tokenizer_dir, load's own check",
     # Analysis.plot_* are the report's figures (reports/plots/__init__.py __all__), read inside
     # the function, so that an analysis never loads the report layer.
     ("probe/results/plotting.py", "probe.reports.plots"): "Analysis.plot_* from the figure registry",
