@@ -11,7 +11,8 @@ At each length a fresh, niced process (common.run_child) times the three side by
 alternating, best of `--repeat`: the process's CPU time with one torch thread (wall time beside
 it: a niced process on a shared machine waits for the CPU). The line under each row gives the
 least and greatest ratio of one round to the plain forward of the same round: how much this
-machine moved while it ran. Three more fresh processes, one per method, measure the peak
+machine moved while it ran; the next gives the ratios of user time alone (CPU time less the
+system's, which the plain forward's fresh logit pages make move). Three more fresh processes, one per method, measure the peak
 resident memory each call adds (warm-up call at 64 tokens first, high-water mark reset after it,
 glibc's heap held steady: common.clocks, common.STEADY_HEAP).
 One more process times the stages of one analysis (stage_clocks: CPU time inside each named
@@ -154,14 +155,15 @@ def measure(spec: dict) -> dict:
             fns[what]()
             return {"T": T, "peak_mb": (torch.cuda.max_memory_allocated() - base) / 2 ** 20}
         return {"T": T, "peak_mb": clocks(fns[what], 1)["peak_mb"]}
-    best = {f"{m}_{c}": float("inf") for m in spec["methods"] for c in ("cpu", "wall")}
+    best = {f"{m}_{c}": float("inf") for m in spec["methods"] for c in ("cpu", "wall", "user")}
     rounds = {m: [] for m in spec["methods"]}       # each round's time, on the table's clock
     for _ in range(spec["repeat"]):
         for m in spec["methods"]:
-            wall, cpu = time.perf_counter(), time.process_time()
+            wall, cpu, user = time.perf_counter(), time.process_time(), os.times().user
             fns[m]()
-            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            cpu, wall, user = time.process_time() - cpu, time.perf_counter() - wall, os.times().user - user
             best[f"{m}_cpu"], best[f"{m}_wall"] = min(best[f"{m}_cpu"], cpu), min(best[f"{m}_wall"], wall)
+            best[f"{m}_user"] = min(best[f"{m}_user"], user)
             rounds[m].append(cpu if device == "cpu" else wall)
     return {"T": T, **best, "rounds": rounds}
 
@@ -181,6 +183,17 @@ def round_line(row: dict) -> str | None:
     if not spread:
         return None
     return "  per round: " + ", ".join(f"{m} {lo:.2f}-{hi:.2f}x" for m, (lo, hi) in spread.items())
+
+
+def user_line(row: dict) -> str | None:
+    """"  user time only: analyze 1.14x, ..." for a timed CPU row: the CPU time less the system's.
+    The plain forward writes its T x V logits to fresh pages each call, and the system time those
+    pages take moves with the machine's memory (docs/benchmarks.md), so this ratio says what the
+    analysis's own computation costs beside the CPU ratio a user pays."""
+    if "plain_user" not in row or not row["plain_user"] > 0:
+        return None
+    rest = [m for m in METHODS[1:] if f"{m}_user" in row]
+    return "  user time only: " + ", ".join(f"{m} {row[m + '_user'] / row['plain_user']:.2f}x" for m in rest)
 
 
 def clocked(f, cell: list, clock):
@@ -349,6 +362,8 @@ def main() -> None:
               flush=True)
         if (spread := round_line(r)) is not None:
             print(spread, flush=True)
+        if not gpu and (user := user_line(r)) is not None:
+            print(user, flush=True)
     for T in args.lengths if args.stages is None else args.stages:
         for anatomy in (False, True)[:len(methods) - 1]:
             s = child({"what": "stages", "T": T, "anatomy": anatomy})

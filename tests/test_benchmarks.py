@@ -159,6 +159,16 @@ def test_round_ratios_pair_each_round_with_its_own_plain_forward():
     assert wa.round_line({"T": 8, "error": "killed"}) is None
 
 
+def test_user_line_divides_each_method_s_user_time_by_the_plain_forward_s():
+    import whole_analysis as wa
+
+    row = {"T": 8, "plain_user": 2.0, "analyze_user": 2.3, "anatomy_user": 2.5}
+    assert wa.user_line(row) == "  user time only: analyze 1.15x, anatomy 1.25x"
+    assert wa.user_line({"T": 8, "plain_user": 2.0, "analyze_user": 2.2}) == "  user time only: analyze 1.10x"
+    assert wa.user_line({"T": 8, "error": "killed"}) is None
+    assert wa.user_line({"T": 8, "plain_user": 0.0, "analyze_user": 1.0}) is None   # a clock too coarse
+
+
 def test_the_quickstart_timed_is_the_readme_s():
     import whole_analysis as wa
 
