@@ -7,14 +7,14 @@ ids, on SmolLM2-135M (real_overhead.MODEL_TEXT; real text repeated up to T, one 
     anatomy  - the same with anatomy=True (probe analyze --anatomy)
     plain    - lm.model(input_ids=ids, use_cache=False), logits included
 
-At each length a fresh, niced process (common.run_child) times the three side by side,
-alternating, best of `--repeat`: the process's CPU time with one torch thread (wall time beside
-it: a niced process on a shared machine waits for the CPU). The line under each row gives the
-least and greatest ratio of one round to the plain forward of the same round: how much this
-machine moved while it ran; the next gives the ratios of user time alone (CPU time less the
-system's, which the plain forward's fresh logit pages make move). Three more fresh processes, one per method, measure the peak
-resident memory each call adds (warm-up call at 64 tokens first, high-water mark reset after it,
-glibc's heap held steady: common.clocks, common.STEADY_HEAP).
+At each length a fresh, niced process (common.run_child) times the three side by side, alternating,
+best of `--repeat`: the process's CPU time with one torch thread (wall time beside it: a niced
+process on a shared machine waits for the CPU). The line under each row gives the least and greatest
+ratio of one round to the plain forward of the same round: how much this machine moved while it ran;
+the next gives the ratios of user time alone (CPU time less the system's, which the plain forward's
+fresh logit pages make move). Three more fresh processes, one per method, measure the peak resident
+memory each call adds (warm-up call at 64 tokens first, high-water mark reset after it, glibc's heap
+held steady: common.clocks, common.STEADY_HEAP).
 One more process times the stages of one analysis (stage_clocks: CPU time inside each named
 function, inclusive; the pass's own overhead is "pass" less the plain forward), then, in a second
 analysis, the metrics on the events by metric (metric_clocks). Then the README
