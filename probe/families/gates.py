@@ -27,6 +27,10 @@ ACTIVATIONS = {
     "2sigmoid": two_sigmoid,
 }
 SCALED_SIGMOIDS = {1.0: "sigmoid", 2.0: "2sigmoid"}
+# The top of each activation's score range, where gate_hist.csv's bins end: a sigmoid's (0, 1),
+# 2 * sigmoid's (0, 2); softplus is unbounded: its bins end at 4 and the last one takes every
+# score above (softplus(4) = 4.02: a gate four times its input is past any use as a gate).
+SCORE_TOP = {"sigmoid": 1.0, "2sigmoid": 2.0, "softplus": 4.0}
 
 
 def scaled_sigmoid_name(scale: float) -> str:

@@ -20,6 +20,7 @@ from matplotlib.patches import Rectangle
 from probe.reports.plots._layout import (figure_or_new, legend_outside, not_applicable, panel_title,
                                          set_layer_ticks)
 from probe.reports.runs import Runs, load_runs, same_token_pairs
+from probe.reports.tables.frames import gate_score_top
 from probe.reports.labels import SINK_MIN_QUERIES
 from probe.reports.style import HATCH_COLOR, MISSING_COLOR, REFERENCE_COLOR, model_colors, styled
 from probe.reports.text import plain
@@ -289,7 +290,7 @@ def plot_gate_vs_baseline_f_attn(runs: Any, *, fig: Figure | SubFigure | None = 
         ax.set_xlabel(f"F-Attn of {plain(baseline)}")
         panel_title(ax, f"{gated} vs {baseline}", panels=len(pairs))
     axes[0].set_ylabel("mean gate score (gated run)")
-    axes[0].set_ylim(0, 1)
+    axes[0].set_ylim(0, gate_score_top(runs, [gated for _, gated in pairs]))
     colorbar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(axes), shrink=0.9,
                             label="layer")
     colorbar.ax.yaxis.get_major_locator().set_params(integer=True)

@@ -9,7 +9,8 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
-from probe.reports.tables.frames import gate_hist_by_layer, gate_matrix, gate_saturation, gate_stats_by_layer
+from probe.reports.tables.frames import (gate_hist_by_layer, gate_matrix, gate_saturation, gate_score_top,
+                                        gate_stats_by_layer)
 from probe.reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, key_band, key_line,
                                          legend_beside, legend_entries, legend_outside, model_heatmaps,
                                          not_applicable, set_layer_ticks, spread)
@@ -47,6 +48,7 @@ def plot_gate_histograms(runs: Any, *, fig: Figure | SubFigure | None = None,
     fig = figure_or_new(fig, 0.6 + 2.1 * columns, 0.6 + 1.8 * rows)
     axes = fig.subplots(rows, columns, squeeze=False, sharex=True, sharey=True).ravel()
     colors = model_colors(runs.models)
+    top = gate_score_top(runs)              # 1 (sigmoid gates), 2 (grafted 2 * sigmoid gates)
     for ax, layer in zip(axes, shown):
         for model in runs.models:
             bins = hist[(hist["model"] == model) & (hist["layer"] == layer)]
@@ -56,9 +58,9 @@ def plot_gate_histograms(runs: Any, *, fig: Figure | SubFigure | None = None,
             ax.stairs(bins["share"].to_numpy(), edges, baseline=None, color=colors[model],
                       linewidth=1.2, label=plain(model))
         ax.set_title(f"layer {layer}", fontsize=8.5)
-        ax.set_xlim(0, 1)
+        ax.set_xlim(0, top)
         # "0", "0.5", "1": short enough that one panel's 1 and the next one's 0 never touch
-        ax.set_xticks([0, 0.5, 1], labels=["0", "0.5", "1"])
+        ax.set_xticks([0, top / 2, top], labels=[f"{t:g}" for t in (0, top / 2, top)])
     for ax in axes[len(shown):]:
         ax.set_visible(False)
     if log:
@@ -104,7 +106,8 @@ def plot_gate_stats_by_layer(runs: Any, *,
     key_band(ax, "mean ± 1 std", STD_ALPHA)
     key_line(ax, "min, max", linestyle="--", linewidth=0.8)
     set_layer_ticks(ax, sorted(layers), max_ticks=24)
-    ax.set_ylim(-0.02, 1.02)
+    top = gate_score_top(runs)              # 1 (sigmoid gates), 2 (grafted 2 * sigmoid gates)
+    ax.set_ylim(-0.02 * top, 1.02 * top)
     ax.set_ylabel("gate score")
     legend_beside(ax)
     return ax

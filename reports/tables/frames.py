@@ -123,6 +123,16 @@ def gate_hist_by_layer(runs: Runs) -> pd.DataFrame:
     return counts[columns]
 
 
+def gate_score_top(runs: Runs, models=None) -> float:
+    """The top of the gate score range of these runs' gated models (of `models`, when given),
+    where gate_hist.csv's bins end: 1 for a sigmoid gate, 2 for a grafted 2 * sigmoid one
+    (probe.families.gates.SCORE_TOP); 1 where no run saved a histogram."""
+    hist = runs.gate_hist
+    if models is not None and not hist.empty:
+        hist = hist[hist["model"].isin(list(models))]
+    return float(hist["bin_hi"].max()) if not hist.empty else 1.0
+
+
 def massive_by_layer(runs: Runs, site: str, metric: str = "max_abs") -> pd.DataFrame:
     rows = runs.massive[(runs.massive["site"] == site) & (runs.massive["metric"] == metric)]
     return rows[["model", "layer", "value"]].sort_values(["model", "layer"], kind="stable")

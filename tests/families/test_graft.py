@@ -110,6 +110,47 @@ def test_random_graft_scores_are_sigmoid_of_the_gate_projection(grafts):
         assert 0.2 < float(scores.mean()) < 0.8 and float(scores.std()) > 0.01   # near 0.5, not constant
 
 
+def test_two_sigmoid_gate_histogram_spans_its_range_and_claim_1_is_not_judged(grafts):
+    """A grafted 2 * sigmoid gate scores in (0, 2): gate_hist.csv's 50 equal bins span [0, 2] and
+    each bin counts the scores 2 * sigmoid(x W^T + b) that fall in it (x the attention input
+    recorded here, W and b the gate projection set to random values here), where bins on [0, 1]
+    put every score above 1 in the last bin. Claim 1's sigmoid thresholds are not applied."""
+    from probe.reports.claims import claims_table
+
+    loaded = probe.load(grafts["hw-id"])
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for layer in loaded.model.model.layers:
+            projection = layer.self_attn.gate_proj
+            projection.weight.copy_(0.2 * torch.randn(projection.weight.shape, generator=generator))
+            projection.bias.copy_(0.2 * torch.randn(projection.bias.shape, generator=generator))
+    inputs = {}
+    handles = [layer.input_layernorm.register_forward_hook(
+        lambda m, args, out, i=i: inputs.__setitem__(i, out.detach().double()))
+        for i, layer in enumerate(loaded.model.model.layers)]
+    with torch.no_grad(), tiny.single_thread():
+        loaded.model(input_ids=IDS)
+    for h in handles:
+        h.remove()
+    with tiny.single_thread():
+        a = probe.analyze(loaded, IDS, seq_len=IDS.shape[1], bos="none", progress=False)
+    assert a.gate_hist.bin_lo.min() == 0.0 and a.gate_hist.bin_hi.max() == 2.0
+    for i, layer in enumerate(loaded.model.model.layers):
+        projection = layer.self_attn.gate_proj
+        with torch.no_grad():
+            scores = 2 * torch.sigmoid(inputs[i] @ projection.weight.double().T + projection.bias.double())  # (B, T, H)
+        assert float(scores.max()) > 1.2 and float(scores.min()) < 0.8         # both halves used
+        expected = torch.histogram(scores.flatten(), bins=50, range=(0.0, 2.0)).hist
+        got = a.gate_hist[a.gate_hist.layer == i].groupby("bin_lo", sort=True)["count"].sum()
+        # A score within float32 rounding of a bin edge may land on either side of it.
+        width = 2.0 / 50
+        near_edge = int((((scores / width) - (scores / width).round()).abs() < 1e-5).sum())
+        assert int((torch.tensor(got.to_numpy()) - expected).abs().sum()) <= 2 * near_edge
+        assert int(got.sum()) == scores.numel()
+    verdict = claims_table(a).query("claim == 1").verdict.item()
+    assert verdict.startswith("not testable") and "2 * sigmoid" in verdict
+
+
 def test_transformers_reads_a_grafted_folder_after_import_probe(grafts):
     """In a fresh process: `import probe`, then transformers' Auto classes (imported after) build
     the grafted class from config.json, with no flags."""

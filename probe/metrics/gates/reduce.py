@@ -11,6 +11,7 @@ import math
 import pandas as pd
 import torch
 
+from ...families.gates import SCORE_TOP
 from ..reducers import F64, I64, Reducer
 from . import DECLARATION, GATE_GROUPS
 from ..base import Metric, mean
@@ -70,8 +71,11 @@ class GateStats(GroupedGateStats):
     BLOCK = 1 << 22             # elements per update step: bounds the temporaries at long T
     summed = (*GroupedGateStats.summed, "hist")
 
-    def __init__(self, heads: int, device="cpu"):
+    def __init__(self, heads: int, device="cpu", top: float = 1.0):
+        """top: where the histogram's equal bins end (SCORE_TOP of the gate's activation: 1 for
+        a sigmoid); a score at or above it counts in the last bin."""
         self._init_state(len(self.GROUPS), heads, device)
+        self.top = top
         self.hist = torch.zeros(heads, self.BINS, dtype=I64, device=device)
 
     def update(self, first: torch.Tensor, rest: torch.Tensor) -> None:
@@ -111,7 +115,7 @@ class GateStats(GroupedGateStats):
             self.below[group, :, i] += (g < t).sum((0, 2))           # NaN compares False
         for i, t in enumerate(self.HIGH):
             self.above[group, :, i] += (g > t).sum((0, 2))
-        bins = (g.nan_to_num(0.0) * self.BINS).clamp_(0, self.BINS - 1).long()   # (N, H, Dg)
+        bins = (g.nan_to_num(0.0) * (self.BINS / self.top)).clamp_(0, self.BINS - 1).long()  # (N, H, Dg)
         flat = bins + torch.arange(self.heads, device=g.device)[None, :, None] * self.BINS
         flat = flat.reshape(-1) if finite is None else flat[finite]
         self.hist += torch.bincount(flat, minlength=self.heads * self.BINS
@@ -142,7 +146,8 @@ class Gates(Metric):
     def setup(self) -> None:
         layout = self.layout
         if layout.gated:
-            self.stats = {i: GateStats(layout.num_heads) for i in layout.attention_layers}
+            top = SCORE_TOP[layout.gate.activation]
+            self.stats = {i: GateStats(layout.num_heads, top=top) for i in layout.attention_layers}
 
     def listens(self, event: str) -> bool:
         return bool(self.stats)
@@ -159,7 +164,7 @@ class Gates(Metric):
         gates, hist = [], []
         for layer, stats in self.stats.items():
             gates += [{"model": done.name, "layer": layer, **row} for row in stats.rows()]
-            edges = torch.linspace(0, 1, stats.BINS + 1).tolist()
+            edges = torch.linspace(0, stats.top, stats.BINS + 1).tolist()
             for head, counts in enumerate(stats.hist.tolist()):
                 hist += [{"model": done.name, "layer": layer, "head": head, "bin_lo": edges[b],
                           "bin_hi": edges[b + 1], "count": c} for b, c in enumerate(counts)]
