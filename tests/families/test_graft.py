@@ -91,16 +91,7 @@ def test_random_graft_scores_are_sigmoid_of_the_gate_projection(grafts):
     output) recorded here, W and b read from the saved file."""
     loaded = probe.load(grafts["hw-rand"])
     weights = load_file(str(grafts["hw-rand"] / "model.safetensors"))
-    inputs = {}
-    handles = [layer.input_layernorm.register_forward_hook(
-        lambda m, args, out, i=i: inputs.__setitem__(i, out.detach().double()))
-        for i, layer in enumerate(loaded.model.model.layers)]
-    with torch.no_grad(), tiny.single_thread():
-        loaded.model(input_ids=IDS)
-    for h in handles:
-        h.remove()
-    with tiny.single_thread():
-        a = probe.analyze(loaded, IDS, seq_len=IDS.shape[1], bos="none", progress=False)
+    inputs, a = attention_inputs_and_analysis(loaded)
     for i in range(2):
         w = weights[f"model.layers.{i}.self_attn.gate_proj.weight"].double()
         b = weights[f"model.layers.{i}.self_attn.gate_proj.bias"].double()
@@ -124,16 +115,7 @@ def test_two_sigmoid_gate_histogram_spans_its_range_and_claim_1_is_not_judged(gr
             projection = layer.self_attn.gate_proj
             projection.weight.copy_(0.2 * torch.randn(projection.weight.shape, generator=generator))
             projection.bias.copy_(0.2 * torch.randn(projection.bias.shape, generator=generator))
-    inputs = {}
-    handles = [layer.input_layernorm.register_forward_hook(
-        lambda m, args, out, i=i: inputs.__setitem__(i, out.detach().double()))
-        for i, layer in enumerate(loaded.model.model.layers)]
-    with torch.no_grad(), tiny.single_thread():
-        loaded.model(input_ids=IDS)
-    for h in handles:
-        h.remove()
-    with tiny.single_thread():
-        a = probe.analyze(loaded, IDS, seq_len=IDS.shape[1], bos="none", progress=False)
+    inputs, a = attention_inputs_and_analysis(loaded)
     assert a.gate_hist.bin_lo.min() == 0.0 and a.gate_hist.bin_hi.max() == 2.0
     for i, layer in enumerate(loaded.model.model.layers):
         projection = layer.self_attn.gate_proj
@@ -149,6 +131,20 @@ def test_two_sigmoid_gate_histogram_spans_its_range_and_claim_1_is_not_judged(gr
         assert int(got.sum()) == scores.numel()
     verdict = claims_table(a).query("claim == 1").verdict.item()
     assert verdict.startswith("not testable") and "2 * sigmoid" in verdict
+
+
+def attention_inputs_and_analysis(loaded):
+    """({layer: its attention input (input-layernorm output) over IDS, float64}, the analysis of IDS)."""
+    inputs = {}
+    handles = [layer.input_layernorm.register_forward_hook(
+        lambda m, args, out, i=i: inputs.__setitem__(i, out.detach().double()))
+        for i, layer in enumerate(loaded.model.model.layers)]
+    with torch.no_grad(), tiny.single_thread():
+        loaded.model(input_ids=IDS)
+    for h in handles:
+        h.remove()
+    with tiny.single_thread():
+        return inputs, probe.analyze(loaded, IDS, seq_len=IDS.shape[1], bos="none", progress=False)
 
 
 def test_transformers_reads_a_grafted_folder_after_import_probe(grafts):
