@@ -103,7 +103,7 @@ def attention_patterns(runs: Runs) -> Section:
                "per model at its layer with the most weight on the first key (mean over "
                "queries t ≥ 1, among the attention layers with a saved pattern)"
                f"{' (' + shown + ')' if shown else ''}. Rows are query tokens, columns key "
-               "tokens; a bright first column is a sink. Colour: square root of the weight, "
+               "tokens; a dark first column is a sink. Colour: square root of the weight, "
                "0 to 1, shared by all panels. Grey cells above the diagonal are masked by "
                "causality. ␣ marks a space, ↵ a newline.")
     if len(prompts) == 1:

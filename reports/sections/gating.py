@@ -126,19 +126,26 @@ def sparsity(runs: Runs) -> Section:
         return left_out("sparsity", "Sparsity of the attention output",
                         "no run has a sparsity table (sparsity.csv)")
     thresholds = " and ".join(f"{t:g}" for t in HEADLINE_THRESHOLDS)
+    if runs.gated_models:
+        variants = ("the ungated output O, the uniform control O × (the layer's mean gate score), "
+                    "and the dynamically gated O ⊙ g that o_proj receives. If the dynamic gate is "
+                    "sparser than the control, sparsity comes from where the gate closes, not from "
+                    "scaling. ")
+        panels = "one panel per variant"
+    else:       # only O is drawn: the control and the gated output need a gate
+        variants = ("the attention output O (no run has a gate, so there is no mean-gate control "
+                    "and no gated output to draw beside it). ")
+        panels = "the ungated output O"
     by_layer = FigureItem(
         "sparsity-by-layer", "Sparsity per layer",
         partial(plots.plot_sparsity_by_layer, runs),
-        f"Share of attention-output elements with |x| below {thresholds}, per layer: the "
-        "ungated output O, the uniform control O × (the layer's mean gate score), and the "
-        "dynamically gated O ⊙ g that o_proj receives. If the dynamic gate is sparser than the "
-        f"control, sparsity comes from where the gate closes, not from scaling. "
+        f"Share of attention-output elements with |x| below {thresholds}, per layer: {variants}"
         f"{_error_bars(runs)}{figure5_caption()}")
     sweep = FigureItem(
         "sparsity-sweep", "Sparsity over the threshold sweep",
         partial(plots.plot_sparsity_sweep, runs),
         "Share of attention-output elements with |x| < τ over the saved threshold sweep (log "
-        "x), averaged over layers; one panel per variant, one line per model.")
+        f"x), averaged over layers; {panels}, one line per model.")
     return Section(
         id="sparsity", title="Sparsity of the attention output",
         intro="How much of what the attention passes on is (near) zero, with and without gate.",

@@ -18,6 +18,7 @@ import pandas as pd
 from matplotlib.figure import Figure, SubFigure
 
 from probe.reports.tables.frames import layer_head_matrix
+from probe.reports.sections.attention import has_linear_attention
 from probe.reports.sections.items import FigureItem, Section, TableItem, left_out, needing
 from probe.reports.plots._layout import figure_or_new, model_heatmaps
 from probe.reports.runs import Runs, load_runs
@@ -104,8 +105,9 @@ def head_norms(runs: Runs) -> Section:
                        "Per layer (rows) and head (columns): the mean over every analysed token of "
                        "the head's output norm after the gate, over the mean before it "
                        "(head_norms.csv ratio_of_means, token type all); one panel per gated model ("
-                       + ", ".join(plain(m) for m in models) + "). Hatched rows: linear-attention "
-                       "layers, which have no softmax head output."),
+                       + ", ".join(plain(m) for m in models) + ")."
+                       + (" Hatched rows: linear-attention layers, which have no softmax head output."
+                          if has_linear_attention(runs) else "")),
             TableItem("head-norms-by-token-type", "Head output norms by token type", by_token_type(runs),
                       "Per model and token type, pooled over attention layers and heads: the mean "
                       "output norm before (pre) and after (post) the gate, their ratio, and the mean "

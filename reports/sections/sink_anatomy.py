@@ -202,7 +202,22 @@ def few_queries_sentence(runs: Runs) -> str:
             f"{', '.join(map(str, bars))} queries on average (" + ", ".join(plain(m) for m in marked)
             + "): the last keys of a sequence are seen only by their nearest queries, which "
             "attend to recent keys, so their scores read high from recency, not as sinks; "
-            "such keys are not listed as secondary sinks.")
+            "such keys are not listed as secondary sinks." + _all_hatched(runs, marked))
+
+
+def _all_hatched(runs: Runs, models: list[str]) -> str:
+    """A sentence for the runs whose sequences are no longer than the bar: there every key after
+    position 0 is seen by fewer queries than a secondary sink needs (a key at s by T - s)."""
+    def length(model: str) -> int:           # runs saved before longest_sequence: the cut length
+        meta = runs.meta[model]
+        return int(meta.get("longest_sequence") or meta.get("seq_len") or 0)
+    short = [m for m in models if 0 < length(m) <= sink_bar(runs, m)]
+    if not short:
+        return ""
+    longest = max(length(m) for m in short)
+    return (f" In {', '.join(plain(m) for m in short)}, whose sequences have at most {longest} tokens, "
+            "that is every key after position 0: no secondary sink can be named there; analyse "
+            f"sequences longer than {max(sink_bar(runs, m) for m in short)} tokens (--seq-len) to read them.")
 
 
 def sink_tokens_caption(runs: Runs) -> str:

@@ -382,6 +382,15 @@ def test_key_buckets_seen_by_too_few_queries_are_hatched_and_captioned(anatomy_d
     caption = item(runs, "received-attention").caption
     assert "Hatched: buckets whose keys are seen by fewer than 300 queries on average" in caption
     assert "at least 300 queries count" in item(runs, "secondary-sinks").caption
+    assert "no secondary sink can be named" not in caption          # 1024 tokens, over 300
+    # A bar at the sequence length: every key after position 0 is seen by fewer (key s by T - s),
+    # so every column but the first is hatched, and the caption says what to do.
+    (copy / "meta.json").write_text(json.dumps({**meta, "anatomy_sink_min_queries": 1024}))
+    runs = reports.load_runs([copy])
+    assert few_query_columns(runs, "sink_base") == list(range(1, len(buckets())))
+    caption = item(runs, "received-attention").caption
+    assert ("In sink_base, whose sequences have at most 1024 tokens, that is every key after position 0: "
+            "no secondary sink can be named there; analyse sequences longer than 1024 tokens") in caption
 
 
 def test_a_sink_only_at_the_end_of_the_sequences_is_no_sink(anatomy_dirs, tmp_path):

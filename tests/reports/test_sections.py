@@ -3,6 +3,8 @@ sections it assembles: reports/sections/attention.py, reports/sections/gating.py
 reports/sections/loss.py; items.py)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from probe import reports
 from probe.reports.sections import build_sections
 
@@ -126,3 +128,26 @@ def test_a_section_whose_runs_lack_its_tables_is_left_out_with_the_reason(run_di
     # A table every analysis writes, missing from runs written before its metric existed.
     without = reports.load_runs([run_dirs["baseline"]])
     assert "analyse them again" in needing("gates", id="g", title="G")(lambda r: None)(without).omitted
+
+
+
+def test_captions_name_only_what_the_runs_draw(run_dirs):
+    """Without a gated run the sparsity figures draw O alone: their captions say so, not the
+    mean-gate control and gated bars; the head-norm map mentions hatched linear-attention rows
+    only where a run has such layers."""
+    def captions(*names):
+        return _captions(reports.load_runs([run_dirs[name] for name in names]))
+
+    alone = captions("baseline")
+    assert "no run has a gate" in alone["sparsity-by-layer"]
+    assert "uniform control" not in alone["sparsity-by-layer"]
+    assert "the ungated output O, one line per model" in alone["sparsity-sweep"]
+    gated = captions("baseline", "headwise")
+    assert "the uniform control O × (the layer's mean gate score)" in gated["sparsity-by-layer"]
+    assert "one panel per variant" in gated["sparsity-sweep"]
+    # Real runs with head_norms.csv (tests/gold_runs): a grafted Llama, a Qwen3-Next hybrid.
+    gold = Path(__file__).resolve().parents[1] / "gold_runs"
+    llama = _captions(reports.load_runs([gold / "grafted_llama"]))
+    hybrid = _captions(reports.load_runs([gold / "cli_qwen3_next"]))
+    assert "Hatched rows" not in llama["head-norm-ratio"]
+    assert "Hatched rows: linear-attention layers" in hybrid["head-norm-ratio"]
