@@ -67,7 +67,8 @@ display(reports.summary_table(list(analyses.values())))
 
 # %%
 claims = reports.claims_table(*analyses.values())
-display(claims[["claim", "statement", "models", "these runs", "verdict"]])
+with pd.option_context("display.max_colwidth", None):      # the whole text: pandas cuts at 50
+    display(claims[["claim", "statement", "models", "these runs", "verdict"]])
 
 # %% [markdown]
 # ## Layer by layer
