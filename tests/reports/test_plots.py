@@ -418,6 +418,13 @@ def test_powers_of_two_buckets_of_a_short_run(run_dirs, tmp_path):
     pd.DataFrame(rows).to_csv(run / "first_token_buckets.csv", index=False)
     ax = reports.plot_first_token_by_bucket(run).axes[0]
     assert tick_labels(ax) == ["1", "2", "4", "8", "16", "32", "64"]
+    # Nine buckets (512 tokens): every other one named, so that "128" and "256" stay apart.
+    pd.DataFrame([{**row, "bucket_lo": 2 ** k, "bucket_hi": 2 ** (k + 1), "n_queries": 2 ** k}
+                  for row in rows[:1] for k in range(9)]).to_csv(run / "first_token_buckets.csv", index=False)
+    ax = reports.plot_first_token_by_bucket(run).axes[0]
+    assert tick_labels(ax) == ["1", "", "4", "", "16", "", "64", "", "256"]
+    assert list(ax.get_xticks()) == [2 ** k for k in range(9)]
+    pd.DataFrame(rows).to_csv(run / "first_token_buckets.csv", index=False)
     figure = next(item for section in build_sections(reports.load_runs(run))
                   for item in section.items if item.id == "f-attn-by-position")
     assert "2^k ≤ t < 2^(k+1) (7 buckets, from t = 1 below 128)" in figure.caption
