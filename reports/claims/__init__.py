@@ -28,6 +28,7 @@ from probe.reports.claims import sink_need
 from probe.reports.claims.pairs import NOT_COMPARABLE, split_pairs
 from probe.reports.claims.paper import paper_sparsity, table4
 from probe.reports.runs import Runs, load_runs
+from probe.reports.tables.intervals import few_sequences
 from probe.reports.labels import HEADLINE_THRESHOLDS, VARIANT_LABELS
 
 # --- The rules' thresholds ----------------------------------------------------------------
@@ -126,10 +127,12 @@ def claims_display(runs: Any, pairs=None) -> pd.DataFrame:
 def claims_caption(runs: Any = None) -> str:
     """The table's caption; with `runs`, which of them are judged on point values (no per_sequence.csv)."""
     missing = ci.without_table(runs, runs.models) if runs is not None else []
+    few = few_sequences(load_runs(runs)).strip() if runs is not None else ""
     return ("Whether each headline claim of the paper holds in these runs, in the paper's direction "
             "(not its values); brackets: 95% intervals over sequences. The rules: the last table, under Provenance."
             + (f" No intervals for {', '.join(missing)} (no per_sequence.csv, written before it): "
-               "judged on the point values." if missing else ""))
+               "judged on the point values." if missing else "")
+            + (f" {few}" if few else ""))
 
 
 def rules_display() -> pd.DataFrame:

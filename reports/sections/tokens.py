@@ -93,7 +93,7 @@ def tokens(runs: Runs) -> Section | None:
             "side by side, on one colour scale); in the PDF, the first tokens of the first sequence of "
             + plain(models[0]) + ", each shaded by the stored value of a series at one layer: "
             + _strip_caption(first) + ". ↵ is a newline; control and bidi characters are shown as escapes."
-            + (f" The viewer shows {plain(models[1])} beside it." if len(models) > 1 else ""),
+            + (f" In the HTML report the viewer shows {plain(models[1])} beside it." if len(models) > 1 else ""),
             shrinkable=False, interactive=partial(_viewer, runs, models))],
     )
 

@@ -228,11 +228,16 @@ def _head_shape(meta: Mapping[str, Any]) -> str | None:
 
 
 def format_value(value: Any) -> str:
-    """A meta.json value as one readable line: dicts as "k=v, ...", lists comma-joined."""
+    """A meta.json value as one readable line: dicts as "k=v, ..." (null entries left out, as a
+    null field has no row; a dict inside one in parentheses, so that its keys are not read as
+    the outer one's), lists comma-joined."""
+    if isinstance(value, Mapping):
+        value = {key: item for key, item in value.items() if item is not None}
     if isinstance(value, (Mapping, list, tuple)) and not value:
         return "none"
     if isinstance(value, Mapping):
-        return ", ".join(f"{key}={format_value(item)}" for key, item in value.items())
+        return ", ".join(f"{key}=({format_value(item)})" if isinstance(item, Mapping) and item
+                         else f"{key}={format_value(item)}" for key, item in value.items())
     if isinstance(value, (list, tuple)):
         if all(isinstance(item, str) for item in value):
             return " ".join(value)  # an argv list reads as the command line it was

@@ -48,4 +48,21 @@ def interval_caption(runs: Runs) -> str:
     return (f"Brackets: 95% percentile bootstrap intervals over {over} "
             f"({resamples} resamples, fixed seed); F-Attn, mean gate and loss pool tokens over the "
             "resampled sequences (ratios of sums). M-Act's is the bootstrap of a maximum, biased low: "
-            "its upper end cannot exceed the largest value seen. ")
+            "its upper end cannot exceed the largest value seen. " + few_sequences(runs))
+
+
+FEW_SEQUENCES = 10      # below this, a bootstrap over sequences says little about the spread
+
+
+def few_sequences(runs: Runs) -> str:
+    """A warning for the runs whose intervals rest on fewer than FEW_SEQUENCES sequences: a
+    resample of 2 sequences has 3 distinct outcomes, so an interval can be as narrow as one
+    sequence's value or end at the estimate itself."""
+    counts = {m: (runs.summary[m].get("intervals") or {}).get("sequences") for m in runs.models}
+    few = {m: n for m, n in counts.items() if isinstance(n, int) and 0 < n < FEW_SEQUENCES}
+    if not few:
+        return ""
+    listed = ", ".join(f"{m} ({n})" for m, n in few.items())
+    return (f"Few sequences behind the brackets of {listed}: a bootstrap over fewer than "
+            f"{FEW_SEQUENCES} sequences understates the spread (a bracket may have no width, or end "
+            "at the estimate); analyse more sequences (--max-sequences) before reading them. ")

@@ -93,6 +93,26 @@ def test_brackets_differences_and_bands_with_per_sequence_values(pair):
     assert legend == [*runs.models, "median |h|", "95% interval"]
 
 
+def test_brackets_over_few_sequences_are_flagged_in_the_captions(pair, tmp_path):
+    """Intervals over 12 sequences carry no warning; a run whose bootstrap had 2 sequences (the
+    real-model demo's 2 x 512 tokens) is named beside the brackets, in the summary and claims."""
+    import json
+    import shutil
+
+    from probe.reports.claims import claims_caption
+
+    assert "Few sequences" not in section(build_sections(load_runs(pair)), "summary").items[0].caption
+    few = Path(shutil.copytree(pair[1], tmp_path / "few"))
+    summary = json.loads((few / "summary.json").read_text())
+    summary["intervals"]["sequences"] = 2
+    (few / "summary.json").write_text(json.dumps(summary))
+    runs = load_runs([pair[0], few])
+    warning = f"Few sequences behind the brackets of {runs.models[1]} (2): a bootstrap over fewer than 10"
+    assert warning in section(build_sections(runs), "summary").items[0].caption
+    assert warning in claims_caption(runs)
+    assert runs.models[0] + " (" not in claims_caption(runs)
+
+
 def test_pair_and_group_mistakes_are_one_line(pair, tmp_path, capsys):
     names = [p.name for p in pair]
     assert main(["report", *map(str, pair), "--out", str(tmp_path / "r"), "--pair", names[1]]) == 2

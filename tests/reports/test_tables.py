@@ -13,13 +13,16 @@ def test_provenance_labels_run_fields_and_leaves_out_nulls(run_dirs, tmp_path):
     run = shutil.copytree(run_dirs["baseline"], tmp_path / "baseline")
     meta = json.loads((run / "meta.json").read_text())
     meta.update(layout_note=None, processes=1, sparsity_control="one pass",
-                weights={"format": "gguf", "quantization": "Q4_K_M"})
+                weights={"format": "gguf", "quantization": "Q4_K_M"},
+                graft={"gate": "headwise", "seed": None, "gate_weights": {"seed": 0, "steps": 60}})
     (run / "meta.json").write_text(json.dumps(meta))
     table = provenance_table([run])["baseline"]
     assert "layout note" not in table.index  # null: no row, not "None"
     assert table["processes"] == "1"
     assert table["sparsity control"] == "one pass"
     assert table["weights file"] == "format=gguf, quantization=Q4_K_M"
+    # A null inside a dict is left out too; a dict inside a dict keeps its keys apart.
+    assert table["graft"] == "gate=headwise, gate_weights=(seed=0, steps=60)"
     assert not {"layout_note", "sparsity_control", "weights"} & set(table.index)  # raw keys
 
 
