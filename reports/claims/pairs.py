@@ -119,8 +119,9 @@ def split_pairs(runs: Runs, declared=None):
             if why is None:
                 matched.append((base, gated))
                 continue
-            # The --pair hint names the gated model; a group of several says GATED instead.
-            key = (base, why.replace(f"--pair {base}:{gated}", f"--pair {base}:GATED"))
+            # The --pair hint names the gated model; a group of several says which names go there.
+            key = (base, why.replace(f"--pair {base}:{gated} if it is one",
+                                     f"--pair {base}:MODEL, MODEL one of the gated models named, if it is one"))
             groups.setdefault(key, []).append((gated, why))
     unmatched = [(base, [g for g, _ in members], members[0][1] if len(members) == 1 else generic)
                  for (base, generic), members in groups.items()]

@@ -504,3 +504,23 @@ def test_a_graft_fingerprint_of_the_other_scheme_leaves_the_pairing_to_the_confi
     assert _grafted_onto(runs(old, new), "base", "gated")                        # schemes differ: digests equal
     assert not _grafted_onto(runs(old, new, config_hash="d2"), "base", "gated")
     assert _grafted_onto(runs(old, old), "base", "gated") and not _grafted_onto(runs(old, "fedcba9876543210"), "base", "gated")
+
+
+def test_a_baseline_unmatched_with_several_gated_models_is_one_row_naming_how_to_pair():
+    """One baseline beside two gated models it cannot be matched with, for one reason: one
+    group, whose --pair hint says MODEL is one of the gated models named (a single gated model:
+    its own name), never a bare placeholder."""
+    from types import SimpleNamespace
+
+    from probe.reports.claims.pairs import split_pairs
+
+    meta = {name: {"tokens_sha256": "same"} for name in ("base", "gated-a", "gated-b")}
+    runs = SimpleNamespace(meta=meta, gated_models=["gated-a", "gated-b"], ungated_models=["base"])
+    matched, groups = split_pairs(runs)
+    assert matched == []
+    [(base, gated, why)] = groups
+    assert (base, gated) == ("base", ["gated-a", "gated-b"])
+    assert why.endswith("declare the pair with --pair base:MODEL, MODEL one of the gated models named, "
+                        "if it is one")
+    runs.gated_models = ["gated-a"]
+    assert split_pairs(runs)[1][0][2].endswith("--pair base:gated-a if it is one")
