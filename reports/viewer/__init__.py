@@ -27,6 +27,10 @@ def _asset(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
+# In the page's head: `probe view --force` replaces an existing file only where it finds this.
+GENERATOR = '<meta name="generator" content="probe view">'
+
+
 def page(runs, *, title: str | None = None) -> str:
     """The viewer of the per-token series of `runs` (run directories, analyses, or TokenSeries
     with names; at most two, on the same token ids) as one HTML document."""
@@ -36,6 +40,7 @@ def page(runs, *, title: str | None = None) -> str:
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
             # An empty icon: no request for /favicon.ico, even from a server.
             "<link rel=\"icon\" href=\"data:,\">\n"
+            f"{GENERATOR}\n"
             f"<title>{html.escape(printable(shown))}</title>\n<style>{_asset('viewer.css')}</style>\n"
             "</head>\n<body>\n<div id=\"ptv\"></div>\n"
             f"<script type=\"application/json\" id=\"ptv-meta\">{data}</script>\n"

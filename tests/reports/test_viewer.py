@@ -7,6 +7,7 @@ inserts an output."""
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -244,6 +245,20 @@ def test_a_saved_run_keeps_its_series_and_probe_view_writes_the_page(tiny_runs, 
     assert '"name":"official_headwise"' in text and '"name":"llama"' in text
     assert main(["view", str(tiny_runs["llama"]), "--out", str(out)]) == 2       # exists: --force
     assert "--force" in capsys.readouterr().err
+    assert main(["view", str(tiny_runs["llama"]), "--out", str(out), "--force"]) == 0     # its own page
+    assert '"name":"llama"' in out.read_text(encoding="utf-8")
+    # --force never replaces a file probe view did not write: a run's own summary.json stays.
+    copy = Path(shutil.copytree(tiny_runs["llama"], tmp_path / "llama"))
+    before = (copy / "summary.json").read_bytes()
+    capsys.readouterr()
+    assert main(["view", str(copy), "--out", str(copy / "summary.json"), "--force"]) == 2
+    assert "is not a page probe view wrote" in capsys.readouterr().err
+    assert (copy / "summary.json").read_bytes() == before
+    if Path("/proc/self").is_dir():       # writable to root by access(), refused by the kernel
+        assert main(["view", str(copy), "--out", "/proc/probe-view.html"]) == 2
+        err = capsys.readouterr().err         # root: "could not write", others: "cannot write"
+        assert re.match(r"probe: error: (could not|cannot) write --out /proc/probe-view\.html", err)
+        assert err.count("\n") == 1 and "Traceback" not in err
     shown = run.view()._repr_html_()
     assert shown.startswith("<iframe") and "official_headwise" in shown
 
