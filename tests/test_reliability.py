@@ -192,6 +192,35 @@ def test_nan_in_the_last_layer_is_counted_and_finite_statistics_kept(checkpoint,
     assert summary["loss"] is None and summary["f_attn"] is not None and summary["m_act"] is not None
 
 
+def test_the_nan_warning_names_the_first_site_of_the_forward_pass(checkpoint, text_file, tmp_path):
+    """A NaN weight in layer 1's MLP reaches layer 2's gate and everything after: the warning
+    names 1:mlp_out, where the forward pass first met it (not 2:gate, the first metric's entry),
+    and counts the token losses apart from the activation values."""
+    ckpt = _with_weight(checkpoint("official_headwise"), tmp_path / "nan", "model.layers.1.mlp.down_proj.weight",
+                        float("nan"), (5, 0))
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning) as caught:
+        assert main(analyze_args(ckpt, out, "--data", str(text_file))) == 0
+    [line] = [str(w.message) for w in caught if "NaN/Inf" in str(w.message)]
+    bad = json.loads((out / "meta.json").read_text())["nonfinite_activations"]
+    assert "2:gate" in bad and "1:mlp_out" in bad
+    activations = sum(n for key, n in bad.items() if ":" in key)
+    assert line == (f"{activations} NaN/Inf activation values were seen (first at layer:site 1:mlp_out); "
+                    f"{bad['loss_pairs']} token losses were not finite; statistics use finite values only")
+
+
+def test_a_model_whose_every_head_is_nan_has_no_sink_rate(checkpoint, text_file, tmp_path):
+    """NaN embeddings: no head of any layer has a finite F-Attn, so the sink rate is undefined
+    (null), not 0 of the NaN cells."""
+    ckpt = _with_weight(checkpoint("official_headwise"), tmp_path / "nan", "model.embed_tokens.weight",
+                        float("nan"), slice(None))
+    out = tmp_path / "run"
+    with pytest.warns(UserWarning, match="NaN/Inf activation values were seen"):
+        assert main(analyze_args(ckpt, out, "--data", str(text_file))) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["f_attn"] is None and summary["sink_rate"] is None
+
+
 def test_inf_in_one_sequence_is_counted_and_the_other_kept(checkpoint, text_file, tmp_path):
     """An inf embedding for the first token of sequence 0: through attention, NaN reaches every
     activation of that sequence (16 tokens x 64 dims per site), none of sequence 1's."""

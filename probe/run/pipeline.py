@@ -147,6 +147,33 @@ def run_pass(cap, forward, dataset: Dataset, o: AnalysisOptions, *, dev, desc: s
 
 # -- after the pass ------------------------------------------------------------------------------
 
+# Where in a layer each metric meets its values, in the order of the forward pass.
+SITE_ORDER = ("gate", "gdn", "head_norm", "attn_out", "resid_mid", "mlp_out", "resid_post")
+
+
+def forward_order(key: str) -> tuple:
+    """Sort key of a nonfinite_activations entry, "layer:site" (or "loss_pairs"): by layer,
+    then by where the forward pass meets the site; entries without a layer last."""
+    layer, _, site = key.partition(":")
+    if not layer.isdigit():
+        return (1, 0, 0, key)
+    return (0, int(layer), SITE_ORDER.index(site) if site in SITE_ORDER else len(SITE_ORDER), site)
+
+
+def nonfinite_warning(nonfinite: dict[str, int]) -> str:
+    """One line: how many NaN/inf activation values, the first layer:site the forward pass meets
+    (nonfinite sorted by forward_order), and the loss's non-finite values apart (not activations)."""
+    sites = {key: n for key, n in nonfinite.items() if ":" in key}
+    rest = {key: n for key, n in nonfinite.items() if ":" not in key}
+    parts = []
+    if sites:
+        parts.append(f"{sum(sites.values())} NaN/Inf activation values were seen "
+                     f"(first at layer:site {next(iter(sites))})")
+    if rest:
+        parts.append(f"{sum(rest.values())} token losses were not finite")
+    return "; ".join(parts) + "; statistics use finite values only"
+
+
 def assemble(cap, loaded: LoadedModel, dataset: Dataset, name: str, dev, o: AnalysisOptions, *,
              patterns: pd.DataFrame, control=None, world: int = 1) -> Analysis:
     """The Analysis of a finished pass (reducers on the CPU): every metric's tables, meta.json
@@ -166,10 +193,10 @@ def assemble(cap, loaded: LoadedModel, dataset: Dataset, name: str, dev, o: Anal
     nonfinite = {}
     for metric in cap.metrics.values():
         nonfinite.update(metric.nonfinite())
+    nonfinite = dict(sorted(nonfinite.items(), key=lambda item: forward_order(item[0])))
     analysis.meta["nonfinite_activations"] = nonfinite
     if nonfinite:
-        warnings.warn(f"{sum(nonfinite.values())} NaN/Inf activation values were seen "
-                      f"(first at layer:site {next(iter(nonfinite))}); statistics use finite values only")
+        warnings.warn(nonfinite_warning(nonfinite))
     for metric in cap.metrics.values():
         analysis.meta.update(metric.meta(done))
     analysis.meta["layer_types"] = [p.layer_type for p in cap.layout.layers]

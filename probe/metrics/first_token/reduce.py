@@ -242,7 +242,10 @@ class FirstToken(Metric):
                               for h in range(self.layout.num_heads)]
         # The mean over attention layers, as the summary's F-Attn: windowed layers have their own.
         references = [s.uniform_reference() for s in self.stats.values()]
-        cells = [v for (metric, _), hf in by.items() if metric == "f_attn" for v in hf.values()]
+        # A head none of whose queries was finite has no F-Attn (NaN): no sink, and no cell of
+        # the rate's denominator either; none left (a NaN model) leaves the rate undefined.
+        cells = [v for (metric, _), hf in by.items() if metric == "f_attn" for v in hf.values()
+                 if math.isfinite(v)]
         return {
             "f_attn": mean([layers[i]["f_attn"] for i in attention_layers]),
             "f_attn_paper": mean([mean(list(by.get(("f_attn_paper", i), {}).values())) for i in attention_layers]),
