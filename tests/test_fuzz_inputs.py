@@ -234,6 +234,8 @@ TRAIN = {  # case: (extra argv, words)
     "eval_every_zero": (["--eval-every", "0"], "--eval-every"),
     "save_every_zero": (["--save-every", "0"], "--save-every"),
     "tokens_unreadable": (["--tokens", "lots"], "is not a token count"),
+    # --steps derives the token count from --seq-len: the option at fault is --seq-len
+    "steps_with_seq_len_zero": (["--steps", "2", "--seq-len", "0"], "--seq-len must be positive"),
 }
 
 

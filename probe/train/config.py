@@ -161,7 +161,9 @@ class TrainConfig:
             raise ProbeError(f"unknown arm {self.arm!r}; use one of {', '.join(ALL_ARMS)}, all or hybrids")
         if self.bos not in ("prepend", "none"):
             raise ProbeError(f"unknown --bos {self.bos!r}; use prepend or none")
-        for name in ("tokens", "seq_len", "batch_size", "layers", "width"):
+        # --tokens last: with --steps it is derived from them (steps x batch x seq-len), so a zero
+        # --seq-len would be reported as a --tokens the user never passed.
+        for name in ("seq_len", "batch_size", "layers", "width", "tokens"):
             if getattr(self, name) < 1:
                 raise ProbeError(f"--{name.replace('_', '-')} must be positive")
         if self.seq_len < 4:
