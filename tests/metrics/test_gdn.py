@@ -288,6 +288,20 @@ def test_off_by_default_and_unknown_layouts_refused_in_one_line(loaded):
     assert "\n" not in line
 
 
+def test_gdn_on_a_model_without_such_layers_says_so(loaded):
+    """--gdn on a softmax-only model measures nothing: a warning says why, rather than a run
+    whose missing gdn_ tables read as measured and empty."""
+    import warnings
+
+    lm = loaded("qwen3")
+    with pytest.warns(UserWarning, match=r"gdn=True: the model has no Gated DeltaNet \(linear-attention\) layers"):
+        probe.Capture(lm.model, lm.layout, gdn=True)
+    hybrid = loaded("qwen3_next")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        probe.Capture(hybrid.model, hybrid.layout, gdn=True)
+
+
 def test_a_layer_probe_cannot_read_is_named_and_the_rest_measured(checkpoint, monkeypatch):
     """Layer 1 made unreadable (as an unknown layout would be): one warning line names it and
     why, meta.json says the same, and layers 0 and 2 are measured and checked as before."""

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ...core.errors import flag
 from ...families.gdn import describe_refused, gdn_parts
 from ..base import Metric, mean
 from ..bins import Bins
@@ -68,6 +69,10 @@ class GatedDeltaNet(Metric):
                                                        index=index)
         if self.refused:
             warnings.warn(describe_refused(self.refused))
+        if not any(p.layer_type == "linear_attention" for p in layout.layers):
+            # Asked for and silently empty would read as "measured, nothing to see".
+            warnings.warn(f"{flag('gdn', True)}: the model has no Gated DeltaNet (linear-attention) "
+                          "layers; no gdn_ table is written")
 
     def listens(self, event: str) -> bool:
         return self.enabled and bool(self.tokens)
