@@ -242,6 +242,11 @@ def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, ma
             if n and eos is not None:
                 stream.append(eos)
             stream.extend(ids)
+        if len(stream) < body:
+            # One sequence shorter than asked: meta.json's seq_len would say otherwise.
+            notes.append(f"the data hold {len(stream)} tokens, fewer than {option} {seq_len}: "
+                         f"one sequence of {len(stream) + len(head)} tokens")
+            warnings.warn(f"{notes[-1]} is analysed; give more text, or lower {flag(option)}")
         if stride is not None and stride < body:
             slide(stream)
         else:

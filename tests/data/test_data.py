@@ -174,6 +174,23 @@ def test_per_document_truncation_is_warned(tokenizers):
     assert any("truncated" in n for n in ds.notes)
 
 
+def test_text_shorter_than_one_sequence_is_analysed_with_a_warning(tokenizers):
+    """Fewer tokens than seq_len: one shorter sequence, and a warning and a note that say so
+    (meta.json's seq_len alone would claim sequences of seq_len tokens); none for enough text."""
+    import warnings
+
+    tok = tokenizers["llama"]                                              # has a BOS token
+    n = len(tok("a short text here", add_special_tokens=False)["input_ids"])
+    with pytest.warns(UserWarning, match=f"the data hold {n} tokens, fewer than seq_len 64: one sequence "
+                                         f"of {n + 1} tokens is analysed; give more text, or lower seq_len="):
+        ds = build_dataset(None, tok, texts=["a short text here"], seq_len=64, bos="prepend")
+    assert [len(s) for s in ds.sequences] == [n + 1]
+    assert any(note.startswith(f"the data hold {n} tokens") for note in ds.notes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build_dataset(None, tok, texts=["a short text here " * 8], seq_len=16, bos="none")
+
+
 def test_a_tokenizer_folder_works_with_a_model_object_too(checkpoint, loaded):
     """tokenizer=DIR with a model object was kept as the string itself (a traceback on the first
     text); with a LoadedModel it was ignored."""
