@@ -28,6 +28,10 @@ def check_device(device: str | None) -> None:
         if where.index is not None and where.index >= torch.cuda.device_count():
             raise ProbeError(f"{flag('device', device)}: this machine has {torch.cuda.device_count()} "
                              f"CUDA device(s), numbered from 0")
+    elif where.type == "meta":
+        # Shapes without values: nothing can be measured (the pass would fail deep in torch).
+        raise ProbeError(f"{flag('device', device)} holds no values to measure; pass "
+                         f"{flag('device', 'cpu')} or cuda")
     elif where.type == "mps" and not torch.backends.mps.is_available():
         raise ProbeError(f"{flag('device', device)}: torch finds no MPS device on this machine; "
                          f"pass {flag('device', 'cpu')}")

@@ -47,6 +47,8 @@ def test_devices_torch_does_not_know_are_one_line():
     assert "mkldnn" not in str(error.value) and "use cpu, cuda" in str(error.value)   # not torch's list of 20
     check_device("cpu")
     check_device(None)
+    with pytest.raises(ProbeError, match="holds no values to measure; pass device='cpu'"):
+        check_device("meta")          # shapes only: the pass failed deep in torch (37 lines)
 
 
 def test_check_on_an_ungated_gguf_answers_from_the_config(ungated_gguf, no_weights, capsys):
