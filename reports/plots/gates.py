@@ -63,7 +63,7 @@ def plot_gate_histograms(runs: Any, *, fig: Figure | SubFigure | None = None,
         ax.set_xticks([0, top / 2, top], labels=[f"{t:g}" for t in (0, top / 2, top)])
     for ax in axes[len(shown):]:
         ax.set_visible(False)
-    if log:
+    if log and (hist["share"] > 0).any():   # no finite score anywhere (a NaN model): no log axis
         axes[0].set_yscale("log")
     for index, ax in enumerate(axes[:len(shown)]):
         if index % columns == 0:

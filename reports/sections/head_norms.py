@@ -59,7 +59,9 @@ def plot_head_norm_ratio(runs: Any, *, fig: Figure | SubFigure | None = None,
     models = _models(runs)
     fig = figure_or_new(fig, 1.2 + 2.4 * max(len(models), 1), 3.9)
     matrices = [ratio_matrix(runs, model) for model in models]
-    model_heatmaps(fig, runs, models, matrices, cmap=cmap, vmax=max(1.0, *(np.nanmax(m) for m in matrices)),
+    # Up to the largest ratio, at least 1; a map with no finite ratio (a NaN model) adds none.
+    top = max([1.0, *(float(np.nanmax(m)) for m in matrices if np.isfinite(m).any())])
+    model_heatmaps(fig, runs, models, matrices, cmap=cmap, vmax=top,
                    label="post / pre (mean norms)", notes=[None] * len(models))
     return fig
 

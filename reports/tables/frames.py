@@ -6,6 +6,8 @@ notebook user can get the data behind any figure.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -51,6 +53,9 @@ def _gate_wide(runs: Runs, group: str) -> pd.DataFrame:
         return pd.DataFrame(columns=["model", "layer", "head", "count", "mean", "std"])
     wide = rows.pivot_table(index=["model", "layer", "head"], columns="metric", values="value",
                             aggfunc="first").reset_index()
+    # pivot_table drops a metric whose every value is NaN (no finite gate score: a NaN model);
+    # its column stays, NaN, so that readers find it.
+    wide = wide.reindex(columns=[*wide.columns, *sorted(set(rows["metric"]) - set(wide.columns))])
     wide.columns.name = None
     if "count" not in wide:
         wide["count"] = 1.0  # no counts saved: weight every head equally
@@ -85,6 +90,15 @@ def gate_stats_by_layer(runs: Runs, group: str = "all") -> pd.DataFrame:
     return pd.DataFrame.from_records(records, columns=columns)
 
 
+def count_weighted(counts: np.ndarray, values) -> float:
+    """The mean of per-head values weighted by their score counts; a head with no finite score
+    (count 0, value NaN) weighs nothing, and none at all (a NaN model) gives NaN."""
+    values = np.asarray(values, dtype=float)
+    counted = counts > 0
+    total = counts[counted].sum()
+    return float(np.sum(counts[counted] * values[counted]) / total) if total > 0 else math.nan
+
+
 def gate_saturation(runs: Runs, group: str = "all") -> pd.DataFrame:
     """Per model: share of gate scores below / above the saturation thresholds, over all heads."""
     wide = _gate_wide(runs, group)
@@ -93,7 +107,7 @@ def gate_saturation(runs: Runs, group: str = "all") -> pd.DataFrame:
         weights = heads["count"].to_numpy(float)
         for metric in SATURATION_METRICS:
             if metric in heads:
-                share = np.sum(weights * heads[metric]) / weights.sum()
+                share = count_weighted(weights, heads[metric])
                 records.append({"model": model, "metric": metric, "value": share})
     return pd.DataFrame.from_records(records, columns=["model", "metric", "value"])
 
@@ -104,9 +118,8 @@ def gate_mean_by_group(runs: Runs) -> pd.DataFrame:
     for group in ("all", "first", "rest"):
         wide = _gate_wide(runs, group)
         for model, heads in wide.groupby("model", sort=False):
-            weights = heads["count"].to_numpy(float)
             records.append({"model": model, "group": group,
-                            "mean": np.sum(weights * heads["mean"]) / weights.sum()})
+                            "mean": count_weighted(heads["count"].to_numpy(float), heads["mean"])})
     return pd.DataFrame.from_records(records, columns=["model", "group", "mean"])
 
 

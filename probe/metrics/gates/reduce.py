@@ -179,7 +179,8 @@ class Gates(Metric):
         if gated and len(g_mean):
             weights = g_count.set_index(["layer", "head"]).value
             values = g_mean.set_index(["layer", "head"]).value
-            mean_gate = float((values * weights).sum() / weights.sum())
+            total = float(weights.sum())          # 0: every gate score non-finite (a NaN model)
+            mean_gate = float((values * weights).sum()) / total if total > 0 else None
         for entry in layers:
             if entry["layer_type"] != "attention" or not gated:
                 continue
