@@ -221,6 +221,10 @@ RUN_DAMAGE = {
     "non-object summary.json": (lambda run: (run / "summary.json").write_text('"x"'), "summary.json holds a JSON str"),
     "invalid meta.json": (lambda run: (run / "meta.json").write_text("{nope}"), "meta.json is not valid JSON"),
     "non-object meta.json": (lambda run: (run / "meta.json").write_text("[]"), "meta.json holds a JSON list"),
+    # meta.json lists the tables written: without it a missing csv read as nothing measured
+    "deleted meta.json and a csv": (lambda run: [(run / f).unlink() for f in ("meta.json", "gates.csv")],
+                                    "meta.json is missing; the run directory is incomplete"),
+    "deleted summary.json": (lambda run: (run / "summary.json").unlink(), "(no summary.json)"),
 }
 
 

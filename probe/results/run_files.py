@@ -31,6 +31,12 @@ def read_run_dir(path: str | os.PathLike) -> tuple[dict, dict, dict[str, pd.Data
     """(meta, summary, {table: typed DataFrame, or None when its file is absent}) of one run
     directory, checked against the schema: RunDirectoryError names what does not fit."""
     path = Path(path)
+    for name in (META_FILE, SUMMARY_FILE):
+        # Every run probe writes has both; without meta.json, the list of the tables written,
+        # a run missing some of them would read as one that measured nothing there.
+        if not (path / name).is_file():
+            raise RunDirectoryError(f"{path / name} is missing; the run directory is incomplete: write it "
+                                    "again with probe analyze")
     meta = _read_json(path / META_FILE)
     summary = _read_json(path / SUMMARY_FILE)
     tables = {name: _read_table(path / f"{name}.csv", name) if (path / f"{name}.csv").is_file() else None

@@ -26,6 +26,7 @@ from probe.reports.claims.numbers import fmt as _fmt
 from probe.reports.claims import intervals as ci
 from probe.reports.claims import sink_need
 from probe.reports.claims.pairs import NOT_COMPARABLE, split_pairs
+from probe.reports.claims.scope import not_sigmoid
 from probe.reports.claims.paper import paper_sparsity, table4
 from probe.reports.runs import Runs, load_runs
 from probe.reports.tables.intervals import few_sequences
@@ -221,7 +222,7 @@ def _sparse_gate(runs: Runs) -> list[_Row]:
                     f"{LOW_GATE:g}: {_fmt(share)}{ci.bracket(found and found[1])}")
         if (broken := nonfinite_reason(runs, [model])) is not None:
             verdict = _untestable(broken)
-        elif (other := _not_sigmoid(runs, model)) is not None:
+        elif (other := not_sigmoid(runs, model)) is not None:
             verdict = _untestable(other)
         elif math.isnan(mean) or math.isnan(share):
             verdict = _untestable(f"{model} has no gate scores with the share below "
@@ -244,20 +245,6 @@ def _sparse_gate(runs: Runs) -> list[_Row]:
                              mean < NO_PREFERENCE_GATE and share > LOW_GATE)
         rows.append(_Row(1, model, measured, verdict, numbers))
     return rows
-
-
-# Gates other than the paper's sigmoid: their score range, which the rule's thresholds do not fit.
-OTHER_GATES = {"2sigmoid": "2 * sigmoid, scores in (0, 2)", "softplus": "softplus, scores in (0, inf)"}
-
-
-def _not_sigmoid(runs: Runs, model: str) -> str | None:
-    """Why claim 1's rule does not fit the model's gate (None for a sigmoid gate): its thresholds
-    (mean < 0.3, a share below 0.1) are read on the paper's sigmoid scores in (0, 1)."""
-    activation = (runs.meta.get(model, {}).get("gate") or {}).get("activation", "sigmoid")
-    if activation not in OTHER_GATES:
-        return None
-    return (f"{model}'s gate is {OTHER_GATES[activation]}; the rule's thresholds are for the "
-            "paper's sigmoid gate, scores in (0, 1)")
 
 
 def _sparse_output(runs: Runs) -> list[_Row]:

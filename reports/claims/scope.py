@@ -1,4 +1,5 @@
-"""Which of the paper's claims speak about a hybrid's linear-attention (Gated DeltaNet) layers.
+"""Which of the paper's claims speak about a hybrid's linear-attention (Gated DeltaNet) layers, and
+about a gate other than the paper's sigmoid (claim 1).
 
 The paper's gate is a sigmoid on a softmax head's output; claims 1-3 are judged on those layers
 only. A GDN layer has an output gate of its own (SiLU, unbounded, after an RMSNorm) and no softmax
@@ -27,3 +28,17 @@ def linear_attention_scope(runs: Runs) -> list[str]:
             "GDN layer's output gate is a SiLU after an RMSNorm, not the paper's sigmoid, and it has "
             f"no softmax over keys, so no F-Attn; {where}. Claim 4 (M-Act, the residual stream) "
             "covers every layer, the GDN layers included."]
+
+
+# Gates other than the paper's sigmoid: their score range, which the rule's thresholds do not fit.
+OTHER_GATES = {"2sigmoid": "2 * sigmoid, scores in (0, 2)", "softplus": "softplus, scores in (0, inf)"}
+
+
+def not_sigmoid(runs: Runs, model: str) -> str | None:
+    """Why claim 1's rule does not fit the model's gate (None for a sigmoid gate): its thresholds
+    (mean < 0.3, a share below 0.1) are read on the paper's sigmoid scores in (0, 1)."""
+    activation = (runs.meta.get(model, {}).get("gate") or {}).get("activation", "sigmoid")
+    if activation not in OTHER_GATES:
+        return None
+    return (f"{model}'s gate is {OTHER_GATES[activation]}; the rule's thresholds are for the "
+            "paper's sigmoid gate, scores in (0, 1)")
