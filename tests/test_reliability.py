@@ -417,6 +417,21 @@ def test_a_failed_report_step_keeps_the_run_directory(checkpoint, text_file, tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
+def test_an_unusable_figures_folder_is_refused_before_the_analysis(checkpoint, text_file, tmp_path, capsys,
+                                                                     monkeypatch):
+    """compare --figures under a file: one line naming --figures, before any model is analysed
+    (it was found after both analyses, and the line blamed --out)."""
+    from probe.api import cli
+
+    monkeypatch.setattr(cli, "_run_analysis", lambda *a, **k: pytest.fail("analysed before the check"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    line = one_error_line(capsys, ["compare", str(checkpoint("qwen3")), str(checkpoint("llama")), "--out",
+                                   str(tmp_path / "cmp"), "--data", str(text_file), "--figures", str(blocker / "figs")])
+    assert line.startswith(f"probe: error: cannot create --figures {blocker / 'figs'}: ") and "is a file" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
 def test_figures_asked_for_inside_out_are_kept(checkpoint, text_file, tmp_path, monkeypatch):
     """compare --figures OUT/figs: the figures went into OUT/figs, then the report step renamed
     the new OUT over it ("wrote OUT/figs", an empty folder). Drawing them is stubbed: what is

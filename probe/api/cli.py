@@ -283,9 +283,12 @@ def _check_figures_dir(figures: str | None, force: bool) -> None:
     """--figures DIR: refuse to overwrite figures of an earlier report without --force."""
     if figures is None:
         return
+    from ..core.atomic import check_writable
+
     target = Path(figures)
     if target.exists() and not target.is_dir():
         raise ProbeError(f"--figures {figures} is a file; give a folder")
+    check_writable(target, "--figures")          # before the analysis, not after it
     if not force and target.is_dir() and any(target.glob("figure-*")):
         raise ProbeError(f"{figures} already holds figures; pass --force to replace them")
 
