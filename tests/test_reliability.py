@@ -101,6 +101,21 @@ def test_broken_safetensors(damage, checkpoint, tmp_path, capsys):
     assert "model.safetensors is truncated or corrupt" in line and "re-download" in line
 
 
+def test_compare_names_a_broken_later_checkpoint_before_analysing_the_first(checkpoint, text_file, tmp_path,
+                                                                           capsys, monkeypatch):
+    """compare A B with B's weights cut short: the line comes before A is analysed (it came after,
+    and the analysis of A was thrown away)."""
+    from probe.api import cli
+
+    broken = copy(checkpoint("qwen3"), tmp_path / "broken")
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    monkeypatch.setattr(cli, "_run_analysis", lambda *a, **k: pytest.fail("analysed before the check"))
+    line = one_error_line(capsys, ["compare", str(checkpoint("llama")), str(broken), "--out", str(tmp_path / "cmp"),
+                                   "--data", str(text_file)])
+    assert f"{weights} is truncated or corrupt" in line and not (tmp_path / "cmp").exists()
+
+
 def test_text_without_tokenizer_names_both_ways_out(checkpoint, text_file, tmp_path, capsys):
     bare = tiny.make_checkpoint("qwen3", tmp_path / "notok", tokenizer=False)
     line = one_error_line(capsys, analyze_args(bare, tmp_path / "o", "--data", str(text_file)))

@@ -295,6 +295,7 @@ def _check_figures_dir(figures: str | None, force: bool) -> None:
 
 def cmd_compare(args, command_line) -> int:
     from ..core.atomic import check_output_dir, check_writable
+    from ..load.preflight import check_checkpoint
     from .ablation_console import print_ablations
     from ..run.distributed import is_main
     from .outputs import write_runs
@@ -313,6 +314,8 @@ def cmd_compare(args, command_line) -> int:
     if main_rank:
         warn_repeated(args.checkpoints)
     pairs_of(args.pair, None, names)                 # a malformed --pair: one line, before any pass
+    for checkpoint in args.checkpoints:              # a broken last one: before the first is analysed
+        check_checkpoint(checkpoint)
     if args.lengths:
         return _sweeps(args.checkpoints, names, options, data, args, out, formats, command_line)
     analyses = [_run_analysis(ckpt, options, data, name, command_line)

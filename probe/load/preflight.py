@@ -5,6 +5,8 @@ alone what `probe check` needs to know first: whether there is a gate.)
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from ..core.errors import ProbeError, flag
@@ -35,3 +37,19 @@ def check_device(device: str | None) -> None:
     elif where.type == "mps" and not torch.backends.mps.is_available():
         raise ProbeError(f"{flag('device', device)}: torch finds no MPS device on this machine; "
                          f"pass {flag('device', 'cpu')}")
+
+
+def check_checkpoint(path) -> None:
+    """The checks the load makes before it reads any weight (config.json, the weight files'
+    headers and layer count; a GGUF file's header and architecture), for a command that loads
+    several checkpoints one after another: probe compare names a broken second checkpoint
+    before it analyses the first."""
+    from . import gguf
+    from .checkpoint_files import check_checkpoint_dir
+
+    path = Path(path)
+    file = gguf.gguf_file(path)
+    if file is not None:
+        gguf.check_architecture(gguf.read_info(file))
+    else:
+        check_checkpoint_dir(path)
