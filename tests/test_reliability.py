@@ -323,6 +323,11 @@ def test_check_command_errors_are_one_line(checkpoint, tmp_path, capsys):
     line = one_error_line(capsys, ["analyze", str(checkpoint("official_headwise")), "--out", str(tmp_path / "o"),
                                    "--gate", "q_proj:grouped:elementwise", "--quiet", "--seq-len", "16"])
     assert "does not fit q_proj" in line and "probe check" in line
+    # A length past the model's positions: refused before the weights load (it ran 8x past them,
+    # or for minutes at 100,000 tokens).
+    positions = json.loads((checkpoint("official_headwise") / "config.json").read_text())["max_position_embeddings"]
+    line = one_error_line(capsys, ["check", str(checkpoint("official_headwise")), "--seq-len", str(positions + 1)])
+    assert f"--seq-len {positions + 1} exceeds the model's {positions} positions; lower --seq-len" in line
 
 
 def test_a_model_object_is_measured_as_it_is(loaded):

@@ -15,6 +15,7 @@ from ..load.checkpoint_path import check_exists
 from .report_args import (GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_between, print_claims,
                           print_differences, print_intervals)
 from .cli_names import _run_name, compare_names, print_summary, unique_names, warn_repeated  # noqa: F401
+from .check_cli import cmd_check
 from .view_cli import cmd_view
 
 EXIT_USAGE = 2
@@ -355,38 +356,6 @@ def _sweeps(checkpoints, names, options, data, args, out: Path, formats, command
     from .sweep_cli import run_sweeps
 
     return run_sweeps(checkpoints, names, options, data, args, out, formats, command_line)
-
-
-def cmd_check(args, command_line) -> int:
-    """Exit 0 when every check passes (or there is no gate to check), 1 when one fails."""
-    import pandas as pd
-
-    from .check import COLUMNS, CheckReport, run_checks, summary_line
-    from ..load.loader import layout_without_weights, load, warn_if_gate_declared_away
-    from ..core.options import check_int
-    from ..load.preflight import check_device
-
-    check_int("seq_len", args.seq_len, 2)
-    check_int("batch_size", args.batch_size, 1)
-
-    check_device(args.device)
-    # An ungated checkpoint has nothing to check: say so from its config, before the weights
-    # load (a GGUF file would be dequantised in full first).
-    empty = layout_without_weights(args.checkpoint, args.gate) if args.gate is None else None
-    if empty is not None and not empty.gated:
-        print(summary_line(CheckReport(pd.DataFrame(columns=COLUMNS), False, []), empty))
-        return 0
-    loaded = load(args.checkpoint, dtype=args.dtype, device=args.device, gate=args.gate)
-    warn_if_gate_declared_away(loaded.model, loaded.layout, args.gate)
-    report = run_checks(loaded, seq_len=args.seq_len, batch_size=args.batch_size, seed=args.seed)
-    if len(report.frame):
-        print(report.to_string())
-    line = summary_line(report, loaded.layout)
-    if report.passed:
-        print(line)
-        return 0
-    print(f"probe: check failed: {line}", file=sys.stderr)
-    return 1
 
 
 def cmd_graft(args, command_line) -> int:
