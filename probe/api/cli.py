@@ -14,7 +14,8 @@ from ..core.owned import FORCE_HELP
 from ..load.checkpoint_path import check_exists
 from .report_args import (GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_between, print_claims,
                           print_differences, print_intervals)
-from .cli_names import _run_name, compare_names, print_summary, unique_names, warn_repeated  # noqa: F401
+from .cli_names import (_run_name, compare_names, different_tokens, print_summary, unique_names,  # noqa: F401
+                        warn_repeated)
 from .check_cli import cmd_check
 from .view_cli import cmd_view
 
@@ -330,9 +331,7 @@ def cmd_compare(args, command_line) -> int:
     print_summary(analyses)
     print_intervals(analyses)
     if len({a.meta.get("tokens_sha256") for a in analyses}) > 1:
-        print("probe: warning: the models did not see the same token ids (their tokenizers or BOS "
-              "policies differ), so per-token comparisons do not apply; pass token ids (.npy / .pt) "
-              "to compare on identical input", file=sys.stderr)
+        print(f"probe: warning: {different_tokens(analyses, names)}", file=sys.stderr)
     from probe.reports.runs import load_runs
 
     runs = load_runs(analyses)          # read into report tables once, for the three tables below

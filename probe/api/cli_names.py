@@ -63,3 +63,18 @@ def print_summary(analyses) -> None:
     with pd.option_context("display.float_format", lambda v: f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}",
                            "display.width", 120):
         print(frame.to_string(na_rep="-"))
+
+
+def different_tokens(analyses, names) -> str:
+    """Why the compared models did not see the same token ids, and what gives them the same: a
+    BOS prepended for some only (--bos auto follows each tokenizer: token ids given as data are
+    then not enough), else their tokenizers."""
+    with_bos = [n for a, n in zip(analyses, names) if a.meta.get("bos_token_id") is not None]
+    if with_bos and len(with_bos) < len(names):
+        without = [n for n in names if n not in with_bos]
+        return (f"the models did not see the same token ids: a BOS token was prepended for "
+                f"{', '.join(with_bos)} and not for {', '.join(without)} (--bos auto follows each "
+                "tokenizer), so per-token comparisons do not apply; pass --bos none, or --bos prepend "
+                "where every tokenizer has a BOS token")
+    return ("the models did not see the same token ids (their tokenizers differ), so per-token "
+            "comparisons do not apply; pass token ids (.npy / .pt) to compare on identical input")

@@ -104,6 +104,21 @@ def test_summary_prints_a_missing_gate_as_a_dash_and_large_values_whole(capsys):
     assert next(line for line in lines if line.startswith("gated")).split()[1] == "0.25"
 
 
+def test_compare_on_token_ids_names_the_bos_as_the_difference(checkpoint, tmp_path, capsys):
+    """Token ids as data, and --bos auto prepending a BOS for one tokenizer only: the warning
+    says that, and --bos none, not 'pass token ids' (given already)."""
+    import numpy as np
+
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.random.default_rng(0).integers(5, 200, size=(2, 24)))
+    assert main(["compare", str(checkpoint("llama")), str(checkpoint("qwen3")), "--data", str(ids),
+                 "--out", str(tmp_path / "cmp"), "--format", "", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert ("did not see the same token ids: a BOS token was prepended for llama and not for qwen3 "
+            "(--bos auto follows each tokenizer)") in err and "pass --bos none" in err
+    assert "pass token ids" not in err
+
+
 def test_compare_says_when_the_models_saw_different_tokens(checkpoint, text_file, tmp_path, capsys):
     """Different tokenizers turn the same text into different token ids: compare says so (and
     the report's summary carries a note); the same tokenizer family says nothing."""
