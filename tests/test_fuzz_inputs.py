@@ -167,6 +167,7 @@ OPTIONS = {  # case: (extra argv, or a function of tmp_path making it; words the
     "max_sequences_negative": (["--max-sequences", "-2"], "--max-sequences"),
     "max_sequences_zero": (["--max-sequences", "0"], ("--max-sequences", "leave it out")),
     "seq_len_one": (["--seq-len", "1"], "--seq-len must be an integer of at least 2"),
+    "seq_len_empty_in_list": (["--seq-len", "64,,128"], "an empty length in the list"),
     "max_length_one": (["--max-length", "1"], "--max-length"),
     "stride_zero": (["--stride", "0"], "--stride"),
     "save_every_negative": (["--save-every", "-1"], "--save-every must be 0 or more"),

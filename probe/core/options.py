@@ -121,7 +121,11 @@ def _choice(choices, *, optional: bool = False):
 
 def seq_len_arg(text: str):
     """--seq-len N, or N,N,... (a context sweep, probe/api/sweep.py): an int or a tuple of ints."""
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    parts = [p.strip() for p in str(text).split(",")]
+    if "," in str(text) and not all(parts):     # 64,,128 or 512, : a typo, not a sweep of what is left
+        raise ProbeError(f"{flag('seq_len', text)}: an empty length in the list; give lengths such as "
+                         "512,2048,8192")
+    parts = [p for p in parts if p]
     try:
         values = [int(p) for p in parts]
     except ValueError:

@@ -144,7 +144,8 @@ def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, ma
     source = docs.source
     if docs.texts is not None:
         if tokenizer is None:
-            raise ProbeError(f"the data {source} is text but there is no tokenizer (the checkpoint has "
+            what = "the texts given need" if source == "<texts>" else f"the data {source} is text and needs"
+            raise ProbeError(f"{what} a tokenizer, but there is none (the checkpoint has "
                              f"no tokenizer files); pass {flag('tokenizer', metavar='DIR')}, or give token ids "
                              "(.npy, .pt, or JSONL with input_ids)")
         # A tokenizer's regex that backtracks without end panics in Rust: one line, no backtrace.
