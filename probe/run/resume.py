@@ -51,6 +51,22 @@ def fingerprint(loaded, dataset, **options) -> dict:
             **{k: v for k, v in options.items()}}
 
 
+def differences(saved, now: dict) -> str:
+    """" (what differs: batch_size 4 then, 2 now; weights)": the fingerprint entries a saved state
+    and this command disagree on, with the values where they are short; "" where none can be
+    named (an unreadable saved fingerprint)."""
+    if not isinstance(saved, dict):
+        return ""
+    named = []
+    for key in sorted(set(saved) | set(now)):
+        before, after = saved.get(key), now.get(key)
+        if before == after:
+            continue
+        shown = f"{key} {before!r} then, {after!r} now"
+        named.append(shown if len(shown) <= 80 and not isinstance(before, dict) else key)
+    return f" (what differs: {'; '.join(named)})" if named else ""
+
+
 SAMPLE_BLOCKS, SAMPLE_BYTES = 64, 1 << 16
 
 
@@ -230,8 +246,9 @@ class PassCheckpoint:
         except Exception as err:        # truncated, garbage, or not a state file at all
             raise ProbeError(f"{self.state_file} is damaged ({_short(err)}); {start_again()}") from None
         if progress.get("fingerprint") != self.fingerprint:
-            raise ProbeError(f"{self.folder} was made with another model, weights, data or options; "
-                             f"rerun the same command with {flag('resume', True)}, or {start_again()}")
+            raise ProbeError(f"{self.folder} was made with another model, weights, data or options"
+                             f"{differences(progress.get('fingerprint'), self.fingerprint)}; rerun the same "
+                             f"command with {flag('resume', True)}, or {start_again()}")
         if not isinstance(state, dict) or state.get("fingerprint") != self.fingerprint:
             raise ProbeError(f"{self.state_file} was not saved by this run (another model, weights, "
                              f"data or options); {start_again()}")

@@ -64,9 +64,11 @@ def test_resume_refuses_state_from_other_data(checkpoint, text_file, tmp_path, m
         with pytest.raises(KeyboardInterrupt):
             probe.analyze(ckpt, text_file, seq_len=16, batch_size=2, progress=False, partial=partial,
                           checkpoint_seconds=0)
-    with pytest.raises(ProbeError, match="another model, weights, data or options"):
+    with pytest.raises(ProbeError, match="another model, weights, data or options") as refused:
         probe.analyze(ckpt, text_file, seq_len=24, batch_size=2, progress=False, partial=partial,
                       resume=True)
+    # The line names what differs, with both values where they are short.
+    assert "(what differs: " in str(refused.value) and "seq_len 16 then, 24 now" in str(refused.value)
 
 
 def test_resume_refuses_a_model_object_in_another_dtype(loaded, text_file, tmp_path, monkeypatch):
@@ -143,7 +145,7 @@ def test_resume_refuses_a_checkpoint_whose_weights_changed(checkpoint, text_file
     save_file(weights, ckpt / "model.safetensors", metadata={"format": "pt"})
     line = _one_line(capsys, ["analyze", str(ckpt), "--data", str(text_file), "--out", str(out), *COMMON,
                               "--resume"])
-    assert "another model, weights, data or options" in line and "--force" in line
+    assert "another model, weights, data or options (what differs: weights)" in line and "--force" in line
     assert (partial / "progress.json").exists()          # refused, not destroyed
 
 
