@@ -113,6 +113,8 @@ def graft(checkpoint, *, gate: str, init: str, out, seed: int = 0, force: bool =
     inputs = {"checkpoint": checkpoint, "gate weights": gate_weights}
     check_output_dir(out, force, inputs)          # before the minute a GGUF base takes to load
     check_writable(out)
+    if gate_weights is not None and not Path(gate_weights).is_file():   # before the load, as --out
+        raise ProbeError(f"--gate-weights {gate_weights} does not exist")
     say(f"loading {checkpoint} ...")
     loaded = load(checkpoint, dtype="float32")
     model_type = loaded.config.model_type

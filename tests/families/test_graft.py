@@ -170,6 +170,12 @@ def test_graft_refuses_gated_or_other_models_in_one_line(grafts, tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(ProbeError, match="is a file"):
         graft(grafts["base"], gate="headwise", init="identity", out=tmp_path / "file", say=lambda s: None)
+    # A --gate-weights file that is not there: said before the base loads (a GGUF base takes a minute).
+    said = []
+    with pytest.raises(ProbeError, match=r"--gate-weights .*nowhere\.safetensors does not exist"):
+        graft(grafts["base"], gate="headwise", init="identity", out=tmp_path / "z", say=said.append,
+              gate_weights=tmp_path / "nowhere.safetensors")
+    assert said == [] and not (tmp_path / "z").exists()
 
 
 def test_trained_gate_weights_rebuild_the_trained_model_from_the_base(grafts, tmp_path):
