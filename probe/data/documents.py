@@ -210,6 +210,12 @@ def read_path(path: Path, text_field: str = "text") -> Documents:
         import numpy as np
 
         read_bytes(path, 1)                   # an unreadable file: its own message
+        with path.open("rb") as f:
+            head = f.read(6)
+        # np.load reads any file without numpy's magic bytes as a pickle ("Python objects")
+        if head != b"\x93NUMPY" and not head.startswith(b"PK"):             # PK: an .npz archive
+            raise ProbeError(f"data {path} is not a .npy file (it lacks numpy's header); save token ids "
+                             "with numpy.save, or name a text file .txt")
         try:
             arr = np.load(path, allow_pickle=False)
         except ValueError as err:

@@ -79,6 +79,16 @@ def test_bad_data_says_what_to_do(tokenizers, tmp_path):
     bad.write_text('{"body": "x"}\n')
     with pytest.raises(ProbeError, match="text_field="):       # the Python argument, not the flag
         build_dataset(bad, tokenizers["qwen3"])
+    # A text file named .npy is no .npy (np.load read it as a pickle: "holds Python objects");
+    # an object array saved with numpy is.
+    text = tmp_path / "ids.npy"
+    text.write_text("1 2 3 4\n")
+    with pytest.raises(ProbeError, match="is not a .npy file \\(it lacks numpy's header\\)"):
+        build_dataset(text, None)
+    objects = tmp_path / "objects.npy"
+    np.save(objects, np.array([[1, 2], "x"], dtype=object), allow_pickle=True)
+    with pytest.raises(ProbeError, match="holds Python objects"):
+        build_dataset(objects, None)
 
 
 def test_too_long_sequences_truncate_or_refuse(tokenizers, text_file):
