@@ -254,6 +254,12 @@ def test_a_saved_run_keeps_its_series_and_probe_view_writes_the_page(tiny_runs, 
     assert main(["view", str(copy), "--out", str(copy / "summary.json"), "--force"]) == 2
     assert "is not a page probe view wrote" in capsys.readouterr().err
     assert (copy / "summary.json").read_bytes() == before
+    # A folder of runs (compare, sweep): the line names one of them to pass.
+    folder = tmp_path / "folder"
+    shutil.copytree(tiny_runs["llama"], folder / "llama")
+    assert main(["view", str(folder), "--out", str(tmp_path / "f.html")]) == 2
+    assert f"holds 1 run (a compare or sweep folder); pass one or two of them, such as {folder / 'llama'}" \
+        in capsys.readouterr().err
     if Path("/proc/self").is_dir():       # writable to root by access(), refused by the kernel
         assert main(["view", str(copy), "--out", "/proc/probe-view.html"]) == 2
         err = capsys.readouterr().err         # root: "could not write", others: "cannot write"
