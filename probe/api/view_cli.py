@@ -34,8 +34,9 @@ def cmd_view(args, command_line) -> int:
         if not (Path(run) / "summary.json").is_file():
             inner = sorted(p for p in Path(run).glob("*/summary.json")) if Path(run).is_dir() else []
             if inner:            # a compare or sweep folder: its runs are one level down
-                raise ProbeError(f"{printable(run)} holds {len(inner)} run{'s' if len(inner) > 1 else ''} (a compare or sweep folder); "
-                                 f"pass one or two of them, such as {printable(inner[0].parent)}")
+                runs = f"{len(inner)} run{'s' if len(inner) > 1 else ''}"
+                raise ProbeError(f"{printable(run)} holds {runs} (a compare or sweep folder); pass one or two "
+                                 f"of them, such as {printable(inner[0].parent)}")
             raise ProbeError(f"{printable(run)} is not a probe run directory (no summary.json); "
                              "create it with probe analyze")
     if not out.exists():
