@@ -96,9 +96,20 @@ def _claims(runs: Runs, pairs=None) -> Section:
     )
 
 
+def _other_gates(runs: Runs) -> str:
+    """" X's gate is 2 * sigmoid, scores in (0, 2): its mean gate is not on the paper's scale." for
+    each gated run whose gate is not the paper's sigmoid; "" where every one is."""
+    from probe.reports.claims.scope import OTHER_GATES
+
+    other = {m: OTHER_GATES[a] for m in runs.gated_models
+             if (a := (runs.meta[m].get("gate") or {}).get("activation")) in OTHER_GATES}
+    return "".join(f" {m}'s gate is {kind}: its mean gate is not on the paper's (0, 1) scale."
+                   for m, kind in other.items())
+
+
 def _summary(runs: Runs, groups=None) -> Section:
     caption = ("Mean gate: mean sigmoid gate score over all gated layers, heads, positions (and "
-               "dimensions for elementwise gates). M-Act: mean over layers of the largest "
+               f"dimensions for elementwise gates).{_other_gates(runs)} M-Act: mean over layers of the largest "
                "|layer output|. F-Attn (t ≥ 1): attention probability on the first token, "
                "averaged over heads per layer, then over attention layers, for query positions "
                "t ≥ 1; paper-style also counts t = 0, where it is 1 by causality; uniform: "

@@ -131,6 +131,12 @@ def test_two_sigmoid_gate_histogram_spans_its_range_and_claim_1_is_not_judged(gr
         assert int(got.sum()) == scores.numel()
     verdict = claims_table(a).query("claim == 1").verdict.item()
     assert verdict.startswith("not testable") and "2 * sigmoid" in verdict
+    from probe.reports.runs import load_runs
+    from probe.reports.sections import build_sections
+
+    summary = next(item for section in build_sections(load_runs([a])) for item in section.items
+                   if item.id == "summary-table")
+    assert "gate is 2 * sigmoid, scores in (0, 2): its mean gate is not on the paper's (0, 1) scale" in summary.caption
 
 
 def attention_inputs_and_analysis(loaded):
