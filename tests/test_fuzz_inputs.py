@@ -140,10 +140,17 @@ def test_unreadable_data_file(name, checkpoint, tmp_path, capsys, monkeypatch):
     assert_nothing_left(tmp_path, {name})
 
 
-def test_token_id_outside_the_vocabulary(checkpoint, tmp_path, capsys):
-    np.save(tmp_path / "ids.npy", np.array([[1, 2, 999]]))
-    assert_one_error_line(capsys, analyze_argv(checkpoint("qwen3"), tmp_path / "run", "--data",
-                                               str(tmp_path / "ids.npy")), says="outside the model's vocabulary")
+@pytest.mark.parametrize("length", [3, 40])
+def test_token_id_outside_the_vocabulary(length, checkpoint, tmp_path, capsys):
+    """One line, also for a row longer than --seq-len 16, whose truncation warning printed first."""
+    import warnings
+
+    np.save(tmp_path / "ids.npy", np.array([[999] + [1, 2] * (length // 2)]))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert_one_error_line(capsys, analyze_argv(checkpoint("qwen3"), tmp_path / "run", "--data",
+                                                   str(tmp_path / "ids.npy")), says="outside the model's vocabulary")
+    assert [str(w.message) for w in said] == []              # no remark on data that is refused
     assert_nothing_left(tmp_path, {"ids.npy"})
 
 

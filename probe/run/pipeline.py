@@ -66,8 +66,14 @@ def check_model_as_is(model, *, dtype: str | None, device: str | None, device_ma
 
 def dataset_for(data, texts, tokenizer, config, o: AnalysisOptions) -> Dataset:
     """The sequences the options ask for, their token ids checked against the vocabulary."""
-    dataset = build_dataset(data, tokenizer, o, max_positions=max_positions(config, o), texts=texts)
+    # The data's warnings (a document truncated, a short text) wait for the vocabulary check:
+    # data that is refused gets its one line, not remarks on data that will not be read.
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        dataset = build_dataset(data, tokenizer, o, max_positions=max_positions(config, o), texts=texts)
     check_vocab(dataset, config)
+    for w in said:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return dataset
 
 
