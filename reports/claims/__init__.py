@@ -128,7 +128,7 @@ def claims_display(runs: Any, pairs=None) -> pd.DataFrame:
 def claims_caption(runs: Any = None) -> str:
     """The table's caption; with `runs`, which of them are judged on point values (no per_sequence.csv)."""
     missing = ci.without_table(runs, runs.models) if runs is not None else []
-    few = few_sequences(load_runs(runs)).strip() if runs is not None else ""
+    few = few_sequences(runs).strip() if runs is not None else ""
     return ("Whether each headline claim of the paper holds in these runs, in the paper's direction "
             "(not its values); brackets: 95% intervals over sequences. The rules: the last table, under Provenance."
             + (f" No intervals for {', '.join(missing)} (no per_sequence.csv, written before it): "

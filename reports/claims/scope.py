@@ -34,11 +34,17 @@ def linear_attention_scope(runs: Runs) -> list[str]:
 OTHER_GATES = {"2sigmoid": "2 * sigmoid, scores in (0, 2)", "softplus": "softplus, scores in (0, inf)"}
 
 
+def other_gate(runs: Runs, model: str) -> str | None:
+    """"2 * sigmoid, scores in (0, 2)" for a model whose gate (meta.json gate.activation) is not
+    the paper's sigmoid; None for a sigmoid gate, or none."""
+    return OTHER_GATES.get((runs.meta.get(model, {}).get("gate") or {}).get("activation"))
+
+
 def not_sigmoid(runs: Runs, model: str) -> str | None:
     """Why claim 1's rule does not fit the model's gate (None for a sigmoid gate): its thresholds
     (mean < 0.3, a share below 0.1) are read on the paper's sigmoid scores in (0, 1)."""
-    activation = (runs.meta.get(model, {}).get("gate") or {}).get("activation", "sigmoid")
-    if activation not in OTHER_GATES:
+    kind = other_gate(runs, model)
+    if kind is None:
         return None
-    return (f"{model}'s gate is {OTHER_GATES[activation]}; the rule's thresholds are for the "
-            "paper's sigmoid gate, scores in (0, 1)")
+    return (f"{model}'s gate is {kind}; the rule's thresholds are for the paper's sigmoid gate, "
+            "scores in (0, 1)")

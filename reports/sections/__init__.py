@@ -99,12 +99,10 @@ def _claims(runs: Runs, pairs=None) -> Section:
 def _other_gates(runs: Runs) -> str:
     """" X's gate is 2 * sigmoid, scores in (0, 2): its mean gate is not on the paper's scale." for
     each gated run whose gate is not the paper's sigmoid; "" where every one is."""
-    from probe.reports.claims.scope import OTHER_GATES
+    from probe.reports.claims.scope import other_gate
 
-    other = {m: OTHER_GATES[a] for m in runs.gated_models
-             if (a := (runs.meta[m].get("gate") or {}).get("activation")) in OTHER_GATES}
     return "".join(f" {m}'s gate is {kind}: its mean gate is not on the paper's (0, 1) scale."
-                   for m, kind in other.items())
+                   for m in runs.gated_models if (kind := other_gate(runs, m)) is not None)
 
 
 def _summary(runs: Runs, groups=None) -> Section:
