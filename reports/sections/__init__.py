@@ -140,7 +140,7 @@ def _summary(runs: Runs, groups=None) -> Section:
         items=items,
         notes=(notes.nonfinite_notes(runs)
                + (differences_notes(runs) if len(runs.models) > 1 else []) + notes.no_gate_notes(runs)
-               + notes.token_stream_notes(runs) + notes.depth_notes(runs)),
+               + notes.token_stream_notes(runs) + notes.depth_notes(runs) + notes.budget_notes(runs)),
     )
 
 

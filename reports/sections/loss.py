@@ -37,7 +37,7 @@ def training(runs: Runs) -> Section:
         intro=("The training log of each run (probe train records loss and gradient norm per "
                "step); the paper finds that the gate damps loss spikes."),
         items=[figure],
-        notes=notes.training_notes(runs),
+        notes=notes.training_notes(runs) + notes.budget_notes(runs),
     )
 
 

@@ -68,6 +68,34 @@ def depth_notes(runs: Runs) -> list[str]:
             "own layer indices, so equal indices are not equal relative depths."]
 
 
+def budget_notes(runs: Runs) -> list[str]:
+    """Models that probe train trained on different numbers of tokens (meta.json train_recipe
+    tokens): side by side, their losses differ for the budget as well as for the gate, so the
+    report says so where losses are compared (a shorter run's higher loss read as the
+    architecture's is the mistake this prevents)."""
+    budgets: dict[int, list[str]] = {}
+    for model in runs.models:
+        recipe = runs.meta[model].get("train_recipe")
+        tokens = recipe.get("tokens") if isinstance(recipe, dict) else None
+        if isinstance(tokens, (int, float)) and tokens > 0:
+            budgets.setdefault(int(tokens), []).append(model)
+    if len(budgets) <= 1:
+        return []
+    listed = "; ".join(f"{_names(models)}: {_tokens(tokens)}"
+                       for tokens, models in sorted(budgets.items(), reverse=True))
+    return [f"The models were trained on different numbers of tokens ({listed}; probe train's recipe): "
+            "their losses differ for the training budget too, not only for the gate or the architecture; "
+            "compare losses within one budget."]
+
+
+def _tokens(n: int) -> str:
+    """3000000 -> "3M tokens", 1500000 -> "1.5M tokens", 64000 -> "64k tokens"."""
+    for size, unit in ((10 ** 9, "B"), (10 ** 6, "M"), (10 ** 3, "k")):
+        if n >= size:
+            return f"{n / size:.3g}{unit} tokens"
+    return f"{n} tokens"
+
+
 def pattern_notes(runs: Runs) -> list[str]:
     return [f"{model} saved no attention patterns of a display prompt (attention_patterns.csv)."
             for model in runs.models if not pattern_layers(runs, model)]

@@ -151,3 +151,21 @@ def test_captions_name_only_what_the_runs_draw(run_dirs):
     hybrid = _captions(reports.load_runs([gold / "cli_qwen3_next"]))
     assert "Hatched rows" not in llama["head-norm-ratio"]
     assert "Hatched rows: linear-attention layers" in hybrid["head-norm-ratio"]
+
+
+def _notes(runs, section_id: str) -> list[str]:
+    return next(section.notes for section in build_sections(runs) if section.id == section_id)
+
+
+def test_models_trained_on_different_budgets_are_named_where_losses_are_compared(run_dirs):
+    runs = reports.load_runs([run_dirs["baseline"], run_dirs["headwise"], run_dirs["hybrid"]])
+    budget = "trained on different numbers of tokens"
+    assert not any(budget in note for note in _notes(runs, "summary"))      # no recipe recorded
+    for model, tokens in (("baseline", 3_000_000), ("headwise", 3_000_000), ("hybrid", 1_500_000)):
+        runs.meta[model]["train_recipe"] = {"arm": model, "tokens": tokens, "seed": 0}
+    expected = ("The models were trained on different numbers of tokens (baseline and headwise: 3M tokens; "
+                "hybrid: 1.5M tokens; probe train's recipe)")
+    for section in ("summary", "training"):
+        assert sum(note.startswith(expected) for note in _notes(runs, section)) == 1, section
+    runs.meta["hybrid"]["train_recipe"]["tokens"] = 3_000_000                 # one budget: nothing to say
+    assert not any(budget in note for note in _notes(runs, "summary"))
