@@ -189,11 +189,15 @@
     ui.range = el("span", "ptv-range", "");
     ui.legend = el("canvas", "ptv-legend"); ui.legend.width = 160; ui.legend.height = 12;
     ui.lo = el("span", "ptv-tick", ""); ui.hi = el("span", "ptv-tick", "");
+    // The colour bar and its two ends wrap as one (a narrow window must not put "0" on one line
+    // and its bar on the next); a dimension series shows a key of its dimensions instead.
+    ui.scale = el("span", "ptv-scale"); ui.scale.append(ui.lo, ui.legend, ui.hi);
+    ui.key = el("span", "ptv-key");
     for (const [label, control] of [["series", ui.series], ["layer", ui.layer], ["head", ui.head]]) {
       const l = el("label", "", label + " "); l.append(control); bar.append(l);
     }
     bar.append(ui.search, ui.found, ui.next, el("span", "ptv-gap"), ui.out, ui.in, ui.all, ui.range,
-               el("span", "ptv-gap"), ui.lo, ui.legend, ui.hi);
+               el("span", "ptv-gap"), ui.scale, ui.key);
     root.append(bar);
     ui.panels = runs.map((run, i) => {
       const box = el("div", "ptv-run");
@@ -337,7 +341,32 @@
       box.replaceChildren(frag);
     });
   }
+  const KEY_DIMS = 6;                // a dimension series' key: its most frequent dimensions in view
+  function drawKey() {
+    const count = new Map();
+    for (const run of runs) {
+      const s = seriesOf(run, state.head), row = rowOf(run);
+      for (let t = state.a; t < Math.min(state.b, run.tokens); t++) {
+        const v = value(s, row, state.head, t);
+        if (!Number.isNaN(v)) count.set(v, (count.get(v) || 0) + 1);
+      }
+    }
+    const seen = [...count.values()].reduce((a, b) => a + b, 0);
+    const top = [...count.entries()].sort((x, y) => y[1] - x[1] || x[0] - y[0]).slice(0, KEY_DIMS);
+    const items = top.map(([dim, n]) => {
+      const item = el("span", "ptv-key-item"), swatch = el("span", "ptv-swatch");
+      swatch.style.background = "rgb(" + rgb(dim).join(",") + ")";
+      item.append(swatch, "dim " + dim);
+      item.title = "dimension " + dim + ": " + n + " of " + seen + " tokens in view";
+      item.dataset.dim = dim;
+      return item;
+    });
+    const rest = count.size - top.length;
+    ui.key.replaceChildren(...items, ...(rest > 0 ? [el("span", "ptv-tick", "+" + rest + " more")] : []));
+  }
   function drawLegend() {
+    ui.scale.hidden = scale.index; ui.key.hidden = !scale.index;
+    if (scale.index) { drawKey(); return; }
     const ctx = ui.legend.getContext("2d");
     for (let x = 0; x < ui.legend.width; x++) {
       const f = x / (ui.legend.width - 1);
@@ -347,8 +376,8 @@
     }
     // A decay's legend runs from its largest value (white) to its smallest (darkest).
     const ends = scale.decay ? [Math.exp(-scale.lo), Math.exp(-scale.hi)] : [scale.lo, scale.hi];
-    ui.lo.textContent = scale.index ? "dims" : String(+ends[0].toPrecision(scale.decay ? 4 : 3));
-    ui.hi.textContent = scale.index ? "" : String(+ends[1].toPrecision(scale.decay ? 4 : 3));
+    ui.lo.textContent = String(+ends[0].toPrecision(scale.decay ? 4 : 3));
+    ui.hi.textContent = String(+ends[1].toPrecision(scale.decay ? 4 : 3));
   }
   function draw() {
     ui.range.textContent = "tokens " + state.a + "–" + (state.b - 1) + " of " + total();

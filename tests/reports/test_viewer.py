@@ -100,6 +100,37 @@ def test_hover_zoom_and_no_request(browser, tmp_path):
     assert browser.log.requests == [path.resolve().as_uri()]      # the page itself, nothing else
 
 
+def test_dimension_key_and_a_colour_bar_that_wraps_whole(browser, tmp_path):
+    """max_abs_dim colours each token by its dimension: the bar shows a key of the dimensions most
+    frequent in view (counted over both runs' stored values) instead of a meaningless gradient; in
+    a window too narrow for the toolbar, a value series' bar keeps its two ends beside it."""
+    from collections import Counter
+
+    a, b = _pair()
+    path = tmp_path / "dims.html"
+    path.write_text(page([("gated", a), ("base", b)]), encoding="utf-8")
+    _open(browser, path)
+    browser.evaluate("probeViewer.select('max_abs_dim', 1, -1); probeViewer.setView(100, 600)")
+    key = browser.evaluate("Array.from(document.querySelectorAll('.ptv-key-item')).map(e => +e.dataset.dim)")
+    counts = Counter(int(v) for series in (a, b) for v in series.values("max_abs_dim")[1, 100:600])
+    expected = [dim for dim, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:6]]
+    assert key == expected and len(key) >= 2
+    assert browser.evaluate("document.querySelector('.ptv-scale').hidden")
+    more = browser.evaluate("document.querySelector('.ptv-key').textContent")
+    assert more.endswith(f"+{len(counts) - len(key)} more") if len(counts) > len(key) else "more" not in more
+    browser.evaluate("probeViewer.select('max_abs', 1, -1)")
+    assert browser.evaluate("document.querySelector('.ptv-key').hidden")
+    browser.call("Emulation.setDeviceMetricsOverride", width=520, height=900, deviceScaleFactor=1, mobile=False)
+    try:
+        tops = browser.evaluate("['.ptv-scale > .ptv-tick', '.ptv-legend'].flatMap(q => Array.from("
+                                "document.querySelectorAll(q)).map(e => Math.round(e.getBoundingClientRect().top "
+                                "+ e.getBoundingClientRect().height / 2)))")
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride")
+    assert len(tops) == 3 and max(tops) - min(tops) <= 2, tops          # "0", the bar and its top: one line
+    assert browser.log.errors == []
+
+
 def _hover(browser, t: int) -> list:
     """Hover token t of the first run's text: the tooltip's cells, [run, layer, head, text]."""
     box = browser.evaluate(f"(() => {{ const r = document.querySelector('.ptv-text [data-t=\"{t}\"]')"
