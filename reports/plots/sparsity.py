@@ -36,9 +36,11 @@ def plot_sparsity_by_layer(runs: Any, *, fig: Figure | SubFigure | None = None,
     most_layers = max(runs.rows("sparsity", model)["layer"].nunique() for model in models)
     panel_width = min(max(2.5 + 0.12 * most_layers, 4.2), 7.0)
     fig = figure_or_new(fig, 2.2 + panel_width * len(thresholds), 0.5 + 2.0 * len(models))
-    # Each panel its own y scale: a model whose shares are small (Gemma 3 next to a toy arm)
-    # keeps bars that can be read; the tick labels say the scale.
-    axes = fig.subplots(len(models), len(thresholds), squeeze=False)
+    # A column's panels share one y scale, so that bar heights compare across models, unless the
+    # models' shares differ so much that the smaller ones would be unreadable (Gemma 3 next to a
+    # toy arm): then each panel its own, and the caption says so (sparsity_scales_shared).
+    shared = sparsity_scales_shared(runs, thresholds)
+    axes = fig.subplots(len(models), len(thresholds), squeeze=False, sharey="col" if shared else False)
     for column, threshold in enumerate(thresholds):
         at_threshold = sparsity_at(runs, threshold)
         for row, model in enumerate(models):
@@ -58,6 +60,24 @@ def plot_sparsity_by_layer(runs: Any, *, fig: Figure | SubFigure | None = None,
     fig.supylabel("share below threshold", fontsize=mpl.rcParams["axes.labelsize"])
     legend_outside(axes[0][-1], *legend_entries(axes.ravel()), title="attention output")
     return fig
+
+
+# The largest ratio between two models' tallest bars at one threshold that still shares a scale:
+# beyond it the shorter model's bars would be a few pixels high.
+SHARED_SCALE_RATIO = 5.0
+
+
+def sparsity_scales_shared(runs: Any, thresholds: Sequence[float] = HEADLINE_THRESHOLDS) -> bool:
+    """Whether plot_sparsity_by_layer draws each column (threshold) on one y scale: at every
+    threshold, the models' largest shares lie within SHARED_SCALE_RATIO of each other."""
+    runs = load_runs(runs)
+    for threshold in thresholds:
+        rows = sparsity_at(runs, threshold)
+        tallest = rows.groupby("model")["value"].max().dropna()
+        tallest = tallest[tallest > 0]
+        if len(tallest) > 1 and tallest.max() > SHARED_SCALE_RATIO * tallest.min():
+            return False
+    return True
 
 
 def _variant_bars(ax, rows, gated: bool, intervals=None) -> None:

@@ -8,6 +8,7 @@ from probe.reports.sections import notes
 from probe.reports import plots, tables
 from probe.reports.sections.items import FigureItem, Item, Section, TableItem, axes_level, left_out
 from probe.reports.plots.gates import SATURATION_THRESHOLDS, histogram_layers
+from probe.reports.plots.sparsity import SHARED_SCALE_RATIO, sparsity_scales_shared
 from probe.reports.claims.reference import figure5_caption
 from probe.reports.runs import Runs
 from probe.reports.labels import HEADLINE_THRESHOLDS
@@ -111,6 +112,17 @@ def gate_bins(runs: Runs) -> str:
     return "; ".join(f"{model}: {text}" for model, text in described.items())
 
 
+def _sparsity_scales(runs: Runs) -> str:
+    """Whether the rows of the per-layer sparsity figure compare by bar height (one y scale per
+    column) or only by their ticks (a scale per panel), for more than one model."""
+    if len(runs.models) < 2:
+        return ""
+    if sparsity_scales_shared(runs):
+        return "The panels of a column share one y scale. "
+    return (f"Each panel has its own y scale (the models' largest shares differ more than "
+            f"{SHARED_SCALE_RATIO:g}-fold): compare models by the tick labels, not the bar heights. ")
+
+
 def _error_bars(runs: Runs) -> str:
     """The sentence on the bars' whiskers, when any run has per-layer sparsity intervals."""
     if not any(entry.get("sparsity_lo") for m in runs.models for entry in runs.summary[m].get("layers") or []):
@@ -140,7 +152,7 @@ def sparsity(runs: Runs) -> Section:
         "sparsity-by-layer", "Sparsity per layer",
         partial(plots.plot_sparsity_by_layer, runs),
         f"Share of attention-output elements with |x| below {thresholds}, per layer: {variants}"
-        f"{_error_bars(runs)}{figure5_caption()}")
+        f"{_sparsity_scales(runs)}{_error_bars(runs)}{figure5_caption()}")
     sweep = FigureItem(
         "sparsity-sweep", "Sparsity over the threshold sweep",
         partial(plots.plot_sparsity_sweep, runs),

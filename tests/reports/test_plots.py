@@ -521,3 +521,34 @@ def test_trajectory_draws_each_metric_against_the_step(run_dirs, tmp_path):
     assert any("no model has sink rate" in t for t in not_applicable_texts(fig))
     fig.savefig(tmp_path / "trajectory.png")
     assert not_applicable_texts(reports.plot_trajectory(runs))            # no trajectory.csv: said
+
+
+def test_sparsity_rows_share_a_y_scale_unless_their_shares_differ_too_much(run_dirs):
+    """Bars of two models compare by height only on one scale: a column shares its y axis while
+    the models' tallest bars lie within SHARED_SCALE_RATIO; past it each panel has its own, and
+    the caption tells the reader to read the ticks."""
+    from probe.reports.plots.sparsity import SHARED_SCALE_RATIO
+    from probe.reports.sections import build_sections
+
+    def caption(runs):
+        return next(item.caption for section in build_sections(runs) for item in section.items
+                    if item.id == "sparsity-by-layer")
+
+    def limits(runs):
+        axes = panels(reports.plot_sparsity_by_layer(runs))
+        return [ax.get_ylim() for ax in axes[0::2]], [ax.get_ylim() for ax in axes[1::2]]
+
+    runs = reports.load_runs([run_dirs["baseline"], run_dirs["headwise"]])
+    frame = runs.sparsity
+    tallest = frame.groupby(["model", "threshold"])["value"].max()
+    # Tallest bars 0.4 and 0.2 at each threshold (within the ratio): one scale per column.
+    frame["value"] = frame["value"] / frame.set_index(["model", "threshold"]).index.map(tallest).to_numpy() * 0.4
+    frame.loc[frame["model"] == "headwise", "value"] /= 2
+    for column in limits(runs):
+        assert len(set(column)) == 1, column
+    assert "The panels of a column share one y scale." in caption(runs)
+    # The second model's shares SHARED_SCALE_RATIO x 2 smaller than the first's: a scale per panel.
+    frame.loc[frame["model"] == "headwise", "value"] /= SHARED_SCALE_RATIO
+    first, _ = limits(runs)
+    assert first[0][1] > 4 * first[1][1], first
+    assert f"differ more than {SHARED_SCALE_RATIO:g}-fold" in caption(runs)
