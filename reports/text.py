@@ -19,6 +19,11 @@ def visible_token(token: object, limit: int = 14) -> str:
     return text
 
 
+def join_names(names: list[str]) -> str:
+    """"a", "a and b", "a, b and c": models named in one sentence."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def join_layers(layers: list[int]) -> str:
     """[0, 1, 2, 4] -> "0-2, 4": compact lists of layer indices for notes and captions."""
     spans: list[str] = []

@@ -6,7 +6,7 @@ from probe.reports.claims import nonfinite_reason
 from probe.reports.tables.frames import pattern_layers
 from probe.reports.runs import Runs
 from probe.reports.labels import LINEAR_ATTENTION
-from probe.reports.text import join_layers
+from probe.reports.text import join_layers, join_names
 
 
 def no_gate_notes(runs: Runs) -> list[str]:
@@ -18,13 +18,8 @@ def no_gate_notes(runs: Runs) -> list[str]:
     if len(ungated) == 1:
         return [f"{ungated[0]} has no attention-output gate: gate scores and the mean-gate control do "
                 "not apply to it."]
-    return [f"{_names(ungated)} have no attention-output gate: gate scores and the mean-gate control "
+    return [f"{join_names(ungated)} have no attention-output gate: gate scores and the mean-gate control "
             "do not apply to them."]
-
-
-def _names(models: list[str]) -> str:
-    """"a", "a and b", "a, b and c"."""
-    return models[0] if len(models) == 1 else ", ".join(models[:-1]) + " and " + models[-1]
 
 
 def linear_layer_notes(runs: Runs, metric: str) -> list[str]:
@@ -81,7 +76,7 @@ def budget_notes(runs: Runs) -> list[str]:
             budgets.setdefault(int(tokens), []).append(model)
     if len(budgets) <= 1:
         return []
-    listed = "; ".join(f"{_names(models)}: {_tokens(tokens)}"
+    listed = "; ".join(f"{join_names(models)}: {_tokens(tokens)}"
                        for tokens, models in sorted(budgets.items(), reverse=True))
     return [f"The models were trained on different numbers of tokens ({listed}; probe train's recipe): "
             "their losses differ for the training budget too, not only for the gate or the architecture; "
@@ -114,7 +109,7 @@ def training_notes(runs: Runs) -> list[str]:
 
 def sparsity_notes(runs: Runs) -> list[str]:
     ungated = runs.ungated_models
-    notes = ([f"{_names(ungated)} {'has' if len(ungated) == 1 else 'have'} no gate: "
+    notes = ([f"{join_names(ungated)} {'has' if len(ungated) == 1 else 'have'} no gate: "
               f"{'its' if len(ungated) == 1 else 'their'} attention output is shown once (ungated "
               "equals gated) and the mean-gate control does not apply."] if ungated else [])
     analysed = set(runs.sparsity["model"])

@@ -19,7 +19,7 @@ from probe.reports.plots.anatomy import (anatomy_models, few_query_columns, key_
                                          received_buckets, received_matrix, sink_bar)
 from probe.reports.runs import Runs, same_token_pairs
 from probe.reports.labels import SINK_EPSILON
-from probe.reports.text import plain
+from probe.reports.text import join_names, plain
 
 TOP_TOKENS = 8            # rows per run of the sink-token table
 TOP_SECONDARY = 10        # rows per run of the secondary-sink table
@@ -254,8 +254,18 @@ def _missing_notes(runs: Runs) -> list[str]:
         return []
     secondary = set(runs.secondary_sinks["model"]) if len(runs.secondary_sinks) else set()
     epsilon = anatomy_epsilon(runs)
-    return ([f"{model} was analysed without --anatomy: it has no received-attention tables."
-             for model in runs.models if model not in with_tables]
-            + [f"{model} has no secondary sink: no key away from position 0 received a score "
-               f"above ε = {epsilon.get(model, SINK_EPSILON):g} (secondary_sinks.csv is empty)."
-               for model in runs.models if model in with_tables and model not in secondary])
+    # One sentence per group, not one per model (a report of five runs read five near-identical
+    # bullets): the runs without anatomy, then the runs without a secondary sink by their ε.
+    plain_runs = [model for model in runs.models if model not in with_tables]
+    notes = ([f"{join_names(plain_runs)} {'was' if len(plain_runs) == 1 else 'were'} analysed without --anatomy: "
+              f"{'it has' if len(plain_runs) == 1 else 'they have'} no received-attention tables."]
+             if plain_runs else [])
+    by_epsilon: dict[float, list[str]] = {}
+    for model in runs.models:
+        if model in with_tables and model not in secondary:
+            by_epsilon.setdefault(epsilon.get(model, SINK_EPSILON), []).append(model)
+    for value, models in by_epsilon.items():
+        notes.append(f"{join_names(models)} {'has' if len(models) == 1 else 'have'} no secondary sink: no key away "
+                     f"from position 0 received a score above ε = {value:g} (secondary_sinks.csv is empty).")
+    return notes
+

@@ -323,6 +323,22 @@ def test_a_run_without_secondary_sinks_says_so(anatomy_dirs, tmp_path):
                for n in section.notes)
 
 
+def test_runs_without_a_secondary_sink_share_one_note(anatomy_dirs, tmp_path):
+    """Several runs without a secondary sink get one sentence naming them all, not one each."""
+    import shutil
+
+    copies = []
+    for model in anatomy_dirs:
+        copy = tmp_path / model
+        shutil.copytree(anatomy_dirs[model], copy)
+        (copy / "secondary_sinks.csv").unlink()
+        copies.append(copy)
+    notes = [n for n in section_of(reports.load_runs(copies)).notes if "no secondary sink" in n]
+    names = list(anatomy_dirs)
+    assert notes == [f"{', '.join(names[:-1])} and {names[-1]} have no secondary sink: no key away from "
+                     f"position 0 received a score above ε = {EPSILON:g} (secondary_sinks.csv is empty)."]
+
+
 def test_gate_sink_caption_counts_bins_by_their_width(anatomy_dirs):
     runs = reports.load_runs(list(anatomy_dirs.values()))
     # A bin that no query reached has no row: the caption still says 10 bins.
