@@ -110,16 +110,20 @@ def main(argv=None) -> int:
     run_of = {**{a: runs / checkpoints[a].name for a in ARMS}, **{a: hybrid_runs / checkpoints[a].name for a in HYBRIDS}}
 
     print("[demo] adding training logs, held-out loss by input length, latency and memory")
+    from probe.api.console import scoped
     from probe.train.evaluate import inference_table
 
     inference = {}
-    for arm in ARMS + HYBRIDS:
-        run = run_of[arm]
-        copy_training_log(checkpoints[arm], run)
-        rows = inference_table(checkpoints[arm], stream, name=run.name, train_len=seq_len,
-                               bos_id=bos_id(checkpoints[arm]))
-        write_rows(run / "inference.csv", rows, ("model", "metric", "length", "value"))
-        inference[arm] = rows
+    # As quiet as a probe command: transformers' notices (its Gated DeltaNet layers "falling back
+    # to the reference PyTorch implementation", which on a CPU is the only one) stay out.
+    with scoped():
+        for arm in ARMS + HYBRIDS:
+            run = run_of[arm]
+            copy_training_log(checkpoints[arm], run)
+            rows = inference_table(checkpoints[arm], stream, name=run.name, train_len=seq_len,
+                                   bos_id=bos_id(checkpoints[arm]))
+            write_rows(run / "inference.csv", rows, ("model", "metric", "length", "value"))
+            inference[arm] = rows
 
     print("[demo] writing the report")
     code = report_without_claims(["report", *[str(run_of[a]) for a in ARMS + HYBRIDS], "--out",
