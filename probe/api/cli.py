@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
                 if checkpoint is not None:      # a mistyped path: one line now, not after torch imports
                     check_exists(Path(checkpoint))
             if own_process:
-                collector.import_frozen(collector.stack_of(args))
+                with interrupt.held():          # torch's C++ import must not be interrupted midway
+                    collector.import_frozen(collector.stack_of(args))
             return {"analyze": cmd_analyze, "report": cmd_report, "compare": cmd_compare,
                     "train": cmd_train, "check": cmd_check, "graft": cmd_graft,
                     "view": cmd_view}[args.command](args, command_line)

@@ -69,10 +69,30 @@ class InterruptWatch:
         self.seen = False
         self._previous = None
         self._unraisable = None
+        self._held = 0              # > 0: inside held(), the interrupt waits for its end
+        self._pending = False       # an interrupt arrived inside held(), not raised yet
 
     def _handler(self, signum, frame):
         self.seen = True
-        raise KeyboardInterrupt
+        if self._held:
+            self._pending = True
+        else:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def held(self):
+        """A Ctrl-C while the body runs is noted and raised when it ends, not inside it: torch's
+        import runs C++ initialisers that call back into Python (torch.distributed's c10d init
+        imports modules through pybind11), and a KeyboardInterrupt raised in such a callback
+        ends the process in std::terminate with a C++ message instead of one line."""
+        self._held += 1
+        try:
+            yield
+        finally:
+            self._held -= 1
+        if self._pending and not self._held:
+            self._pending = False
+            raise KeyboardInterrupt
 
     def __enter__(self):
         import signal
