@@ -79,16 +79,34 @@ def differences_notes(runs: Any) -> list[str]:
 
 def differences_display(runs: Any) -> pd.DataFrame:
     frame = differences_table(runs)
+    records = frame.to_dict("records")
     out = pd.DataFrame({
         "model": [f"{m} − {r}" for m, r in zip(frame["model"], frame["reference"])],
         "quantity": frame["quantity"],
         "values": [f"{_f(v)} vs {_f(w)}" for v, w in zip(frame["value"], frame["reference value"])],
-        "difference [95%]": [f"{_f(d)} [{_f(lo)}, {_f(hi)}]" for d, lo, hi in
-                             zip(frame["difference"], frame["difference_lo"], frame["difference_hi"])],
-        "ratio [95%]": [f"{_f(d)} [{_f(lo)}, {_f(hi)}]" for d, lo, hi in
-                        zip(frame["ratio"], frame["ratio_lo"], frame["ratio_hi"])],
+        "difference [95%]": [_difference_cell(r) for r in records],
+        "ratio [95%]": [_ratio_cell(r) for r in records],
     })
     return out.set_index("model")
+
+
+def _both_zero(r: dict) -> bool:
+    """Both models at exactly 0 in every resample (a sink rate where neither model has a sink):
+    the row says so once instead of "0 [0, 0], ratio n/a [n/a, n/a]"."""
+    return all(r[k] == 0 for k in ("value", "reference value", "difference", "difference_lo", "difference_hi"))
+
+
+def _difference_cell(r: dict) -> str:
+    if _both_zero(r):
+        return "0 (both 0)"
+    return f"{_f(r['difference'])} [{_f(r['difference_lo'])}, {_f(r['difference_hi'])}]"
+
+
+def _ratio_cell(r: dict) -> str:
+    """The ratio with its interval; "n/a" alone where the ratio is undefined (a reference of 0)."""
+    if all(pd.isna(r[k]) for k in ("ratio", "ratio_lo", "ratio_hi")):
+        return "n/a (reference 0)" if r["reference value"] == 0 else "n/a"
+    return f"{_f(r['ratio'])} [{_f(r['ratio_lo'])}, {_f(r['ratio_hi'])}]"
 
 
 def differences_text(frame: pd.DataFrame) -> str:
@@ -97,7 +115,6 @@ def differences_text(frame: pd.DataFrame) -> str:
     lines = ["Paired differences against the first model (95% intervals, the same resampled sequences "
              "for both):"]
     for r in frame.to_dict("records"):
-        lines.append(f"  {r['model']} − {r['reference']}, {r['quantity']}: {_f(r['difference'])} "
-                     f"[{_f(r['difference_lo'])}, {_f(r['difference_hi'])}], ratio {_f(r['ratio'])} "
-                     f"[{_f(r['ratio_lo'])}, {_f(r['ratio_hi'])}]")
+        lines.append(f"  {r['model']} − {r['reference']}, {r['quantity']}: {_difference_cell(r)}, "
+                     f"ratio {_ratio_cell(r)}")
     return "\n".join(lines)

@@ -232,3 +232,20 @@ def test_a_run_whose_intervals_cannot_be_trusted_is_refused_by_report(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("probe: error: ") and where in err[0], err
     assert not out.exists()
+
+
+def test_a_quantity_at_zero_in_both_models_reads_once():
+    """A sink rate of 0 in both models (every resample 0) printed "0 [0, 0], ratio n/a [n/a, n/a]";
+    it reads "0 (both 0), ratio n/a (reference 0)", and a row with a real interval is unchanged."""
+    import pandas as pd
+
+    from probe.reports.differences import COLUMNS, differences_text
+
+    nan = float("nan")
+    frame = pd.DataFrame([
+        ["gated", "base", "sink rate", 0.0, 0.0, 0.0, 0.0, 0.0, nan, nan, nan],
+        ["gated", "base", "F-Attn", 0.1, 0.2, -0.1, -0.12, -0.08, 0.5, 0.45, 0.55],
+    ], columns=COLUMNS)
+    lines = differences_text(frame).splitlines()
+    assert lines[1] == "  gated − base, sink rate: 0 (both 0), ratio n/a (reference 0)"
+    assert lines[2] == "  gated − base, F-Attn: -0.1 [-0.12, -0.08], ratio 0.5 [0.45, 0.55]"
