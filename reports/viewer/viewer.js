@@ -135,7 +135,26 @@
     }
     const log = LOG_COLOUR.has(name);
     if (!Number.isFinite(lo)) { lo = 0; hi = 1; }
-    scale = { lo: log ? lo : 0, hi: hi, log: log, index: index, decay: false };
+    scale = { lo: log ? lo : 0, hi: hi, log: log, index: index, decay: false, dims: index ? topDims(kinds) : null };
+  }
+  // A dimension series (max_abs_dim): the KEY_DIMS dimensions that hold most tokens' largest |h|
+  // over every layer and token of the runs shown get a colour each, the rest grey. A hue per
+  // dimension made unrelated dimensions look alike (125, 447 and 481 all green); massive
+  // activations sit in a few dimensions, which this picks out, the same at every zoom and layer.
+  const KEY_DIMS = 8;
+  const DIM_COLOURS = [[31, 119, 180], [255, 127, 14], [44, 160, 44], [214, 39, 40], [148, 103, 189],
+                       [140, 86, 75], [227, 119, 194], [23, 190, 207]];
+  const OTHER_DIM = [205, 205, 205];
+  function topDims(kinds) {
+    const count = new Map();
+    for (const s of kinds) for (const c of s.codes) {
+      const v = s.table[c];
+      if (!Number.isNaN(v)) count.set(v, (count.get(v) || 0) + 1);
+    }
+    const seen = [...count.values()].reduce((a, b) => a + b, 0);
+    const top = [...count.entries()].sort((x, y) => y[1] - x[1] || x[0] - y[0]).slice(0, KEY_DIMS);
+    return { colour: new Map(top.map(([dim], i) => [dim, DIM_COLOURS[i]])), count: new Map(top), seen: seen,
+             others: count.size - top.length };
   }
   function spanScale(kinds) {      // signed values: their own min .. max; decays: darker = forgets more
     const decay = kinds.some((s) => DECAYS.has(s.kind));
@@ -161,11 +180,7 @@
   }
   function rgb(v) {
     if (Number.isNaN(v)) return [236, 236, 236];
-    if (scale.index) {                       // a dimension: a hue of its own per dimension
-      const h = (v * 0.618034) % 1, k = (n) => (n + h * 12) % 12;
-      const f = (n) => 0.55 - 0.3 * Math.max(-1, Math.min(k(n) - 3, 9 - k(n), 1));
-      return [f(0) * 255, f(8) * 255, f(4) * 255].map(Math.round);
-    }
+    if (scale.index) return scale.dims.colour.get(v) || OTHER_DIM;     // a dimension: topDims
     const x = unit(v) * (STOPS.length - 1), i = Math.min(STOPS.length - 2, Math.floor(x)), f = x - i;
     return STOPS[i].map((c, j) => Math.round(c + f * (STOPS[i + 1][j] - c)));
   }
@@ -341,28 +356,25 @@
       box.replaceChildren(frag);
     });
   }
-  const KEY_DIMS = 6;                // a dimension series' key: its most frequent dimensions in view
-  function drawKey() {
-    const count = new Map();
-    for (const run of runs) {
-      const s = seriesOf(run, state.head), row = rowOf(run);
-      for (let t = state.a; t < Math.min(state.b, run.tokens); t++) {
-        const v = value(s, row, state.head, t);
-        if (!Number.isNaN(v)) count.set(v, (count.get(v) || 0) + 1);
-      }
-    }
-    const seen = [...count.values()].reduce((a, b) => a + b, 0);
-    const top = [...count.entries()].sort((x, y) => y[1] - x[1] || x[0] - y[0]).slice(0, KEY_DIMS);
-    const items = top.map(([dim, n]) => {
+  function drawKey() {               // the coloured dimensions, most frequent first (topDims)
+    const dims = scale.dims;
+    const items = [...dims.colour.keys()].map((dim) => {
       const item = el("span", "ptv-key-item"), swatch = el("span", "ptv-swatch");
-      swatch.style.background = "rgb(" + rgb(dim).join(",") + ")";
+      swatch.style.background = "rgb(" + dims.colour.get(dim).join(",") + ")";
       item.append(swatch, "dim " + dim);
-      item.title = "dimension " + dim + ": " + n + " of " + seen + " tokens in view";
+      item.title = "dimension " + dim + ": the largest |h| of " + dims.count.get(dim) + " of " + dims.seen +
+                   " token-layer cells";
       item.dataset.dim = dim;
       return item;
     });
-    const rest = count.size - top.length;
-    ui.key.replaceChildren(...items, ...(rest > 0 ? [el("span", "ptv-tick", "+" + rest + " more")] : []));
+    const rest = [];
+    if (dims.others > 0) {
+      const item = el("span", "ptv-key-item"), swatch = el("span", "ptv-swatch");
+      swatch.style.background = "rgb(" + OTHER_DIM.join(",") + ")";
+      item.append(swatch, dims.others + " other dim" + (dims.others === 1 ? "" : "s"));
+      rest.push(item);
+    }
+    ui.key.replaceChildren(...items, ...rest);
   }
   function drawLegend() {
     ui.scale.hidden = scale.index; ui.key.hidden = !scale.index;

@@ -101,9 +101,10 @@ def test_hover_zoom_and_no_request(browser, tmp_path):
 
 
 def test_dimension_key_and_a_colour_bar_that_wraps_whole(browser, tmp_path):
-    """max_abs_dim colours each token by its dimension: the bar shows a key of the dimensions most
-    frequent in view (counted over both runs' stored values) instead of a meaningless gradient; in
-    a window too narrow for the toolbar, a value series' bar keeps its two ends beside it."""
+    """max_abs_dim colours each token by its dimension: the eight dimensions that hold the most
+    (layer, token) cells of both runs get a colour each and a key, the rest one grey, the same at
+    every zoom (a hue per dimension made unrelated ones look alike); in a window too narrow for
+    the toolbar, a value series' bar keeps its two ends beside it."""
     from collections import Counter
 
     a, b = _pair()
@@ -111,13 +112,19 @@ def test_dimension_key_and_a_colour_bar_that_wraps_whole(browser, tmp_path):
     path.write_text(page([("gated", a), ("base", b)]), encoding="utf-8")
     _open(browser, path)
     browser.evaluate("probeViewer.select('max_abs_dim', 1, -1); probeViewer.setView(100, 600)")
-    key = browser.evaluate("Array.from(document.querySelectorAll('.ptv-key-item')).map(e => +e.dataset.dim)")
-    counts = Counter(int(v) for series in (a, b) for v in series.values("max_abs_dim")[1, 100:600])
-    expected = [dim for dim, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:6]]
-    assert key == expected and len(key) >= 2
+    key = browser.evaluate("Array.from(document.querySelectorAll('.ptv-key-item[data-dim]')).map(e => +e.dataset.dim)")
+    counts = Counter(int(v) for series in (a, b) for v in series.values("max_abs_dim").ravel() if v == v)
+    expected = [dim for dim, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:8]]
+    assert key == expected
+    assert browser.evaluate("document.querySelector('.ptv-key').textContent").endswith(f"{len(counts) - 8} other dims")
     assert browser.evaluate("document.querySelector('.ptv-scale').hidden")
-    more = browser.evaluate("document.querySelector('.ptv-key').textContent")
-    assert more.endswith(f"+{len(counts) - len(key)} more") if len(counts) > len(key) else "more" not in more
+    # The colours: one per key entry, all different; a dimension outside the key is grey.
+    colours = browser.evaluate("Array.from(document.querySelectorAll('.ptv-key-item .ptv-swatch')).map(e => "
+                               "getComputedStyle(e).backgroundColor)")
+    assert len(set(colours[:8])) == 8 and colours[8] == "rgb(205, 205, 205)"
+    browser.evaluate("probeViewer.setView(0, 3000)")                  # another zoom: the same key
+    assert browser.evaluate("Array.from(document.querySelectorAll('.ptv-key-item[data-dim]')).map(e => "
+                            "+e.dataset.dim)") == expected
     browser.evaluate("probeViewer.select('max_abs', 1, -1)")
     assert browser.evaluate("document.querySelector('.ptv-key').hidden")
     browser.call("Emulation.setDeviceMetricsOverride", width=520, height=900, deviceScaleFactor=1, mobile=False)
