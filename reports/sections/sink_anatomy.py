@@ -268,4 +268,3 @@ def _missing_notes(runs: Runs) -> list[str]:
         notes.append(f"{join_names(models)} {'has' if len(models) == 1 else 'have'} no secondary sink: no key away "
                      f"from position 0 received a score above ε = {value:g} (secondary_sinks.csv is empty).")
     return notes
-

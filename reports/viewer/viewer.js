@@ -356,29 +356,30 @@
       box.replaceChildren(frag);
     });
   }
+  function keyItem(colour, text) {
+    const item = el("span", "ptv-key-item"), swatch = el("span", "ptv-swatch");
+    swatch.style.background = "rgb(" + colour.join(",") + ")";
+    item.append(swatch, text);
+    return item;
+  }
   function drawKey() {               // the coloured dimensions, most frequent first (topDims)
     const dims = scale.dims;
-    const items = [...dims.colour.keys()].map((dim) => {
-      const item = el("span", "ptv-key-item"), swatch = el("span", "ptv-swatch");
-      swatch.style.background = "rgb(" + dims.colour.get(dim).join(",") + ")";
-      item.append(swatch, "dim " + dim);
+    const items = [...dims.colour.entries()].map(([dim, colour]) => {
+      const item = keyItem(colour, "dim " + dim);
       item.title = "dimension " + dim + ": the largest |h| of " + dims.count.get(dim) + " of " + dims.seen +
                    " token-layer cells";
       item.dataset.dim = dim;
       return item;
     });
-    const rest = [];
-    if (dims.others > 0) {
-      const item = el("span", "ptv-key-item"), swatch = el("span", "ptv-swatch");
-      swatch.style.background = "rgb(" + OTHER_DIM.join(",") + ")";
-      item.append(swatch, dims.others + " other dim" + (dims.others === 1 ? "" : "s"));
-      rest.push(item);
-    }
-    ui.key.replaceChildren(...items, ...rest);
+    if (dims.others > 0) items.push(keyItem(OTHER_DIM, dims.others + " other dim" + (dims.others === 1 ? "" : "s")));
+    ui.key.replaceChildren(...items);
   }
   function drawLegend() {
     ui.scale.hidden = scale.index; ui.key.hidden = !scale.index;
-    if (scale.index) { drawKey(); return; }
+    if (scale.index) {               // the key depends on the scale only, not on the view
+      if (ui.key.drawnFor !== scale) { drawKey(); ui.key.drawnFor = scale; }
+      return;
+    }
     const ctx = ui.legend.getContext("2d");
     for (let x = 0; x < ui.legend.width; x++) {
       const f = x / (ui.legend.width - 1);
