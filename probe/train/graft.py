@@ -146,7 +146,7 @@ def graft(checkpoint, *, gate: str, init: str, out, seed: int = 0, force: bool =
             raise ProbeError(f"could not write {out} ({reason}); nothing was written") from None
         loaded.tokenizer.save_pretrained(str(tmp))
     gates = sum(p.numel() for n, p in model.named_parameters() if ".self_attn.gate_proj." in n)
-    say(f"grafted a {gate} gate ({init}, scale {SCALE[init]:g} * sigmoid) onto {base}: "
+    say(f"grafted {'an' if gate[0] in 'aeiou' else 'a'} {gate} gate ({init}, scale {SCALE[init]:g} * sigmoid) onto {base}: "
         f"{len(model.model.layers)} layers, {gates:,} gate parameters -> {out}/")
     return out
 

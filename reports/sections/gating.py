@@ -13,7 +13,8 @@ from probe.reports.claims.reference import figure5_caption
 from probe.reports.runs import Runs
 from probe.reports.labels import HEADLINE_THRESHOLDS
 from probe.reports.sections.attention import has_linear_attention
-from probe.reports.text import join_layers
+from probe.reports.claims.scope import other_gate
+from probe.reports.text import join_layers, join_names
 
 
 def gates(runs: Runs) -> Section:
@@ -22,10 +23,11 @@ def gates(runs: Runs) -> Section:
     items: list[Item] = [
         FigureItem("gate-histograms", "Gate score distributions per layer",
                    partial(plots.plot_gate_histograms, runs),
-                   f"Histogram of sigmoid gate scores ({gate_bins(runs)}) per gated layer "
+                   f"Histogram of {_sigmoid_word(runs)}gate scores ({gate_bins(runs)}) per gated layer "
                    f"(layers {join_layers(histogram_layers(runs))}), summed over heads and "
                    "shown as the share of all scores of that layer; log y scale. Mass near 0 "
-                   "means the gate mostly closes, which is what makes the gated output sparse."),
+                   "means the gate mostly closes, which is what makes the gated output sparse."
+                   + _other_gates(runs)),
         FigureItem("gate-stats", "Gate score statistics per layer",
                    axes_level(partial(plots.plot_gate_stats_by_layer, runs)),
                    "Mean gate score per layer (line) with ±1 standard deviation (band) and the "
@@ -44,7 +46,7 @@ def gates(runs: Runs) -> Section:
                    "1 − the share above), pooled over layers and heads with their element "
                    "counts, one line per model. A line that rises early (many scores near 0) "
                    f"and reaches 1 before {min(_ABOVE.values()):g} (few near 1) is the sparse "
-                   "gating the paper reports."),
+                   "gating the paper reports." + _saturation_other_gates(runs)),
         TableItem("gate-position", "Gate score by position",
                   tables.gate_position_display(runs),
                   "Mean gate score over all positions, at position 0 (the first token) and at "
@@ -74,11 +76,47 @@ def gates(runs: Runs) -> Section:
     return Section(
         id="gates", title="Gate scores",
         intro=("The gate multiplies each head's attention output by sigmoid(x W_g) before the "
-               "output projection; scores near 0 switch the head off for that token."),
+               "output projection; scores near 0 switch the head off for that token."
+               + _other_gates(runs)),
         items=items,
         notes=(notes.no_gate_notes(runs) + notes.linear_layer_notes(runs, "the output gate")
                + notes.token_type_notes(runs)),
     )
+
+
+def _other_gates_by_kind(runs: Runs) -> dict[str, list[str]]:
+    """{"2 * sigmoid, scores in (0, 2)": [models]} for the gated runs whose gate is not the
+    paper's sigmoid (meta.json gate.activation)."""
+    kinds: dict[str, list[str]] = {}
+    for model in runs.gated_models:
+        if (kind := other_gate(runs, model)) is not None:
+            kinds.setdefault(kind, []).append(model)
+    return kinds
+
+
+def _sigmoid_word(runs: Runs) -> str:
+    """"sigmoid " where every gated run has the paper's sigmoid gate, else "" (the caption then
+    names the other gates)."""
+    return "" if _other_gates_by_kind(runs) else "sigmoid "
+
+
+def _other_gates(runs: Runs) -> str:
+    """" X's gate is 2 * sigmoid, scores in (0, 2)." for gates other than the paper's sigmoid."""
+    return "".join(f" {join_names(models)}'s gate{'s are' if len(models) > 1 else ' is'} {kind}."
+                   for kind, models in _other_gates_by_kind(runs).items())
+
+
+def _saturation_other_gates(runs: Runs) -> str:
+    """The thresholds are multipliers on the head's output, whatever the gate: said where a gate
+    reaches past 1, whose scores from 0.99 up all count as above 0.99."""
+    kinds = _other_gates_by_kind(runs)
+    if not kinds:
+        return ""
+    models = [model for names in kinds.values() for model in names]
+    return (f"{_other_gates(runs)} The thresholds are the same multipliers of the head's output for "
+            f"{'these gates' if len(models) > 1 else 'this gate'}: a score of 1 passes the output "
+            f"unchanged, and every score above {max(_ABOVE.values()):g}, those that amplify it "
+            "included, counts as above it.")
 
 
 # The saturation thresholds gates.csv saves as a share above (frac_gt_*).
@@ -102,7 +140,8 @@ def gate_bins(runs: Runs) -> str:
         if not edges:
             continue
         widths = [hi - lo for lo, hi in edges]
-        equal = max(widths) - min(widths) <= 1e-6 * max(widths)
+        # The edges are float32 (torch.linspace): 2 / 50 steps round ~1e-7 apart near 2.
+        equal = max(widths) - min(widths) <= 1e-4 * max(widths)
         described[model] = (f"{len(edges)}{' equal' if equal else ''} bins on "
                             f"[{edges[0][0]:.3g}, {edges[-1][1]:.3g}]")
     if len(set(described.values())) == 1:

@@ -134,9 +134,18 @@ def test_two_sigmoid_gate_histogram_spans_its_range_and_claim_1_is_not_judged(gr
     from probe.reports.runs import load_runs
     from probe.reports.sections import build_sections
 
-    summary = next(item for section in build_sections(load_runs([a])) for item in section.items
-                   if item.id == "summary-table")
-    assert "gate is 2 * sigmoid, scores in (0, 2): its mean gate is not on the paper's (0, 1) scale" in summary.caption
+    sections = build_sections(load_runs([a]))
+    items = {item.id: item for section in sections for item in section.items}
+    assert ("gate is 2 * sigmoid, scores in (0, 2): its mean gate is not on the paper's (0, 1) scale"
+            in items["summary-table"].caption)
+    # The gate sections name the gate too: no "sigmoid gate scores" for a 2 * sigmoid gate, and
+    # the saturation thresholds read as multipliers that scores past 1 all exceed.
+    histograms = items["gate-histograms"].caption
+    assert "Histogram of gate scores (50 equal bins on [0, 2])" in histograms
+    assert "gate is 2 * sigmoid, scores in (0, 2)." in histograms
+    assert "a score of 1 passes the output unchanged" in items["gate-saturation"].caption
+    gates = next(section for section in sections if section.id == "gates")
+    assert gates.intro.endswith("gate is 2 * sigmoid, scores in (0, 2).")
 
 
 def attention_inputs_and_analysis(loaded):
@@ -182,6 +191,13 @@ def test_graft_refuses_gated_or_other_models_in_one_line(grafts, tmp_path):
         graft(grafts["base"], gate="headwise", init="identity", out=tmp_path / "z", say=said.append,
               gate_weights=tmp_path / "nowhere.safetensors")
     assert said == [] and not (tmp_path / "z").exists()
+
+
+@pytest.mark.parametrize("gate, article", [("headwise", "a"), ("elementwise", "an")])
+def test_graft_says_what_it_grafted(grafts, tmp_path, gate, article):
+    said = []
+    graft(grafts["base"], gate=gate, init="identity", out=tmp_path / gate, say=said.append)
+    assert said[-1].startswith(f"grafted {article} {gate} gate (identity, scale 2 * sigmoid) onto ")
 
 
 def test_trained_gate_weights_rebuild_the_trained_model_from_the_base(grafts, tmp_path):
