@@ -125,13 +125,19 @@ def sweep(model, data=None, *, lengths, texts=None, options: AnalysisOptions | N
                       "positions: run past them (rotary positions extrapolated), marked beyond_positions in "
                       "the sweep's table")
     o = o.replace(past_positions=o.past_positions or past, loss_by_position=True)
-    longest = dataset_for(docs, None, loaded.tokenizer, config, o)
+    # The cut's warnings wait for the check below: where it refuses the data, "one sequence of 8
+    # tokens is analysed" before the refusal would say the opposite of what happens.
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        longest = dataset_for(docs, None, loaded.tokenizer, config, o)
     as_rows = o.per_document or docs.rows
     full = [s for s in longest.sequences if len(s) == max(lengths)]
     if not full and not as_rows:
         raise ProbeError(f"the data holds {longest.tokens:,} tokens, fewer than one sequence of "
                          f"{max(lengths):,}; give a longer text ({flag('data', metavar='FILE')}) or drop "
                          f"{max(lengths)} from {flag('seq_len')}")
+    for warning in said:
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     n = len(longest.sequences) if as_rows else len(full)
     per_length = counts(n, lengths, longest.bos_token_id is not None, as_rows=as_rows)
     base = named(name or o.name, loaded.path, type(loaded.model).__name__)

@@ -3,8 +3,10 @@ and equals eager softmax attention of the same model with the same rope scaling.
 from __future__ import annotations
 
 import json
+import warnings
 
 import pandas as pd
+
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
@@ -118,7 +120,9 @@ def test_lengths_and_refusals(checkpoint, short):
     assert parse_lengths([2048, 512, 512, 8192]) == (512, 2048, 8192)
     with pytest.raises(probe.ProbeError, match="at least two different lengths"):
         parse_lengths([512])
-    with pytest.raises(probe.ProbeError, match="fewer than one sequence"):
+    # Refused with one message: no "one sequence of 8 tokens is analysed" warning before it.
+    with warnings.catch_warnings(), pytest.raises(probe.ProbeError, match="fewer than one sequence"):
+        warnings.simplefilter("error")
         sweep(short, ["tiny text"], lengths=(32, 64), progress=False)
     gpt2 = tiny.make_checkpoint("gpt2", short.parent / "gpt2", max_position_embeddings=64)
     with pytest.raises(probe.ProbeError, match="no rotary embedding"):
