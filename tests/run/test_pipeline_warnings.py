@@ -30,7 +30,8 @@ def test_too_few_sequences_for_intervals_is_warned_once(how, said):
 
 def test_an_analysis_of_one_short_text_says_its_numbers_have_no_interval():
     """A four-token text gave F-Attn 0.659 and every *_lo / *_hi None without a word."""
-    with pytest.warns(UserWarning, match=r"1 sequence: the summary has no 95% intervals .*max_sequences="):
+    with (pytest.warns(UserWarning, match=r"1 sequence: the summary has no 95% intervals .*max_sequences="),
+          pytest.warns(UserWarning, match="the data hold 3 tokens, fewer than seq_len 128: one sequence of 4 tokens")):
         a = probe.analyze(ARM, texts=["short text"], seq_len=128, bos="prepend", progress=False)
     assert a.summary["f_attn_lo"] is None and a.summary["intervals"]["why_none"] == "fewer than 2 sequences"
     # resamples=0 asks for no intervals: no word on them; the text's shortness is still said.
