@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from probe.reports.html import render_html
+from probe.reports.parallel import map_forked
 from probe.reports.pdf import render_formats, write_pdf
 from probe.reports.runs import Runs, load_runs
 from probe.reports.sections import FigureItem, Section, build_sections, shown
@@ -66,16 +67,14 @@ def write_figures(sections_or_runs: Any, out_dir: str | os.PathLike) -> Path:
                 else build_sections(load_runs(sections_or_runs)))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for section in shown(sections):
-        for item in section.items:
-            if not isinstance(item, FigureItem):
-                continue
-            stem = figure_file_stem(item)
-            for fmt, data in render_formats(item).items():
-                _write_atomically(out / f"{stem}.{fmt}", lambda path, d=data: path.write_bytes(d))
-            caption = f"{item.label}. {item.title}. {item.caption}\n"
-            _write_atomically(out / f"{stem}.txt",
-                              lambda path: path.write_text(caption, encoding="utf-8"))
+    items = [item for section in shown(sections) for item in section.items if isinstance(item, FigureItem)]
+    for item, rendered in zip(items, map_forked(render_formats, items)):      # drawn in parallel
+        stem = figure_file_stem(item)
+        for fmt, data in rendered.items():
+            _write_atomically(out / f"{stem}.{fmt}", lambda path, d=data: path.write_bytes(d))
+        caption = f"{item.label}. {item.title}. {item.caption}\n"
+        _write_atomically(out / f"{stem}.txt",
+                          lambda path: path.write_text(caption, encoding="utf-8"))
     return out
 
 

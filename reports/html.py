@@ -17,6 +17,7 @@ from matplotlib.figure import Figure, SubFigure
 
 from probe.core.errors import printable
 from probe.reports import claims
+from probe.reports.parallel import map_forked
 from probe.reports.sections import PROVENANCE, FigureItem, Section, TableItem, left_out_line, shown
 from probe.reports.style import freeze_layout, report_style
 from probe.reports.tables import numeric_columns
@@ -69,6 +70,9 @@ def render_html(sections: Sequence[Section], *, title: str, subtitle: str,
                 generated_at: str) -> str:
     """The whole document as a string; `generated_at` is the only varying part."""
     body = [_header(sections, title, subtitle)]
+    drawn = [item for section in shown(sections) for item in section.items
+             if isinstance(item, FigureItem) and item.interactive is None]
+    svgs = dict(zip(map(id, drawn), map_forked(_svg, drawn)))
     for section in shown(sections):
         body.append(f'<section id="{section.id}">')
         body.append(f"<h2>{_text(section.title)}</h2>")
@@ -76,7 +80,7 @@ def render_html(sections: Sequence[Section], *, title: str, subtitle: str,
         if section.notes:
             body.append(_notes(section.notes))
         for item in section.items:
-            body.append(_figure(item) if isinstance(item, FigureItem) else _table(item))
+            body.append(_figure(item, svgs.get(id(item))) if isinstance(item, FigureItem) else _table(item))
         if section.id == PROVENANCE:
             body.append(f'<p class="generated">Report generated <time id="generated-at" '
                         f'datetime="{generated_at}">{generated_at}</time> by probe reports '
@@ -103,12 +107,16 @@ def _notes(notes: Sequence[str]) -> str:
             f"<ul>{items}</ul></aside>")
 
 
-def _figure(item: FigureItem) -> str:
-    if item.interactive is not None:
-        svg = item.interactive()
-    else:
-        with report_style():
-            svg = figure_svg(freeze_layout(item.draw()), prefix=item.id)
+def _svg(item: FigureItem) -> str:
+    """The figure drawn as inline SVG (in a worker process: reports/parallel.py)."""
+    with report_style():
+        return figure_svg(freeze_layout(item.draw()), prefix=item.id)
+
+
+def _figure(item: FigureItem, svg: str | None) -> str:
+    """The <figure>: `svg` drawn already, or the item's interactive view."""
+    if svg is None:
+        svg = item.interactive() if item.interactive is not None else _svg(item)
     return (f'<figure id="{item.id}"><h3>{_text(item.title)}</h3>'
             f'<div class="plot">{svg}</div>'
             f"<figcaption><strong>{item.label}.</strong> {_text(item.caption)}</figcaption>"

@@ -13,6 +13,9 @@ import pytest
 import torch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Reports draw their figures here, serially: the suite already runs one process per core, and a
+# forked pool per report would only add forks (tests/reports/test_parallel.py runs the pool).
+os.environ.setdefault("PROBE_REPORT_WORKERS", "1")
 # One thread per process when pytest-xdist runs the suite in several (make test: one per core).
 torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, torch.get_num_threads()))
 

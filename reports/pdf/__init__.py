@@ -25,10 +25,11 @@ from pypdf import PdfReader, PdfWriter, Transformation
 from probe.core.errors import printable
 from probe.reports.sections.items import FigureItem, Section, left_out_line, printable_texts, shown
 from probe.reports.measure import wrap
+from probe.reports.parallel import map_forked
 # The page, figures and tables live in this package's page.py, figures.py and tables.py;
 # build.py and the tests import these names from here.
-from probe.reports.pdf.figures import (FIGURE_METADATA, figure_row, figure_size, natural_size, render_figure,
-                                       render_formats)
+from probe.reports.pdf.figures import (FIGURE_METADATA, figure_row, figure_size, natural_size, prerendered,
+                                       render_figure, render_formats)
 from probe.reports.pdf.page import (CELL_PAD_PT, COLUMN_GAP_IN, COLUMN_WIDTH_IN, COVER_TITLE_SIZE,
                                     HEADING_SIZE, MARGIN_IN, NARROW_IN, PAGE_SIZE, ROW_GAP_IN, TABLE_SIZE,
                                     TEXT_SIZE, TEXT_WIDTH_IN, WIDOW_ROWS, Page, Row, Stamp, line_in,
@@ -59,9 +60,10 @@ def _heading_row(section: Section) -> Row:
     return Row(height, draw, section, heading=True, keep_with_next=True)
 
 
-def _section_rows(section: Section) -> list[Row]:
+def _section_rows(section: Section, naturals: dict[int, tuple[float, float]] | None = None) -> list[Row]:
     """The heading, then the items: one wide figure or table to a row; narrow ones (a figure of
-    at most NARROW_IN, a table that fits a column whole) two to a row, side by side."""
+    at most NARROW_IN, a table that fits a column whole) two to a row, side by side.
+    naturals: id(figure item) -> its natural size (figures.natural_size), measured here if absent."""
     rows = [_heading_row(section)]
     run: list[tuple] = []     # consecutive narrow items: (item, natural size, column block)
 
@@ -79,7 +81,9 @@ def _section_rows(section: Section) -> list[Row]:
         run.clear()
 
     for item in section.items:
-        natural = natural_size(item) if isinstance(item, FigureItem) else None
+        natural = None
+        if isinstance(item, FigureItem):
+            natural = (naturals or {}).get(id(item)) or natural_size(item)
         block = _block(item, natural, section, MARGIN_IN)
         if block is not None:
             run.append((item, natural, block))
@@ -136,7 +140,8 @@ def beside_row(parts: list[Row]) -> Row:
 
     can_shrink = any(part.shrink for part in parts) and least < height
     return Row(height, draw, parts[0].section, shrink=shrink if can_shrink else None,
-               min_height=least if can_shrink else 0.0)
+               min_height=least if can_shrink else 0.0,
+               figures=tuple(figure for part in parts for figure in part.figures))
 
 
 # --- Pages ------------------------------------------------------------------------------
@@ -313,12 +318,18 @@ def write_pdf(sections: Sequence[Section], path: Path, *, title: str, subtitle: 
     title, subtitle = printable(title), printable(subtitle)       # a model name's ESC, drawn as \x1b
     with report_style():
         rows = [_cover_rows(sections, title, subtitle, generated_at)]
+        # Every figure is drawn twice, for its size and then at the size of its slot: both
+        # rounds in parallel (reports/parallel.py), the pages then stamped in order.
+        figures = [item for section in shown(sections) for item in section.items
+                   if isinstance(item, FigureItem)]
+        naturals = dict(zip(map(id, figures), map_forked(natural_size, figures)))
         for section in shown(sections):
-            rows.extend(_section_rows(section))
+            rows.extend(_section_rows(section, naturals))
         pages = _paginate(rows, title)
         base = io.BytesIO()
         stamps: list[list[Stamp]] = []
-        with PdfPages(base, metadata=FIGURE_METADATA) as pdf:
+        placed = [figure for page in pages for row, _ in page.rows for figure in row.figures]
+        with prerendered(placed), PdfPages(base, metadata=FIGURE_METADATA) as pdf:
             for page in pages:
                 figure = Figure(figsize=PAGE_SIZE)
                 first_row, first_top = page.rows[0]

@@ -4,7 +4,9 @@ row or two narrow ones side by side, drawn shorter when that fills a page."""
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from matplotlib.figure import Figure
 
@@ -12,6 +14,7 @@ from probe.reports.sections.items import FigureItem, Section
 from probe.reports.pdf.page import (CAPTION_SIZE, COLUMN_GAP_IN, COLUMN_WIDTH_IN, MARGIN_IN,
                                     MIN_FIGURE_WIDTH_IN, NARROW_IN, PAGE_SIZE, TEXT_WIDTH_IN, Row, Stamp,
                                     caption_lines, draw_caption_text, line_in)
+from probe.reports.parallel import map_forked
 from probe.reports.style import freeze_layout, report_style
 
 # Saved without dates or producer: the same runs give the same bytes.
@@ -38,8 +41,32 @@ def natural_size(item: FigureItem) -> tuple[float, float]:
 
 def render_figure(item: FigureItem, size: tuple[float, float] | None = None,
                   fmt: str = "pdf") -> bytes:
-    """The figure alone as PDF or SVG bytes, at `size` (default: `figure_size` of its own)."""
-    return render_formats(item, size, (fmt,))[fmt]
+    """The figure alone as PDF or SVG bytes, at `size` (default: `figure_size` of its own);
+    inside `prerendered`, the bytes it made."""
+    done = _PRERENDERED.get().get((id(item), size, fmt))
+    return done if done is not None else render_formats(item, size, (fmt,))[fmt]
+
+
+# (id(item), size, format) -> bytes, inside `prerendered`.
+_PRERENDERED: ContextVar[dict] = ContextVar("probe_prerendered_figures", default={})
+
+
+@contextmanager
+def prerendered(figures: Iterable[tuple[FigureItem, tuple[float, float]]]):
+    """Render these (item, size) figures as PDF all at once, in parallel (reports/parallel.py),
+    for the `render_figure` calls inside the block."""
+    jobs = list({(id(item), size): (item, size) for item, size in figures}.values())
+    rendered = map_forked(_render_pdf, jobs)
+    token = _PRERENDERED.set({(id(item), size, "pdf"): pdf for (item, size), pdf in zip(jobs, rendered)})
+    try:
+        yield
+    finally:
+        _PRERENDERED.reset(token)
+
+
+def _render_pdf(job: tuple[FigureItem, tuple[float, float]]) -> bytes:
+    item, size = job
+    return render_formats(item, size, ("pdf",))["pdf"]
 
 
 def render_formats(item: FigureItem, size: tuple[float, float] | None = None,
@@ -119,4 +146,5 @@ def figure_row(items: list[tuple[FigureItem, tuple[float, float]]], section: Sec
         return figure_row(items, section, scale * factor, column_left)
 
     return Row(height, draw, section, shrink=shrink if scale == 1.0 and least < 1.0 else None,
-                min_height=height - plots * (1 - least))
+               min_height=height - plots * (1 - least),
+               figures=tuple((item, size) for item, size, _, _ in slots))

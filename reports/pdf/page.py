@@ -54,6 +54,9 @@ class Row:
     # A figure row can be drawn shorter to use the rest of a page: shrink(height) gives it.
     shrink: "Callable[[float], Row] | None" = None
     min_height: float = 0.0
+    # The figures draw() stamps, as (FigureItem, size in inches): rendered before the pages are
+    # (all of them at once, in parallel: figures.prerendered).
+    figures: tuple = ()
 
 
 @dataclass
