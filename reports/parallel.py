@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -56,8 +57,11 @@ def map_forked(function: Callable[[Any], Any], jobs: Sequence[Any]) -> list[Any]
     if workers == 1:
         return [function(job) for job in jobs]
     _TASK = (function, jobs)
+    _flush_std_streams()
     try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
+        # Ctrl-C reaches every process of the terminal's group: the workers leave it to this one,
+        # whose KeyboardInterrupt ends the pool (each worker would print its own traceback).
+        with multiprocessing.get_context("fork").Pool(workers, initializer=_leave_interrupts) as pool:
             results = pool.map(_run, range(len(jobs)), chunksize=1)
     finally:
         _TASK = None
@@ -67,6 +71,20 @@ def map_forked(function: Callable[[Any], Any], jobs: Sequence[Any]) -> list[Any]
             warnings.warn_explicit(message, category, filename, lineno)
         out.append(result)
     return out
+
+
+def _leave_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _flush_std_streams() -> None:
+    """Written text still buffered here would be copied into each worker and could come out twice."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):        # closed or detached: nothing to copy
+            pass
 
 
 def _run(index: int) -> tuple[Any, list[tuple]]:

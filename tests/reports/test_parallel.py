@@ -4,6 +4,7 @@ a worker's exception and warnings reach the caller."""
 from __future__ import annotations
 
 import os
+import signal
 import warnings
 from datetime import datetime, timezone
 
@@ -53,6 +54,10 @@ def test_map_forked_keeps_order_and_hands_back_errors_and_warnings(monkeypatch):
     # Closures travel too (the workers are forked: nothing is pickled on the way out).
     offset = 10
     assert parallel.map_forked(lambda x: x + offset, [1, 2, 3]) == [11, 12, 13]
+    # Ctrl-C is the caller's to handle: a worker that took it would print its own traceback
+    # ("Process ForkPoolWorker-1: ..." under "probe: interrupted").
+    assert parallel.map_forked(lambda _: signal.getsignal(signal.SIGINT) is signal.SIG_IGN, [1, 2]) == [True, True]
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
 
 
 def test_one_worker_or_one_job_draws_here(monkeypatch):
