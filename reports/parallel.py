@@ -19,6 +19,8 @@ import signal
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 WORKERS_ENV = "PROBE_REPORT_WORKERS"
@@ -51,19 +53,29 @@ def can_fork() -> bool:
 def map_forked(function: Callable[[Any], Any], jobs: Sequence[Any]) -> list[Any]:
     """[function(job) for job in jobs], in forked workers where that helps (module docstring).
     Results come back in order; a worker's exception is raised here; warnings a worker's
-    drawing gives are given again here, so that the caller's warning filters see them."""
+    drawing gives are given again here, so that the caller's warning filters see them. Where no
+    worker can be forked, or one ends abruptly (killed for memory), the jobs run here."""
     global _TASK
     workers = workers_for(len(jobs))
     if workers == 1:
         return [function(job) for job in jobs]
     _TASK = (function, jobs)
     _flush_std_streams()
+    # Ctrl-C reaches every process of the terminal's group: the workers end silently (each
+    # would print its own traceback), this process's KeyboardInterrupt cancels what is left.
+    executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                   initializer=_quit_on_interrupt)
     try:
-        # Ctrl-C reaches every process of the terminal's group: the workers leave it to this one,
-        # whose KeyboardInterrupt ends the pool (each worker would print its own traceback).
-        with multiprocessing.get_context("fork").Pool(workers, initializer=_leave_interrupts) as pool:
-            results = pool.map(_run, range(len(jobs)), chunksize=1)
+        try:
+            futures = [executor.submit(_run, index) for index in range(len(jobs))]   # forks the workers
+        except OSError as error:                  # no memory or process left to fork
+            return _here(function, jobs, workers, error)
+        try:
+            results = [future.result() for future in futures]
+        except BrokenProcessPool as error:        # a worker ended abruptly (killed for memory)
+            return _here(function, jobs, workers, error)
     finally:
+        executor.shutdown(wait=False, cancel_futures=True)
         _TASK = None
     out = []
     for result, said in results:
@@ -73,8 +85,15 @@ def map_forked(function: Callable[[Any], Any], jobs: Sequence[Any]) -> list[Any]
     return out
 
 
-def _leave_interrupts() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _here(function, jobs, workers: int, error: Exception) -> list[Any]:
+    warnings.warn(f"probe reports: drawing the figures in {workers} processes failed "
+                  f"({str(error) or type(error).__name__}); drawing them in this process instead")
+    return [function(job) for job in jobs]
+
+
+def _quit_on_interrupt() -> None:
+    """A worker ends at once and without a word on Ctrl-C: the caller says it was interrupted."""
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(128 + signum))
 
 
 def _flush_std_streams() -> None:

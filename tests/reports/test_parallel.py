@@ -54,10 +54,29 @@ def test_map_forked_keeps_order_and_hands_back_errors_and_warnings(monkeypatch):
     # Closures travel too (the workers are forked: nothing is pickled on the way out).
     offset = 10
     assert parallel.map_forked(lambda x: x + offset, [1, 2, 3]) == [11, 12, 13]
-    # Ctrl-C is the caller's to handle: a worker that took it would print its own traceback
-    # ("Process ForkPoolWorker-1: ..." under "probe: interrupted").
-    assert parallel.map_forked(lambda _: signal.getsignal(signal.SIGINT) is signal.SIG_IGN, [1, 2]) == [True, True]
-    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    # Ctrl-C is the caller's to report: a worker that raised KeyboardInterrupt would print its own
+    # traceback ("Process ForkPoolWorker-1: ..." under "probe: interrupted"); it ends silently.
+    handlers = parallel.map_forked(lambda _: signal.getsignal(signal.SIGINT).__qualname__, [1, 2])
+    assert handlers == ["_quit_on_interrupt.<locals>.<lambda>"] * 2
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler     # this process's is as it was
+
+
+PARENT = os.getpid()
+
+
+def _killed_in_a_worker(job):
+    if os.getpid() != PARENT and job == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)          # as the kernel's out-of-memory killer would
+    return job
+
+
+@pytest.mark.skipif(not parallel.can_fork(), reason="this platform does not fork")
+def test_a_worker_killed_midway_leaves_the_jobs_to_this_process(monkeypatch):
+    """A pool whose worker dies waits forever for its result (multiprocessing.Pool does); here the
+    jobs are drawn in this process instead, with one warning saying so."""
+    monkeypatch.setenv(parallel.WORKERS_ENV, "2")
+    with pytest.warns(UserWarning, match="drawing the figures in 2 processes failed .*drawing them in this process"):
+        assert parallel.map_forked(_killed_in_a_worker, ["a", "killed", "c"]) == ["a", "killed", "c"]
 
 
 def test_one_worker_or_one_job_draws_here(monkeypatch):
