@@ -1,7 +1,7 @@
 """Drawing a report's figures in parallel: one forked worker process per core.
 
 A report's time is its figures (matplotlib draws one at a time, on one core): the demo's five
-runs take ~12 s to draw as HTML and ~39 s as HTML and PDF on one core. The figures do not
+runs take 12.7 s to draw as HTML and 44 s as HTML and PDF on one core (docs/benchmarks.md). The figures do not
 depend on one another, so `map_forked` draws them in worker processes. The workers are forked,
 so each inherits the loaded runs and the plot functions (closures, which do not pickle) as
 they are; only the results (bytes, sizes) travel back. Where the platform does not fork
@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -26,8 +27,10 @@ from typing import Any
 WORKERS_ENV = "PROBE_REPORT_WORKERS"
 MAX_WORKERS = 8
 
-# What the forked workers run: set just before the pool forks, read by _run in each worker.
+# What the forked workers run: set just before the pool forks, read by _run in each worker;
+# one pool at a time (two threads drawing reports at once take turns).
 _TASK: tuple[Callable[[Any], Any], Sequence[Any]] | None = None
+_ONE_POOL = threading.Lock()
 
 
 def workers_for(jobs: int) -> int:
@@ -55,10 +58,15 @@ def map_forked(function: Callable[[Any], Any], jobs: Sequence[Any]) -> list[Any]
     Results come back in order; a worker's exception is raised here; warnings a worker's
     drawing gives are given again here, so that the caller's warning filters see them. Where no
     worker can be forked, or one ends abruptly (killed for memory), the jobs run here."""
-    global _TASK
     workers = workers_for(len(jobs))
     if workers == 1:
         return [function(job) for job in jobs]
+    with _ONE_POOL:
+        return _in_workers(function, jobs, workers)
+
+
+def _in_workers(function: Callable[[Any], Any], jobs: Sequence[Any], workers: int) -> list[Any]:
+    global _TASK
     _TASK = (function, jobs)
     _flush_std_streams()
     # Ctrl-C reaches every process of the terminal's group: the workers end silently (each
