@@ -17,6 +17,7 @@ from .report_args import (GROUP_HELP, PAIR_HELP, groups_of, pairs_of, print_betw
 from .cli_names import (_run_name, compare_names, different_tokens, print_summary, unique_names,  # noqa: F401
                         warn_repeated)
 from .check_cli import cmd_check
+from .cli_parser import OneLineParser
 from .view_cli import cmd_view
 
 EXIT_USAGE = 2
@@ -30,13 +31,6 @@ def _analysis_options(p: argparse.ArgumentParser, *, leave_out=()) -> None:
                                   ".npy/.pt token ids; default: a built-in sample of Python docs")
     p.add_argument("--force", action="store_true", help=FORCE_HELP)
     add_cli_arguments(p, leave_out=leave_out)
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse's mistakes as one `probe: error:` line (main prints it), not a usage block."""
-
-    def error(self, message):
-        raise ProbeError(f"{message} (see {self.prog} --help)")
 
 
 def build_parser() -> argparse.ArgumentParser:

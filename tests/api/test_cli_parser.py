@@ -1,0 +1,27 @@
+"""probe/api/cli_parser.py: a mistyped command, choice or option is one line naming the nearest
+valid one and the help of the command it belongs to."""
+from __future__ import annotations
+
+import pytest
+
+from probe.api.cli import main
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["analyz", "x"], "invalid choice: 'analyz' (choose from 'analyze', 'report', 'compare', 'train', "
+                      "'graft', 'view', 'check'); did you mean 'analyze'? (see probe --help)"),
+    (["analyze", "ckpt", "--bos", "prepnd"], "did you mean 'prepend'? (see probe analyze --help)"),
+    (["analyze", "ckpt", "--formt", "html"],
+     "unrecognized arguments: --formt html; did you mean --format? (see probe analyze --help)"),
+    (["analyze", "ckpt", "--max-sequnces=3", "--devce", "cpu"],
+     "unrecognized arguments: --max-sequnces=3 --devce cpu; did you mean --max-sequences / --device? "
+     "(see probe analyze --help)"),
+    (["report", "run", "--out", "o", "--xyz"], "unrecognized arguments: --xyz (see probe report --help)"),
+    (["compare", "a", "b", "--names", "x,y", "--bos", "zzz"], "invalid choice: 'zzz'"),
+])
+def test_mistakes_name_the_nearest_word_and_the_commands_help(argv, said, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("probe: error: ") and said in err
+    if "zzz" in argv:
+        assert "did you mean" not in err          # nothing near: no guess
