@@ -31,6 +31,7 @@ MAX_WORKERS = 8
 # one pool at a time (two threads drawing reports at once take turns).
 _TASK: tuple[Callable[[Any], Any], Sequence[Any]] | None = None
 _ONE_POOL = threading.Lock()
+_SHOWN: dict = {}            # the workers' warnings shown here (warnings.warn_explicit's registry)
 
 
 def workers_for(jobs: int) -> int:
@@ -88,7 +89,9 @@ def _in_workers(function: Callable[[Any], Any], jobs: Sequence[Any], workers: in
     out = []
     for result, said in results:
         for message, category, filename, lineno in said:
-            warnings.warn_explicit(message, category, filename, lineno)
+            # With a registry, as warnings.warn keeps per module: a warning the filters show once
+            # per place ("default") is shown once, not once for each figure that gave it.
+            warnings.warn_explicit(message, category, filename, lineno, registry=_SHOWN)
         out.append(result)
     return out
 

@@ -51,6 +51,11 @@ def test_map_forked_keeps_order_and_hands_back_errors_and_warnings(monkeypatch):
         parallel.map_forked(_where, ["a", "fail"])
     with pytest.warns(RuntimeWarning, match="drawn with a warning"):
         assert [job for job, _ in parallel.map_forked(_where, ["warn", "b"])] == ["warn", "b"]
+    # Shown as often as drawing here would show it: once per place under the default filter.
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("default")
+        parallel.map_forked(_where, ["warn", "warn", "warn"])
+    assert [str(w.message) for w in said] == ["drawn with a warning"]
     # Closures travel too (the workers are forked: nothing is pickled on the way out).
     offset = 10
     assert parallel.map_forked(lambda x: x + offset, [1, 2, 3]) == [11, 12, 13]
