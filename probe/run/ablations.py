@@ -382,6 +382,6 @@ def _means(layout, thresholds: dict, measure) -> dict:
 
 
 def _bar(total: int, name: str):
-    from tqdm.auto import tqdm
+    from ..core.progress import bar
 
-    return tqdm(total=total, leave=False, desc=f"ablations {name}")
+    return bar(total=total, desc=f"ablations {name}")

@@ -41,7 +41,7 @@ def for_each_batch(dataset, batch_size: int, *, rank: int, world: int, progress:
 
 
 def progress_bar(**kwargs):
-    """A tqdm bar counting tokens (tqdm.auto: a widget in notebooks, text on a terminal)."""
-    from tqdm.auto import tqdm
+    """A bar counting tokens (probe/core/progress.py: a widget in notebooks, text on a terminal)."""
+    from ..core.progress import bar
 
-    return tqdm(unit="tok", unit_scale=True, leave=False, **kwargs)
+    return bar(unit="tok", unit_scale=True, **kwargs)

@@ -322,6 +322,6 @@ def _one_pass(model, layout, dataset, batch_size, reference, state, layers, scor
 
 
 def _bar(total: int, name: str):
-    from tqdm.auto import tqdm
+    from ..core.progress import bar
 
-    return tqdm(total=total, leave=False, desc=f"interventions {name}")
+    return bar(total=total, desc=f"interventions {name}")

@@ -268,10 +268,10 @@ def _train(cfg: TrainConfig, prepared: Prepared | None, command: str | None, on_
     eval_rows = data.heldout[: cfg.eval_rows]
     history = [r["train_loss"] for r in rows]
     tokens_per_step = cfg.batch_size * cfg.seq_len
-    from tqdm.auto import tqdm
+    from ..core.progress import bar as progress_bar
 
-    bar = tqdm(total=total, initial=start_step, desc=f"train {name}", unit="step",
-               disable=not cfg.progress, leave=False, dynamic_ncols=True)
+    bar = progress_bar(total=total, initial=start_step, desc=f"train {name}", unit="step",
+                       disable=not cfg.progress, dynamic_ncols=True)
     t0 = time.time()
     paused = [0.0]                          # seconds spent in on_checkpoint, not training
 
