@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -185,6 +186,21 @@ def round_line(row: dict) -> str | None:
     return "  per round: " + ", ".join(f"{m} {lo:.2f}-{hi:.2f}x" for m, (lo, hi) in spread.items())
 
 
+def process_line(rows: list[dict], device: str = "cpu") -> str | None:
+    """"  in 3 fresh processes: analyze 1.04-1.12x (median 1.08x), ..." for the timed rows of one T
+    measured in several processes (--processes): the plain forward itself moves ~10% between
+    processes on a 2-core VM (docs/benchmarks.md, stop 61), as much as the overhead at 512."""
+    key = "_wall" if device != "cpu" else "_cpu"
+    done = [r for r in rows if "error" not in r]
+    if len(done) < 2:
+        return None
+    parts = []
+    for m in [m for m in METHODS[1:] if m + key in done[0]]:
+        ratios = sorted(r[m + key] / r["plain" + key] for r in done)
+        parts.append(f"{m} {ratios[0]:.2f}-{ratios[-1]:.2f}x (median {statistics.median(ratios):.2f}x)")
+    return f"  in {len(done)} fresh processes: " + ", ".join(parts)
+
+
 def user_line(row: dict) -> str | None:
     """"  user time only: analyze 1.14x, ..." for a timed CPU row: the CPU time less the system's.
     The plain forward writes its T x V logits to fresh pages each call, and the system time those
@@ -331,6 +347,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 512, 2048, 8192])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--processes", type=int, default=1, metavar="K",
+                        help="time each length in K fresh processes, the table's row from the first; "
+                             "prints the ratios' range and median over them")
     parser.add_argument("--no-anatomy", action="store_true", help="leave the --anatomy analysis out")
     parser.add_argument("--stages", type=int, nargs="*", metavar="T", default=None,
                         help="lengths to break down by stage (default: every length; none: --stages)")
@@ -352,7 +371,8 @@ def main() -> None:
 
     rows = []
     for T in args.lengths:
-        r = child({"what": "time", "T": T, "repeat": args.repeat})
+        timed = [child({"what": "time", "T": T, "repeat": args.repeat}) for _ in range(max(1, args.processes))]
+        r = timed[0]
         for m in methods:
             if "error" not in r:
                 mem = child({"what": m, "T": T}, heap=True)
@@ -362,6 +382,8 @@ def main() -> None:
               flush=True)
         if (spread := round_line(r)) is not None:
             print(spread, flush=True)
+        if (across := process_line(timed, args.device)) is not None:
+            print(across, flush=True)
         if not gpu and (user := user_line(r)) is not None:
             print(user, flush=True)
     for T in args.lengths if args.stages is None else args.stages:

@@ -187,3 +187,15 @@ def test_kernel_load_calls_each_kernel_of_a_default_analysis():
     assert 0 < seconds < 120
     for name in ("bin_counts_below", "scan_rows", "float64_sum", "vector_norms", "occupied", "signed_peak"):
         assert f"kernels.{name}(" in kernel_choice.LOAD
+
+
+def test_process_line_gives_the_range_and_median_of_the_ratios_over_processes():
+    import whole_analysis as wa
+
+    rows = [{"T": 512, "plain_cpu": 2.0, "analyze_cpu": 2.2, "anatomy_cpu": 2.3},
+            {"T": 512, "plain_cpu": 1.8, "analyze_cpu": 1.89, "anatomy_cpu": 2.07},
+            {"T": 512, "plain_cpu": 1.9, "analyze_cpu": 2.09, "anatomy_cpu": 2.28},
+            {"T": 512, "error": "timed out"}]
+    assert wa.process_line(rows) == ("  in 3 fresh processes: analyze 1.05-1.10x (median 1.10x), "
+                                     "anatomy 1.15-1.20x (median 1.15x)")
+    assert wa.process_line(rows[:1]) is None                  # one process: the table says it all
