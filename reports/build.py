@@ -13,7 +13,7 @@ from probe.reports.html import render_html
 from probe.reports.parallel import map_forked
 from probe.reports.pdf import render_formats, write_pdf
 from probe.reports.runs import Runs, load_runs
-from probe.reports.sections import FigureItem, Section, build_sections, shown
+from probe.reports.sections import FigureItem, Section, build_sections, shown_figures
 
 FORMATS = ("html", "pdf")
 
@@ -67,7 +67,7 @@ def write_figures(sections_or_runs: Any, out_dir: str | os.PathLike) -> Path:
                 else build_sections(load_runs(sections_or_runs)))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    items = [item for section in shown(sections) for item in section.items if isinstance(item, FigureItem)]
+    items = shown_figures(sections)
     for item, rendered in zip(items, map_forked(render_formats, items)):      # drawn in parallel
         stem = figure_file_stem(item)
         for fmt, data in rendered.items():

@@ -18,7 +18,8 @@ from matplotlib.figure import Figure, SubFigure
 from probe.core.errors import printable
 from probe.reports import claims
 from probe.reports.parallel import map_forked
-from probe.reports.sections import PROVENANCE, FigureItem, Section, TableItem, left_out_line, shown
+from probe.reports.sections import (PROVENANCE, FigureItem, Section, TableItem, left_out_line, shown,
+                                    shown_figures)
 from probe.reports.style import freeze_layout, report_style
 from probe.reports.tables import numeric_columns
 
@@ -70,8 +71,7 @@ def render_html(sections: Sequence[Section], *, title: str, subtitle: str,
                 generated_at: str) -> str:
     """The whole document as a string; `generated_at` is the only varying part."""
     body = [_header(sections, title, subtitle)]
-    drawn = [item for section in shown(sections) for item in section.items
-             if isinstance(item, FigureItem) and item.interactive is None]
+    drawn = [item for item in shown_figures(sections) if item.interactive is None]
     svgs = dict(zip(map(id, drawn), map_forked(_svg, drawn)))
     for section in shown(sections):
         body.append(f'<section id="{section.id}">')

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 
 from ..core.errors import ProbeError
@@ -29,6 +28,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def _nearest(word: str, candidates) -> str | None:
+    import difflib                        # only when there is a mistake to answer
+
     found = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return found[0] if found else None
 

@@ -23,7 +23,8 @@ from matplotlib.figure import Figure
 from pypdf import PdfReader, PdfWriter, Transformation
 
 from probe.core.errors import printable
-from probe.reports.sections.items import FigureItem, Section, left_out_line, printable_texts, shown
+from probe.reports.sections.items import (FigureItem, Section, left_out_line, printable_texts, shown,
+                                          shown_figures)
 from probe.reports.measure import wrap
 from probe.reports.parallel import map_forked
 # The page, figures and tables live in this package's page.py, figures.py and tables.py;
@@ -320,8 +321,7 @@ def write_pdf(sections: Sequence[Section], path: Path, *, title: str, subtitle: 
         rows = [_cover_rows(sections, title, subtitle, generated_at)]
         # Every figure is drawn twice, for its size and then at the size of its slot: both
         # rounds in parallel (reports/parallel.py), the pages then stamped in order.
-        figures = [item for section in shown(sections) for item in section.items
-                   if isinstance(item, FigureItem)]
+        figures = shown_figures(sections)
         naturals = dict(zip(map(id, figures), map_forked(natural_size, figures)))
         for section in shown(sections):
             rows.extend(_section_rows(section, naturals))

@@ -56,17 +56,12 @@ def prerendered(figures: Iterable[tuple[FigureItem, tuple[float, float]]]):
     """Render these (item, size) figures as PDF all at once, in parallel (reports/parallel.py),
     for the `render_figure` calls inside the block."""
     jobs = list({(id(item), size): (item, size) for item, size in figures}.values())
-    rendered = map_forked(_render_pdf, jobs)
+    rendered = map_forked(lambda job: render_formats(*job, ("pdf",))["pdf"], jobs)
     token = _PRERENDERED.set({(id(item), size, "pdf"): pdf for (item, size), pdf in zip(jobs, rendered)})
     try:
         yield
     finally:
         _PRERENDERED.reset(token)
-
-
-def _render_pdf(job: tuple[FigureItem, tuple[float, float]]) -> bytes:
-    item, size = job
-    return render_formats(item, size, ("pdf",))["pdf"]
 
 
 def render_formats(item: FigureItem, size: tuple[float, float] | None = None,

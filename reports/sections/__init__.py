@@ -15,7 +15,7 @@ from probe.reports import claims, tables
 from probe.reports.sections import notes
 # The building blocks live in items.py; html.py, reports/pdf/__init__.py, build.py and the tests import them here.
 from probe.reports.sections.items import (PROVENANCE, FigureItem, Section, TableItem, left_out,
-                                          left_out_line, numbered, shown)
+                                          left_out_line, numbered, shown, shown_figures)
 from probe.reports.differences import differences_display, differences_notes
 from probe.reports.claims.reference import table4_caption
 from probe.reports.claims.scope import linear_attention_scope

@@ -111,6 +111,11 @@ def shown(sections: list[Section]) -> list[Section]:
     return [section for section in sections if section.omitted is None]
 
 
+def shown_figures(sections: list[Section]) -> list[FigureItem]:
+    """The figures of the shown sections, in reading order."""
+    return [item for section in shown(sections) for item in section.items if isinstance(item, FigureItem)]
+
+
 def left_out_line(section: Section) -> str:
     """The contents' one line for a section left out."""
     return f"Not in this report: {section.title} ({section.omitted})."
