@@ -77,7 +77,7 @@ def describe_os_error(err: OSError) -> str:
 
 def check_writable(path: Path, what: str = "--out") -> None:
     """Refuse, before any work, an output whose nearest existing ancestor is a file or a folder
-    this user cannot write to (`--out afile/sub`, a read-only file system). `what` names the
+    this user cannot make a folder in (`--out afile/sub`, a read-only file system, /proc). `what` names the
     option or argument that gave the path ("" for none)."""
     path = Path(path)
     named, other = (f"{what} {path}", f"another {what}") if what else (str(path), "another place")
@@ -91,6 +91,13 @@ def check_writable(path: Path, what: str = "--out") -> None:
     if not os.access(ancestor, os.W_OK | os.X_OK):
         reason = "the file system is read-only" if _read_only(ancestor) else "permission denied"
         raise ProbeError(f"cannot write {named}: {ancestor} is not writable ({reason}); choose {other}")
+    # os.access answers from the mode bits, and for root almost always yes: a folder made and
+    # removed is the answer of the file system itself (/proc, a root-squashed share).
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".probe-check-", dir=ancestor))
+    except OSError as error:
+        raise ProbeError(f"cannot write {named}: {ancestor} refuses a new folder "
+                         f"({error.strerror or error}); choose {other}") from None
 
 
 def _read_only(path: Path) -> bool:
