@@ -1,6 +1,12 @@
-"""Each model against the first on the same token ids: the difference and the ratio of each
-headline number, with 95% intervals from a paired bootstrap (the same resampled sequences for
-both runs, probe/intervals/), from the runs' per-sequence tables."""
+"""Paired differences of the headline numbers: the difference and the ratio, with 95% intervals
+from a paired bootstrap (the same resampled sequences for both runs, probe/intervals/), from the
+runs' per-sequence tables.
+
+Who is compared with whom: each gated model against its matched baseline where the runs have
+matched pairs (claims/pairs.py: arms of one training run, a graft and its base, or --pair), as
+the claims judge them; a gated hybrid minus a softmax baseline would mix the gate with the
+architecture. Runs without any matched pair: each model against the first, on the same token ids.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import pandas as pd
 from probe.intervals import paired
 from probe.reports.claims.intervals import resamples_of, values_of
 from probe.reports.claims.numbers import fmt as _f
+from probe.reports.claims.pairs import split_pairs
 from probe.reports.runs import load_runs
 from probe.reports.labels import HEADLINE_THRESHOLDS, SINK_EPSILON
 
@@ -27,14 +34,23 @@ QUANTITIES = {
 }
 
 
-def differences_table(runs: Any) -> pd.DataFrame:
-    """One row per later model and quantity: its value, the first model's, and the paired
-    difference (model minus reference) and ratio with their intervals. Models on other token
-    ids, or without per-sequence values, have no rows (differences_notes says why)."""
+def comparisons(runs, pairs=None) -> tuple[list[tuple[str, str]], bool]:
+    """([(reference, model), ...], matched): the matched (baseline, gated) pairs when there are
+    any (pairs: the declared ones, --pair), else every later model against the first."""
+    if runs.gated_models and runs.ungated_models:
+        matched = split_pairs(runs, pairs)[0]
+        if matched:
+            return matched, True
+    return [(runs.models[0], m) for m in runs.models[1:]], False
+
+
+def differences_table(runs: Any, pairs=None) -> pd.DataFrame:
+    """One row per compared model and quantity (comparisons()): its value, its reference's, and the
+    paired difference (model minus reference) and ratio with their intervals. Models on other
+    token ids, or without per-sequence values, have no rows (differences_notes says why)."""
     runs = load_runs(runs)
     rows = []
-    reference = runs.models[0]
-    for model in runs.models[1:]:
+    for reference, model in comparisons(runs, pairs)[0]:
         if _why_not(runs, reference, model):
             continue
         a, b = values_of(runs, model), values_of(runs, reference)
@@ -67,18 +83,25 @@ def _why_not(runs, reference: str, model: str) -> str | None:
     return None
 
 
-def differences_notes(runs: Any) -> list[str]:
-    """Why a later model has no paired differences, for runs that have per-sequence values (the
-    summary's interval note already names those that have none)."""
+def differences_notes(runs: Any, pairs=None) -> list[str]:
+    """Why a compared model has no paired differences, for runs that have per-sequence values (the
+    summary's interval note already names those that have none); under matched pairs, the gated
+    models that have no matched baseline (the claims say why)."""
     runs = load_runs(runs)
     with_values = [m for m in runs.models if values_of(runs, m) is not None]
-    why = [_why_not(runs, runs.models[0], m) for m in runs.models[1:]
-           if runs.models[0] in with_values and m in with_values]
-    return [f"No paired differences: {w}." for w in why if w]
+    compared, matched = comparisons(runs, pairs)
+    why = [_why_not(runs, ref, m) for ref, m in compared if ref in with_values and m in with_values]
+    notes = [f"No paired differences: {w}." for w in why if w]
+    if matched:
+        alone = [m for m in runs.gated_models if m not in {g for _, g in compared}]
+        if alone:
+            notes.append(f"No paired differences for {', '.join(alone)}: no matched baseline among these runs "
+                         "(the claims say why; --pair BASE:GATED declares one).")
+    return notes
 
 
-def differences_display(runs: Any) -> pd.DataFrame:
-    frame = differences_table(runs)
+def differences_display(runs: Any, pairs=None) -> pd.DataFrame:
+    frame = differences_table(runs, pairs)
     records = frame.to_dict("records")
     out = pd.DataFrame({
         "model": [f"{m} − {r}" for m, r in zip(frame["model"], frame["reference"])],
@@ -112,7 +135,7 @@ def _ratio_cell(r: dict) -> str:
 def differences_text(frame: pd.DataFrame) -> str:
     if frame.empty:
         return ""
-    lines = ["Paired differences against the first model (95% intervals, the same resampled sequences "
+    lines = ["Paired differences, model minus reference (95% intervals, the same resampled sequences "
              "for both):"]
     for r in frame.to_dict("records"):
         lines.append(f"  {r['model']} − {r['reference']}, {r['quantity']}: {_difference_cell(r)}, "

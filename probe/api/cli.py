@@ -331,7 +331,7 @@ def cmd_compare(args, command_line) -> int:
 
     runs = load_runs(analyses)          # read into report tables once, for the three tables below
     print_claims(runs, pairs)
-    print_differences(runs)
+    print_differences(runs, pairs)
     print_ablations(analyses)
     print_between(runs)
     print(f"wrote {errors.printable(out)}/")                     # the run folders first, as probe analyze prints them

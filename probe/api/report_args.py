@@ -54,11 +54,12 @@ def print_claims(analyses, pairs=None) -> None:
     print(claims_text(claims_table(analyses, pairs=pairs)))
 
 
-def print_differences(analyses) -> None:
-    """`probe compare`: each model against the first, paired bootstrap (reports/differences.py)."""
+def print_differences(analyses, pairs=None) -> None:
+    """`probe compare`: each gated model against its matched baseline, or each model against the
+    first where no pair is matched; paired bootstrap (reports/differences.py)."""
     from probe.reports.differences import differences_table, differences_text
 
-    text = differences_text(differences_table(analyses))
+    text = differences_text(differences_table(analyses, pairs))
     if text:
         print()
         print(text)

@@ -16,7 +16,7 @@ from probe.reports.sections import notes
 # The building blocks live in items.py; html.py, reports/pdf/__init__.py, build.py and the tests import them here.
 from probe.reports.sections.items import (PROVENANCE, FigureItem, Section, TableItem, left_out,
                                           left_out_line, numbered, shown, shown_figures)
-from probe.reports.differences import differences_display, differences_notes
+from probe.reports.differences import comparisons, differences_display, differences_notes
 from probe.reports.claims.reference import table4_caption
 from probe.reports.claims.scope import linear_attention_scope
 from probe.reports.seeds import seed_display
@@ -38,7 +38,7 @@ def build_sections(runs: Runs, pairs=None, groups=None) -> list[Section]:
     context = context_length(runs)         # only where a run is part of a context sweep
     return numbered(_with_metric_sections(runs, [
         _claims(runs, pairs),
-        _summary(runs, groups),
+        _summary(runs, pairs, groups),
         first_token(runs),
         attention_patterns(runs),
         *([sink_anatomy] if sink_anatomy is not None else []),
@@ -105,7 +105,7 @@ def _other_gates(runs: Runs) -> str:
                    for m in runs.gated_models if (kind := other_gate(runs, m)) is not None)
 
 
-def _summary(runs: Runs, groups=None) -> Section:
+def _summary(runs: Runs, pairs=None, groups=None) -> Section:
     caption = ("Mean gate: mean sigmoid gate score over all gated layers, heads, positions (and "
                f"dimensions for elementwise gates).{_other_gates(runs)} M-Act: mean over layers of the largest "
                "|layer output|. F-Attn (t ≥ 1): attention probability on the first token, "
@@ -118,11 +118,16 @@ def _summary(runs: Runs, groups=None) -> Section:
                + "".join(" " + note for note in interval_notes(runs)))
     items = [TableItem("summary-table", "Model summary (paper Table 4 style)",
                        tables.summary_display(runs), caption)]
-    differences = differences_display(runs) if len(runs.models) > 1 else None
+    differences = differences_display(runs, pairs) if len(runs.models) > 1 else None
     if differences is not None and len(differences):
+        matched = comparisons(runs, pairs)[1]
+        title, who = (("Paired differences: each gated model against its matched baseline",
+                       "Each gated model minus its matched baseline (the pairs the claims judge: arms of "
+                       "one training run, a graft and its base, or --pair)") if matched else
+                      ("Paired differences against the first model", "Each model minus the first"))
         items.append(TableItem(
-            "differences-table", "Paired differences against the first model", differences,
-            "Each model minus the first, on the same token ids: the difference and the ratio with 95% "
+            "differences-table", title, differences,
+            f"{who}, on the same token ids: the difference and the ratio with 95% "
             "intervals from a paired bootstrap (the same resampled sequences for both runs).",
             index_label="models"))
     seeds = seed_display(runs, groups)
@@ -139,7 +144,7 @@ def _summary(runs: Runs, groups=None) -> Section:
                "first token (F-Attn) and the largest activations (M-Act), and at what loss?"),
         items=items,
         notes=(notes.nonfinite_notes(runs)
-               + (differences_notes(runs) if len(runs.models) > 1 else []) + notes.no_gate_notes(runs)
+               + (differences_notes(runs, pairs) if len(runs.models) > 1 else []) + notes.no_gate_notes(runs)
                + notes.token_stream_notes(runs) + notes.depth_notes(runs) + notes.budget_notes(runs)),
     )
 
