@@ -2,8 +2,8 @@
 
 Each verdict says whether these runs move the way the paper reports, never that they reproduce
 its numbers: small or briefly trained models are not expected to reach the paper's values. The
-thresholds of the verdicts are the named constants below, the only place they live; the table's
-caption quotes them, so a reader who disagrees with one can see which and rerun with another.
+thresholds of the verdicts are the named constants of rules.py, the only place they live; the
+rules table quotes them, so a reader who disagrees with one can see which and rerun with another.
 
     from probe import reports
     reports.claims_table(["runs/base", "runs/gated"])        # run directories
@@ -27,35 +27,13 @@ from probe.reports.claims import intervals as ci
 from probe.reports.claims import sink_need
 from probe.reports.claims.pairs import NOT_COMPARABLE, split_pairs
 from probe.reports.claims.scope import not_sigmoid
-from probe.reports.claims.paper import paper_sparsity, table4
 from probe.reports.runs import Runs, load_runs
 from probe.reports.tables.intervals import few_sequences
-from probe.reports.labels import HEADLINE_THRESHOLDS, VARIANT_LABELS
+from probe.reports.labels import VARIANT_LABELS
 
-# --- The rules' thresholds ----------------------------------------------------------------
-# Claim 1. 0.3 lies below every variant the paper calls non-sparse (input-independent gate
-# 0.335, NS-sigmoid 0.653) and well below 0.5, what a gate with no preference (logit 0) gives.
-MEAN_GATE_MAX = 0.3
-# gates.csv saves the share below 0.1 (frac_lt_0.1; LOW_GATE must be one of its saturation
-# thresholds); a uniform spread of scores on [0, 1] would put 0.1 there, so "a large share"
-# asks for 2.5 times that.
-LOW_GATE = 0.1
-LOW_GATE_SHARE_MIN = 0.25
-# Claim 2. Figure 5's headline threshold; each step of the ordering must gain at least one
-# percentage point, so that rounding-level differences do not decide a verdict.
-SPARSITY_THRESHOLD = HEADLINE_THRESHOLDS[0]
-SPARSITY_MIN_STEP = 0.01
-# Claim 3. A baseline has a sink when its F-Attn is at least 3x what uniform causal attention
-# gives on the same queries, mean_t 1/(t+1); only then can a gate remove one.
-SINK_MIN_RATIO = 3.0
-# Claims 3 and 4: "removes" is read as "at least this many times smaller than the baseline".
-F_ATTN_MIN_REDUCTION = 2.0
-M_ACT_MIN_REDUCTION = 2.0
-
-# What "the same direction" means for each claim, without its threshold: claim 1, a mean
-# gate below what a gate without preference gives (logit 0) and more scores below LOW_GATE than
-# a uniform spread puts there; claims 2-4, every step of the ordering strictly the paper's way.
-NO_PREFERENCE_GATE = 0.5
+# The rules' thresholds and their text: rules.py, read there at each call (rules.NAME), so
+# that moving a constant moves every verdict and every text that quotes it.
+from probe.reports.claims import rules
 
 CONSISTENT = "direction consistent with the paper"
 # The run moves the paper's way but by less than the rule asks: not a contradiction.
@@ -109,8 +87,8 @@ def claims_table(*runs_or_analyses: Any, pairs=None) -> pd.DataFrame:
     rows = (_sparse_gate(runs) + _sparse_output(runs) + _sink(runs, pairs) + _massive(runs, pairs)
             + [_Row(5, *row) for row in sink_need.rows(runs, _SINK_NEED_VERDICTS, pairs)])
     records = [{"claim": row.claim, "statement": STATEMENTS[row.claim], "models": row.models,
-                "paper": PAPER_VALUES[row.claim](), "these runs": row.measured,
-                "verdict": row.verdict, "rule": RULES[row.claim](), "numbers": row.numbers}
+                "paper": rules.PAPER_VALUES[row.claim](), "these runs": row.measured,
+                "verdict": row.verdict, "rule": rules.RULES[row.claim](), "numbers": row.numbers}
                for row in rows]
     return pd.DataFrame.from_records(records, columns=COLUMNS)
 
@@ -137,14 +115,15 @@ def claims_caption(runs: Any = None) -> str:
 
 
 def rules_display() -> pd.DataFrame:
-    """How each verdict is decided, one row per claim (thresholds: the constants of reports/claims/__init__.py)."""
-    rows = {f"{claim}. {STATEMENTS[claim]}": {"rule": RULES[claim]()} for claim in STATEMENTS}
+    """How each verdict is decided, one row per claim (thresholds: the constants of reports/claims/rules.py)."""
+    rows = {f"{claim}. {STATEMENTS[claim]}": {"rule": rules.RULES[claim]()} for claim in STATEMENTS}
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
 def rules_caption() -> str:
     return (f"\"{CONSISTENT}\" only when the 95% interval of the difference (paired: the same resampled "
-            f"sequences for both) lies on the paper's side of zero, \"{OPPOSITE}\" on the other, "
+            f"sequences for both) lies on the paper's side of zero (claims 3-4: and the drop reaches the "
+            f"rule's factor, else \"{BELOW_THRESHOLD}\"), \"{OPPOSITE}\" on the other side, "
             f"\"{WITHIN_NOISE}\" when it holds zero; without intervals \"{BELOW_THRESHOLD}\" or "
             f"\"{NOT_CONSISTENT}\" by the point values. Claims 3-4 need a matched pair (same token ids; "
             f"arms of one probe train run, a graft and its base, or --pair): else \"{NOT_COMPARABLE}\".")
@@ -152,35 +131,6 @@ def rules_caption() -> str:
 
 def has_gated(runs: Any) -> bool:
     return bool(load_runs(runs).gated_models)
-
-
-# --- The paper's side and the rules, as text ----------------------------------------------
-
-PAPER_VALUES: dict[int, Callable[[], str]] = {
-    1: lambda: (f"mean gate {table4('mean gate', lambda v: f'{v:.3f}')} (Table 4); most "
-                "scores near 0 (Figure 3)"),
-    2: lambda: paper_sparsity(SPARSITY_THRESHOLD),
-    3: lambda: f"F-Attn {table4('F-Attn', lambda v: f'{v:.3f}')} (Table 4)",
-    4: lambda: f"M-Act {table4('M-Act', lambda v: f'{v:g}')} (Table 4)",
-    5: lambda: sink_need.PAPER,
-}
-
-# Built when asked, so that they always quote the constants' current values.
-RULES: dict[int, Callable[[], str]] = {
-    1: lambda: (f"intervals: mean gate < {MEAN_GATE_MAX:g} and share of scores below {LOW_GATE:g} > "
-                f"{LOW_GATE_SHARE_MIN:g}; opposite: mean gate > {NO_PREFERENCE_GATE:g} or that share < "
-                f"{LOW_GATE:g} (a uniform spread's); below the threshold: mean gate < {NO_PREFERENCE_GATE:g} "
-                f"and that share > {LOW_GATE:g}, short of the first rule. No interval: mean gate ≤ "
-                f"{MEAN_GATE_MAX:g} and that share ≥ {LOW_GATE_SHARE_MIN:g}"),
-    2: lambda: (f"τ = {SPARSITY_THRESHOLD:g}, mean over layers: ungated < control < dynamic gate; intervals of "
-                "dynamic − ungated and, with the exact control (--exact-control), dynamic − control, both "
-                f"above 0 (the one-pass control has none). No interval: each step ≥ {SPARSITY_MIN_STEP:g}"),
-    3: lambda: (f"baseline F-Attn ≥ {SINK_MIN_RATIO:g}× uniform; interval of baseline − gated (F-Attn ÷ uniform) "
-                f"above 0. No interval: gated ≤ 1/{F_ATTN_MIN_REDUCTION:g} of the baseline's"),
-    4: lambda: (f"interval of baseline − gated M-Act above 0. No interval: gated ≤ 1/{M_ACT_MIN_REDUCTION:g} of "
-                "the baseline's"),
-    5: sink_need.rule,
-}
 
 
 # --- The four claims ----------------------------------------------------------------------
@@ -205,6 +155,17 @@ def _decide(lo: float, hi: float) -> str:
     return WITHIN_NOISE
 
 
+def _decide_removal(found: dict, factor: float) -> str:
+    """Claims 3-4 say the gate *removes* a sink or massive activations: an interval on the paper's
+    side of zero with a reduction short of the rule's factor (a 3% lower F-Attn measured
+    precisely) moves the paper's way without removing anything. found: the paired bootstrap
+    (difference and ratio baseline ÷ gated, each (point, lo, hi)); the factor is read off the
+    ratio's point, on the same per-sequence values as the interval."""
+    verdict = _decide(found["difference"][1], found["difference"][2])
+    removed = found["ratio"][0] >= factor               # inf where the gated value is 0; NaN: False
+    return BELOW_THRESHOLD if verdict == CONSISTENT and not removed else verdict
+
+
 def _no_gated_rows(runs: Runs, claim: int) -> list[_Row]:
     return [_Row(claim, ", ".join(runs.models), "; ".join(f"{m}: no gate" for m in runs.models),
                  _untestable(NO_GATED))]
@@ -215,34 +176,34 @@ def _sparse_gate(runs: Runs) -> list[_Row]:
         return _no_gated_rows(runs, 1)
     rows = []
     for model in runs.gated_models:
-        mean, share = gate_numbers(runs, model, LOW_GATE)
-        numbers = {"mean_gate": mean, f"share_below_{LOW_GATE:g}": share}
+        mean, share = gate_numbers(runs, model, rules.LOW_GATE)
+        numbers = {"mean_gate": mean, f"share_below_{rules.LOW_GATE:g}": share}
         found = ci.gate_intervals(runs, model)
         measured = (f"{model}: mean gate {_fmt(mean)}{ci.bracket(found and found[0])}, share of scores below "
-                    f"{LOW_GATE:g}: {_fmt(share)}{ci.bracket(found and found[1])}")
+                    f"{rules.LOW_GATE:g}: {_fmt(share)}{ci.bracket(found and found[1])}")
         if (broken := nonfinite_reason(runs, [model])) is not None:
             verdict = _untestable(broken)
         elif (other := not_sigmoid(runs, model)) is not None:
             verdict = _untestable(other)
         elif math.isnan(mean) or math.isnan(share):
             verdict = _untestable(f"{model} has no gate scores with the share below "
-                                  f"{LOW_GATE:g} (gates.csv)")
+                                  f"{rules.LOW_GATE:g} (gates.csv)")
         elif found is not None:
             (_, m_lo, m_hi), (_, s_lo, s_hi) = found
             numbers.update(mean_gate_lo=m_lo, mean_gate_hi=m_hi, share_lo=s_lo, share_hi=s_hi)
-            if m_hi < MEAN_GATE_MAX and s_lo > LOW_GATE_SHARE_MIN:
+            if m_hi < rules.MEAN_GATE_MAX and s_lo > rules.LOW_GATE_SHARE_MIN:
                 verdict = CONSISTENT
-            elif m_lo > NO_PREFERENCE_GATE or s_hi < LOW_GATE:
+            elif m_lo > rules.NO_PREFERENCE_GATE or s_hi < rules.LOW_GATE:
                 verdict = OPPOSITE
-            elif m_hi < NO_PREFERENCE_GATE and s_lo > LOW_GATE:
+            elif m_hi < rules.NO_PREFERENCE_GATE and s_lo > rules.LOW_GATE:
                 # Both intervals on the paper's side of a gate without preference, clear of the
                 # noise, but not past the rule's thresholds: a tight 0.42 [0.40, 0.43] is not noise.
                 verdict = BELOW_THRESHOLD
             else:
                 verdict = WITHIN_NOISE
         else:
-            verdict = _judge(mean <= MEAN_GATE_MAX and share >= LOW_GATE_SHARE_MIN,
-                             mean < NO_PREFERENCE_GATE and share > LOW_GATE)
+            verdict = _judge(mean <= rules.MEAN_GATE_MAX and share >= rules.LOW_GATE_SHARE_MIN,
+                             mean < rules.NO_PREFERENCE_GATE and share > rules.LOW_GATE)
         rows.append(_Row(1, model, measured, verdict, numbers))
     return rows
 
@@ -252,20 +213,20 @@ def _sparse_output(runs: Runs) -> list[_Row]:
         return _no_gated_rows(runs, 2)
     rows = []
     for model in runs.gated_models:
-        shares, layers = sparsity_numbers(runs, model, SPARSITY_THRESHOLD)
+        shares, layers = sparsity_numbers(runs, model, rules.SPARSITY_THRESHOLD)
         order = ("ungated", "mean_gate", "gated")
         numbers = {variant: shares.get(variant, math.nan) for variant in order}
         missing = [VARIANT_LABELS[v] for v in order if math.isnan(numbers[v])]
-        gain = ci.sparsity_gain(runs, model, SPARSITY_THRESHOLD)
-        beyond = ci.control_gain(runs, model, SPARSITY_THRESHOLD) if gain is not None else None
-        measured = (f"{model}, τ = {SPARSITY_THRESHOLD:g}, mean over {layers} layers: "
+        gain = ci.sparsity_gain(runs, model, rules.SPARSITY_THRESHOLD)
+        beyond = ci.control_gain(runs, model, rules.SPARSITY_THRESHOLD) if gain is not None else None
+        measured = (f"{model}, τ = {rules.SPARSITY_THRESHOLD:g}, mean over {layers} layers: "
                     + ", ".join(f"{_SHORT_VARIANTS[v]} {_fmt(numbers[v])}" for v in order)
                     + (f"; dynamic minus ungated {_fmt(gain[0])}{ci.bracket(gain)}" if gain else "")
                     + (f"; dynamic minus control {_fmt(beyond[0])}{ci.bracket(beyond)}" if beyond else ""))
         if (broken := nonfinite_reason(runs, [model])) is not None:
             verdict = _untestable(broken)
         elif missing:
-            verdict = _untestable(f"{model} has no share below {SPARSITY_THRESHOLD:g} for "
+            verdict = _untestable(f"{model} has no share below {rules.SPARSITY_THRESHOLD:g} for "
                                   f"{', '.join(missing)} (sparsity.csv)")
         else:
             ungated, control, gated = (numbers[v] for v in order)
@@ -282,7 +243,7 @@ def _sparse_output(runs: Runs) -> list[_Row]:
                 if verdict == CONSISTENT and min(steps) <= 0:
                     verdict = WITHIN_NOISE if max(steps) > 0 else OPPOSITE
             else:
-                verdict = _judge(min(steps) >= SPARSITY_MIN_STEP, min(steps) > 0)
+                verdict = _judge(min(steps) >= rules.SPARSITY_MIN_STEP, min(steps) > 0)
         rows.append(_Row(2, model, measured, verdict, numbers))
     return rows
 
@@ -353,15 +314,15 @@ def _sink(runs: Runs, declared=None) -> list[_Row]:
         elif missing:
             verdict = _untestable(f"no F-Attn with a uniform reference for {', '.join(missing)} "
                                   "(first_token.csv, summary.json f_attn_uniform)")
-        elif base_ratio < SINK_MIN_RATIO:
+        elif base_ratio < rules.SINK_MIN_RATIO:
             verdict = _untestable(f"the baseline has no sink ({base}'s F-Attn is "
                                   f"{_fmt(base_ratio)}× its uniform reference; a sink needs "
-                                  f"≥ {SINK_MIN_RATIO:g}×)")
+                                  f"≥ {rules.SINK_MIN_RATIO:g}×)")
         elif found is not None:
             numbers.update(difference_lo=found["difference"][1], difference_hi=found["difference"][2])
-            verdict = _decide(found["difference"][1], found["difference"][2])
+            verdict = _decide_removal(found, rules.F_ATTN_MIN_REDUCTION)
         else:
-            verdict = _judge(gated_ratio * F_ATTN_MIN_REDUCTION <= base_ratio,
+            verdict = _judge(gated_ratio * rules.F_ATTN_MIN_REDUCTION <= base_ratio,
                              gated_ratio < base_ratio)
         rows.append(_Row(3, f"{base} vs {gated}", measured, verdict, numbers))
     return rows + refused
@@ -389,10 +350,9 @@ def _massive(runs: Runs, declared=None) -> list[_Row]:
                                   "(massive.csv, summary.json m_act)")
         elif found is not None:
             numbers.update(difference_lo=found["difference"][1], difference_hi=found["difference"][2])
-            verdict = _decide(found["difference"][1], found["difference"][2])
+            verdict = _decide_removal(found, rules.M_ACT_MIN_REDUCTION)
         else:
-            verdict = _judge(numbers["gated_m_act"] * M_ACT_MIN_REDUCTION
-                             <= numbers["baseline_m_act"],
+            verdict = _judge(numbers["gated_m_act"] * rules.M_ACT_MIN_REDUCTION <= numbers["baseline_m_act"],
                              numbers["gated_m_act"] < numbers["baseline_m_act"])
         rows.append(_Row(4, f"{base} vs {gated}", measured, verdict, numbers))
     return rows + refused

@@ -21,6 +21,7 @@ from probe import reports
 import probe.reports.sections
 from probe import reports
 from probe.reports import claims
+from probe.reports.claims import rules
 from probe.reports.claims import BELOW_THRESHOLD, CONSISTENT, NOT_CONSISTENT, NOT_TESTABLE
 from probe.reports.claims.console import PAIRING_RULE, claims_text
 from tests.reports.saved_runs import copy_runs  # noqa: F401  (copy_runs: fixtures)
@@ -54,26 +55,26 @@ def csv_numbers(run: Path) -> dict[str, float]:
 def expected(claim: int, gated: dict, base: dict | None = None) -> str:
     """The verdict the rules give for these numbers (thresholds from reports.claims)."""
     if claim == 1:
-        holds = (gated["mean_gate"] <= claims.MEAN_GATE_MAX
-                 and gated["low_share"] >= claims.LOW_GATE_SHARE_MIN)
+        holds = (gated["mean_gate"] <= rules.MEAN_GATE_MAX
+                 and gated["low_share"] >= rules.LOW_GATE_SHARE_MIN)
         # Direction only: below a gate without preference (0.5), more low scores than a
         # uniform spread (0.1 below 0.1).
         direction = gated["mean_gate"] < 0.5 and gated["low_share"] > 0.1
     elif claim == 2:
         ungated, control, dynamic = (gated[f"sparsity_{v}"]
                                      for v in ("ungated", "mean_gate", "gated"))
-        holds = (control - ungated >= claims.SPARSITY_MIN_STEP
-                 and dynamic - control >= claims.SPARSITY_MIN_STEP)
+        holds = (control - ungated >= rules.SPARSITY_MIN_STEP
+                 and dynamic - control >= rules.SPARSITY_MIN_STEP)
         direction = ungated < control < dynamic
     elif claim == 3:
         base_ratio = base["f_attn"] / base["uniform"]
-        if base_ratio < claims.SINK_MIN_RATIO:
+        if base_ratio < rules.SINK_MIN_RATIO:
             return NOT_TESTABLE
         gated_ratio = gated["f_attn"] / gated["uniform"]
-        holds = gated_ratio <= base_ratio / claims.F_ATTN_MIN_REDUCTION
+        holds = gated_ratio <= base_ratio / rules.F_ATTN_MIN_REDUCTION
         direction = gated_ratio < base_ratio
     else:
-        holds = gated["m_act"] <= base["m_act"] / claims.M_ACT_MIN_REDUCTION
+        holds = gated["m_act"] <= base["m_act"] / rules.M_ACT_MIN_REDUCTION
         direction = gated["m_act"] < base["m_act"]
     if holds:
         return CONSISTENT
@@ -176,8 +177,8 @@ def test_numbers_column_holds_what_the_verdict_used(run_dirs):
 
 
 @pytest.mark.parametrize("metric, inside, below, against", [
-    ("mean", claims.MEAN_GATE_MAX - 0.005, claims.MEAN_GATE_MAX + 0.005, 0.505),
-    ("frac_lt_0.1", claims.LOW_GATE_SHARE_MIN + 0.005, claims.LOW_GATE_SHARE_MIN - 0.005, 0.095),
+    ("mean", rules.MEAN_GATE_MAX - 0.005, rules.MEAN_GATE_MAX + 0.005, 0.505),
+    ("frac_lt_0.1", rules.LOW_GATE_SHARE_MIN + 0.005, rules.LOW_GATE_SHARE_MIN - 0.005, 0.095),
 ])
 def test_claim1_flips_across_its_rule(copy_runs, metric, inside, below, against):
     runs = copy_runs("headwise")
@@ -189,8 +190,8 @@ def test_claim1_flips_across_its_rule(copy_runs, metric, inside, below, against)
 
 
 @pytest.mark.parametrize("shares, wanted", [
-    ((0.10, 0.10 + claims.SPARSITY_MIN_STEP * 0.8, 0.40), BELOW_THRESHOLD),  # control barely up
-    ((0.10, 0.30, 0.30 + claims.SPARSITY_MIN_STEP * 0.8), BELOW_THRESHOLD),  # gate barely up
+    ((0.10, 0.10 + rules.SPARSITY_MIN_STEP * 0.8, 0.40), BELOW_THRESHOLD),  # control barely up
+    ((0.10, 0.30, 0.30 + rules.SPARSITY_MIN_STEP * 0.8), BELOW_THRESHOLD),  # gate barely up
     ((0.10, 0.40, 0.30), NOT_CONSISTENT),                  # control sparser than the gate
     ((0.35, 0.30, 0.40), NOT_CONSISTENT),                  # ungated sparser than the control
     ((0.10, 0.30, 0.30), NOT_CONSISTENT),                  # no step at all
@@ -208,12 +209,12 @@ def test_claim3_needs_a_sink_in_the_baseline(copy_runs):
     runs = copy_runs("baseline", "headwise")
     uniform = csv_numbers(runs["baseline"])["uniform"]
     set_f_attn(runs["headwise"], uniform)  # no sink at all in the gated model
-    set_f_attn(runs["baseline"], uniform * claims.SINK_MIN_RATIO * 1.02)
+    set_f_attn(runs["baseline"], uniform * rules.SINK_MIN_RATIO * 1.02)
     assert verdict(table_of(runs), 3, "baseline vs headwise") == CONSISTENT
-    set_f_attn(runs["baseline"], uniform * claims.SINK_MIN_RATIO * 0.98)
+    set_f_attn(runs["baseline"], uniform * rules.SINK_MIN_RATIO * 0.98)
     got = verdict(table_of(runs), 3, "baseline vs headwise")
     assert got.startswith("not testable: the baseline has no sink")
-    assert f"{claims.SINK_MIN_RATIO * 0.98:.3g}×" in got  # says how far it is from one
+    assert f"{rules.SINK_MIN_RATIO * 0.98:.3g}×" in got  # says how far it is from one
     assert expected(3, csv_numbers(runs["headwise"]), csv_numbers(runs["baseline"])) \
         == NOT_TESTABLE
 
@@ -221,7 +222,7 @@ def test_claim3_needs_a_sink_in_the_baseline(copy_runs):
 def test_claim3_flips_across_its_rule(copy_runs):
     runs = copy_runs("baseline", "headwise")
     base = csv_numbers(runs["baseline"])
-    limit = base["f_attn"] / claims.F_ATTN_MIN_REDUCTION  # same uniform reference in both
+    limit = base["f_attn"] / rules.F_ATTN_MIN_REDUCTION  # same uniform reference in both
     set_f_attn(runs["headwise"], limit * 0.98)
     assert verdict(table_of(runs), 3, "baseline vs headwise") == CONSISTENT
     set_f_attn(runs["headwise"], limit * 1.02)  # smaller, but not 2x smaller
@@ -235,14 +236,14 @@ def test_claim3_flips_across_its_rule(copy_runs):
 def test_claim4_flips_across_its_rule(copy_runs):
     runs = copy_runs("baseline", "headwise")
     base, gated = (csv_numbers(runs[name])["m_act"] for name in ("baseline", "headwise"))
-    to_limit = base / claims.M_ACT_MIN_REDUCTION / gated
+    to_limit = base / rules.M_ACT_MIN_REDUCTION / gated
     scale_m_act(runs["headwise"], to_limit * 0.98)
     assert verdict(table_of(runs), 4, "baseline vs headwise") == CONSISTENT
     scale_m_act(runs["headwise"], 1.02 / 0.98)  # e.g. 1.84x smaller against a 2x rule
     assert verdict(table_of(runs), 4, "baseline vs headwise") == BELOW_THRESHOLD
     assert expected(4, csv_numbers(runs["headwise"]), csv_numbers(runs["baseline"])) \
         == BELOW_THRESHOLD
-    scale_m_act(runs["headwise"], claims.M_ACT_MIN_REDUCTION * 1.02)  # above the baseline
+    scale_m_act(runs["headwise"], rules.M_ACT_MIN_REDUCTION * 1.02)  # above the baseline
     assert verdict(table_of(runs), 4, "baseline vs headwise") == NOT_CONSISTENT
     assert expected(4, csv_numbers(runs["headwise"]), csv_numbers(runs["baseline"])) \
         == NOT_CONSISTENT
@@ -309,7 +310,7 @@ def test_a_layer_missing_from_massive_alone_is_untestable(copy_runs):
 def test_thresholds_live_in_the_named_constants(run_dirs, monkeypatch):
     """Moving a constant moves the verdict, the rule and the caption together."""
     headwise = csv_numbers(run_dirs["headwise"])["mean_gate"]
-    monkeypatch.setattr(claims, "MEAN_GATE_MAX", round(headwise - 0.01, 3))
+    monkeypatch.setattr(rules, "MEAN_GATE_MAX", round(headwise - 0.01, 3))
     table = claims_table(run_dirs["headwise"])
     assert verdict(table, 1, "headwise") == BELOW_THRESHOLD
     assert f"mean gate ≤ {round(headwise - 0.01, 3):g}" in table["rule"].iloc[0]
@@ -317,18 +318,18 @@ def test_thresholds_live_in_the_named_constants(run_dirs, monkeypatch):
 
 
 def test_the_rules_quote_the_no_preference_gate_from_its_constant(monkeypatch):
-    monkeypatch.setattr(claims, "NO_PREFERENCE_GATE", 0.45)
+    monkeypatch.setattr(rules, "NO_PREFERENCE_GATE", 0.45)
     assert "mean gate > 0.45" in claims.rules_display()["rule"].iloc[0]
 
 
 def test_the_rules_are_a_short_table_that_quotes_every_threshold_not_a_caption_of_names():
     """Issue 25 item 12: one row per claim with its rule; the caption says how intervals decide,
     in a few lines, without the constants' names."""
-    rules = claims.rules_display()
-    assert len(rules) == 5 and list(rules.columns) == ["rule"]      # claim 5: sink ablations
-    text = " ".join(rules["rule"])
-    for value in (claims.MEAN_GATE_MAX, claims.LOW_GATE_SHARE_MIN, claims.SPARSITY_THRESHOLD,
-                  claims.SPARSITY_MIN_STEP, claims.SINK_MIN_RATIO, claims.F_ATTN_MIN_REDUCTION):
+    table = claims.rules_display()
+    assert len(table) == 5 and list(table.columns) == ["rule"]      # claim 5: sink ablations
+    text = " ".join(table["rule"])
+    for value in (rules.MEAN_GATE_MAX, rules.LOW_GATE_SHARE_MIN, rules.SPARSITY_THRESHOLD,
+                  rules.SPARSITY_MIN_STEP, rules.SINK_MIN_RATIO, rules.F_ATTN_MIN_REDUCTION):
         assert f"{value:g}" in text
     for caption in (claims.claims_caption(), claims.rules_caption()):
         assert "MEAN_GATE_MAX" not in caption and "SINK_MIN_RATIO" not in caption
@@ -475,7 +476,7 @@ def test_summary_numbers_stand_in_for_a_missing_table(run_dirs):
 
     base, gated = analysis("baseline"), analysis("headwise", massive=pd.DataFrame())
     base_m_act = csv_numbers(run_dirs["baseline"])["m_act"]  # its massive.csv is there
-    gated.summary["m_act"] = base_m_act / (claims.M_ACT_MIN_REDUCTION * 1.05)
+    gated.summary["m_act"] = base_m_act / (rules.M_ACT_MIN_REDUCTION * 1.05)
     assert verdict(claims_table(base, gated), 4, "baseline vs headwise") == CONSISTENT
     gated.summary["m_act"] = base_m_act * 1.05
     assert verdict(claims_table(base, gated), 4, "baseline vs headwise") \
