@@ -1,4 +1,4 @@
-"""The third part of `make demo`: SmolLM2-135M against its grafted, trained arm, on the same tokens.
+"""The third part of `make demo`: SmolLM2-135M-Instruct against its grafted, trained arm, on the same tokens.
 
 The grafted arm is rebuilt here from the downloaded base and the trained gate weights shipped in
 examples/grafts/ (headwise gates only, 30 x Linear(576, 9): 155,790 numbers; never the base's
@@ -13,7 +13,7 @@ from pathlib import Path
 
 GATES = Path(__file__).resolve().parent / "grafts" / "smollm2-headwise-identity-gates.safetensors"
 SEQ_LEN, SEQUENCES = 512, 2            # as the real-model part of the demo
-NAMES = ("SmolLM2-135M", "SmolLM2-135M-grafted")
+NAMES = ("SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct-grafted")
 
 
 def run(out: Path, report, base_gguf: Path) -> int:
@@ -33,7 +33,8 @@ def run(out: Path, report, base_gguf: Path) -> int:
                                  bos="none", name=name, progress=False)
         analysis.save(runs / name, force=True)
     code = report(["report", *[str(runs / n) for n in NAMES], "--out", str(out), "--format", "html", "--force",
-                   "--title", "SmolLM2-135M and the same model with grafted headwise gates, trained with the base frozen"])
+                   "--title", "SmolLM2-135M-Instruct and the same model with grafted headwise gates, trained with the "
+                   "base frozen"])
     if code == 0:
         print_findings(runs, trained)
     return code

