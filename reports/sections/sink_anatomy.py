@@ -14,6 +14,7 @@ import numpy as np
 
 from probe.reports import plots
 from probe.reports.tables import anatomy as tables_anatomy
+from probe.reports.tables.anatomy import position0_token_id
 from probe.reports.sections.items import FigureItem, Item, Section, TableItem
 from probe.reports.plots.anatomy import (anatomy_models, few_query_columns, key_label, log_norm,
                                          received_buckets, received_matrix, sink_bar)
@@ -226,13 +227,20 @@ def sink_tokens_caption(runs: Runs) -> str:
     least.discard(None)
     seen = (f"cells seen by at least {', '.join(str(n) for n in sorted(least))} queries"
             if least else "cells seen by enough queries")
+    # Only a run whose sequences all start with one token (its BOS, or one shared first token)
+    # has a position-0 token to mark; the others' first tokens are ordinary text.
+    unmarked = [m for m in anatomy_models(runs, "received_by_token") if position0_token_id(runs.meta[m]) is None]
     return (f"Per run the {TOP_TOKENS} tokens with the highest mean importance score over the "
             "whole model: the mean over every layer, head and (sequence, key) cell of the token "
             "(received_by_token.csv, layer -1; summary.json's top_sink_tokens are its first "
             "rows). Sink share: the share of those cells and heads above ε; cells counts the "
             "token's cells summed over layers. Only " + seen + " count, as the last keys of a "
-            "sequence are seen by few queries. The token at position 0 (marked) is listed after "
-            f"the top {TOP_TOKENS} where it is not among them.")
+            "sequence are seen by few queries. Where every sequence starts with one token (a BOS), "
+            f"that token is marked (position 0) and listed after the top {TOP_TOKENS} where it is not "
+            "among them"
+            + (f"; {join_names(unmarked)} "
+               + ("starts its" if len(unmarked) == 1 else "start their")
+               + " sequences with different tokens: none is marked." if unmarked else "."))
 
 
 def gate_sink_caption(runs: Runs) -> str:

@@ -12,7 +12,7 @@ from probe.reports.runs import load_runs
 from probe.reports.tables import _count, _fixed, _significant, as_display, repr_token
 
 SINK_TOKEN_COLUMNS = ["model", "token", "token_id", "cells", "score", "sink_share", "position_0"]
-SECONDARY_SINK_COLUMNS = ["model", "layer", "head", "position", "token", "score"]
+SECONDARY_SINK_COLUMNS = ["model", "layer", "head", "sequence", "position", "token", "score"]
 ALL_LAYERS = -1     # received_by_token.csv's rows pooled over every layer
 
 
@@ -67,12 +67,14 @@ def secondary_sinks_table(runs: Any, per_model: int = 10) -> pd.DataFrame:
     ordered = table.sort_values(["score", "layer", "head", "position"],
                                 ascending=[False, True, True, True], kind="stable")
     parts = [ordered[ordered["model"] == model].head(per_model) for model in runs.models]
-    return pd.concat(parts, ignore_index=True)[SECONDARY_SINK_COLUMNS]
+    # The sequence says which cell of the caption's (layer, head, sequence, key position) it is.
+    columns = [c for c in SECONDARY_SINK_COLUMNS if c in table.columns]
+    return pd.concat(parts, ignore_index=True)[columns]
 
 
 def secondary_sinks_display(runs: Any, per_model: int = 10) -> pd.DataFrame:
     frame = secondary_sinks_table(runs, per_model)
-    display = as_display(frame, {"layer": _count, "head": _count, "position": _count,
+    display = as_display(frame, {"layer": _count, "head": _count, "sequence": _count, "position": _count,
                                  "score": _fixed(3)})
     display["token"] = [repr_token(token) for token in frame["token"]]
     return display.set_index("model")

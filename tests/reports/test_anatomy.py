@@ -163,8 +163,10 @@ def test_secondary_sinks_are_the_top_ten_by_score(anatomy_runs, anatomy_dirs):
                                      ascending=[False, True, True, True]).head(10)
         got = table[table["model"] == model]
         assert len(got) == min(10, len(frame))
-        for column in ("layer", "head", "position", "token", "score"):
+        for column in ("layer", "head", "sequence", "position", "token", "score"):
             assert list(got[column]) == list(expected[column]), column
+    # the caption's cell is (layer, head, sequence, key position): the display shows all four
+    assert {"layer", "head", "sequence", "position"} <= set(item(anatomy_runs, "secondary-sinks").frame.columns)
     caption = item(anatomy_runs, "secondary-sinks").caption
     assert "The 10 highest-scoring" in caption and f"ε = {EPSILON:g}" in caption
 
@@ -172,6 +174,25 @@ def test_secondary_sinks_are_the_top_ten_by_score(anatomy_runs, anatomy_dirs):
 def test_sink_token_caption_quotes_the_minimum_queries(anatomy_runs):
     caption = item(anatomy_runs, "sink-tokens").caption
     assert f"at least {MIN_QUERIES} queries" in caption and "the 8 tokens" in caption
+    assert caption.endswith("listed after the top 8 where it is not among them.")
+
+
+def test_a_run_without_one_first_token_is_said_to_have_none_marked(anatomy_dirs, tmp_path):
+    """A run without a BOS starts its sequences with text: no token is marked (position 0), and
+    the caption, which promised a marked token, says so instead of leaving the reader looking."""
+    import shutil
+
+    runs = {name: shutil.copytree(path, tmp_path / name) for name, path in anatomy_dirs.items()}
+    first = next(iter(runs))
+    meta = json.loads((runs[first] / "meta.json").read_text())
+    meta.update(bos_token_id=None, position0="no BOS: the first text token of each sequence")
+    (runs[first] / "meta.json").write_text(json.dumps(meta))
+    loaded = reports.load_runs(list(runs.values()))
+    display = item(loaded, "sink-tokens").frame
+    assert not any("(position 0)" in t for t in display.loc[[first], "token"])
+    assert any("(position 0)" in t for t in display.drop(index=first)["token"])
+    caption = item(loaded, "sink-tokens").caption
+    assert caption.endswith(f"; {first} starts its sequences with different tokens: none is marked.")
 
 
 # -- value drains, gate-sink curves ----------------------------------------------------------
