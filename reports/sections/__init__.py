@@ -167,10 +167,13 @@ def _sink_epsilon(runs: Runs) -> str:
 
 
 def _provenance(runs: Runs) -> Section:
+    frame = tables.provenance_table(runs)
+    # Runs made from Python (probe.analyze) record no command line: the caption names only the rows there are.
+    command = " and the command line" if "command line" in frame.index else ""
     table = TableItem(
-        "provenance-table", "Provenance", tables.provenance_table(runs),
+        "provenance-table", "Provenance", frame,
         "From each run's meta.json: the checkpoint and data analysed, token counts, what sits "
-        "at position 0 (BOS policy), thresholds, package versions and the command line.",
+        f"at position 0 (BOS policy), thresholds, package versions{command}.",
         index_label="field", free_text=True, merge_equal=True)
     attention = {model: len(runs.layers_of_type(model, ATTENTION)) for model in runs.models}
     return Section(

@@ -49,3 +49,24 @@ def test_the_summary_table_counts_tokens_in_integers(run_dirs):
     runs.summary[runs.models[0]].pop("tokens")
     assert summary_table(runs)["tokens"].iloc[0] is pd.NA
     assert summary_display(runs)["tokens"].iloc[0] == "n/a"
+
+
+def test_the_provenance_caption_names_the_command_line_only_where_a_run_has_one(run_dirs, tmp_path):
+    """Runs made from Python (probe.analyze, the real-model demo) record no command: the caption
+    said the table held "the command line" all the same."""
+    from probe.reports.runs import load_runs
+    from probe.reports.sections import build_sections
+
+    def caption(run) -> str:
+        section = next(s for s in build_sections(load_runs([run])) if s.id == "provenance")
+        return next(i for i in section.items if i.id == "provenance-table").caption
+
+    run = shutil.copytree(run_dirs["baseline"], tmp_path / "baseline")
+    meta = json.loads((run / "meta.json").read_text())
+    meta.update(command=["probe", "analyze", "ckpt"])
+    (run / "meta.json").write_text(json.dumps(meta))
+    assert caption(run).endswith("package versions and the command line.")
+    for key in ("command", "command_line", "argv"):
+        meta.pop(key, None)
+    (run / "meta.json").write_text(json.dumps(meta))
+    assert caption(run).endswith("package versions.")
