@@ -89,8 +89,10 @@ def tokens(runs: Runs) -> Section | None:
                "value of its tokens). probe view RUN --out tokens.html writes the same page alone."),
         items=[FigureItem(
             "token-strip", "The first tokens, shaded", partial(_draw, runs, models[0]),
-            "In the HTML report, the viewer of every stored token (the first two runs on the same tokens "
-            "side by side, on one colour scale); in the PDF, the first tokens of the first sequence of "
+            "In the HTML report, the viewer of every stored token ("
+            + ("the first two runs on the same tokens side by side, on one colour scale" if len(models) > 1 else
+               f"{plain(models[0])} alone: no other run stored series of the same tokens")
+            + "); in the PDF, the first tokens of the first sequence of "
             + plain(models[0]) + ", each shaded by the stored value of a series at one layer: "
             + _strip_caption(first) + ". ↵ is a newline; control and bidi characters are shown as escapes."
             + (f" In the HTML report the viewer shows {plain(models[1])} beside it." if len(models) > 1 else ""),

@@ -130,6 +130,9 @@ def test_a_tiny_hybrids_strip_and_caption(kind, checkpoint, tmp_path):
     assert _titles(without, kind)[1] == f"{kind}: {beta[2]} (0 to {max(1.0, top):.3g})"
     caption = tokens(load_runs([run])).items[0].caption
     assert "softmax layer where it varies most" in caption
+    # one run: the caption does not promise two side by side
+    assert f"the viewer of every stored token ({kind} alone: no other run stored series" in caption
+    assert "side by side" not in caption
     assert ("key-0 share of a Gated DeltaNet layer's output" if name == "gdn_key0"
             else "write strength beta at the Gated DeltaNet layer") in caption
 
