@@ -18,13 +18,15 @@ from typing import Any
 import pandas as pd
 
 from probe.intervals.paired_loss import paired_difference
-from probe.reports.runs import load_runs, same_token_pairs
+from probe.reports.claims.pairs import gate_pairs
+from probe.reports.runs import load_runs
 
 BETWEEN_RESAMPLES = 2000     # the paired intervals of gated − ungated (fixed seed: the same runs, the same interval)
 
 
 def between_models(runs: Any, resamples: int = BETWEEN_RESAMPLES) -> pd.DataFrame:
-    """Per (ungated, gated) pair of runs that read the same token ids (meta.json tokens_sha256) and
+    """Per (ungated, gated) pair of runs (claims.pairs.gate_pairs: the matched pairs, else those
+    that read the same token ids, meta.json tokens_sha256) and
     per ablation both ran on the same tokens of each sequence: ungated, gated, ablation, sequences,
     tokens, delta_ungated, delta_gated, difference (gated − ungated), lo, hi (its paired interval,
     the sequences resampled together for both models) and reading. Empty (those columns) where
@@ -33,7 +35,7 @@ def between_models(runs: Any, resamples: int = BETWEEN_RESAMPLES) -> pd.DataFram
     seqs = runs.ablation_sequences
     layer_of = {(r.model, r.ablation): (r.kind, r.layer) for r in runs.ablations.itertuples()}
     rows = []
-    for ungated, gated in same_token_pairs(runs):
+    for ungated, gated in gate_pairs(runs):
         mine, theirs = (seqs[seqs["model"] == m] for m in (gated, ungated))
         both = mine.merge(theirs, on=["ablation", "sequence"], suffixes=("_g", "_u"))
         for name, got in both.groupby("ablation", sort=False):

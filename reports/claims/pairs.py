@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from probe.load.fingerprint import scheme_of
-from probe.reports.runs import Runs
+from probe.reports.runs import Runs, same_token_pairs
 from probe.train.config import siblings
 
 NOT_COMPARABLE = "not comparable"
@@ -126,3 +126,11 @@ def split_pairs(runs: Runs, declared=None):
     unmatched = [(base, [g for g, _ in members], members[0][1] if len(members) == 1 else generic)
                  for (base, generic), members in groups.items()]
     return matched, unmatched
+
+
+def gate_pairs(runs: Runs, declared=None) -> list[tuple[str, str]]:
+    """The (baseline, gated) pairs a figure or table of the gate's effect sets side by side: the
+    matched pairs where these runs have any (the claims' pairs), else every baseline and gated
+    run on the same token ids. Five trained arms pair none with the Qwen3 arms and hybrid-none
+    with the gated hybrid, not a softmax baseline with a hybrid."""
+    return split_pairs(runs, declared)[0] or same_token_pairs(runs)

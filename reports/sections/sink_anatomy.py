@@ -18,7 +18,8 @@ from probe.reports.tables.anatomy import position0_token_id
 from probe.reports.sections.items import FigureItem, Item, Section, TableItem
 from probe.reports.plots.anatomy import (anatomy_models, few_query_columns, key_label, log_norm,
                                          received_buckets, received_matrix, sink_bar)
-from probe.reports.runs import Runs, same_token_pairs
+from probe.reports.claims.pairs import gate_pairs
+from probe.reports.runs import Runs
 from probe.reports.labels import SINK_EPSILON
 from probe.reports.text import join_names, plain
 
@@ -78,7 +79,7 @@ def anatomy(runs: Runs) -> Section | None:
         items.append(FigureItem(
             "gate-vs-sink", "Gate score against attention on the sink",
             partial(plots.plot_gate_vs_sink_attention, runs), gate_sink_caption(runs)))
-    pairs = [(baseline, gated) for baseline, gated in same_token_pairs(runs)
+    pairs = [(baseline, gated) for baseline, gated in gate_pairs(runs)
              if has_sink_head(runs, baseline, _single(epsilon) or SINK_EPSILON)]
     if pairs:
         items.append(FigureItem(
@@ -101,11 +102,20 @@ def anatomy(runs: Runs) -> Section | None:
                "closes its gate where it would otherwise dump attention on a sink."),
         items=items,
         notes=(_missing_notes(runs) + _no_sink_notes(runs, sinks, epsilon)
-               + [f"Baseline F-Attn against the gate is left out for {plain(gated)} vs "
-                  f"{plain(baseline)}: no head of {plain(baseline)} has F-Attn above ε = "
-                  f"{_listed(epsilon)}, so there is no sink head whose gate to compare."
-                  for baseline, gated in same_token_pairs(runs) if (baseline, gated) not in pairs]),
+               + _no_sink_head_notes(runs, pairs, epsilon)),
     )
+
+
+def _no_sink_head_notes(runs: Runs, shown: list, epsilon) -> list[str]:
+    """One line per baseline whose pairs the F-Attn-against-gate figure leaves out (its gated
+    runs named together: a line per pair repeated the same sentence)."""
+    left: dict[str, list[str]] = {}
+    for baseline, gated in gate_pairs(runs):
+        if (baseline, gated) not in shown:
+            left.setdefault(baseline, []).append(plain(gated))
+    return [f"Baseline F-Attn against the gate is left out for {join_names(gated)} vs {plain(baseline)}: "
+            f"no head of {plain(baseline)} has F-Attn above ε = {_listed(epsilon)}, so there is no sink "
+            "head whose gate to compare." for baseline, gated in left.items()]
 
 
 def sink_models(runs: Runs) -> list[str]:

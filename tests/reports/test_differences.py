@@ -74,3 +74,21 @@ def test_a_gated_model_without_a_matched_baseline_is_named_not_paired_with_the_f
     assert differences_notes(runs) == [
         "No paired differences for elementwise-long: no matched baseline among these runs (the claims say "
         "why; --pair BASE:GATED declares one)."]
+
+
+def test_the_figures_and_tables_of_the_gate_s_effect_use_the_same_pairs(softmax_and_hybrid_arms):
+    """claims.pairs.gate_pairs (the F-Attn-against-gate figure, its notes and the ablations'
+    gated − ungated table): the matched pairs where there are any, else every same-token pair."""
+    from probe.reports.claims.pairs import gate_pairs
+    from probe.reports.runs import same_token_pairs
+
+    runs = reports.load_runs(softmax_and_hybrid_arms)
+    assert set(same_token_pairs(runs)) == {("none", "hybrid-gated"), ("hybrid-none", "hybrid-gated")}
+    assert gate_pairs(runs) == [("hybrid-none", "hybrid-gated")]
+    assert gate_pairs(runs, [("none", "hybrid-gated")]) == [("none", "hybrid-gated")]
+    for run in softmax_and_hybrid_arms:                 # no recipe recorded: nothing is matched
+        meta = json.loads((run / "meta.json").read_text())
+        meta.pop("train_recipe")
+        (run / "meta.json").write_text(json.dumps(meta))
+    runs = reports.load_runs(softmax_and_hybrid_arms)
+    assert gate_pairs(runs) == same_token_pairs(runs)
