@@ -202,15 +202,28 @@ def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, ma
     documents: list[int] = []
     windowed = truncated = 0
 
+    already = 0                         # sequences that started with the BOS already (auto)
+
+    def headed(ids: list[int]) -> tuple[list[int], int]:
+        """(the sequence, the tokens put before ids). Under auto, token ids that start with the
+        BOS already (saved from a tokenizer that adds it) get no second one: a doubled BOS moves
+        the sink and F-Attn."""
+        nonlocal already
+        if head and bos == "auto" and len(ids) and ids[0] == bos_token_id:
+            already += 1
+            return list(ids), 0
+        return head + list(ids), len(head)
+
     def slide(ids, document=None):
         nonlocal windowed
         windowed += 1
         for begin, end, counted in windows(len(ids), body, step):
-            sequences.append(head + ids[begin:end])
+            sequence, put = headed(ids[begin:end])
+            sequences.append(sequence)
             if document is not None:
                 documents.append(document)
             # The BOS of every window counts (a fresh token); re-seen document tokens do not.
-            context.append((len(head), len(head) + counted - begin) if counted > begin else (0, 0))
+            context.append((put, put + counted - begin) if counted > begin else (0, 0))
 
     if per_document:
         what = "documents"                # rows as given included
@@ -224,7 +237,7 @@ def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, ma
                     slide(ids, document)
                     continue
                 truncated += 1
-            sequences.append(head + ids[:body])
+            sequences.append(headed(ids[:body])[0])
             context.append((0, 0))
             documents.append(document)
         if truncated:
@@ -245,8 +258,9 @@ def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, ma
             stream.extend(ids)
         if len(stream) < body:
             # One sequence shorter than asked: meta.json's seq_len would say otherwise.
+            put = 0 if head and bos == "auto" and stream and stream[0] == bos_token_id else len(head)
             notes.append(f"the data hold {len(stream)} tokens, fewer than {option} {seq_len}: "
-                         f"one sequence of {len(stream) + len(head)} tokens")
+                         f"one sequence of {len(stream) + put} tokens")
             warnings.warn(f"{notes[-1]} is analysed; give more text, or lower {flag(option)}")
         if stride is not None and stride < body:
             slide(stream)
@@ -254,9 +268,13 @@ def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, ma
             for start in range(0, len(stream), body):
                 piece = stream[start:start + body]
                 if len(piece) >= 2 or not sequences:
-                    sequences.append(head + piece)
+                    sequences.append(headed(piece)[0])
                 else:
                     notes.append("the stream's last token was left out (alone, it predicts nothing)")
+    if already:
+        notes.append(f"{already} sequence{'s' if already > 1 else ''} started with the BOS token "
+                     f"(id {bos_token_id}) already: none prepended to {'them' if already > 1 else 'it'} "
+                     "(--bos auto)")
     if max_sequences is not None:
         sequences, context = sequences[:max_sequences], context[:max_sequences]
         documents = documents[:max_sequences]
