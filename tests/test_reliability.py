@@ -225,7 +225,24 @@ def test_the_nan_warning_names_the_first_site_of_the_forward_pass(checkpoint, te
     assert "2:gate" in bad and "1:mlp_out" in bad
     activations = sum(n for key, n in bad.items() if ":" in key)
     assert line == (f"{activations} NaN/Inf activation values were seen (first at layer:site 1:mlp_out); "
-                    f"{bad['loss_pairs']} token losses were not finite; statistics use finite values only")
+                    f"{bad['loss_pairs']} token losses were not finite; statistics use finite values only. "
+                    "The weights are not finite (model.layers.1.mlp.down_proj.weight holds 1 NaN/inf values): "
+                    "the checkpoint is damaged, and these numbers describe what is left of it; fix or "
+                    "re-download it")
+
+
+def test_nan_activations_from_finite_weights_do_not_blame_the_checkpoint():
+    """Finite weights can still give NaN activations (a float16 overflow): the line then says
+    nothing of the weights; with NaN weights it names the tensor (probe check's words)."""
+    from probe.run.pipeline import nonfinite_warning
+
+    line = nonfinite_warning({"2:mlp_out": 3})
+    assert line == ("3 NaN/Inf activation values were seen (first at layer:site 2:mlp_out); statistics use "
+                    "finite values only")
+    damaged = nonfinite_warning({"2:mlp_out": 3}, [("a.weight", 2), ("b.weight", 1)])
+    assert damaged.endswith("The weights are not finite (a.weight holds 2 NaN/inf values and 1 more tensors): "
+                            "the checkpoint is damaged, and these numbers describe what is left of it; fix or "
+                            "re-download it")
 
 
 def test_a_model_whose_every_head_is_nan_has_no_sink_rate(checkpoint, text_file, tmp_path):

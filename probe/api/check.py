@@ -31,6 +31,7 @@ import torch
 
 from ..core.errors import ProbeError
 from ..families.gates import ACTIVATIONS, GateSpec
+from ..load.finite import describe, non_finite_weights
 from ..run.interventions import (first_output, gate_channels, gate_logit, installed, using_probe_attention,
                                  set_gate_logits)
 
@@ -181,13 +182,10 @@ def _fits(spec, layout, rec, layer, tol) -> bool:
 def refuse_non_finite_weights(model) -> None:
     """Every check compares two forward passes; with a NaN or inf weight both are NaN and each
     check would fail as if the gate layout were wrong. Say what is wrong instead."""
-    bad = [(name, int((~torch.isfinite(p)).sum())) for name, p in model.named_parameters()
-           if p.is_floating_point() and not bool(torch.isfinite(p).all())]
+    bad = non_finite_weights(model)
     if bad:
-        name, count = bad[0]
-        more = f" and {len(bad) - 1} more tensors" if len(bad) > 1 else ""
-        raise ProbeError(f"the weights are not finite ({name} holds {count} NaN/inf values{more}), so no "
-                         "gate check can run: fix or re-download the checkpoint")
+        raise ProbeError(f"the weights are not finite ({describe(bad)}), so no gate check can run: fix or "
+                         "re-download the checkpoint")
 
 
 def run_checks(loaded, *, seq_len: int = 16, batch_size: int = 2, seed: int = 0,

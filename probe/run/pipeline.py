@@ -26,6 +26,7 @@ import torch
 from .batches import for_each_batch
 from ..data.sequences import Dataset, build_dataset
 from ..core.errors import ProbeError, flag
+from ..load.finite import describe, non_finite_weights
 from ..load.fingerprint import embedding_fingerprint
 from ..load.loader import DTYPES, LoadedModel
 from ..metrics import DECLARATIONS, summary_order
@@ -166,9 +167,11 @@ def forward_order(key: str) -> tuple:
     return (0, int(layer), SITE_ORDER.index(site) if site in SITE_ORDER else len(SITE_ORDER), site)
 
 
-def nonfinite_warning(nonfinite: dict[str, int]) -> str:
+def nonfinite_warning(nonfinite: dict[str, int], bad_weights: list[tuple[str, int]] = ()) -> str:
     """One line: how many NaN/inf activation values, the first layer:site the forward pass meets
-    (nonfinite sorted by forward_order), and the loss's non-finite values apart (not activations)."""
+    (nonfinite sorted by forward_order), the loss's non-finite values apart (not activations),
+    and, where the weights themselves hold NaN/inf (load.finite), that the checkpoint is damaged:
+    the statistics then describe the finite part of a broken model, not the model."""
     sites = {key: n for key, n in nonfinite.items() if ":" in key}
     rest = {key: n for key, n in nonfinite.items() if ":" not in key}
     parts = []
@@ -177,7 +180,11 @@ def nonfinite_warning(nonfinite: dict[str, int]) -> str:
                      f"(first at layer:site {next(iter(sites))})")
     if rest:
         parts.append(f"{sum(rest.values())} token losses were not finite")
-    return "; ".join(parts) + "; statistics use finite values only"
+    line = "; ".join(parts) + "; statistics use finite values only"
+    if bad_weights:
+        line += (f". The weights are not finite ({describe(bad_weights)}): the checkpoint is damaged, and "
+                 "these numbers describe what is left of it; fix or re-download it")
+    return line
 
 
 def assemble(cap, loaded: LoadedModel, dataset: Dataset, name: str, dev, o: AnalysisOptions, *,
@@ -201,8 +208,8 @@ def assemble(cap, loaded: LoadedModel, dataset: Dataset, name: str, dev, o: Anal
         nonfinite.update(metric.nonfinite())
     nonfinite = dict(sorted(nonfinite.items(), key=lambda item: forward_order(item[0])))
     analysis.meta["nonfinite_activations"] = nonfinite
-    if nonfinite:
-        warnings.warn(nonfinite_warning(nonfinite))
+    if nonfinite:            # the weights are read only then: a NaN activation may come from them
+        warnings.warn(nonfinite_warning(nonfinite, non_finite_weights(loaded.model)))
     for metric in cap.metrics.values():
         analysis.meta.update(metric.meta(done))
     analysis.meta["layer_types"] = [p.layer_type for p in cap.layout.layers]
