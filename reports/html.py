@@ -44,12 +44,21 @@ aside.note { background: var(--note); border-left: 4px solid var(--note-line);
              padding: 8px 14px; margin: 12px 0; font-size: 14px; }
 aside.note ul { margin: 4px 0; padding-left: 20px; }
 figure { margin: 16px 0 28px; }
-figure .plot svg { display: block; max-width: 100%; height: auto; margin: 0 auto; }
+/* A figure shrinks to fit the column, but never below 3/4 of its drawn size (--natural, set per
+   figure): smaller, a multi-panel figure's tick labels become unreadable, so a narrow window
+   scrolls the figure sideways in a box of its own instead. */
+figure .plot { overflow-x: auto; }
+figure .plot svg { display: block; max-width: 100%; height: auto; margin: 0 auto;
+                   min-width: calc(0.75 * var(--natural, 0px)); }
 figcaption, table caption { color: var(--muted); font-size: 13.5px; margin-top: 6px;
                             text-align: left; }
-.table-wrap { overflow-x: auto; margin: 12px 0 28px; }
+.table-wrap { overflow-x: auto; margin: 12px 0 28px; container-type: inline-size; }
 table { border-collapse: collapse; font-size: 13.5px; font-variant-numeric: tabular-nums; }
-table caption { caption-side: bottom; padding-top: 6px; }
+/* A caption spans its table: in a table wider than the window it would run past the scroller's
+   edge. It wraps to the scroller's width instead (100cqi: .table-wrap is the container) and
+   stays in view while the table scrolls sideways. */
+table caption { caption-side: bottom; padding-top: 6px; max-width: 100cqi; position: sticky;
+                left: 0; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 10px; text-align: left;
          vertical-align: top; }
 th.num, td.num { text-align: right; }
@@ -117,8 +126,11 @@ def _figure(item: FigureItem, svg: str | None) -> str:
     """The <figure>: `svg` drawn already, or the item's interactive view."""
     if svg is None:
         svg = item.interactive() if item.interactive is not None else _svg(item)
+    # The drawn width ("950.4pt"), for the CSS that keeps a figure from shrinking unreadably.
+    natural = re.match(r'<svg\b[^>]*?\swidth="([\d.]+pt)"', svg)
+    style = f' style="--natural: {natural.group(1)}"' if natural else ""
     return (f'<figure id="{item.id}"><h3>{_text(item.title)}</h3>'
-            f'<div class="plot">{svg}</div>'
+            f'<div class="plot"{style}>{svg}</div>'
             f"<figcaption><strong>{item.label}.</strong> {_text(item.caption)}</figcaption>"
             "</figure>")
 

@@ -395,7 +395,27 @@
   function draw() {
     ui.range.textContent = "tokens " + state.a + "–" + (state.b - 1) + " of " + total();
     runs.forEach((run, i) => { drawHeat(i); drawStrip(i); });
-    drawText(); drawLegend();
+    drawText(); drawLegend(); fitFrame();
+  }
+  // The report and notebooks show this page in an iframe of a fixed height. Where the maps of
+  // many layers, or a narrow window's wrapped bar, leave the text no room in it (the text boxes
+  // keep their min-height), the frame grows to hold the whole page rather than hide the text
+  // below a second scroll. The height needed is where the text boxes, last on the page, end at
+  // their min-height: it does not depend on the frame's height, so growing cannot feed back (a
+  // measure of the page's overflow flipped by a pixel on each resize, or ratcheted up in a
+  // transient layout such as a full-page screenshot's). frameElement is null on a page of its
+  // own and in a cross-origin or sandboxed frame: the frame then keeps its height.
+  let frameHeight = null;            // the frame's height as its page set it
+  function fitFrame() {
+    const frame = window.frameElement;
+    if (!frame) return;
+    const height = parseFloat(getComputedStyle(frame).height);
+    if (frameHeight === null) frameHeight = height;
+    const need = ui.texts.getBoundingClientRect().top + window.scrollY
+      + parseFloat(getComputedStyle(ui.texts).minHeight) + parseFloat(getComputedStyle(document.body).paddingBottom)
+      + (height - window.innerHeight);          // the frame's borders, where its height holds them
+    const target = Math.max(frameHeight, Math.ceil(need));
+    if (target !== height) frame.style.height = target + "px";
   }
   function total() { return Math.max(...runs.map((r) => r.tokens)); }
 

@@ -279,6 +279,42 @@ def test_opens_in_headless_chromium(built_report, tmp_path):
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
 
 
+def test_a_narrow_window_keeps_captions_and_figure_text_readable(built_report, tmp_path):
+    """At a 700 px window: a table wider than the column scrolls sideways in its box, but its
+    caption wraps to the box's width and stays in it when the table is scrolled to its right end
+    (a caption spans its table, so its lines ran past the edge); a figure shrinks to the column
+    but never below 3/4 of its drawn size, so tick labels stay readable, and one that does not
+    fit scrolls in a box of its own rather than widening the page."""
+    pytest.importorskip("websocket", reason="websocket-client is not installed")
+    from tests.reports.headless_chromium import HeadlessChromium, find_chromium
+
+    binary = find_chromium()
+    if binary is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    with HeadlessChromium(binary, tmp_path / "profile", width=700, height=900) as browser:
+        browser.open(built_report["html"])
+        page_width = browser.evaluate("[document.documentElement.scrollWidth, innerWidth]")
+        tables = browser.evaluate(
+            "Array.from(document.querySelectorAll('.table-wrap')).map(w => {"
+            " const wide = w.scrollWidth > w.clientWidth; w.scrollLeft = w.scrollWidth;"
+            " const b = w.getBoundingClientRect(), c = w.querySelector('caption').getBoundingClientRect();"
+            " return [w.querySelector('table').id, wide, b.left, b.right, c.left, c.right]; })")
+        figures = browser.evaluate(
+            "Array.from(document.querySelectorAll('figure .plot svg')).map(s => {"
+            " const box = s.parentElement; return [s.closest('figure').id,"
+            " s.getBoundingClientRect().width, s.viewBox.baseVal.width * 96 / 72,"  # drawn in pt
+            " box.clientWidth, box.getBoundingClientRect().right]; })")
+    assert page_width[0] <= page_width[1], page_width                 # nothing widens the page
+    assert any(wide for _, wide, *_ in tables), "no table wider than the column: nothing tested"
+    for name, _, left, right, caption_left, caption_right in tables:
+        assert left - 1 <= caption_left and caption_right <= right + 1, (name, left, right,
+                                                                        caption_left, caption_right)
+    assert any(0.75 * natural > column for _, _, natural, column, _ in figures), "nothing to test"
+    for name, shown, natural, _, right in figures:
+        assert shown >= 0.75 * natural - 1, (name, shown, natural)
+        assert right <= page_width[1], name
+
+
 def test_browser_harness_sees_console_errors(tmp_path):
     """The check above could not fail if the harness missed errors: prove it does not."""
     pytest.importorskip("websocket", reason="websocket-client is not installed")

@@ -416,3 +416,47 @@ def test_view_shown_as_vs_code_inserts_a_notebook_output(browser, tmp_path):
         _check_tip(cells, [series], "first_token", 40)
     assert browser.log.errors == []
     assert browser.log.requests == [path.resolve().as_uri()]
+
+
+@pytest.mark.parametrize("layers", [4, 30])
+def test_in_the_reports_frame_at_a_narrow_window_the_text_ends_inside_the_frame(layers, browser, tmp_path):
+    """The report shows the viewer in a fixed-height iframe (fragment's default) the width of its
+    column. At a 700 px window the bar wraps and the maps take more room; the text boxes fit the
+    height that is left, so nothing of the page is cut at the frame's bottom edge behind a
+    second scroll (a fixed 60vh box ran past it), and each still shows several lines; where the
+    maps of 30 layers leave no room (a real model's), the frame grows instead."""
+    a = synthetic(3000, layers, 3, seed=1, rows=3)
+    b = synthetic(3000, layers, 3, seed=2, gated=False, rows=3)
+    path = tmp_path / "in-report.html"
+    # The report's column at a 700 px window: main's 32 px padding on either side.
+    path.write_text('<!DOCTYPE html><html><body style="margin:0"><main style="padding:0 32px">'
+                    + fragment([("gated", a), ("base", b)]) + "</main></body></html>", encoding="utf-8")
+    browser.call("Emulation.setDeviceMetricsOverride", width=700, height=900, deviceScaleFactor=1, mobile=False)
+    try:
+        browser.log.errors.clear()
+        browser.open(path)
+        frame = "document.querySelector('iframe.probe-tokens')"
+        start = time.monotonic()
+        while not browser.evaluate(f"!!({frame}.contentWindow.probeViewer && {frame}.contentWindow.probeViewer.ready)"):
+            assert time.monotonic() - start < 30, browser.log.errors
+            time.sleep(0.05)
+        inner, boxes, outer = browser.evaluate(
+            f"(() => {{ const d = {frame}.contentDocument, e = d.documentElement;"
+            " return [[e.scrollHeight, e.clientHeight, e.scrollWidth, e.clientWidth],"
+            " Array.from(d.querySelectorAll('.ptv-text')).map(t => { const r = t.getBoundingClientRect();"
+            f" return [r.top, r.bottom, r.right]; }}), {frame}.getBoundingClientRect().height]; }})()")
+        # A frame that grew is settled: no resize of it feeds another (each redraws the viewer).
+        browser.evaluate(f"{frame}.contentWindow.addEventListener('resize', () => window.resizes = (window.resizes || 0) + 1)")
+        time.sleep(0.5)
+        resizes = browser.evaluate("window.resizes || 0")
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride")
+    scroll_height, height, scroll_width, width = inner
+    assert scroll_height <= height and scroll_width <= width, inner      # no scroll of the frame's page
+    assert len(boxes) == 2
+    for top, bottom, right in boxes:
+        assert bottom <= height and right <= width, (boxes, inner)
+        assert bottom - top >= 200, boxes                                   # several lines of text
+    assert (outer > 760 + 2) == (layers == 30), outer                   # + its border
+    assert resizes == 0
+    assert browser.log.errors == []
