@@ -17,6 +17,7 @@ A spec is terms separated by spaces (or by ';' when a term holds a space):
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from .errors import ProbeError, flag
@@ -70,8 +71,11 @@ def _ints(name: str, text: str, minimum: int) -> list[int]:
     return sorted(set(values))
 
 
-def parse_plan(spec, seq_len=None) -> AblationPlan:
-    """Read a spec (above); seq_len (int or a list of lengths) lets windows be checked against it."""
+def parse_plan(spec, seq_len=None, *, warn: bool = True) -> AblationPlan:
+    """Read a spec (above); seq_len (int or a list of lengths) lets windows be checked against it:
+    a window given that is not shorter than the sequences is refused (it masks nothing), one of
+    the default set (`all`, a bare --ablate) is left out, with a warning where `warn` (the checks
+    that read a spec before the run pass False: the run says it once)."""
     if spec is True or spec == "all":
         spec = ALL_SPEC
     if not isinstance(spec, str) or not spec.strip():
@@ -82,7 +86,8 @@ def parse_plan(spec, seq_len=None) -> AblationPlan:
     for term in terms:
         key, _, value = term.partition("=")
         if term == "all":
-            return parse_plan(ALL_SPEC + "".join(f" {t}" for t in terms if t.startswith("layers=")), seq_len)
+            spec = ALL_SPEC + "".join(f" {t}" for t in terms if t.startswith("layers="))
+            return parse_plan(spec, seq_len, warn=warn)
         if key in ("windows", "sinks", "layers") and value:
             if key in seen:         # a second windows= replaced the first without a word
                 raise ProbeError(f"{flag('ablate')}: {key}= is given twice; give its values once, comma-separated "
@@ -108,6 +113,16 @@ def parse_plan(spec, seq_len=None) -> AblationPlan:
         else:
             raise ProbeError(f"{flag('ablate')}: unknown term {term!r}; use windows=, sinks=, key0, value0, "
                              "first=, massive=, layers= or all")
+    longest = max(seq_len) if isinstance(seq_len, (list, tuple)) and seq_len else seq_len
+    if spec.startswith(ALL_SPEC) and isinstance(longest, int) and windows and max(windows) >= longest:
+        # The default set is written for long sequences: at the default --seq-len 512 its 1024-key
+        # window masks nothing, and refusing it refused the documented `--ablate` itself.
+        kept = [w for w in windows if w < longest]
+        if warn:
+            warnings.warn(f"{flag('ablate', 'all')}: window{'s' * (len(windows) - len(kept) > 1)} "
+                          f"{', '.join(str(w) for w in windows if w >= longest)} left out, not shorter than "
+                          f"the {longest}-token sequences ({flag('seq_len')})")
+        windows, sinks = (kept, sinks) if kept else (None, [0])
     if windows is None and sinks != [0]:
         raise ProbeError(f"{flag('ablate')}: sinks= needs windows= (k sinks + W recent keys)")
     masks = []
@@ -117,7 +132,6 @@ def parse_plan(spec, seq_len=None) -> AblationPlan:
                 raise ProbeError(f"{flag('ablate')}: {k} sinks exceed the window of {w} keys; use k <= W")
             masks.append(Ablation("window", window=w, sinks=k))
     out = masks + out
-    longest = max(seq_len) if isinstance(seq_len, (list, tuple)) and seq_len else seq_len
     if isinstance(longest, int) and windows and max(windows) >= longest:
         raise ProbeError(f"{flag('ablate')}: a window of {max(windows)} keys is not shorter than the "
                          f"{longest}-token sequences ({flag('seq_len')}), so it masks nothing; use windows below it")

@@ -74,7 +74,7 @@ def check_ablate(name, value, options):
     if value is not None and value is not False:
         from .ablation_kinds import parse_plan
 
-        parse_plan(value, options.seq_len)
+        parse_plan(value, options.seq_len, warn=False)
 
 
 def check_token_groups(name, value, options):

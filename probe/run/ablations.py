@@ -145,7 +145,7 @@ def preflight(path, options) -> None:
     if found is None:
         return
     config, layout = found
-    plan = parse_plan(options.ablate, options.seq_len)
+    plan = parse_plan(options.ablate, options.seq_len, warn=False)
     _mask_layers(config, layout, plan.layers, max(_lengths(options.seq_len)))
     firsts = [a for a in plan.ablations if a.kind in ("first_replace", "first_bos")]
     if not firsts:

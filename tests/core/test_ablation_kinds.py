@@ -26,3 +26,24 @@ def test_a_key_given_twice_is_refused_not_replaced(spec, key):
 
 def test_terms_without_values_may_repeat():
     assert names("key0 key0 value0") == names("key0 value0")
+
+
+def test_the_default_set_leaves_out_windows_the_sequences_do_not_exceed():
+    """A bare --ablate (all) at the default --seq-len 512 was refused for its own 1024-key window:
+    the documented command failed at every length up to 1024. The default set now leaves such
+    windows out and says so; a window the user names is still refused."""
+    with pytest.warns(UserWarning, match=r"window 1024 left out, not shorter than the 512-token sequences"):
+        plan = parse_plan(True, 512)
+    labels = [a.label for a in plan.ablations]
+    assert "window 256 + 4 sinks" in labels and not any(label.startswith("window 1024") for label in labels)
+    assert [a.label for a in parse_plan("all", 2048).ablations][:9] == names("windows=64,256,1024 sinks=0,1,4")
+    with pytest.warns(UserWarning, match=r"windows 64, 256, 1024 left out"):
+        short = parse_plan("all layers=0", 32)
+    assert not any(a.kind == "window" for a in short.ablations) and short.layers == (0,)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        parse_plan(True, 512, warn=False)                  # the checks before a run stay quiet
+    with pytest.raises(ProbeError, match="a window of 1024 keys is not shorter than the 512-token sequences"):
+        parse_plan("windows=64,1024", 512)
