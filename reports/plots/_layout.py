@@ -86,6 +86,24 @@ def set_layer_ticks(ax: Axes, layers: Sequence[int], axis: str = "x", label: str
     target.set_label_text(label)
 
 
+def staggered_ticks(ax: Axes, axis: str, labels: Sequence[str], **text: Any) -> None:
+    """Label position i of `axis` with labels[i], alternately on its two sides: even positions
+    as major ticks (left of or below the axes), odd ones as minor ticks (right of or above).
+    Each side then needs a label's height per two positions, so a panel too narrow to label
+    every row or column on one side (the PDF kept every other one, declutter_ticks) still
+    labels them all. `text`: Text properties of the labels (fontsize, rotation)."""
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    for minor, start in ((False, 0), (True, 1)):
+        positions = range(start, len(labels), 2)
+        target.set_ticks(positions, labels=[labels[p] for p in positions], minor=minor, **text)
+    length = mpl.rcParams[f"{axis}tick.major.size"]
+    first, second = ("bottom", "top") if axis == "x" else ("left", "right")
+    ax.tick_params(axis=axis, which="major", **{first: True, second: False,
+                                                 f"label{first}": True, f"label{second}": False})
+    ax.tick_params(axis=axis, which="minor", length=length,
+                   **{first: False, second: True, f"label{first}": False, f"label{second}": True})
+
+
 def layer_head_heatmap(ax: Axes, matrix: np.ndarray, *, norm: Normalize, cmap: str | Colormap,
                        missing_label: dict[int, str] | None = None) -> AxesImage:
     """Draw a (layers, heads) matrix with layers down and heads across; hatch NaN cells.
@@ -280,6 +298,31 @@ def shared_norm(matrices: Sequence[np.ndarray], vmax: float | None = None) -> No
         finite = [np.nanmax(m) for m in matrices if m.size and np.isfinite(m).any()]
         vmax = max(finite) if finite else 1.0
     return Normalize(vmin=0.0, vmax=max(float(vmax), 1e-6))
+
+
+def log_headroom(ax: Axes, top: float | None = None, factor: float = 1.5) -> None:
+    """Raise a log y axis' upper limit to the decade above `top` (the largest value drawn; by
+    default the top of the data of the axes sharing its y axis), or to `factor` times `top`
+    where that is higher: matplotlib ends a log axis just above the data, which left points at
+    0.06 (or 54) with no labelled tick above them, and put a point just under a decade on the
+    frame. Only raises the limit; the data are untouched. On a shared y axis, call it once all
+    its panels are drawn (it fixes the limits)."""
+    if top is None:
+        siblings = ax.get_shared_y_axes().get_siblings(ax)
+        tops = [other.dataLim.y1 for other in siblings if np.isfinite(other.dataLim.y1)
+                and other.dataLim.height >= 0]
+        top = max(tops, default=np.nan)
+    if not np.isfinite(top) or top <= 0:
+        return
+    upper = max(10.0 ** math.ceil(math.log10(top)), factor * top)
+    bottom, current = ax.get_ylim()
+    if upper > current:
+        ax.set_ylim(bottom, upper)
+
+
+def shares_y(ax: Axes) -> bool:
+    """Whether other axes share the y axis of `ax` (a panel of a figure with sharey)."""
+    return len(ax.get_shared_y_axes().get_siblings(ax)) > 1
 
 
 def spread(items: Sequence[int], count: int) -> list[int]:

@@ -18,15 +18,21 @@ from matplotlib.figure import Figure, SubFigure
 from matplotlib.patches import Rectangle
 
 from probe.reports.plots._layout import (figure_or_new, legend_outside, not_applicable, panel_title,
-                                         set_layer_ticks)
-from probe.reports.runs import Runs, load_runs, same_token_pairs
+                                         set_layer_ticks, staggered_ticks)
+from probe.reports.claims.pairs import gate_pairs
+from probe.reports.runs import Runs, load_runs
 from probe.reports.tables.frames import gate_score_top
 from probe.reports.labels import SINK_MIN_QUERIES
 from probe.reports.style import HATCH_COLOR, MISSING_COLOR, REFERENCE_COLOR, model_colors, styled
 from probe.reports.text import plain
 
 POOLED_HEADS = -1           # received_by_position's head of the mean over heads
+# More key-position columns than this (16 exact positions and the buckets past them) are
+# labelled on alternate sides of the panel, below and above, so that every column keeps its label.
+ONE_SIDE_COLUMNS = 12
 FEW_QUERIES_GID = "few-queries"   # the hatching over key buckets seen by too few queries
+# The share of the x range the F-Attn scatter leaves left of 0, for the markers at 0.
+SCATTER_MARGIN = 0.03
 # The log colour scale spans at most this many decades below the largest cell: a sink near 1
 # and the ordinary keys near 1/T stay apart, and a stray tiny cell does not flatten the rest.
 LOG_DECADES = 4
@@ -182,7 +188,12 @@ def plot_received_attention(runs: Any, *, fig: Figure | SubFigure | None = None,
         shown = np.where(np.isfinite(matrix), np.maximum(matrix, norm.vmin), np.nan)
         image = ax.imshow(np.ma.masked_invalid(shown), cmap=colours, norm=norm, aspect="auto",
                           interpolation="none", origin="upper")
-        ax.set_xticks(range(len(labels)), labels=labels, rotation=90)
+        if len(labels) > ONE_SIDE_COLUMNS:
+            # On one side, the PDF's panels (three to a page's width) kept every other label,
+            # and buckets such as 32-63 went unnamed: alternate columns are labelled above.
+            staggered_ticks(ax, "x", labels, rotation=90)
+        else:
+            ax.set_xticks(range(len(labels)), labels=labels, rotation=90)
         ax.set_xlabel("key position")
         set_layer_ticks(ax, range(matrix.shape[0]), axis="y")
         panel_title(ax, model, panels=len(models))
@@ -269,9 +280,10 @@ def plot_gate_vs_sink_attention(runs: Any, *, fig: Figure | SubFigure | None = N
 def plot_gate_vs_baseline_f_attn(runs: Any, *, fig: Figure | SubFigure | None = None,
                                  cmap: str = "viridis") -> Figure | SubFigure:
     """Per (layer, head): the baseline's F-Attn (x) against the gated run's mean gate (y), one
-    panel per (baseline, gated) pair on the same token ids, points coloured by layer."""
+    panel per (baseline, gated) pair (claims.pairs.gate_pairs: the matched pairs, else those on
+    the same token ids), points coloured by layer."""
     runs = load_runs(runs)
-    pairs = same_token_pairs(runs)
+    pairs = gate_pairs(runs)
     fig = figure_or_new(fig, 1.6 + 3.4 * max(len(pairs), 1), 3.4)
     if not pairs:
         not_applicable(fig.add_subplot(), NO_PAIR)
@@ -285,8 +297,10 @@ def plot_gate_vs_baseline_f_attn(runs: Any, *, fig: Figure | SubFigure | None = 
         ax.scatter(points["f_attn"], points["gate"], c=points["layer"], cmap=cmap, norm=norm,
                    s=14, edgecolors="none")
         # From 0 to a little past the largest F-Attn: a baseline without sinks keeps its
-        # points apart instead of pressed against the left edge of [0, 1].
-        ax.set_xlim(0, max(0.05, 1.08 * float(points["f_attn"].max()) if len(points) else 1.0))
+        # points apart instead of pressed against the left edge of [0, 1]. A small margin left
+        # of 0: heads with F-Attn near 0 were drawn half outside the frame.
+        right = max(0.05, 1.08 * float(points["f_attn"].max()) if len(points) else 1.0)
+        ax.set_xlim(-SCATTER_MARGIN * right, right)
         ax.set_xlabel(f"F-Attn of {plain(baseline)}")
         panel_title(ax, f"{gated} vs {baseline}", panels=len(pairs))
     axes[0].set_ylabel("mean gate score (gated run)")

@@ -11,7 +11,7 @@ from matplotlib.figure import Figure, SubFigure
 from matplotlib.image import AxesImage
 
 from probe.reports.tables.frames import attention_pattern, pattern_layers
-from probe.reports.plots._layout import figure_or_new, not_applicable, spread
+from probe.reports.plots._layout import figure_or_new, not_applicable, spread, staggered_ticks
 from probe.reports.runs import Runs, load_runs
 from probe.reports.style import MISSING_COLOR, styled
 from probe.reports.text import plain, visible_token
@@ -38,12 +38,23 @@ def first_key_weight(runs: Runs, model: str, layer: int) -> float:
     return float(finite.mean()) if finite.size else 0.0
 
 
+# Token tick labels: at 6 pt they were unreadable (about 5 pt as the HTML and PDF scale the
+# figure), and tokens longer than a cell ("__", "JavaScript") ran into their neighbours. At this
+# size a label needs about 9.5 pt of row: more than a row gets once several panels share a
+# page, so rows and columns are labelled on alternate sides (`_token_ticks`).
+TOKEN_FONTSIZE = 7.5
+# At most this many tokens are labelled on one side of a lone panel (about 10 pt a row).
+ONE_SIDE_TOKENS = 24
+# Longer tokens are cut to this many characters, the last one "…" (the caption lists them whole).
+TOKEN_CHARS = 8
+
+
 def display_tokens(runs: Runs, model: str, size: int) -> list[str]:
     """Token labels of the display prompt; positions instead if meta.json has none that fit."""
     tokens = runs.meta[model].get("display_tokens") or []
     if len(tokens) != size:
         return [str(position) for position in range(size)]
-    return [plain(visible_token(token)) for token in tokens]
+    return [plain(visible_token(token, TOKEN_CHARS)) for token in tokens]
 
 
 @styled
@@ -63,14 +74,23 @@ def plot_attention_patterns(runs: Any, *, fig: Figure | SubFigure | None = None,
               for layer in choose_pattern_layers(runs, model, layers, max_layers)]
     columns = min(max(len(panels), 1), 3)
     rows = -(-max(len(panels), 1) // columns)
-    fig = figure_or_new(fig, 1.2 + 3.3 * columns, 0.5 + 3.5 * rows)
+    # A lone panel of the default 24 tokens has room for its labels on one side (the PDF draws
+    # it a column wide); panels side by side label alternate rows on alternate sides, and their
+    # slots hold labels on both sides of the map, above and below it.
+    tokens = max((attention_pattern(runs, model, layer).shape[0] for model, layer in panels),
+                 default=0)
+    staggered = len(panels) > 1 or tokens > ONE_SIDE_TOKENS
+    if staggered:
+        fig = figure_or_new(fig, 1.2 + 3.4 * columns, 0.5 + 3.5 * rows)
+    else:
+        fig = figure_or_new(fig, 5.2, 4.8)
     if not panels:
         not_applicable(fig.add_subplot(), "No run saved attention patterns of a display prompt.")
         return fig
     norm = PowerNorm(gamma=0.5, vmin=0.0, vmax=1.0)
     axes = fig.subplots(rows, columns, squeeze=False).ravel()
     for ax, (model, layer) in zip(axes, panels):
-        image = _draw_pattern(ax, runs, model, layer, norm)
+        image = _draw_pattern(ax, runs, model, layer, norm, staggered)
     for ax in axes[len(panels):]:
         ax.set_visible(False)
     fig.colorbar(image, ax=list(axes[:len(panels)]), shrink=0.8,
@@ -78,18 +98,30 @@ def plot_attention_patterns(runs: Any, *, fig: Figure | SubFigure | None = None,
     return fig
 
 
-def _draw_pattern(ax, runs: Runs, model: str, layer: int, norm) -> AxesImage:
+def _draw_pattern(ax, runs: Runs, model: str, layer: int, norm, staggered: bool) -> AxesImage:
     matrix = attention_pattern(runs, model, layer)
     image = ax.imshow(matrix, cmap=_cmap(), norm=norm, aspect="equal", interpolation="none")
     labels = display_tokens(runs, model, matrix.shape[0])
-    positions = range(len(labels))
-    ax.set_xticks(positions, labels=labels, rotation=90, fontsize=6)
-    ax.set_yticks(positions, labels=labels, fontsize=6)
+    _token_ticks(ax, labels, staggered)
     ax.set_xlabel("key")
     ax.set_ylabel("query")
     ax.grid(False)
     ax.set_title(f"{plain(model)}, layer {layer}", fontsize=9)
     return image
+
+
+def _token_ticks(ax, labels: Sequence[str], staggered: bool) -> None:
+    """Every row and column labelled with its token, key labels upright (rotated 90°);
+    `staggered`: on alternate sides (`staggered_ticks`), so that the PDF, which draws several
+    panels on one page, labels every query row (on one side it kept every other) at a readable
+    size."""
+    if staggered:
+        staggered_ticks(ax, "x", labels, rotation=90, fontsize=TOKEN_FONTSIZE)
+        staggered_ticks(ax, "y", labels, fontsize=TOKEN_FONTSIZE)
+        return
+    positions = range(len(labels))
+    ax.set_xticks(positions, labels=labels, rotation=90, fontsize=TOKEN_FONTSIZE)
+    ax.set_yticks(positions, labels=labels, fontsize=TOKEN_FONTSIZE)
 
 
 def _cmap():

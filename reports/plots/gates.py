@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,8 +13,8 @@ from matplotlib.figure import Figure, SubFigure
 from probe.reports.tables.frames import (gate_hist_by_layer, gate_matrix, gate_saturation, gate_score_top,
                                         gate_stats_by_layer)
 from probe.reports.plots._layout import (axes_or_new, figure_or_new, grid_shape, key_band, key_line,
-                                         legend_beside, legend_entries, legend_outside, model_heatmaps,
-                                         not_applicable, set_layer_ticks, spread)
+                                         legend_beside, legend_entries, legend_outside, log_headroom,
+                                         model_heatmaps, not_applicable, set_layer_ticks, spread)
 from probe.reports.labels import GATE_GROUPS
 from probe.reports.plots.choices import check_choice, table_metrics
 from probe.reports.runs import Runs, load_runs
@@ -46,10 +47,11 @@ def plot_gate_histograms(runs: Any, *, fig: Figure | SubFigure | None = None,
         not_applicable(fig.add_subplot(), no_gate_message(runs))
         return fig
     fig = figure_or_new(fig, 0.6 + 2.1 * columns, 0.6 + 1.8 * rows)
-    axes = fig.subplots(rows, columns, squeeze=False, sharex=True, sharey=True).ravel()
+    # x not shared: shared axes share their tick labels, and each panel labels its own (below).
+    axes = fig.subplots(rows, columns, squeeze=False, sharey=True).ravel()
     colors = model_colors(runs.models)
     top = gate_score_top(runs)              # 1 (sigmoid gates), 2 (grafted 2 * sigmoid gates)
-    for ax, layer in zip(axes, shown):
+    for index, (ax, layer) in enumerate(zip(axes, shown)):
         for model in runs.models:
             bins = hist[(hist["model"] == model) & (hist["layer"] == layer)]
             if bins.empty:
@@ -59,17 +61,24 @@ def plot_gate_histograms(runs: Any, *, fig: Figure | SubFigure | None = None,
                       linewidth=1.2, label=plain(model))
         ax.set_title(f"layer {layer}", fontsize=8.5)
         ax.set_xlim(0, top)
-        # "0", "0.5", "1": short enough that one panel's 1 and the next one's 0 never touch
-        ax.set_xticks([0, top / 2, top], labels=[f"{t:g}" for t in (0, top / 2, top)])
+        # "0", "0.5", "1"; a panel with a neighbour on its left leaves its 0 unlabelled: next to
+        # that neighbour's 1 it read as one number ("1 0", "2 0").
+        labels = [f"{t:g}" for t in (0, top / 2, top)]
+        if index % columns:
+            labels[0] = ""
+        ax.set_xticks([0, top / 2, top], labels=labels)
     for ax in axes[len(shown):]:
         ax.set_visible(False)
     if log and (hist["share"] > 0).any():   # no finite score anywhere (a NaN model): no log axis
         axes[0].set_yscale("log")
+        log_headroom(axes[0])               # a labelled decade above the largest share
     for index, ax in enumerate(axes[:len(shown)]):
         if index % columns == 0:
             ax.set_ylabel("share of scores")
         if index + columns >= len(shown):  # nothing below it: label its x axis
             ax.set_xlabel("gate score")
+        else:                              # the panel below has the same x range, labelled
+            ax.tick_params(axis="x", labelbottom=False)
     legend_outside(axes[min(columns, len(shown)) - 1], *legend_entries(axes))
     return fig
 
@@ -155,16 +164,41 @@ def plot_gate_saturation(runs: Any, *,
         points = cumulative_saturation(shares[shares["model"] == model])
         ax.plot(list(points), list(points.values()), marker="o", color=colors[model],
                 label=plain(model))
-    ax.set_xscale("logit")
-    thresholds = list(SATURATION_THRESHOLDS.values())
-    ax.set_xticks(thresholds, labels=[f"{t:g}" for t in thresholds])
+    top = gate_score_top(runs)              # 1 (sigmoid gates), 2 (grafted 2 * sigmoid gates)
+    if top > 1:
+        # A logit axis ends at 1 and left a 2 * sigmoid gate's scores above 0.99 (42% of a
+        # graft's) off the plot: the logit of x / top covers the gate's whole range (0, top),
+        # the gate's own pre-activation scale, with ticks placed symmetrically about top / 2.
+        ax.set_xscale("function", functions=(functools.partial(_logit_of_share, top=top),
+                                             functools.partial(_score_of_logit, top=top)))
+        ticks = [top * share for share in (0.005, 0.05, 0.25, 0.5, 0.75, 0.95, 0.995)]
+        label = f"gate score x (logit scale of x / {top:g})"
+        # Half the first threshold's share of the range, so its point is not on the frame.
+        limits = (0.0025 * top, 0.9975 * top)
+    else:
+        ax.set_xscale("logit")
+        ticks = list(SATURATION_THRESHOLDS.values())
+        label = "gate score x (logit scale)"
+        limits = (0.005, 0.995)
+    ax.set_xticks(ticks, labels=[f"{t:g}" for t in ticks])
     ax.minorticks_off()
-    ax.set_xlim(0.005, 0.995)
+    ax.set_xlim(*limits)
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel("gate score x (logit scale)")
+    ax.set_xlabel(label)
     ax.set_ylabel("share below x")
     legend_beside(ax)
     return ax
+
+
+def _logit_of_share(score, top: float):
+    """log(p / (1 - p)) of p = score / top, clipped inside (0, 1) (matplotlib also maps the
+    axis' margins, which may reach past the range)."""
+    share = np.clip(np.asarray(score, dtype=float) / top, 1e-12, 1 - 1e-12)
+    return np.log(share / (1 - share))
+
+
+def _score_of_logit(value, top: float):
+    return top / (1 + np.exp(-np.asarray(value, dtype=float)))
 
 
 # The gate score each saturation metric of gates.csv is about.

@@ -11,7 +11,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure, SubFigure
 
 from probe.reports.plots._layout import (axes_or_new, figure_or_new, layer_head_heatmap, legend_beside,
-                                         not_applicable, panel_title, set_layer_ticks, shared_norm)
+                                         log_headroom, not_applicable, panel_title, set_layer_ticks,
+                                         shared_norm)
 from probe.reports.runs import Runs, load_runs
 from probe.reports.style import REFERENCE_COLOR, model_colors, styled
 from probe.reports.tables.frames import first_token_by_layer
@@ -83,6 +84,17 @@ def head_matrix(runs: Runs, model: str, table: str, quantity: str) -> tuple[list
     return layers, matrix
 
 
+def consecutive_runs(rows: pd.DataFrame, layers) -> list[pd.DataFrame]:
+    """`rows` (a column layer, sorted) split where a layer of the model lies between two of them
+    (a layer of the other type): each part is drawn as one line."""
+    rows = rows.sort_values("layer")
+    order = {layer: index for index, layer in enumerate(sorted(int(layer) for layer in layers))}
+    places = np.array([order.get(int(layer), -1) for layer in rows["layer"]])
+    bounds = [0, *(np.flatnonzero(np.diff(places) != 1) + 1), len(rows)]
+    parts = [rows.iloc[start:end] for start, end in zip(bounds, bounds[1:])]
+    return [part for part in parts if len(part) > 1]
+
+
 @styled
 def plot_sink_by_layer(runs: Any, *, ax: Axes | None = None) -> Figure | SubFigure:
     """On one layer axis: the softmax layers' head-mean F-Attn (filled circles) and the GDN
@@ -98,29 +110,39 @@ def plot_sink_by_layer(runs: Any, *, ax: Axes | None = None) -> Figure | SubFigu
     colors = model_colors(runs.models)
     f_attn = first_token_by_layer(runs, "f_attn")
     all_layers: set[int] = set()
+    drawn: list[float] = []
     for model in models:
         all_layers.update(runs.layers(model))
         softmax = f_attn[f_attn["model"] == model]
         gdn = key0_by_layer(runs, model)
-        # Markers only for each layer type and a thin line through every layer in order, so the
-        # reader follows one model across the interleaved layer types.
-        both = pd.concat([softmax[["layer", "value"]], gdn]).sort_values("layer")
-        ax.plot(both["layer"], np.maximum(both["value"], FLOOR), color=colors[model], linewidth=0.8,
-                alpha=0.6)
+        # Markers for each layer type and a thin line through consecutive layers of one type, so
+        # the reader follows one model along its layers; never from a GDN layer's key-0 share to
+        # a softmax layer's F-Attn, which are different quantities.
+        for layers in (softmax, gdn):
+            for segment in consecutive_runs(layers[["layer", "value"]], runs.layers(model)):
+                ax.plot(segment["layer"], np.maximum(segment["value"], FLOOR), color=colors[model],
+                        linewidth=0.8, alpha=0.6)
         ax.plot(softmax["layer"], np.maximum(softmax["value"], FLOOR), linestyle="none", marker="o",
                 color=colors[model], label=plain(model))
         ax.plot(gdn["layer"], np.maximum(gdn["value"], FLOOR), linestyle="none", marker="s",
                 markerfacecolor="white", color=colors[model])
+        drawn += [*softmax["value"], *gdn["value"]]
     uniform = [runs.summary[m].get("f_attn_uniform") for m in models]
     uniform = [float(u) for u in uniform if u is not None and np.isfinite(u)]
     if uniform:
         ax.axhline(float(np.mean(uniform)), linestyle="--", linewidth=1.0, color=REFERENCE_COLOR,
                    label="uniform 1/(t+1)")
+        drawn.append(float(np.mean(uniform)))
     ax.set_yscale("log")
+    # A labelled tick at or above the highest point: the axis ended at 0.08, its last tick at
+    # 1e-2, and F-Attn near 0.06 or the uniform line (0.035) could not be read off.
+    log_headroom(ax, float(np.nanmax(drawn)) if np.isfinite(drawn).any() else np.nan)
     ax.set_ylabel("share of the output from key 0")
     set_layer_ticks(ax, sorted(all_layers), max_ticks=24)
-    ax.plot([], [], linestyle="none", marker="o", color="#555555", label="softmax: F-Attn")
-    ax.plot([], [], linestyle="none", marker="s", markerfacecolor="white", color="#555555",
+    # The marker kinds in black outline, unfilled: in a model's grey they read as one more model.
+    ax.plot([], [], linestyle="none", marker="o", markerfacecolor="none", markeredgecolor="black",
+            label="softmax: F-Attn")
+    ax.plot([], [], linestyle="none", marker="s", markerfacecolor="none", markeredgecolor="black",
             label="GDN: key-0 share")
     legend_beside(ax)
     return ax

@@ -9,7 +9,8 @@ from matplotlib.figure import Figure, SubFigure
 
 from probe.reports.tables.frames import massive_by_layer
 from probe.reports.plots._layout import (axes_or_new, figure_or_new, key_band, key_line, legend_beside,
-                                         legend_entries, legend_outside, not_applicable, set_layer_ticks)
+                                         legend_entries, legend_outside, log_headroom, not_applicable,
+                                         set_layer_ticks, shares_y)
 from probe.reports.plots.intervals import BAND_ALPHA, draw_band
 from probe.reports.plots.choices import check_choice
 from probe.reports.runs import load_runs
@@ -55,6 +56,8 @@ def plot_massive_by_layer(runs: Any, *, site: str = "resid_post", ax: Axes | Non
     if banded:
         key_band(ax, "95% interval", BAND_ALPHA)
     ax.set_yscale("log")
+    if not shares_y(ax):    # panels of one shared axis: plot_massive_activations, once all drawn
+        log_headroom(ax)    # a labelled decade above the largest M-Act (54 had none above 10)
     set_layer_ticks(ax, sorted(layers), max_ticks=max_layer_ticks)
     ax.set_ylabel("max |h|")
     ax.set_title(SITE_LABELS.get(site, site))
@@ -74,6 +77,7 @@ def plot_massive_activations(runs: Any, *, fig: Figure | SubFigure | None = None
     axes = fig.subplots(1, len(sites), squeeze=False, sharey=True)[0]
     for ax, site in zip(axes, sites):
         plot_massive_by_layer(runs, site=site, ax=ax, legend=False, max_layer_ticks=8)
+    log_headroom(axes[0])   # a labelled decade above the largest M-Act of any panel
     axes[0].set_ylabel("max |h|")
     for ax in axes[1:]:
         ax.set_ylabel("")

@@ -41,6 +41,7 @@ def plot_sparsity_by_layer(runs: Any, *, fig: Figure | SubFigure | None = None,
     # toy arm): then each panel its own, and the caption says so (sparsity_scales_shared).
     shared = sparsity_scales_shared(runs, thresholds)
     axes = fig.subplots(len(models), len(thresholds), squeeze=False, sharey="col" if shared else False)
+    tops = np.full((len(models), len(thresholds)), np.nan)  # each panel's tallest bar or whisker
     for column, threshold in enumerate(thresholds):
         at_threshold = sparsity_at(runs, threshold)
         for row, model in enumerate(models):
@@ -49,18 +50,31 @@ def plot_sparsity_by_layer(runs: Any, *, fig: Figure | SubFigure | None = None,
             if rows.empty:
                 not_applicable(ax, f"{model}: no sparsity at threshold {threshold:g}")
                 continue
-            _variant_bars(ax, rows, gated=runs.is_gated(model),
-                          intervals={v: layer_intervals(runs, model, "sparsity", v, f"{threshold:g}")
-                                     for v in VARIANTS})
+            tops[row][column] = _variant_bars(
+                ax, rows, gated=runs.is_gated(model),
+                intervals={v: layer_intervals(runs, model, "sparsity", v, f"{threshold:g}")
+                           for v in VARIANTS})
             # One title line and one axis label per figure where they fit: a page that draws
             # five models' rows shorter (the PDF) keeps the height for the bars.
             panel_title(ax, f"{model}, |x| < {threshold:g}", panels=len(thresholds))
             if row < len(models) - 1:
                 ax.set_xlabel("")
+    # Headroom above the tallest bar or whisker of a panel (of its column, where the column
+    # shares a scale): matplotlib's 5% left the tallest bars touching the frame and their upper
+    # whiskers on it.
+    for column in range(len(thresholds)):
+        for row in range(len(models)):
+            known = tops[:, column] if shared else tops[row, column:column + 1]
+            top = max(known[np.isfinite(known)], default=np.nan)
+            if top > 0:
+                axes[row][column].set_ylim(0, BAR_HEADROOM * top)
     fig.supylabel("share below threshold", fontsize=mpl.rcParams["axes.labelsize"])
     legend_outside(axes[0][-1], *legend_entries(axes.ravel()), title="attention output")
     return fig
 
+
+# The y axis of a bar panel ends this much above its tallest bar or whisker.
+BAR_HEADROOM = 1.15
 
 # The largest ratio between two models' tallest bars at one threshold that still shares a scale:
 # beyond it the shorter model's bars would be a few pixels high.
@@ -80,9 +94,11 @@ def sparsity_scales_shared(runs: Any, thresholds: Sequence[float] = HEADLINE_THR
     return True
 
 
-def _variant_bars(ax, rows, gated: bool, intervals=None) -> None:
+def _variant_bars(ax, rows, gated: bool, intervals=None) -> float:
     """intervals: variant -> {layer: (lo, hi)}, the 95% intervals drawn as error bars (summary.json's
-    per-layer sparsity_lo / _hi: runs without per_sequence.csv, or the one-pass control, have none)."""
+    per-layer sparsity_lo / _hi: runs without per_sequence.csv, or the one-pass control, have none).
+    Returns the top of the tallest bar or whisker (NaN where none is finite)."""
+    top = np.nan
     # Without a gate, `gated` repeats `ungated`: one bar says it without implying a gate.
     variants = [v for v in VARIANTS if v in set(rows["variant"]) and (gated or v == "ungated")]
     layers = sorted(int(layer) for layer in rows["layer"].unique())
@@ -96,12 +112,16 @@ def _variant_bars(ax, rows, gated: bool, intervals=None) -> None:
             lo = np.array([found.get(layer, (np.nan, np.nan))[0] for layer in layers])
             hi = np.array([found.get(layer, (np.nan, np.nan))[1] for layer in layers])
             yerr = np.nan_to_num(np.vstack([heights - lo, hi - heights]).clip(min=0))
+        upper = heights + (yerr[1] if yerr is not None else 0.0)
+        if np.isfinite(upper).any():
+            top = np.nanmax([top, np.nanmax(upper)])
         ax.bar(positions + offset, heights, width, color=VARIANT_COLORS[variant],
                label=VARIANT_LABELS[variant], linewidth=0, yerr=yerr,
                error_kw={"elinewidth": 0.6, "capsize": 0, "ecolor": "#333333"})
     # Bars sit at 0..n-1 so that hybrid models have no gaps for their linear layers.
     set_layer_ticks(ax, layers, positions=positions, max_ticks=12)
     ax.grid(axis="x", visible=False)
+    return float(top)
 
 
 @styled

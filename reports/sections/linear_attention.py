@@ -128,7 +128,7 @@ def _measured(runs: Runs) -> Section:
     models, keys = gdn_models(runs), has_keys(runs)
     sink = FigureItem("gdn-sink-by-layer", "Where a hybrid keeps its sink",
                       axes_level(partial(plot_sink_by_layer, runs)),
-                      "On one layer axis: the softmax layers' F-Attn (filled circles: attention "
+                      "On one layer axis: the softmax layers' F-Attn (circles: attention "
                       "probability on the first token, head mean over queries t ≥ 1) and the GDN "
                       "layers' key-0 share (open squares: |c_{t,0}| / Σ_s |c_{t,s}|, head mean over "
                       "queries t ≥ 1), one colour per model. Log scale; a share below "

@@ -61,6 +61,35 @@ def test_sink_figure_puts_f_attn_and_key0_share_on_one_layer_axis(hybrid_runs):
     assert ax.get_yscale() == "log"
 
 
+def test_sink_figure_joins_only_points_of_one_quantity_and_labels_their_decade(hybrid_runs):
+    """A line ran from the last GDN layer's key-0 share (square) to the next softmax layer's
+    F-Attn (circle), two different quantities; the log axis ended below 0.1 with no tick above
+    1e-2, so F-Attn near 0.06 could not be read; the marker kinds' legend entries were the grey
+    of a model."""
+    from matplotlib.colors import to_rgba
+
+    from probe.reports.style import model_colors
+
+    runs, _, _, _ = hybrid_runs
+    ax = plot_sink_by_layer(runs).axes[0]
+    markers = {line.get_marker(): set(line.get_xdata()) for line in ax.lines
+               if line.get_linestyle() == "None" and len(line.get_xdata())}
+    softmax, gdn = markers["o"], markers["s"]
+    joined = [set(line.get_xdata()) for line in ax.lines
+              if line.get_linestyle() == "-" and len(line.get_xdata()) > 1]
+    assert all(layers <= softmax or layers <= gdn for layers in joined), joined
+    assert any(layers <= gdn for layers in joined)        # consecutive GDN layers still joined
+    drawn = max(max(line.get_ydata()) for line in ax.lines if len(line.get_ydata()))
+    low, high = ax.get_ylim()
+    assert any(drawn <= tick <= high * (1 + 1e-9) for tick in ax.yaxis.get_majorticklocs())
+    legend = dict(zip([t.get_text() for t in ax.get_legend().get_texts()], ax.get_legend().legend_handles))
+    colours = {to_rgba(colour) for colour in model_colors(runs.models).values()}
+    for entry in ("softmax: F-Attn", "GDN: key-0 share"):
+        handle = legend[entry]
+        assert handle.get_markerfacecolor() == "none"
+        assert to_rgba(handle.get_markeredgecolor()) not in colours
+
+
 def test_no_section_and_no_claims_note_without_a_hybrid(run_dirs):
     runs = load_runs([run_dirs["baseline"], run_dirs["headwise"]])
     assert linear_attention(runs) is None and linear_attention_scope(runs) == []

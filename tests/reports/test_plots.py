@@ -16,6 +16,7 @@ from matplotlib.patches import Rectangle
 
 from probe import reports
 from probe.reports.plots._layout import NOT_APPLICABLE_GID
+from probe.reports.plots.attention_patterns import TOKEN_CHARS
 from probe.reports.text import plain, visible_token
 
 
@@ -110,6 +111,14 @@ def test_plots_accept_paths_analyses_and_a_given_axes(run_dirs):
     assert [a.get_title() for a in panels(heatmap)] == ["headwise"]
 
 
+def token_labels(ax: Axes, axis: str = "x") -> list[str]:
+    """The tick labels of both sides (major and minor ticks), in the order of their positions."""
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    ticks = [(loc, label.get_text()) for minor in (False, True)  # each shown on one side only
+             for loc, label in zip(target.get_ticklocs(minor=minor), target.get_ticklabels(minor=minor))]
+    return [text for _, text in sorted(ticks)]
+
+
 def strongest_sink_layer(run) -> int:
     """The saved layer whose head-mean pattern puts most weight on key 0 (queries t >= 1)."""
     rows = pd.read_csv(run / "attention_patterns.csv")
@@ -125,12 +134,12 @@ def test_attention_patterns_show_token_labels_per_model_and_layer(all_runs, disp
     # headwise saved no patterns; by default one panel per model, its strongest sink
     assert titles == [f"{name}, layer {strongest_sink_layer(run_dirs[name])}"
                       for name in ("baseline", "hybrid")]
-    expected = [visible_token(token).replace("$", r"\$") for token in display_tokens]
+    expected = [visible_token(token, TOKEN_CHARS).replace("$", r"\$") for token in display_tokens]
     for ax in panels(fig):
         (image,) = images(ax)
         assert image.get_array().shape == (len(display_tokens), len(display_tokens))
-        assert tick_labels(ax, "x") == expected
-        assert tick_labels(ax, "y") == expected
+        assert token_labels(ax, "x") == expected
+        assert token_labels(ax, "y") == expected
     fig.canvas.draw()  # "$" in a token must not be read as mathtext
     # More layers on request: first, middle and last of each model
     fig = reports.plot_attention_patterns(all_runs, max_layers=3)
