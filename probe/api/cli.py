@@ -33,6 +33,9 @@ def _analysis_options(p: argparse.ArgumentParser, *, leave_out=()) -> None:
     add_cli_arguments(p, leave_out=leave_out)
 
 
+TITLE_HELP = "the report's title (default: 'Gated attention report: A vs B', the runs' names)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
 
@@ -51,8 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="write an HTML/PDF report from saved run directories")
     r.add_argument("runs", nargs="+", help="run directories written by probe analyze")
     r.add_argument("--out", required=True, help="folder for report.html / report.pdf")
-    r.add_argument("--format", default="html,pdf", help="html, pdf or html,pdf")
-    r.add_argument("--title")
+    r.add_argument("--format", default="html,pdf", help="html, pdf or html,pdf (default: html,pdf)")
+    r.add_argument("--title", help=TITLE_HELP)
     r.add_argument("--figures", metavar="DIR",
                    help="also write every figure as its own PDF and SVG with its caption into DIR")
     r.add_argument("--force", action="store_true", help="replace report.html / report.pdf (and figures) "
@@ -63,8 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compare", help="analyse several checkpoints on the same tokens, one report")
     c.add_argument("checkpoints", nargs="+", help="baseline first, then gated variants")
     c.add_argument("--out", required=True, help="folder for one run directory per model and the report")
-    c.add_argument("--format", default="html,pdf", help="report formats: html, pdf or html,pdf; \"\" for none")
-    c.add_argument("--title")
+    c.add_argument("--format", default="html,pdf",
+                   help="report formats: html, pdf or html,pdf; \"\" for none (default: html,pdf)")
+    c.add_argument("--title", help=TITLE_HELP)
     c.add_argument("--name", nargs="+", metavar="NAME",
                    help="the models' names in tables, reports and run folders, one per checkpoint "
                         "(default: the folder names)")
@@ -74,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--group", nargs="+", metavar="NAME:RUN,RUN", help=GROUP_HELP)
     # A compare of one length starts over; a --seq-len sweep saves each run and --resume continues it.
     _analysis_options(c, leave_out=("checkpoint_seconds",))
+    for action in c._actions:           # the analysis options' help, said of compare
+        if action.dest == "resume":
+            action.help = ("continue an interrupted --seq-len sweep from OUT (its finished runs are kept); a "
+                           "compare of one length starts over")
 
     t = sub.add_parser("train", help="train a small no-gate / headwise / elementwise model to analyse")
     from ..train.cli import add_arguments as add_train_arguments
@@ -263,6 +271,8 @@ def cmd_report(args, command_line) -> int:
     _check_figures_dir(args.figures, args.force)
     for run in args.runs:
         # A run directory, or a folder of them (probe compare's, a context sweep's).
+        if not Path(run).exists():
+            raise ProbeError(f"{run} does not exist; give a run directory written by probe analyze")
         if not (Path(run) / "summary.json").exists() and not any(Path(run).glob("*/summary.json")):
             raise ProbeError(f"{run} is not a probe run directory (no summary.json); "
                              "create it with probe analyze")

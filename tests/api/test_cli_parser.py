@@ -25,3 +25,24 @@ def test_mistakes_name_the_nearest_word_and_the_commands_help(argv, said, capsys
     assert err.count("\n") == 1 and err.startswith("probe: error: ") and said in err
     if "zzz" in argv:
         assert "did you mean" not in err          # nothing near: no guess
+
+
+def test_help_says_the_defaults_and_what_resume_does_for_compare(capsys):
+    """--format wrote a PDF without saying so, --title had no help, and compare's --resume said
+    it continues an interrupted analysis while compare refuses it but for a --seq-len sweep."""
+    from probe.api.cli import main
+
+    for command in ("report", "compare"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "(default: html,pdf)" in text and "the report's title (default:" in text
+    assert "continue an interrupted --seq-len sweep from OUT" in text
+
+
+def test_a_report_of_a_path_that_does_not_exist_says_so(tmp_path, capsys):
+    from probe.api.cli import main
+
+    assert main(["report", str(tmp_path / "nothing"), "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err.strip() == (f"probe: error: {tmp_path / 'nothing'} does not exist; give a run "
+                                               "directory written by probe analyze")
