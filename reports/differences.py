@@ -30,7 +30,9 @@ QUANTITIES = {
     "M-Act": lambda v, W: v.m_act(W),
     "loss": lambda v, W: v.loss(W),
     "mean gate": lambda v, W: v.mean_gate(W),
-    f"sparsity < {SPARSITY_AT:g}, gated": lambda v, W: v.sparsity_mean(W, "gated", SPARSITY_AT),
+    # What o_proj reads: the gated output of a gated model, the attention output itself of an
+    # ungated one ("gated" named a gate that an ungated pair does not have).
+    f"sparsity < {SPARSITY_AT:g}, o_proj input": lambda v, W: v.sparsity_mean(W, "gated", SPARSITY_AT),
 }
 
 

@@ -227,7 +227,11 @@ def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, ma
 
     if per_document:
         what = "documents"                # rows as given included
+        considered = 0                    # documents read before max_sequences was reached
         for document, ids in enumerate(id_lists):
+            if max_sequences is not None and len(sequences) >= max_sequences:
+                break                     # the rest are not analysed: not counted as truncated
+            considered += 1
             if len(ids) > body:
                 if on_long == "error":
                     raise ProbeError(f"a {what[:-1]} has {len(ids) + len(head)} tokens, more than "
@@ -242,7 +246,7 @@ def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, ma
             documents.append(document)
         if truncated:
             # With BOS prepended a document of exactly seq_len tokens is one too long: say so.
-            notes.append(f"{truncated} of {len(id_lists)} {what} longer than {seq_len} tokens were "
+            notes.append(f"{truncated} of {considered} {what} longer than {seq_len} tokens were "
                          f"truncated to {seq_len}" + (" (counting the prepended BOS)" if use_bos else ""))
             warnings.warn(f"{notes[-1]}; their later tokens are not measured (pass "
                           f"{flag('on_long', 'slide')} to cover them with windows, or raise {flag(option)})")

@@ -267,3 +267,12 @@ def test_windows_of_a_document_record_their_document(tmp_path):
         assert build_dataset(jl, None, seq_len=8, per_document=True, on_long="truncate").documents == []
     np.save(tmp_path / "ids.npy", np.arange(40) % 30)                  # one stream, cut or slid
     assert build_dataset(tmp_path / "ids.npy", None, seq_len=8, stride=4).documents == []
+
+
+def test_truncation_counts_only_the_documents_analysed(tokenizers):
+    """--per-document --max-sequences 2 over 5 long documents warned "5 of 5 documents ... were
+    truncated" while 2 were analysed."""
+    texts = ["a long document with many words in it " * 4] * 5
+    with pytest.warns(UserWarning, match="^2 of 2 documents longer than 8 tokens were truncated to 8"):
+        ds = build_dataset(None, tokenizers["qwen3"], texts=texts, seq_len=8, per_document=True, max_sequences=2)
+    assert len(ds.sequences) == 2
