@@ -28,8 +28,12 @@ def ablation_lines(frame: pd.DataFrame) -> list[str]:
             continue
         interval = (f"[{r.delta_lo:+.4f}, {r.delta_hi:+.4f}]" if math.isfinite(r.delta_lo) else "-")
         top = f"  {r.top_keys:<27}" if anatomy else ""
+        # A row scored on other targets (first token removed: targets 2 onward) has its own base:
+        # its Δ does not read off the "none" row, so the row names the loss it is taken against.
+        own = (f" (Δ against {r.base_loss:.4f}, the model on the same targets)"
+               if abs(r.base_loss - frame.base_loss.iloc[0]) >= 5e-5 else "")
         lines.append(f"{r.ablation:<{width}}{r.loss:>8.4f}{r.delta_loss:>+9.4f}  {interval:<19}{r.f_attn:>7.3f}{top}  "
-                     f"{r.effect}")
+                     f"{r.effect}{own}")
     return lines
 
 
