@@ -63,6 +63,16 @@ def print_summary(analyses) -> None:
     with pd.option_context("display.float_format", lambda v: f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}",
                            "display.width", 120):
         print(frame.to_string(na_rep="-"))
+    eps = {a.summary.get("sink_epsilon") for a in analyses} - {None}
+    eps_text = f"{eps.pop():g}" if len(eps) == 1 else "ε"
+    # The columns are summary.json's keys; one line says what each is and in what unit.
+    import textwrap
+
+    print(textwrap.fill(
+        f"mean_gate: mean gate score; f_attn: attention on the first token, queries t>=1 (f_attn_paper: "
+        f"t=0 too; f_attn_uniform: uniform attention's); sink_rate: share of heads with F-Attn > "
+        f"{eps_text}; m_act: mean over layers of the largest |layer output|; loss: held-out next-token "
+        "loss, nats per token", width=100, initial_indent="  ", subsequent_indent="  "))
 
 
 def different_tokens(analyses, names) -> str:

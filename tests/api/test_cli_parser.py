@@ -46,3 +46,16 @@ def test_a_report_of_a_path_that_does_not_exist_says_so(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nothing"), "--out", str(tmp_path / "r")]) == 2
     assert capsys.readouterr().err.strip() == (f"probe: error: {tmp_path / 'nothing'} does not exist; give a run "
                                                "directory written by probe analyze")
+
+
+def test_the_summary_table_says_what_its_columns_are(capsys):
+    """The printed summary's columns are summary.json's keys: one wrapped line says what each is,
+    the sink threshold the run used and the loss's unit."""
+    import probe
+    from probe.api.cli_names import print_summary
+
+    a = probe.Analysis(meta={"name": "m"}, summary={"model": "m", "f_attn": 0.1, "sink_epsilon": 0.25, "loss": 3.0})
+    print_summary([a])
+    legend = " ".join(capsys.readouterr().out.splitlines()[1:]).split()
+    text = " ".join(legend)
+    assert "sink_rate: share of heads with F-Attn > 0.25" in text and "nats per token" in text
