@@ -43,8 +43,8 @@ def run(out: Path, report, base_gguf: Path) -> int:
 def print_findings(runs: Path, trained: dict) -> None:
     print(f"\n[demo] base vs grafted on the same tokens (gates trained {trained.get('steps')} steps of "
           f"{trained.get('tokens_per_step')} tokens, lr {trained.get('lr')}, base frozen)")
-    print(f"{'model':<24}{'loss':>7}{'F-Attn':>8}{'sink rate':>10}{'M-Act':>9}{'mean gate':>10}")
+    print(f"{'model':<31}{'loss':>7}{'F-Attn':>8}{'sink rate':>10}{'M-Act':>9}{'mean gate':>10}")
     for name in NAMES:
         s = json.loads((runs / name / "summary.json").read_text())
         gate = f"{s['mean_gate']:.3f}" if s.get("mean_gate") is not None else "-"
-        print(f"{name:<24}{s['loss']:>7.3f}{s['f_attn']:>8.3f}{s['sink_rate']:>10.2f}{s['m_act']:>9.0f}{gate:>10}")
+        print(f"{name:<31}{s['loss']:>7.3f}{s['f_attn']:>8.3f}{s['sink_rate']:>10.2f}{s['m_act']:>9.0f}{gate:>10}")

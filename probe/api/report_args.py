@@ -46,7 +46,7 @@ def groups_of(texts, runs):
 
 def print_claims(analyses, pairs=None) -> None:
     """The paper's claims checked on these models (Analysis objects or run directories;
-    reports/claims/__init__.py has the rules)."""
+    reports/claims/rules.py has the rules)."""
     from probe.reports.claims import claims_table
     from probe.reports.claims.console import claims_text
 

@@ -18,7 +18,7 @@ def claims_text(table: pd.DataFrame) -> str:
     if len(table) and table["verdict"].str.endswith(NO_GATED).all():
         return f"Claims of the paper: {NO_GATED}."
     lines = ["Claims of the paper, checked in direction (probe.reports.claims_table; thresholds in "
-             "reports/claims/__init__.py; brackets: 95% intervals over sequences):"]
+             "reports/claims/rules.py; brackets: 95% intervals over sequences):"]
     explained, unpaired = set(), False
     for values in table.to_dict("records"):
         lines.append(f"[{values['claim']}] {values['statement']} ({values['models']}): "
