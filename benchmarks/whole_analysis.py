@@ -18,7 +18,9 @@ held steady: common.clocks, common.STEADY_HEAP).
 One more process times the stages of one analysis (stage_clocks: CPU time inside each named
 function, inclusive; the pass's own overhead is "pass" less the plain forward), then, in a second
 analysis, the metrics on the events by metric (metric_clocks). Then the README
-quickstart's `probe analyze` (tiny elementwise arm, 8 x 128 tokens), wall time, imports included.
+quickstart's `probe analyze` (tiny elementwise arm, 8 x 128 tokens), best wall time of three
+fresh processes, imports included (one alone read 5.55 s right after the 8192-token runs,
+3.6-4.6 s on its own).
 The load average (`uptime`) is printed first and last.
 
     python benchmarks/whole_analysis.py [--lengths 128 512 2048 8192] [--repeat 3] [--no-anatomy]
@@ -392,7 +394,7 @@ def main() -> None:
             print(("anatomy: " if anatomy else "") + ("\n".join(stage_lines(s)) if "error" not in s else f"{T}: {s['error']}"),
                   flush=True)
     if not args.no_quickstart:
-        print(f"quickstart `probe {' '.join(QUICKSTART)}`: {quickstart_seconds():.2f} s wall, imports included")
+        print(f"quickstart `probe {' '.join(QUICKSTART)}`: {quickstart_seconds(3):.2f} s wall, imports included")
     print(f"load: {uptime()}")
 
 

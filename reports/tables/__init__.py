@@ -180,7 +180,14 @@ PROVENANCE_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("non-finite activations", ("nonfinite_activations",)),
     ("F-Attn dropped queries", ("f_attn_dropped_queries",)),
     ("rows per table", ("tables",)),
+    ("data files", ("data_files",)),
+    ("embedding fingerprint", ("embedding_fingerprint",)),
+    ("sink anatomy", ("anatomy",)),
+    ("anatomy: least queries per key", ("anatomy_min_queries",)),
+    ("anatomy: least queries per sink key", ("anatomy_sink_min_queries",)),
 )
+# What meta.json's data holds for texts given in Python: said in words in the report.
+IN_MEMORY_DATA = {"<texts>": "<texts>: texts given to probe.analyze(texts=...)"}
 # Shown elsewhere (layer notes, the attention-pattern caption, the table header) or composed.
 _PROVENANCE_SKIP = {"display_tokens", "layer_types", "model", "name", "num_layers", "num_heads",
                     "num_kv_heads", "head_dim"}
@@ -204,7 +211,8 @@ def provenance_table(runs: Any) -> pd.DataFrame:
                 value = meta.get(key) if key else None
                 used[model].add(key or "")
             if value is not None:
-                rows.setdefault(label, {})[model] = format_value(value)
+                text = format_value(value)
+                rows.setdefault(label, {})[model] = IN_MEMORY_DATA.get(text, text) if label == "data" else text
     for model in runs.models:
         for key, value in runs.meta[model].items():
             if key not in used[model] and value is not None:  # null reads "—", as above

@@ -70,3 +70,17 @@ def test_the_provenance_caption_names_the_command_line_only_where_a_run_has_one(
         meta.pop(key, None)
     (run / "meta.json").write_text(json.dumps(meta))
     assert caption(run).endswith("package versions.")
+
+
+def test_provenance_names_every_field_the_analysis_writes_and_in_memory_data(run_dirs, tmp_path):
+    """Fields written since the labels were listed read as raw keys (anatomy_min_queries,
+    embedding_fingerprint); texts given in Python read "<texts>"."""
+    run = shutil.copytree(run_dirs["baseline"], tmp_path / "baseline")
+    meta = json.loads((run / "meta.json").read_text())
+    meta.update(data="<texts>", anatomy=True, anatomy_min_queries=16, anatomy_sink_min_queries=128,
+                embedding_fingerprint="xxh3:0123", data_files=["a.txt"])
+    (run / "meta.json").write_text(json.dumps(meta))
+    table = provenance_table([run])["baseline"]
+    assert table["data"] == "<texts>: texts given to probe.analyze(texts=...)"
+    assert table["anatomy: least queries per key"] == "16" and table["embedding fingerprint"] == "xxh3:0123"
+    assert not any("_" in label for label in table.index if label != "token ids sha256"), list(table.index)
