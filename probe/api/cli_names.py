@@ -54,6 +54,8 @@ def unique_names(checkpoints) -> list[str]:
 
 
 def print_summary(analyses) -> None:
+    import textwrap
+
     import pandas as pd
 
     # A baseline's mean gate is None: numeric columns print it as "-", not "None".
@@ -66,8 +68,6 @@ def print_summary(analyses) -> None:
     eps = {a.summary.get("sink_epsilon") for a in analyses} - {None}
     eps_text = f"{eps.pop():g}" if len(eps) == 1 else "ε"
     # The columns are summary.json's keys; one line says what each is and in what unit.
-    import textwrap
-
     print(textwrap.fill(
         f"mean_gate: mean gate score; f_attn: attention on the first token, queries t>=1 (f_attn_paper: "
         f"t=0 too; f_attn_uniform: uniform attention's); sink_rate: share of heads with F-Attn > "

@@ -204,12 +204,15 @@ def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, ma
 
     already = 0                         # sequences that started with the BOS already (auto)
 
+    def bos_given(ids) -> bool:
+        """Under auto, token ids that start with the BOS already (saved from a tokenizer that adds
+        it) get no second one: a doubled BOS moves the sink and F-Attn."""
+        return bool(head) and bos == "auto" and len(ids) > 0 and ids[0] == bos_token_id
+
     def headed(ids: list[int]) -> tuple[list[int], int]:
-        """(the sequence, the tokens put before ids). Under auto, token ids that start with the
-        BOS already (saved from a tokenizer that adds it) get no second one: a doubled BOS moves
-        the sink and F-Attn."""
+        """(the sequence, the tokens put before ids)."""
         nonlocal already
-        if head and bos == "auto" and len(ids) and ids[0] == bos_token_id:
+        if bos_given(ids):
             already += 1
             return list(ids), 0
         return head + list(ids), len(head)
@@ -262,7 +265,7 @@ def build_dataset(path, tokenizer, options: AnalysisOptions | None = None, *, ma
             stream.extend(ids)
         if len(stream) < body:
             # One sequence shorter than asked: meta.json's seq_len would say otherwise.
-            put = 0 if head and bos == "auto" and stream and stream[0] == bos_token_id else len(head)
+            put = 0 if bos_given(stream) else len(head)
             notes.append(f"the data hold {len(stream)} tokens, fewer than {option} {seq_len}: "
                          f"one sequence of {len(stream) + put} tokens")
             warnings.warn(f"{notes[-1]} is analysed; give more text, or lower {flag(option)}")
